@@ -1,0 +1,3 @@
+"""Attention families, one file each; importing this package registers them all."""
+
+from baselines import softmax  # noqa: F401

@@ -1,0 +1,140 @@
+"""The shared Transformer encoder classifier every attention variant plugs into.
+
+Same depth, width, FFN and embeddings for every variant; only the attention module differs, so
+parameter counts differ only by the attention's own parameters (reported by `parameter_counts`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from harness.options import option, require
+from harness.registry import attention_entry, build_attention
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """Encoder classifier settings (defaults: the paper's sentence setup)."""
+
+    vocab_size: int = option(30522, "token vocabulary size (set from the task)")
+    num_classes: int = option(2, "number of output classes (set from the task)")
+    max_length: int = option(128, "maximum sequence length (position embeddings)")
+    d_model: int = option(128, "model width")
+    num_layers: int = option(2, "encoder layers")
+    num_heads: int = option(2, "attention heads")
+    ffn_dim: int = option(256, "feed-forward width")
+    dropout: float = option(0.1, "dropout rate")
+    pooling: Literal["mean", "first"] = option("mean", "sequence pooling: mean over real tokens or first token")
+    tie_qk: bool = option(True, "share one projection for queries and keys (Q = K, the paper's setting)")
+    num_segments: int = option(1, "segment embeddings: 2 for sentence-pair tasks")
+    pad_id: int = option(0, "padding token id")
+
+    def __post_init__(self) -> None:
+        require(self.d_model % self.num_heads == 0,
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; pick a multiple")
+        require(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must lie in [0, 1)")
+        require(self.num_segments in (1, 2), f"num_segments={self.num_segments} must be 1 or 2")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+
+class MultiHeadAttention(nn.Module):
+    """Projections, head split and merge around a pluggable attention module."""
+
+    def __init__(self, cfg: ModelConfig, attention: str, attention_options: dict[str, Any], seed: int):
+        super().__init__()
+        self.num_heads, self.head_dim, self.tie_qk = cfg.num_heads, cfg.head_dim, cfg.tie_qk
+        self.q_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.k_proj = None if cfg.tie_qk else nn.Linear(cfg.d_model, cfg.d_model)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.attention = build_attention(attention, head_dim=cfg.head_dim, num_heads=cfg.num_heads,
+                                         max_length=cfg.max_length, seed=seed, **attention_options)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        q = self._heads(self.q_proj(x))
+        k = q if self.k_proj is None else self._heads(self.k_proj(x))
+        out = self.attention(q, k, self._heads(self.v_proj(x)), key_padding_mask=mask)
+        b, h, n, d = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, h * d))
+
+
+class EncoderLayer(nn.Module):
+    """Pre-LayerNorm Transformer block."""
+
+    def __init__(self, cfg: ModelConfig, attention: str, attention_options: dict[str, Any], seed: int):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(cfg.d_model)
+        self.attn = MultiHeadAttention(cfg, attention, attention_options, seed)
+        self.norm2 = nn.LayerNorm(cfg.d_model)
+        self.ffn = nn.Sequential(nn.Linear(cfg.d_model, cfg.ffn_dim), nn.GELU(), nn.Dropout(cfg.dropout),
+                                 nn.Linear(cfg.ffn_dim, cfg.d_model))
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        x = x + self.dropout(self.attn(self.norm1(x), mask))
+        return x + self.dropout(self.ffn(self.norm2(x)))
+
+
+class TransformerClassifier(nn.Module):
+    """Token + position (+ segment) embeddings, encoder layers, pooling, linear classifier."""
+
+    def __init__(self, cfg: ModelConfig, attention: str = "softmax",
+                 attention_options: dict[str, Any] | None = None, seed: int = 0):
+        super().__init__()
+        self.cfg, self.attention_name = cfg, attention
+        self.attention_options = dict(attention_options or {})
+        self.capabilities = attention_entry(attention).capabilities
+        torch.manual_seed(seed)
+        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.position_embedding = nn.Embedding(cfg.max_length, cfg.d_model)
+        self.segment_embedding = nn.Embedding(cfg.num_segments, cfg.d_model) if cfg.num_segments > 1 else None
+        self.embedding_dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(cfg, attention, self.attention_options, seed=seed * 1000 + i) for i in range(cfg.num_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model)
+        self.classifier = nn.Linear(cfg.d_model, cfg.num_classes)
+
+    def attention_modules(self) -> list[nn.Module]:
+        """The pluggable attention module of each layer, in order."""
+        return [layer.attn.attention for layer in self.layers]
+
+    def embed(self, input_ids: Tensor, segment_ids: Tensor | None = None) -> Tensor:
+        n = input_ids.shape[1]
+        if n > self.cfg.max_length:
+            raise ValueError(f"sequence length {n} exceeds the model's max_length={self.cfg.max_length}")
+        x = self.token_embedding(input_ids) + self.position_embedding(torch.arange(n, device=input_ids.device))
+        if self.segment_embedding is not None and segment_ids is not None:
+            x = x + self.segment_embedding(segment_ids)
+        return self.embedding_dropout(x)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                segment_ids: Tensor | None = None) -> Tensor:
+        """input_ids (B, N) long; attention_mask (B, N) bool, True = real token -> logits (B, C)."""
+        x = self.embed(input_ids, segment_ids)
+        for layer in self.layers:
+            x = layer(x, attention_mask)
+        x = self.final_norm(x)
+        if self.cfg.pooling == "first":
+            return self.classifier(x[:, 0])
+        if attention_mask is None:
+            return self.classifier(x.mean(dim=1))
+        weights = attention_mask.to(x.dtype).unsqueeze(-1)
+        pooled = (x * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+        return self.classifier(pooled)
+
+
+def parameter_counts(model: TransformerClassifier) -> dict[str, int]:
+    """Total and attention-own trainable parameter counts (the rest is identical across variants)."""
+    total = sum(p.numel() for p in model.parameters())
+    own = sum(p.numel() for m in model.attention_modules() for p in m.parameters())
+    return {"total": total, "attention": own, "shared": total - own}

@@ -1,0 +1,136 @@
+"""Typed option dataclasses: documented defaults, type checking and did-you-mean for unknown keys.
+
+Every registry (attentions, tasks, measurements) describes its options as a dataclass whose fields
+carry a `help` text in their metadata; `make_options` turns a plain dict (from Python or suite
+YAML) into a validated instance, or raises a ConfigError that names the bad key or value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal, Union
+
+from harness.errors import ConfigError, closest
+
+
+def option(default: Any = dataclasses.MISSING, help: str = "", **kwargs: Any) -> Any:
+    """A dataclass field with a help text (shown by `attnbench list`)."""
+    if isinstance(default, (list, dict, set)):
+        value = default
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata={"help": help}, **kwargs)
+    return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
+
+
+def option_table(config_cls: type) -> list[dict[str, Any]]:
+    """One row per option: name, type, default and help text."""
+    hints = typing.get_type_hints(config_cls)
+    rows = []
+    for f in dataclasses.fields(config_cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = "(required)"
+        rows.append({"name": f.name, "type": _type_name(hints[f.name]), "default": default,
+                     "help": f.metadata.get("help", "")})
+    return rows
+
+
+def make_options(config_cls: type, values: Mapping[str, Any], *, what: str) -> Any:
+    """Validate `values` against the dataclass `config_cls` and return an instance.
+
+    `what` names the thing being configured in error messages, e.g. "attention 'performer'".
+    """
+    valid = [f.name for f in dataclasses.fields(config_cls)]
+    hints = typing.get_type_hints(config_cls)
+    checked = {}
+    for key, value in values.items():
+        if key not in hints:
+            hint = closest(key, valid)
+            did_you_mean = f"; did you mean {hint!r}?" if hint else ""
+            raise ConfigError(f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(valid)}")
+        checked[key] = coerce(value, hints[key], f"option {key!r} of {what}")
+    try:
+        return config_cls(**checked)
+    except TypeError as err:  # a required option is missing
+        raise ConfigError(f"{what}: {err}") from None
+
+
+def coerce(value: Any, annotation: Any, where: str) -> Any:
+    """Check `value` against a type annotation (int, float, bool, str, Literal, Optional, list, dict)."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is Any:
+        return value
+    if origin is Literal:
+        if value in args:
+            return value
+        hint = closest(str(value), [str(a) for a in args])
+        did_you_mean = f"; did you mean {hint!r}?" if hint else ""
+        raise ConfigError(f"{where} is {value!r}{did_you_mean} choose one of: {', '.join(map(str, args))}")
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(value, arg, where)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(f"{where} is {value!r}, expected {_type_name(annotation)}")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} is {value!r}, expected a list")
+        inner = args[0] if args else Any
+        return [coerce(v, inner, where) for v in value]
+    if origin is dict or annotation is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where} is {value!r}, expected a mapping")
+        return dict(value)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where} is {value!r}, expected true or false")
+    if annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where} is {value!r}, expected an integer")
+    if annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML reads 1e-3 as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where} is {value!r}, expected a number")
+    if annotation is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where} is {value!r}, expected a string")
+    return value
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin in (list, tuple):
+        return f"list[{_type_name(args[0])}]" if args else "list"
+    if annotation is type(None):
+        return "None"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise a ConfigError with `message` unless `condition` holds (for __post_init__ checks)."""
+    if not condition:
+        raise ConfigError(message)

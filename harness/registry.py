@@ -1,0 +1,220 @@
+"""Registries of named, configurable components: attentions (and, through `Registry`, tasks, measurements).
+
+Contract (other code, tests and users rely on it):
+
+    from harness.registry import attention_names, build_attention, register_attention
+    attention_names("*linear*")                     # sorted names, timm-style glob
+    attn = build_attention("performer", head_dim=64, num_features=256, seed=0)
+    out = attn(q, k, v, key_padding_mask=mask)      # (B, H, N, D) -> (B, H, N, D)
+
+An attention is found by registered name, by an installed entry point in the group
+`attnbench.attention`, or by a "package.module:ClassName" string.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import importlib
+import importlib.metadata
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from harness.errors import UnknownNameError, UserError, unknown_name_message
+from harness.options import make_options, option, option_table
+
+ENTRY_POINT_GROUP = "attnbench.attention"
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a component supports, so the harness can skip impossible pairs with a reason."""
+
+    padding_mask: bool = True  # honours key_padding_mask
+    causal: bool = False  # has a causal (autoregressive) form
+    needs_max_length: bool = False  # parameters depend on a maximum sequence length
+    learning_phase: bool = False  # has a phase-A learning procedure before ordinary training
+    positive_features: bool = True  # random-feature maps: features are non-negative
+
+    def as_dict(self) -> dict[str, bool]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One registered component: how to build it, its typed options and capabilities."""
+
+    name: str
+    factory: Callable[..., Any]  # called with one validated config instance
+    config: type
+    description: str
+    capabilities: Capabilities
+    source: str = "builtin"
+
+    def options(self) -> list[dict[str, Any]]:
+        return option_table(self.config)
+
+
+class Registry:
+    """Name -> Entry, with glob listing, "module:Class" lookup and plugin entry points."""
+
+    def __init__(self, kind: str, builtin_modules: Iterable[str] = (), entry_point_group: str | None = None):
+        self.kind = kind
+        self._entries: dict[str, Entry] = {}
+        self._builtin_modules = tuple(builtin_modules)
+        self._builtins_loaded = False
+        self._entry_point_group = entry_point_group
+
+    def register(self, name: str, *, config: type, description: str | None = None,
+                 **capabilities: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Class/function decorator: `@registry.register("name", config=MyConfig, causal=True)`."""
+
+        def decorate(factory: Callable[..., Any]) -> Callable[..., Any]:
+            doc = description or (inspect.getdoc(factory) or "").split("\n")[0]
+            entry = Entry(name, factory, config, doc, Capabilities(**capabilities), _source_of(factory))
+            self._entries[name] = entry
+            factory.__attnbench_entry__ = entry
+            return factory
+
+        return decorate
+
+    def names(self, pattern: str = "*") -> list[str]:
+        """Sorted names matching a glob pattern (registered, plus installed entry points)."""
+        self._load_builtins()
+        names = set(self._entries) | set(self._entry_point_names())
+        return sorted(n for n in names if fnmatch.fnmatchcase(n, pattern))
+
+    def get(self, name: str) -> Entry:
+        """The entry for a registered name, an entry-point name, or a "module:Class" string."""
+        self._load_builtins()
+        if name in self._entries:
+            return self._entries[name]
+        if ":" in name:
+            return self._entry_from_object(name, _import_object(name, self.kind), source=name)
+        loaded = self._load_entry_point(name)
+        if loaded is not None:
+            return loaded
+        raise UnknownNameError(unknown_name_message(self.kind, name, self.names())
+                               + f"; or give a 'package.module:ClassName' string")
+
+    def make_config(self, name: str, **options: Any) -> Any:
+        entry = self.get(name)
+        return make_options(entry.config, options, what=f"{self.kind} {name!r}")
+
+    def build(self, name: str, **options: Any) -> Any:
+        entry = self.get(name)
+        return entry.factory(make_options(entry.config, options, what=f"{self.kind} {name!r}"))
+
+    def _load_builtins(self) -> None:
+        if self._builtins_loaded:
+            return
+        self._builtins_loaded = True
+        for module in self._builtin_modules:
+            importlib.import_module(module)
+
+    def _entry_point_names(self) -> list[str]:
+        if self._entry_point_group is None:
+            return []
+        return [ep.name for ep in importlib.metadata.entry_points(group=self._entry_point_group)]
+
+    def _load_entry_point(self, name: str) -> Entry | None:
+        if self._entry_point_group is None:
+            return None
+        for ep in importlib.metadata.entry_points(group=self._entry_point_group):
+            if ep.name == name:
+                try:
+                    obj = ep.load()
+                except Exception as err:
+                    raise UserError(f"{self.kind} plugin {name!r} ({ep.value}) failed to import: {err}") from err
+                entry = self._entry_from_object(name, obj, source=f"entry point {ep.value}")
+                self._entries[name] = entry
+                return entry
+        return None
+
+    def _entry_from_object(self, name: str, obj: Any, source: str) -> Entry:
+        entry = getattr(obj, "__attnbench_entry__", None)
+        if entry is not None:
+            return dataclasses.replace(entry, name=name, source=source)
+        if not callable(obj):
+            raise UserError(f"{source} is not a class or function, so it cannot be a {self.kind}")
+        return _entry_for_plain_class(name, obj, source)
+
+
+def _source_of(factory: Callable[..., Any]) -> str:
+    module = getattr(factory, "__module__", "")
+    return "builtin" if module.startswith(("baselines", "harness")) else f"{module}:{factory.__qualname__}"
+
+
+def _import_object(spec: str, kind: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise UserError(f"cannot import module {module_name!r} for {kind} {spec!r}: {err}; "
+                        f"install the package or put it on PYTHONPATH") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            public = [n for n in dir(module) if not n.startswith("_")]
+            raise UnknownNameError(unknown_name_message(f"name in module {module_name!r}", part, public))
+        obj = getattr(obj, part)
+    return obj
+
+
+# --- attentions -------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class AttentionConfig:
+    """Options every attention receives from the model; families subclass this with their own."""
+
+    head_dim: int = option(64, "dimension of each head's queries, keys and values")
+    num_heads: int = option(1, "number of heads (for per-head parameters)")
+    max_length: int | None = option(None, "maximum sequence length (needed by some variants)")
+    causal: bool = option(False, "causal (autoregressive) masking")
+    seed: int = option(0, "seed for random features and initialisation")
+
+
+def _entry_for_plain_class(name: str, cls: Callable[..., Any], source: str) -> Entry:
+    """Wrap an unregistered nn.Module class: its __init__ keyword arguments become its options."""
+    params = inspect.signature(cls).parameters
+    base = {f.name for f in dataclasses.fields(AttentionConfig)}
+    extra = [(p.name, Any, dataclasses.field(default=p.default))
+             for p in params.values()
+             if p.name not in base and p.default is not inspect.Parameter.empty
+             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    config = dataclasses.make_dataclass(f"{getattr(cls, '__name__', 'Plugin')}Config", extra, bases=(AttentionConfig,))
+    accepts_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+    def factory(cfg: Any) -> Any:
+        kwargs = dataclasses.asdict(cfg)
+        return cls(**{k: v for k, v in kwargs.items() if accepts_all or k in params})
+
+    doc = (inspect.getdoc(cls) or "").split("\n")[0]
+    return Entry(name, factory, config, doc, Capabilities(), source)
+
+
+ATTENTIONS = Registry("attention", builtin_modules=["baselines"], entry_point_group=ENTRY_POINT_GROUP)
+
+
+def register_attention(name: str, *, config: type = AttentionConfig, description: str | None = None,
+                       **capabilities: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register an attention class under `name`; it is built as `cls(config_instance)`.
+
+    Capabilities: padding_mask, causal, needs_max_length, learning_phase, positive_features.
+    """
+    return ATTENTIONS.register(name, config=config, description=description, **capabilities)
+
+
+def attention_names(pattern: str = "*") -> list[str]:
+    """Sorted registered attention names matching a glob pattern, e.g. "*linear*"."""
+    return ATTENTIONS.names(pattern)
+
+
+def attention_entry(name: str) -> Entry:
+    """The registry entry (factory, config class, capabilities) for an attention name or "module:Class"."""
+    return ATTENTIONS.get(name)
+
+
+def build_attention(name: str, **options: Any) -> Any:
+    """Build the attention module `name` with validated options (unknown options fail with a hint)."""
+    return ATTENTIONS.build(name, **options)

@@ -1,0 +1,61 @@
+"""What every task produces: tokenised, padded splits the shared classifier consumes."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import Tensor
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclasses.dataclass
+class Split:
+    """One split. input_ids (N, L) long, padded with the task's pad_id; attention_mask (N, L) bool,
+    True = real token; labels (N,) long in [0, num_classes); segment_ids (N, L) long 0/1 for pairs."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    labels: Tensor
+    segment_ids: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        n = self.input_ids.shape[0]
+        assert self.attention_mask.shape == self.input_ids.shape, "attention_mask must match input_ids"
+        assert self.labels.shape == (n,), "labels must be (N,)"
+        assert self.segment_ids is None or self.segment_ids.shape == self.input_ids.shape
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def subset(self, index: Tensor) -> "Split":
+        """Rows `index` (a long tensor or a slice) of this split."""
+        seg = None if self.segment_ids is None else self.segment_ids[index]
+        return Split(self.input_ids[index], self.attention_mask[index], self.labels[index], seg)
+
+    def batches(self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None):
+        """Yield (input_ids, attention_mask, segment_ids, labels) batches, trimmed to the longest real row."""
+        order = torch.randperm(len(self), generator=generator) if shuffle else torch.arange(len(self))
+        for start in range(0, len(self), batch_size):
+            idx = order[start:start + batch_size]
+            mask = self.attention_mask[idx]
+            width = max(int(mask.sum(dim=1).max()), 1)
+            seg = None if self.segment_ids is None else self.segment_ids[idx, :width]
+            yield self.input_ids[idx, :width], mask[:, :width], seg, self.labels[idx]
+
+
+@dataclasses.dataclass
+class TaskData:
+    """A loaded task: its three disjoint splits and what the model needs to know about them."""
+
+    name: str
+    splits: dict[str, Split]
+    num_classes: int
+    vocab_size: int
+    max_length: int
+    pad_id: int = 0
+    pair: bool = False
+    info: dict = dataclasses.field(default_factory=dict)  # provenance: source, sizes, tokenizer, options
+
+    def __getitem__(self, split: str) -> Split:
+        return self.splits[split]

@@ -1,0 +1,161 @@
+"""The one training loop: optional phase A (learned kernels), then phase B with cross-entropy.
+
+Phase B: AdamW, linear warm-up then cosine decay, gradient clipping; the checkpoint evaluated is
+the one chosen on validation (or the last one), and the result says which.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from harness.options import option, require
+from harness.tasks.base import Split, TaskData
+
+Progress = Callable[[str, int, int], None]  # (phase, step, total)
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Phase-B optimisation settings (defaults: the paper's, scaled by suites)."""
+
+    epochs: int = option(10, "training epochs (phase B)")
+    batch_size: int = option(64, "training batch size")
+    eval_batch_size: int = option(256, "evaluation batch size")
+    lr: float = option(2e-4, "AdamW peak learning rate")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    warmup_fraction: float = option(0.1, "fraction of steps of linear warm-up before cosine decay")
+    grad_clip: float = option(1.0, "gradient-norm clip (0 = off)")
+    checkpoint: Literal["best-validation", "last"] = option(
+        "best-validation", "which checkpoint is evaluated: best validation accuracy, or the last epoch")
+    max_train_examples: int | None = option(None, "use only the first N training rows (None = all)")
+    phase_a: dict = option({}, "options of the learning phase (phase A) for attentions that have one")
+
+    def __post_init__(self) -> None:
+        require(self.epochs >= 1, f"epochs={self.epochs} must be at least 1")
+        require(self.batch_size >= 1, f"batch_size={self.batch_size} must be at least 1")
+        require(self.lr > 0, f"lr={self.lr} must be positive")
+        require(0.0 <= self.warmup_fraction < 1.0, f"warmup_fraction={self.warmup_fraction} must lie in [0, 1)")
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What training produced: the selected model and its history."""
+
+    model: nn.Module
+    checkpoint: str  # "best-validation (epoch k)" or "last (epoch k)"
+    best_epoch: int
+    history: list[dict[str, float]]
+    train_seconds: float
+    phase_a: dict[str, Any] | None
+
+
+def warmup_cosine(step: int, total: int, warmup: int) -> float:
+    """Learning-rate multiplier: linear warm-up to 1 over `warmup` steps, then cosine decay to 0."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _to(batch: tuple, device: torch.device) -> tuple:
+    return tuple(None if t is None else t.to(device) for t in batch)
+
+
+@torch.no_grad()
+def predict_proba(model: nn.Module, split: Split, batch_size: int = 256,
+                  device: torch.device | str = "cpu") -> Tensor:
+    """Class probabilities (N, C) in row order, model in evaluation mode."""
+    model.eval()
+    out = []
+    for ids, mask, seg, _ in split.batches(batch_size):
+        ids, mask, seg = _to((ids, mask, seg), torch.device(device))
+        out.append(torch.softmax(model(ids, mask, seg).float(), dim=-1).cpu())
+    return torch.cat(out)
+
+
+def _accuracy(probs: Tensor, labels: Tensor) -> float:
+    return float((probs.argmax(dim=1) == labels).float().mean())
+
+
+def learning_phase_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """Parameters only phase A may move (e.g. Coulomb particles), gathered from the attention modules."""
+    params: list[nn.Parameter] = []
+    for module in model.modules():
+        getter = getattr(module, "learning_phase_parameters", None)
+        if callable(getter) and module is not model:
+            params.extend(getter())
+    return params
+
+
+def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed: int = 0,
+                     device: torch.device | str = "cpu", progress: Progress | None = None) -> TrainResult:
+    """Train `model` on task['train'], select a checkpoint on task['validation']."""
+    device = torch.device(device)
+    model.to(device)
+    train = task["train"]
+    if cfg.max_train_examples is not None:
+        train = train.subset(slice(0, cfg.max_train_examples))
+    start = time.perf_counter()
+
+    phase_a = None
+    frozen = learning_phase_parameters(model)
+    if frozen:
+        from harness.learning_phase import run_learning_phase
+        phase_a = run_learning_phase(model, train, cfg.phase_a, device=device, seed=seed, progress=progress)
+    for p in frozen:
+        p.requires_grad_(False)
+    frozen_ids = {id(p) for p in frozen}
+    trainable = [p for p in model.parameters() if id(p) not in frozen_ids and p.requires_grad]
+
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    warmup = max(1, int(cfg.warmup_fraction * total))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, total, warmup))
+    generator = torch.Generator().manual_seed(seed)
+    history: list[dict[str, float]] = []
+    best_state, best_acc, best_epoch = None, -1.0, 0
+
+    for epoch in range(1, cfg.epochs + 1):
+        model.train()
+        losses = []
+        for batch in train.batches(cfg.batch_size, shuffle=True, generator=generator):
+            ids, mask, seg, labels = _to(batch, device)
+            loss = nn.functional.cross_entropy(model(ids, mask, seg), labels)
+            if not torch.isfinite(loss):
+                raise NonFiniteLossError(f"training loss became {loss.item()} at epoch {epoch}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip > 0:
+                nn.utils.clip_grad_norm_(trainable, cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            losses.append(loss.item())
+        val_probs = predict_proba(model, task["validation"], cfg.eval_batch_size, device)
+        val_acc = _accuracy(val_probs, task["validation"].labels)
+        history.append({"epoch": epoch, "train_loss": sum(losses) / len(losses), "val_accuracy": val_acc,
+                        "seconds": time.perf_counter() - start})
+        if cfg.checkpoint == "best-validation" and val_acc > best_acc:
+            best_acc, best_epoch, best_state = val_acc, epoch, copy.deepcopy(model.state_dict())
+        if progress is not None:
+            progress("phase B", epoch, cfg.epochs)
+
+    if cfg.checkpoint == "best-validation" and best_state is not None:
+        model.load_state_dict(best_state)
+        label = f"best-validation (epoch {best_epoch})"
+    else:
+        best_epoch = cfg.epochs
+        label = f"last (epoch {cfg.epochs})"
+    model.eval()
+    return TrainResult(model, label, best_epoch, history, time.perf_counter() - start, phase_a)
