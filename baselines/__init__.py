@@ -1,3 +1,4 @@
 """Attention families, one file each; importing this package registers them all."""
 
 from baselines import softmax  # noqa: F401
+from baselines import random_features  # noqa: F401

@@ -1,0 +1,165 @@
+"""Random-feature maps phi_omega(x) = f(omega^T x) with fixed random omegas (the paper's "Vanilla" kernels).
+
+Feature maps (PAPER.md "Kernel and features"; u = omega^T x with x scaled by d^{-1/4} for every map,
+Performer's scaling and **our default** for the others):
+
+    favor          exp(u - |x|^2/2 - max) + eps   (Performer's positive features, stabilised)
+    elu            elu(u) + 1
+    softplus       log(1 + e^u)
+    sigmoid2       sigmoid(u)^2
+    cos2           cos(u)^2
+    softmaxfeat    softmax of (u_1..u_M) over the M features
+    porf-softplus  softplus(u), omegas always positive orthogonal random features (orthogonal, chi norms)
+    trig           [sin(u), cos(u)] (RFA's; NOT positive, so the normaliser can change sign)
+
+Every map is scaled by M^{-1/2}, so phi(x)^T phi(x') = (1/M) sum_k f(omega_k^T x) f(omega_k^T x') is the
+kernel estimate K(x, x') itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from baselines.linear_kernel import FeatureMap, LinearKernelAttention
+from harness.options import option, require
+from harness.registry import AttentionConfig, register_attention
+
+FeatureMapKind = Literal["favor", "elu", "softplus", "sigmoid2", "cos2", "softmaxfeat", "porf-softplus", "trig"]
+FEATURE_MAPS: tuple[str, ...] = FeatureMapKind.__args__
+RowNorms = Literal["chi", "sqrt-d"]
+FAVOR_EPS = 1e-6
+
+
+def seeded_generator(*keys: int) -> torch.Generator:
+    """A CPU generator seeded from several integers (e.g. seed, head, draw), well mixed."""
+    state = np.random.SeedSequence([int(k) for k in keys]).generate_state(2, dtype=np.uint32)
+    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+
+
+def orthogonal_gaussian(num_rows: int, dim: int, generator: torch.Generator | None = None,
+                        scaling: RowNorms = "chi") -> Tensor:
+    """Stacked blocks of `dim` orthonormal rows (Haar QR), rescaled -> (num_rows, dim).
+
+    scaling "chi": row norms drawn like Gaussian rows' (chi with dim degrees of freedom), so each row is
+    marginally N(0, I); "sqrt-d": every row has norm sqrt(dim) (Performer's deterministic option).
+    """
+    blocks = []
+    for _ in range(math.ceil(num_rows / dim)):
+        q, r = torch.linalg.qr(torch.randn(dim, dim, generator=generator))
+        blocks.append((q * torch.sign(torch.diagonal(r))).T)  # sign fix makes the block Haar-distributed
+    rows = torch.cat(blocks)[:num_rows]
+    if scaling == "chi":
+        norms = torch.randn(num_rows, dim, generator=generator).norm(dim=1)
+    elif scaling == "sqrt-d":
+        norms = torch.full((num_rows,), math.sqrt(dim))
+    else:
+        raise ValueError(f"scaling={scaling!r} is not one of 'chi', 'sqrt-d'")
+    return rows * norms[:, None]
+
+
+def draw_omegas(num_heads: int, num_features: int, dim: int, seed: int, *, orthogonal: bool = True,
+                scaling: RowNorms = "chi", draw: int = 0) -> Tensor:
+    """Random frequencies per head -> (H, M, d); head h uses a generator seeded from (seed, h, draw)."""
+    out = []
+    for head in range(num_heads):
+        generator = seeded_generator(seed, head, draw)
+        if orthogonal:
+            out.append(orthogonal_gaussian(num_features, dim, generator, scaling))
+        else:
+            out.append(torch.randn(num_features, dim, generator=generator))
+    return torch.stack(out)
+
+
+def feature_values(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
+                   key_padding_mask: Tensor | None = None) -> Tensor:
+    """Features f(omega^T x) / sqrt(M): x (B, H, N, d), omega (H, M, d) -> (B, H, N, M) (2M for trig).
+
+    Differentiable in x and omega. Only `favor` depends on is_query / key_padding_mask: its stabilising
+    max is per position for queries and over features and real positions for keys (a constant factor
+    per row or per (batch, head), cancelled by the attention's normaliser).
+    """
+    d, m = x.shape[-1], omega.shape[-2]
+    x = x * d ** -0.25
+    u = x @ omega.to(x.dtype).transpose(-2, -1)  # (B, H, N, M)
+    scale = m ** -0.5
+    if kind == "favor":
+        u = u - x.pow(2).sum(-1, keepdim=True) / 2
+        if is_query:
+            stabiliser = u.amax(dim=-1, keepdim=True)
+        else:
+            masked = u if key_padding_mask is None else u.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
+            stabiliser = masked.amax(dim=(-2, -1), keepdim=True)
+        return scale * (torch.exp(u - stabiliser.detach()) + FAVOR_EPS)
+    if kind == "elu":
+        return scale * (nn.functional.elu(u) + 1)
+    if kind in ("softplus", "porf-softplus"):
+        return scale * nn.functional.softplus(u)
+    if kind == "sigmoid2":
+        return scale * torch.sigmoid(u).square()
+    if kind == "cos2":
+        return scale * torch.cos(u).square()
+    if kind == "softmaxfeat":
+        return scale * torch.softmax(u, dim=-1)
+    if kind == "trig":
+        return scale * torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
+    raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
+
+
+class RandomFeatureMap(FeatureMap):
+    """phi(x) = f(omega^T x) / sqrt(M) with omegas (H, M, d) held as a fixed buffer `omega` (never trained)."""
+
+    def __init__(self, head_dim: int, num_heads: int, num_features: int, kind: str = "favor", seed: int = 0,
+                 *, orthogonal: bool = True, scaling: RowNorms = "chi"):
+        super().__init__()
+        if kind not in FEATURE_MAPS:
+            raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
+        self.kind, self.seed = kind, seed
+        self.orthogonal = orthogonal or kind == "porf-softplus"
+        self.scaling = "chi" if kind == "porf-softplus" else scaling
+        self.num_features = 2 * num_features if kind == "trig" else num_features
+        self.positive = kind != "trig"
+        self.register_buffer("omega", draw_omegas(num_heads, num_features, head_dim, seed,
+                                                  orthogonal=self.orthogonal, scaling=self.scaling))
+
+    def forward_queries(self, x: Tensor) -> Tensor:
+        return feature_values(self.kind, x, self.omega, is_query=True)
+
+    def forward_keys(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        return feature_values(self.kind, x, self.omega, is_query=False, key_padding_mask=key_padding_mask)
+
+
+def require_not_causal(cfg: AttentionConfig, name: str) -> None:
+    """Config check for families without a causal form."""
+    require(not cfg.causal, f"attention {name!r} has no causal form (causal=True given); "
+                            f"use a causal-capable attention such as 'softmax' or 'elu-linear'")
+
+
+@dataclasses.dataclass
+class RandomFeaturesConfig(AttentionConfig):
+    feature_map: FeatureMapKind = option("favor", "feature map f applied to omega^T x (see PAPER.md)")
+    num_features: int = option(256, "number of random frequencies M per head (trig gives 2M features)")
+    orthogonal: bool = option(True, "orthogonal Gaussian blocks (True) or i.i.d. Gaussian omegas (False)")
+    row_norms: RowNorms = option("chi", "row norms of orthogonal blocks: chi (Gaussian-like) or sqrt-d")
+    eps: float = option(1e-6, "guard keeping the linear-attention normaliser away from zero")
+
+    def __post_init__(self) -> None:
+        require(self.num_features >= 1, f"num_features={self.num_features} must be at least 1")
+        require(self.eps > 0, f"eps={self.eps} must be positive")
+        require(self.orthogonal or self.feature_map != "porf-softplus",
+                "feature_map='porf-softplus' always uses orthogonal omegas; drop orthogonal=False")
+        require_not_causal(self, "random-features")
+
+
+@register_attention("random-features", config=RandomFeaturesConfig, positive_features=False)
+class RandomFeaturesAttention(LinearKernelAttention):
+    """Vanilla random-feature attention: fixed random omegas, a choice of feature map (trig is not positive)."""
+
+    def __init__(self, cfg: RandomFeaturesConfig):
+        super().__init__(RandomFeatureMap(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.feature_map, cfg.seed,
+                                          orthogonal=cfg.orthogonal, scaling=cfg.row_norms), eps=cfg.eps)
+        self.cfg = cfg
