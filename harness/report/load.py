@@ -1,0 +1,172 @@
+"""Read stored cell results (RUN_DIR/cells/*.json) into pandas DataFrames; never re-runs anything.
+
+Failed, skipped and unreadable cells are kept (with their reasons) so that reports can list them;
+only "ok" cells contribute numbers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.errors import UserError
+
+SCHEMA = 1
+CELL_COLUMNS = ["run", "cell_id", "suite", "measurement", "task", "label", "attention", "seed",
+                "status", "reason", "file"]
+
+
+@dataclasses.dataclass
+class RunInfo:
+    """One run folder: its tag (used to keep clashing labels apart) and its path."""
+
+    tag: str
+    path: Path
+
+
+@dataclasses.dataclass
+class Results:
+    """All cell results of one or more runs.
+
+    `cells`: one row per result file (CELL_COLUMNS, plus object columns metrics/details/provenance);
+    status is ok, failed, skipped or unreadable.
+    """
+
+    cells: pd.DataFrame
+    runs: list[RunInfo]
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        """Only the cells that finished with status ok."""
+        return self.cells[self.cells["status"] == "ok"]
+
+    def of(self, measurement: str) -> pd.DataFrame:
+        """The ok cells of one measurement."""
+        ok = self.ok
+        return ok[ok["measurement"] == measurement]
+
+    def labels(self) -> list[str]:
+        """Every attention label seen in any cell, sorted (the key for colours)."""
+        return sorted({str(x) for x in self.cells["label"].dropna()})
+
+
+def load_runs(run_dirs: list[Path]) -> Results:
+    """Read every cell result of the given run folders; labels that clash across runs get a run tag."""
+    if not run_dirs:
+        raise UserError("no run folders given; pass at least one RUN_DIR that holds cells/*.json")
+    runs = [RunInfo(tag, Path(p)) for tag, p in zip(_run_tags([Path(p) for p in run_dirs]), run_dirs)]
+    rows = [row for run in runs for row in _read_run(run)]
+    cells = pd.DataFrame(rows, columns=CELL_COLUMNS + ["metrics", "details", "provenance", "task_options"])
+    cells["task"] = _task_keys(cells)
+    cells = cells.drop(columns="task_options")
+    if len(runs) > 1:
+        cells["label"] = _tag_clashing_labels(cells)
+    return Results(cells=cells.reset_index(drop=True), runs=runs)
+
+
+def _run_tags(paths: list[Path]) -> list[str]:
+    """Short unique names for run folders: the folder name, or parent/name where names repeat."""
+    tags = [p.resolve().name for p in paths]
+    if len(set(tags)) < len(tags):
+        tags = [f"{p.resolve().parent.name}/{p.resolve().name}" for p in paths]
+    if len(set(tags)) < len(tags):
+        tags = [f"{t}#{i}" for i, t in enumerate(tags)]
+    return tags
+
+
+def _read_run(run: RunInfo) -> list[dict[str, Any]]:
+    cell_dir = run.path / "cells"
+    if not cell_dir.is_dir():
+        raise UserError(f"no cell results folder {cell_dir}; pass a run folder written by "
+                        "`attnbench run` (it holds cells/*.json)")
+    files = sorted(cell_dir.glob("*.json"))
+    if not files:
+        raise UserError(f"{cell_dir} holds no *.json cell results; run the suite first")
+    return [_read_cell(run.tag, f) for f in files]
+
+
+def _read_cell(tag: str, path: Path) -> dict[str, Any]:
+    """One row for CELL_COLUMNS; a file that cannot be read becomes status 'unreadable' with a reason."""
+    base = {"run": tag, "cell_id": path.stem, "file": str(path), "suite": None, "measurement": None,
+            "task": None, "label": None, "attention": None, "seed": None, "metrics": {}, "details": {},
+            "provenance": {}, "task_options": {}}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return {**base, "status": "unreadable", "reason": f"not valid JSON: {exc}"}
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        schema = data.get("schema") if isinstance(data, dict) else None
+        return {**base, "status": "unreadable",
+                "reason": f"schema {schema!r} not supported (this report reads schema {SCHEMA})"}
+    cell = data.get("cell") or {}
+    task = cell.get("task") or {}
+    attention = cell.get("attention") or {}
+    status = data.get("status")
+    if status not in ("ok", "failed", "skipped"):
+        status, data["reason"] = "unreadable", f"unknown status {status!r}"
+    return {**base,
+            "cell_id": data.get("cell_id", path.stem),
+            "suite": cell.get("suite"),
+            "measurement": (cell.get("measurement") or {}).get("name"),
+            "task": task.get("name"),
+            "task_options": task.get("options") or {},
+            "label": data.get("label") or attention.get("label") or attention.get("name"),
+            "attention": attention.get("name"),
+            "seed": cell.get("seed"),
+            "status": status,
+            "reason": data.get("reason"),
+            "metrics": {k: float(v) for k, v in (data.get("metrics") or {}).items()
+                        if isinstance(v, (int, float)) and not isinstance(v, bool)},
+            "details": data.get("details") or {},
+            "provenance": data.get("provenance") or {}}
+
+
+def _task_keys(cells: pd.DataFrame) -> pd.Series:
+    """Task name, with the differing options appended where one name is run with several option sets."""
+    keys = cells["task"].copy()
+    for name, group in cells.groupby("task", dropna=True):
+        variants = {json.dumps(o, sort_keys=True, default=str) for o in group["task_options"]}
+        if len(variants) < 2:
+            continue
+        dicts = [json.loads(v) for v in variants]
+        differing = sorted({k for d in dicts for k in d if any(e.get(k) != d.get(k) for e in dicts)})
+        for idx, options in group["task_options"].items():
+            keys[idx] = f"{name}({', '.join(f'{k}={options.get(k)}' for k in differing)})"
+    return keys
+
+
+def _tag_clashing_labels(cells: pd.DataFrame) -> pd.Series:
+    """'label [run]' for labels measured in more than one run on the same (measurement, task)."""
+    seen = cells.dropna(subset=["label"]).fillna({"task": "-", "measurement": "-"})
+    runs_per = seen.groupby(["label", "measurement", "task"])["run"].nunique()
+    clashing = {label for (label, _, _), n in runs_per.items() if n > 1}
+    return pd.Series([f"{label} [{run}]" if label in clashing else label
+                      for label, run in zip(cells["label"], cells["run"])], index=cells.index)
+
+
+def detail_rows(results: Results, measurement: str) -> pd.DataFrame:
+    """details['rows'] of every ok cell of a measurement, one row each, with run/task/label/seed added."""
+    out = []
+    for _, cell in results.of(measurement).iterrows():
+        for row in cell["details"].get("rows") or []:
+            out.append({"run": cell["run"], "task": cell["task"], "label": cell["label"],
+                        "attention": cell["attention"], "seed": cell["seed"], "cell_id": cell["cell_id"],
+                        **row})
+    return pd.DataFrame(out)
+
+
+def metric_frame(results: Results, measurement: str) -> pd.DataFrame:
+    """Long frame of the ok cells' flat metrics: run, task, label, seed, metric, value."""
+    rows = [{"run": c["run"], "task": c["task"], "label": c["label"], "seed": c["seed"],
+             "metric": name, "value": value}
+            for _, c in results.of(measurement).iterrows() for name, value in c["metrics"].items()]
+    return pd.DataFrame(rows, columns=["run", "task", "label", "seed", "metric", "value"])
+
+
+def not_ok(results: Results) -> pd.DataFrame:
+    """Failed, skipped and unreadable cells with their reasons (for the report's problem list)."""
+    cells = results.cells[results.cells["status"] != "ok"]
+    return cells[["run", "status", "measurement", "task", "label", "seed", "reason", "file"]]

@@ -1,0 +1,78 @@
+"""Statistics for tables: mean, std, 95% t-interval over seeds, and direction-aware ranks."""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+Direction = Literal["max", "min"]
+
+HIGHER_IS_BETTER = {"accuracy", "macro_f1", "micro_f1", "weighted_f1", "f1", "mcc", "balanced_accuracy",
+                    "roc_auc", "pr_auc", "clean_accuracy", "robustness_auc", "tokens_per_s",
+                    "gflops_per_s", "roofline_fraction", "alignment_after", "alignment_gain",
+                    "speed_vs_softmax"}
+LOWER_IS_BETTER = {"ece", "ece_equal_mass", "nll", "brier", "clean_ece", "rel_error", "max_abs_error",
+                   "peak_mem_bytes", "peak_mem_mib", "memory_vs_softmax"}
+LOWER_SUFFIXES = ("_seconds", "_ms", "_bytes", "seconds")
+
+
+def metric_direction(name: str) -> Direction | None:
+    """'max' if higher is better, 'min' if lower is better, None if the metric is not ranked."""
+    base = name.split("@", 1)[0]
+    if base in HIGHER_IS_BETTER or base.startswith("accuracy") or base.endswith("_accuracy"):
+        return "max"
+    if base in LOWER_IS_BETTER or base.endswith(LOWER_SUFFIXES) or base.startswith(("time", "memory")):
+        return "min"
+    if "tokens_per_s" in base:
+        return "max"
+    return None
+
+
+def _t_density(x: np.ndarray, df: int) -> np.ndarray:
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    return np.exp(log_c - (df + 1) / 2 * np.log1p(x * x / df))
+
+
+def _t_cdf_upper_half(x: float, df: int, points: int = 4001) -> float:
+    """P(0 < T < x) by Simpson's rule on the Student-t density."""
+    grid = np.linspace(0.0, x, points)
+    f = _t_density(grid, df)
+    h = x / (points - 1)
+    return float(h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum()))
+
+
+@functools.lru_cache(maxsize=None)
+def t_quantile_975(df: int) -> float:
+    """The 0.975 quantile of Student's t with `df` degrees of freedom (bisection on its CDF)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
+    lo, hi = 0.0, 20.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _t_cdf_upper_half(mid, df) < 0.475 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def summarize(values: Iterable[float]) -> dict[str, float]:
+    """mean, sample std (ddof=1; NaN for one value), n, and the 95% t-interval (NaN unless n >= 3)."""
+    x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    n = len(x)
+    out = {"mean": float("nan"), "std": float("nan"), "n": n, "ci_low": float("nan"), "ci_high": float("nan")}
+    if n == 0:
+        return out
+    out["mean"] = float(x.mean())
+    if n >= 2:
+        out["std"] = float(x.std(ddof=1))
+    if n >= 3:
+        half = t_quantile_975(n - 1) * out["std"] / math.sqrt(n)
+        out["ci_low"], out["ci_high"] = out["mean"] - half, out["mean"] + half
+    return out
+
+
+def rank(values: pd.Series, direction: Direction) -> pd.Series:
+    """Rank 1 = best; ties share the best rank; NaN (missing) stays unranked."""
+    return values.rank(method="min", ascending=direction == "min", na_option="keep")
