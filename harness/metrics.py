@@ -1,0 +1,212 @@
+"""Classification and calibration metrics: pure functions of probabilities (N, C) and labels (N,).
+
+Contract: `expected_calibration_error(probs, labels, n_bins=15) -> float`. Inputs may be numpy
+arrays or torch tensors; rows of `probs` are class probabilities, `labels` integer classes.
+Conventions (each matches scikit-learn where it has the metric):
+- macro-F1 and balanced accuracy average over the classes present in labels or predictions
+  (F1) / in labels (balanced accuracy); an undefined per-class F1 counts as 0.
+- MCC is the multi-class (Gorodkin) form; 0 when undefined.
+- ROC-AUC and PR-AUC (average precision) are for binary tasks, on the probability of class 1.
+- NLL clips the true-class probability at 1e-15.
+- Brier is the squared error to the one-hot label summed over classes (Brier 1950, range [0, 2]);
+  for two classes it is halved, i.e. the usual (p_1 - y)^2 in [0, 1] (scikit-learn's convention).
+- ECE bins the top-1 confidence into equal-width bins (lower, upper], the first bin also holding
+  0; the equal-mass variant puts its bin edges at confidence quantiles (bins of nearly equal
+  count; tied confidences share a bin).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+NLL_CLIP = 1e-15
+
+
+def _as_arrays(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validated float64 probabilities (N, C) and int64 labels (N,) from numpy or torch inputs."""
+    p = np.asarray(probs.detach().cpu().numpy() if hasattr(probs, "detach") else probs, dtype=np.float64)
+    y = np.asarray(labels.detach().cpu().numpy() if hasattr(labels, "detach") else labels)
+    if p.ndim != 2 or y.ndim != 1 or p.shape[0] != y.shape[0] or p.shape[0] == 0:
+        raise ValueError(f"expected probs (N, C) and labels (N,) with N > 0, got shapes {p.shape} and {y.shape}")
+    if not np.all(np.isfinite(p)):
+        raise ValueError("probs contain NaN or infinite values; check the model's outputs")
+    y = y.astype(np.int64)
+    if y.min() < 0 or y.max() >= p.shape[1]:
+        raise ValueError(f"labels must lie in [0, {p.shape[1]}), got range [{y.min()}, {y.max()}]")
+    return p, y
+
+
+def _confusion(pred: np.ndarray, y: np.ndarray, num_classes: int) -> np.ndarray:
+    """Confusion matrix (C, C): rows true class, columns predicted class."""
+    return np.bincount(y * num_classes + pred, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+
+
+def accuracy(probs: Any, labels: Any) -> float:
+    """Fraction of rows whose arg-max class is the label."""
+    p, y = _as_arrays(probs, labels)
+    return float(np.mean(p.argmax(axis=1) == y))
+
+
+def _f1_per_class(p: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-class F1, support, and which classes occur in labels or predictions."""
+    cm = _confusion(p.argmax(axis=1), y, p.shape[1])
+    tp = np.diag(cm).astype(np.float64)
+    denominator = cm.sum(axis=0) + cm.sum(axis=1)  # 2 tp + fp + fn
+    f1 = np.divide(2 * tp, denominator, out=np.zeros_like(tp), where=denominator > 0)
+    return f1, cm.sum(axis=1), denominator > 0
+
+
+def macro_f1(probs: Any, labels: Any) -> float:
+    """Unweighted mean of per-class F1 over classes present in labels or predictions."""
+    f1, _, present = _f1_per_class(*_as_arrays(probs, labels))
+    return float(f1[present].mean())
+
+
+def weighted_f1(probs: Any, labels: Any) -> float:
+    """Per-class F1 averaged with weights = class support in the labels."""
+    f1, support, _ = _f1_per_class(*_as_arrays(probs, labels))
+    return float((f1 * support).sum() / support.sum())
+
+
+def matthews_corrcoef(probs: Any, labels: Any) -> float:
+    """Multi-class Matthews correlation coefficient (Gorodkin 2004) of arg-max predictions."""
+    p, y = _as_arrays(probs, labels)
+    cm = _confusion(p.argmax(axis=1), y, p.shape[1]).astype(np.float64)
+    s, c = cm.sum(), np.trace(cm)
+    t, q = cm.sum(axis=1), cm.sum(axis=0)
+    denominator = np.sqrt((s * s - q @ q) * (s * s - t @ t))
+    return float((c * s - t @ q) / denominator) if denominator > 0 else 0.0
+
+
+def balanced_accuracy(probs: Any, labels: Any) -> float:
+    """Mean per-class recall over the classes present in the labels."""
+    p, y = _as_arrays(probs, labels)
+    cm = _confusion(p.argmax(axis=1), y, p.shape[1])
+    support = cm.sum(axis=1)
+    present = support > 0
+    return float((np.diag(cm)[present] / support[present]).mean())
+
+
+def _binary_scores(probs: Any, labels: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
+    p, y = _as_arrays(probs, labels)
+    if p.shape[1] != 2:
+        raise ValueError(f"{what} is defined here for binary tasks only, got {p.shape[1]} classes")
+    if y.min() == y.max():
+        raise ValueError(f"{what} needs both classes among the labels, got only class {y[0]}")
+    return p[:, 1], y
+
+
+def roc_auc(probs: Any, labels: Any) -> float:
+    """Binary ROC-AUC of P(class 1): the Mann-Whitney statistic with tied scores given average ranks."""
+    scores, y = _binary_scores(probs, labels, "ROC-AUC")
+    order = np.argsort(scores, kind="mergesort")
+    sorted_scores = scores[order]
+    ranks = np.empty(len(scores), dtype=np.float64)
+    _, first, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
+    average_rank = first + (counts + 1) / 2.0  # 1-based average rank of each tie group
+    ranks[order] = np.repeat(average_rank, counts)
+    n_pos = int(y.sum())
+    n_neg = len(y) - n_pos
+    return float((ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def average_precision(probs: Any, labels: Any) -> float:
+    """Binary PR-AUC as average precision: sum over thresholds of (recall step) x precision."""
+    scores, y = _binary_scores(probs, labels, "PR-AUC")
+    order = np.argsort(-scores, kind="mergesort")
+    s, t = scores[order], y[order]
+    last_of_group = np.r_[s[1:] != s[:-1], True]  # evaluate only after each distinct threshold
+    tp = np.cumsum(t)[last_of_group]
+    fp = np.cumsum(1 - t)[last_of_group]
+    precision = tp / (tp + fp)
+    recall = tp / t.sum()
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def log_loss(probs: Any, labels: Any) -> float:
+    """Mean negative log-probability of the true class (clipped at 1e-15)."""
+    p, y = _as_arrays(probs, labels)
+    return float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], NLL_CLIP, 1.0))))
+
+
+def brier_score(probs: Any, labels: Any) -> float:
+    """Squared error to the one-hot label summed over classes, halved for two classes (see module doc)."""
+    p, y = _as_arrays(probs, labels)
+    one_hot = np.eye(p.shape[1])[y]
+    score = float(np.mean(np.sum((p - one_hot) ** 2, axis=1)))
+    return score / 2.0 if p.shape[1] == 2 else score
+
+
+def _confidence_correct(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    p, y = _as_arrays(probs, labels)
+    return p.max(axis=1), (p.argmax(axis=1) == y).astype(np.float64)
+
+
+def _equal_width_bin(confidence: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin index of each confidence: bin b holds (b/n, (b+1)/n], bin 0 also holds 0."""
+    if n_bins < 1:
+        raise ValueError(f"n_bins={n_bins} must be at least 1")
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    return np.clip(np.searchsorted(edges[1:-1], confidence, side="left"), 0, n_bins - 1)
+
+
+def _gap(confidence: np.ndarray, correct: np.ndarray, bins: np.ndarray, n_bins: int) -> float:
+    """sum_b (n_b / N) |accuracy_b - confidence_b| for the given bin assignment."""
+    counts = np.bincount(bins, minlength=n_bins)
+    conf_sum = np.bincount(bins, weights=confidence, minlength=n_bins)
+    correct_sum = np.bincount(bins, weights=correct, minlength=n_bins)
+    return float(np.abs(correct_sum - conf_sum).sum() / counts.sum())
+
+
+def expected_calibration_error(probs: Any, labels: Any, n_bins: int = 15) -> float:
+    """ECE over `n_bins` equal-width bins of top-1 confidence."""
+    confidence, correct = _confidence_correct(probs, labels)
+    return _gap(confidence, correct, _equal_width_bin(confidence, n_bins), n_bins)
+
+
+def equal_mass_calibration_error(probs: Any, labels: Any, n_bins: int = 15) -> float:
+    """ECE over `n_bins` bins of (nearly) equal count: edges at confidence quantiles, ties share a bin."""
+    if n_bins < 1:
+        raise ValueError(f"n_bins={n_bins} must be at least 1")
+    confidence, correct = _confidence_correct(probs, labels)
+    n = len(confidence)
+    ordered = np.sort(confidence)
+    edges = ordered[np.arange(1, n_bins) * n // n_bins - 1] if n >= n_bins else ordered[:-1]
+    bins = np.searchsorted(edges, confidence, side="left")
+    return _gap(confidence, correct, bins, len(edges) + 1)
+
+
+def reliability_bins(probs: Any, labels: Any, n_bins: int = 15) -> list[dict[str, float | int | None]]:
+    """Per equal-width bin: lower, upper, count, mean confidence and accuracy (None when empty)."""
+    confidence, correct = _confidence_correct(probs, labels)
+    bins = _equal_width_bin(confidence, n_bins)
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    rows = []
+    for b in range(n_bins):
+        inside = bins == b
+        count = int(inside.sum())
+        rows.append({"lower": float(edges[b]), "upper": float(edges[b + 1]), "count": count,
+                     "confidence": float(confidence[inside].mean()) if count else None,
+                     "accuracy": float(correct[inside].mean()) if count else None})
+    return rows
+
+
+def classification_metrics(probs: Any, labels: Any, n_bins: int = 15) -> dict[str, float]:
+    """All metrics as a flat dict; roc_auc and pr_auc only for binary tasks with both classes present."""
+    p, y = _as_arrays(probs, labels)
+    metrics = {
+        "accuracy": accuracy(p, y),
+        "macro_f1": macro_f1(p, y),
+        "weighted_f1": weighted_f1(p, y),
+        "mcc": matthews_corrcoef(p, y),
+        "balanced_accuracy": balanced_accuracy(p, y),
+        "nll": log_loss(p, y),
+        "brier": brier_score(p, y),
+        "ece": expected_calibration_error(p, y, n_bins),
+        "ece_equal_mass": equal_mass_calibration_error(p, y, n_bins),
+    }
+    if p.shape[1] == 2 and y.min() != y.max():
+        metrics["roc_auc"] = roc_auc(p, y)
+        metrics["pr_auc"] = average_precision(p, y)
+    return metrics
