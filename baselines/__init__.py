@@ -2,3 +2,7 @@
 
 from baselines import softmax  # noqa: F401
 from baselines import random_features  # noqa: F401
+from baselines import performer  # noqa: F401
+from baselines import rfa  # noqa: F401
+from baselines import elu_linear  # noqa: F401
+from baselines import coulomb  # noqa: F401

@@ -125,18 +125,20 @@ class RandomFeatureMap(FeatureMap):
         self.positive = kind != "trig"
         self.register_buffer("omega", draw_omegas(num_heads, num_features, head_dim, seed,
                                                   orthogonal=self.orthogonal, scaling=self.scaling))
+        self.register_buffer("draw", torch.zeros((), dtype=torch.long))  # redraws so far; omegas of draw k are seeded
+
+    def new_feature_map(self) -> None:
+        """Replace the omegas by the next seeded draw (seed, head, draw + 1)."""
+        self.draw += 1
+        h, m, d = self.omega.shape
+        self.omega.copy_(draw_omegas(h, m, d, self.seed, orthogonal=self.orthogonal, scaling=self.scaling,
+                                     draw=int(self.draw)))
 
     def forward_queries(self, x: Tensor) -> Tensor:
         return feature_values(self.kind, x, self.omega, is_query=True)
 
     def forward_keys(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         return feature_values(self.kind, x, self.omega, is_query=False, key_padding_mask=key_padding_mask)
-
-
-def require_not_causal(cfg: AttentionConfig, name: str) -> None:
-    """Config check for families without a causal form."""
-    require(not cfg.causal, f"attention {name!r} has no causal form (causal=True given); "
-                            f"use a causal-capable attention such as 'softmax' or 'elu-linear'")
 
 
 @dataclasses.dataclass
@@ -152,14 +154,14 @@ class RandomFeaturesConfig(AttentionConfig):
         require(self.eps > 0, f"eps={self.eps} must be positive")
         require(self.orthogonal or self.feature_map != "porf-softplus",
                 "feature_map='porf-softplus' always uses orthogonal omegas; drop orthogonal=False")
-        require_not_causal(self, "random-features")
 
 
-@register_attention("random-features", config=RandomFeaturesConfig, positive_features=False)
+@register_attention("random-features", config=RandomFeaturesConfig, causal=True, positive_features=False)
 class RandomFeaturesAttention(LinearKernelAttention):
     """Vanilla random-feature attention: fixed random omegas, a choice of feature map (trig is not positive)."""
 
     def __init__(self, cfg: RandomFeaturesConfig):
         super().__init__(RandomFeatureMap(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.feature_map, cfg.seed,
-                                          orthogonal=cfg.orthogonal, scaling=cfg.row_norms), eps=cfg.eps)
+                                          orthogonal=cfg.orthogonal, scaling=cfg.row_norms),
+                         eps=cfg.eps, causal=cfg.causal)
         self.cfg = cfg

@@ -120,5 +120,3 @@ def test_config_errors_are_clear():
         build_attention("random-features", feature_map="softplu")
     with pytest.raises(ConfigError, match="num_features=0"):
         build_attention("random-features", num_features=0)
-    with pytest.raises(ConfigError, match="causal"):
-        build_attention("random-features", causal=True)

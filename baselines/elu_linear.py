@@ -1,0 +1,38 @@
+"""ELU linear attention ("Transformers are RNNs", Katharopoulos et al. 2020): phi(x) = elu(x) + 1."""
+from __future__ import annotations
+
+import dataclasses
+
+from torch import Tensor, nn
+
+from baselines.linear_kernel import FeatureMap, LinearKernelAttention
+from harness.options import option, require
+from harness.registry import AttentionConfig, register_attention
+
+
+class EluFeatureMap(FeatureMap):
+    """phi(x) = elu(x) + 1, deterministic and positive: (B, H, N, D) -> (B, H, N, D)."""
+
+    def __init__(self, head_dim: int):
+        super().__init__()
+        self.num_features = head_dim
+
+    def forward_queries(self, x: Tensor) -> Tensor:
+        return nn.functional.elu(x) + 1
+
+
+@dataclasses.dataclass
+class EluLinearConfig(AttentionConfig):
+    eps: float = option(1e-6, "guard added to the normaliser phi(q) . sum_j phi(k_j)")
+
+    def __post_init__(self) -> None:
+        require(self.eps > 0, f"eps={self.eps} must be positive")
+
+
+@register_attention("elu-linear", config=EluLinearConfig, causal=True)
+class EluLinearAttention(LinearKernelAttention):
+    """phi(Q)(phi(K)^T V) / (phi(Q) sum_j phi(K_j) + eps), phi = elu + 1; causal form by prefix sums."""
+
+    def __init__(self, cfg: EluLinearConfig):
+        super().__init__(EluFeatureMap(cfg.head_dim), eps=cfg.eps, causal=cfg.causal)
+        self.cfg = cfg

@@ -1,0 +1,39 @@
+"""Performer / FAVOR+ (Choromanski et al. 2021): positive orthogonal random features for exp(q.k / sqrt(d)).
+
+phi(x) = M^{-1/2} (exp(w x' - |x'|^2/2 - max) + eps), x' = x d^{-1/4}, w orthogonal Gaussian blocks
+(`random_features.feature_values("favor", ...)`). Features are redrawn on a seeded schedule during
+training only, so evaluation is deterministic; the policy is `module.redraw_policy`.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from baselines.linear_kernel import LinearKernelAttention
+from baselines.random_features import RandomFeatureMap, RowNorms
+from harness.options import option, require
+from harness.registry import AttentionConfig, register_attention
+
+
+@dataclasses.dataclass
+class PerformerConfig(AttentionConfig):
+    num_features: int = option(256, "random features M per head (the reference's default 256)")
+    row_norms: RowNorms = option("chi", "row norms of the orthogonal blocks: chi (Gaussian-like) or sqrt-d")
+    orthogonal: bool = option(True, "orthogonal random features (FAVOR+); False draws i.i.d. Gaussian rows")
+    redraw_every: int = option(1000, "redraw the features every N training steps (0 = never); never in evaluation")
+    eps: float = option(1e-6, "guard keeping the normaliser away from zero")
+
+    def __post_init__(self) -> None:
+        require(self.num_features >= 1, f"num_features={self.num_features} must be at least 1")
+        require(self.redraw_every >= 0, f"redraw_every={self.redraw_every} must be >= 0 (0 = never redraw)")
+        require(self.eps > 0, f"eps={self.eps} must be positive")
+
+
+@register_attention("performer", config=PerformerConfig, causal=True)
+class PerformerAttention(LinearKernelAttention):
+    """FAVOR+ softmax-kernel attention: positive orthogonal random features, linear in length."""
+
+    def __init__(self, cfg: PerformerConfig):
+        features = RandomFeatureMap(cfg.head_dim, cfg.num_heads, cfg.num_features, "favor", cfg.seed,
+                                    orthogonal=cfg.orthogonal, scaling=cfg.row_norms)
+        super().__init__(features, eps=cfg.eps, causal=cfg.causal, redraw_every=cfg.redraw_every)
+        self.cfg = cfg

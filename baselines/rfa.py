@@ -1,0 +1,69 @@
+"""Random Feature Attention (Peng et al., ICLR 2021): unit-normalised q, k with sin/cos random features.
+
+phi(x) = M^{-1/2} [sin(W x^), cos(W x^)], x^ = x / (|x| + 1e-3), W = sigma * W_random / tau with a learned
+per-head sigma (initialised to 1). In training a fresh seeded W_random is drawn every forward (option);
+evaluation always uses the first draw, so it is deterministic. Features are not positive.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import Tensor, nn
+
+from baselines.linear_kernel import FeatureMap, LinearKernelAttention
+from baselines.random_features import draw_omegas
+from harness.options import option, require
+from harness.registry import AttentionConfig, register_attention
+
+NORM_EPS = 1e-3
+
+
+class RfaFeatureMap(FeatureMap):
+    """Trigonometric random features of unit-normalised inputs: (B, H, N, d) -> (B, H, N, 2M)."""
+
+    def __init__(self, head_dim: int, num_heads: int, num_features: int, seed: int, tau: float, orthogonal: bool):
+        super().__init__()
+        self.num_features, self.seed, self.tau, self.orthogonal = 2 * num_features, seed, tau, orthogonal
+        self.sigma = nn.Parameter(torch.ones(num_heads))
+        self.register_buffer("omega", self._draw(num_heads, num_features, head_dim, 0))  # evaluation
+        self.register_buffer("train_omega", self.omega.clone(), persistent=False)  # current training draw
+        self.draw = 0
+
+    def _draw(self, num_heads: int, num_features: int, head_dim: int, draw: int) -> Tensor:
+        return draw_omegas(num_heads, num_features, head_dim, self.seed, orthogonal=self.orthogonal, draw=draw)
+
+    def new_feature_map(self) -> None:
+        """Draw the next seeded random matrices for training; evaluation keeps the first draw."""
+        self.draw += 1
+        self.train_omega.copy_(self._draw(*self.omega.shape, draw=self.draw))
+
+    def forward_queries(self, x: Tensor) -> Tensor:
+        omega = self.train_omega if self.training else self.omega
+        frequencies = self.sigma[:, None, None] * omega / self.tau  # (H, M, d)
+        u = (x / (x.norm(dim=-1, keepdim=True) + NORM_EPS)) @ frequencies.to(x.dtype).transpose(-2, -1)
+        return omega.shape[1] ** -0.5 * torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
+
+
+@dataclasses.dataclass
+class RfaConfig(AttentionConfig):
+    num_features: int = option(64, "random vectors per head (2x as many sin/cos features; reference: 64)")
+    tau: float = option(1.0, "temperature dividing the random matrices")
+    resample: bool = option(True, "draw new random matrices every training forward (evaluation stays fixed)")
+    orthogonal: bool = option(True, "orthogonal Gaussian blocks (True) or i.i.d. Gaussian rows (False)")
+    eps: float = option(1e-6, "guard keeping the normaliser (which can change sign) away from zero")
+
+    def __post_init__(self) -> None:
+        require(self.num_features >= 1, f"num_features={self.num_features} must be at least 1")
+        require(self.tau > 0, f"tau={self.tau} must be positive")
+        require(self.eps > 0, f"eps={self.eps} must be positive")
+
+
+@register_attention("rfa", config=RfaConfig, causal=True, positive_features=False)
+class RfaAttention(LinearKernelAttention):
+    """RFA: sin/cos random features of unit-normalised q, k with a learned per-head scale sigma."""
+
+    def __init__(self, cfg: RfaConfig):
+        features = RfaFeatureMap(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.seed, cfg.tau, cfg.orthogonal)
+        super().__init__(features, eps=cfg.eps, causal=cfg.causal, redraw_every=1 if cfg.resample else 0)
+        self.cfg = cfg

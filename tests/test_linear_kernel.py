@@ -1,0 +1,78 @@
+"""The shared linear-attention kernel: masking, normaliser guard, causal prefix sums, redraw schedule."""
+import pytest
+import torch
+
+from baselines.linear_kernel import FeatureMap, LinearKernelAttention, linear_attention
+
+
+def naive(phi_q, phi_k, v, mask=None, causal=False):
+    """Explicit N x N weights: w_ij = phi_q_i . phi_k_j over real (and, if causal, earlier) keys."""
+    w = phi_q @ phi_k.transpose(-2, -1)
+    n = w.shape[-1]
+    if mask is not None:
+        w = w * mask[:, None, None, :]
+    if causal:
+        w = w * torch.ones(n, n, dtype=torch.bool).tril()
+    return (w @ v) / w.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [1, 5, 64, 150])
+def test_kernel_matches_explicit_weights(n, causal):
+    g = torch.Generator().manual_seed(n)
+    phi_q, phi_k = torch.rand(2, 3, n, 6, generator=g, dtype=torch.float64), torch.rand(2, 3, n, 6, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 3, n, 4, generator=g, dtype=torch.float64)
+    mask = torch.ones(2, n, dtype=torch.bool)
+    mask[1, (n + 1) // 2:] = False
+    out = linear_attention(phi_q, phi_k, v, mask, eps=1e-12, causal=causal)
+    torch.testing.assert_close(out, naive(phi_q, phi_k, v, mask, causal))
+
+
+def test_padded_keys_contribute_nothing_even_when_huge():
+    g = torch.Generator().manual_seed(0)
+    phi_q, phi_k, v = (torch.rand(1, 1, 6, 4, generator=g) for _ in range(3))
+    mask = torch.tensor([[True] * 4 + [False] * 2])
+    loud_k, loud_v = phi_k.clone(), v.clone()
+    loud_k[..., 4:, :], loud_v[..., 4:, :] = 1e6, -1e6
+    a = linear_attention(phi_q, phi_k, v, mask)
+    b = linear_attention(phi_q, loud_k, loud_v, mask)
+    torch.testing.assert_close(a, b)
+
+
+def test_normaliser_guard_keeps_sign_and_finiteness():
+    phi_q = torch.tensor([[[[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]]])  # last query: normaliser exactly 0
+    phi_k = torch.tensor([[[[-2.0, 0.0], [0.0, 1e-9], [0.0, 0.0]]]])
+    v = torch.ones(1, 1, 3, 1)
+    out = linear_attention(phi_q, phi_k, v, eps=1e-3)
+    assert torch.isfinite(out).all()
+    assert out[0, 0, 0, 0].item() == pytest.approx(1.0)  # -2 / -2: negative normaliser keeps its sign
+    assert out[0, 0, 1, 0].item() == pytest.approx(1e-9 / 1e-3)  # tiny positive normaliser clamped to eps
+    assert out[0, 0, 2, 0].item() == 0.0
+
+
+class CountingMap(FeatureMap):
+    def __init__(self):
+        super().__init__()
+        self.num_features, self.redraws = 4, 0
+
+    def new_feature_map(self):
+        self.redraws += 1
+
+    def forward_queries(self, x):
+        return torch.nn.functional.elu(x) + 1
+
+
+def test_redraw_every_n_training_steps_and_never_in_evaluation():
+    attn = LinearKernelAttention(CountingMap(), redraw_every=3)
+    x = torch.randn(1, 1, 5, 4)
+    redraws = []
+    for _ in range(7):
+        attn(x, x, x)
+        redraws.append(attn.feature_map.redraws)
+    assert redraws == [0, 0, 0, 1, 1, 1, 2]
+    attn.eval()
+    for _ in range(5):
+        attn(x, x, x)
+    assert attn.feature_map.redraws == 2 and int(attn.training_steps) == 7
+    assert attn.redraw_policy == "every 3 training steps"
+    assert LinearKernelAttention(CountingMap()).redraw_policy == "never"
