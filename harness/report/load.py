@@ -62,6 +62,7 @@ def load_runs(run_dirs: list[Path]) -> Results:
     cells = pd.DataFrame(rows, columns=CELL_COLUMNS + ["metrics", "details", "provenance", "task_options"])
     cells["task"] = _task_keys(cells)
     cells = cells.drop(columns="task_options")
+    cells["seed"] = pd.to_numeric(cells["seed"], errors="coerce").astype("Int64")
     if len(runs) > 1:
         cells["label"] = _tag_clashing_labels(cells)
     return Results(cells=cells.reset_index(drop=True), runs=runs)
@@ -170,3 +171,31 @@ def not_ok(results: Results) -> pd.DataFrame:
     """Failed, skipped and unreadable cells with their reasons (for the report's problem list)."""
     cells = results.cells[results.cells["status"] != "ok"]
     return cells[["run", "status", "measurement", "task", "label", "seed", "reason", "file"]]
+
+
+def run_provenance(results: Results) -> list[dict[str, Any]]:
+    """Per run: suite, commits, versions, machine, seeds, time span and cell counts with reasons."""
+    out = []
+    for run in results.runs:
+        cells = results.cells[results.cells["run"] == run.tag]
+        prov = [p for p in cells["provenance"] if p]
+
+        def values(key: str) -> list[str]:
+            return sorted({str(p[key]) for p in prov if p.get(key) not in (None, "")})
+
+        packages = sorted({f"{k} {v}" for p in prov for k, v in (p.get("packages") or {}).items()})
+        counts = cells["status"].value_counts().to_dict()
+        reasons = cells[cells["status"] != "ok"].groupby(["status", "reason"], dropna=False).size()
+        out.append({
+            "run": run.tag, "path": str(run.path), "suite": sorted({str(s) for s in cells["suite"].dropna()}),
+            "git_commit": values("git_commit"), "git_dirty": values("git_dirty"),
+            "attnbench_version": values("attnbench_version"), "python": values("python"), "torch": values("torch"),
+            "packages": packages, "platform": values("platform"), "machine": values("machine"), "cpu": values("cpu"),
+            "device": values("device"), "threads": values("threads"), "hostname": values("hostname"),
+            "command": values("command"), "seeds": sorted({int(s) for s in cells["seed"].dropna()}),
+            "started_at": min(values("started_at"), default=None),
+            "finished_at": max(values("finished_at"), default=None),
+            "cells": {status: int(counts.get(status, 0)) for status in ("ok", "failed", "skipped", "unreadable")},
+            "reasons": [{"status": s, "reason": r if isinstance(r, str) else "no reason given", "count": int(n)}
+                        for (s, r), n in reasons.items()]})
+    return out

@@ -1,0 +1,309 @@
+"""Plots from stored cell results (matplotlib, Agg canvas, no pyplot state): PNG and SVG each.
+
+Every plot colours an attention label the same way (`label_colors`, keyed by the sorted labels).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.transforms import blended_transform_factory
+
+from harness.report.load import Results, detail_rows, metric_frame
+
+MIB = 2.0 ** 20
+
+
+@dataclasses.dataclass
+class Plot:
+    """A written plot: its name, a caption, and the PNG and SVG files."""
+
+    name: str
+    title: str
+    png: Path
+    svg: Path
+
+
+def label_colors(labels: Iterable[str]) -> dict[str, tuple[float, ...]]:
+    """One colour per label, assigned in sorted order (tab10, tab20, then evenly spaced hues)."""
+    labels = sorted(set(labels))
+    if len(labels) <= 10:
+        palette = [colormaps["tab10"](i) for i in range(10)]
+    elif len(labels) <= 20:
+        palette = [colormaps["tab20"](i) for i in range(20)]
+    else:
+        palette = [colormaps["hsv"](i / len(labels)) for i in range(len(labels))]
+    return {label: palette[i] for i, label in enumerate(labels)}
+
+
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, out_dir: Path, name: str, title: str) -> Plot:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
+    fig.savefig(png, dpi=120, bbox_inches="tight")
+    fig.savefig(svg, bbox_inches="tight")
+    return Plot(name, title, png, svg)
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in str(text)).strip("_")
+
+
+def _legend_outside(fig: Figure, ax: Any, extra: list[Line2D] | None = None) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    for h in extra or []:
+        handles.append(h)
+        labels.append(h.get_label())
+    if handles:
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+
+
+def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot]:
+    """Time and peak memory vs sequence length (log-log), one line per label; OOM/timeout as x at the top."""
+    if eff.empty:
+        return []
+    plots = []
+    modes = sorted(eff["mode"].dropna().unique())
+    for column, name, ylabel, scale in (("median_ms", "time_vs_length", "time per call (ms)", 1.0),
+                                        ("peak_mem_bytes", "memory_vs_length", "peak memory (MiB)", 1 / MIB)):
+        if eff[column].notna().sum() == 0:
+            continue
+        fig = _figure(4.2 * len(modes) + 2.0, 3.8)
+        axes = fig.subplots(1, len(modes), squeeze=False)[0]
+        failed_seen = False
+        for ax, mode in zip(axes, modes):
+            part = eff[eff["mode"] == mode]
+            top = blended_transform_factory(ax.transData, ax.transAxes)
+            for label, rows in part.groupby("label", sort=True):
+                rows = rows.sort_values("seq_len")
+                ok = rows[(rows["status"] == "ok") & rows[column].notna()]
+                ax.plot(ok["seq_len"], ok[column] * scale, marker="o", ms=3, color=colors[label], label=label)
+                bad = rows[rows["status"] != "ok"]
+                if not bad.empty:
+                    failed_seen = True
+                    ax.scatter(bad["seq_len"], np.full(len(bad), 0.96), marker="x", s=60, color=colors[label],
+                               transform=top, clip_on=False, zorder=5)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            if (part["status"] != "ok").any():  # head-room so the x markers at the top edge sit above every line
+                bottom, top_y = ax.get_ylim()
+                ax.set_ylim(bottom, top_y * (top_y / bottom) ** 0.25)
+            ax.set_xlabel("sequence length (tokens)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{mode}")
+            ax.grid(True, which="both", alpha=0.3)
+        extra = [Line2D([], [], color="black", marker="x", linestyle="none", label="OOM / timeout (top edge)")] \
+            if failed_seen else []
+        title = ("Time" if column == "median_ms" else "Peak memory") + " vs sequence length"
+        fig.suptitle(title)
+        _legend_outside(fig, axes[0], extra)
+        plots.append(_save(fig, out_dir, name, title))
+    return plots
+
+
+def _pooled_bins(bin_lists: list[list[dict]]) -> pd.DataFrame:
+    """Reliability bins pooled over seeds: counts summed, confidence and accuracy count-weighted."""
+    rows = pd.DataFrame([b for bins in bin_lists for b in bins])
+    if rows.empty:
+        return rows
+    rows = rows[rows["count"] > 0]
+    rows = rows.assign(conf_w=rows["confidence"] * rows["count"], acc_w=rows["accuracy"] * rows["count"])
+    g = rows.groupby(["lower", "upper"], as_index=False)[["count", "conf_w", "acc_w"]].sum()
+    return g.assign(confidence=g["conf_w"] / g["count"], accuracy=g["acc_w"] / g["count"])
+
+
+def plot_reliability(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
+    """Per task: a grid of reliability diagrams, one panel per label, bins pooled over seeds."""
+    cells = results.of("accuracy")
+    metrics = metric_frame(results, "accuracy")
+    plots = []
+    for task, part in cells.groupby("task", sort=True):
+        labels = sorted(lab for lab, c in part.groupby("label") if any(d.get("reliability") for d in c["details"]))
+        if not labels:
+            continue
+        ncols = min(3, len(labels))
+        nrows = math.ceil(len(labels) / ncols)
+        fig = _figure(3.0 * ncols, 3.0 * nrows)
+        axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+        for ax, label in zip(axes, labels):
+            bins = _pooled_bins([d.get("reliability") or [] for d in part[part["label"] == label]["details"]])
+            ax.plot([0, 1], [0, 1], "--", color="gray", lw=1)
+            if not bins.empty:
+                ax.bar((bins["lower"] + bins["upper"]) / 2, bins["accuracy"], width=bins["upper"] - bins["lower"],
+                       color=colors[label], edgecolor="black", lw=0.4, alpha=0.85)
+            ece = metrics[(metrics["task"] == task) & (metrics["label"] == label) & (metrics["metric"] == "ece")]
+            ece_text = f" (ECE {ece['value'].mean():.3f})" if len(ece) else ""
+            ax.set_title(f"{label}{ece_text}", fontsize="small")
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.set_xlabel("confidence")
+            ax.set_ylabel("accuracy")
+        for ax in axes[len(labels):]:
+            ax.set_visible(False)
+        title = f"Reliability diagrams, task {task} (dashed: perfect calibration)"
+        fig.suptitle(title)
+        plots.append(_save(fig, out_dir, f"reliability_{_slug(task)}", title))
+    return plots
+
+
+def plot_robustness(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
+    """Per task: accuracy vs severity, one panel per perturbation, mean ± std band over seeds."""
+    rows = detail_rows(results, "robustness")
+    if rows.empty:
+        return []
+    rows["group"] = [c if k == "corruption" and isinstance(c, str) else k
+                     for k, c in zip(rows["kind"], rows.get("corruption", rows["kind"]))]
+    plots = []
+    for task, part in rows.groupby("task", sort=True):
+        groups = sorted(part["group"].unique())
+        fig = _figure(3.6 * len(groups) + 2.0, 3.6)
+        axes = fig.subplots(1, len(groups), squeeze=False, sharey=True)[0]
+        for ax, group in zip(axes, groups):
+            for label, lab_rows in part[part["group"] == group].groupby("label", sort=True):
+                stats = lab_rows.groupby("severity")["accuracy"].agg(["mean", "std"]).reset_index()
+                ax.plot(stats["severity"], stats["mean"], marker="o", ms=3, color=colors[label], label=label)
+                ax.fill_between(stats["severity"], stats["mean"] - stats["std"].fillna(0),
+                                stats["mean"] + stats["std"].fillna(0), color=colors[label], alpha=0.15, lw=0)
+            ax.set_title(group)
+            ax.set_xlabel("severity (fraction perturbed)")
+            ax.grid(True, alpha=0.3)
+        axes[0].set_ylabel("accuracy")
+        title = f"Accuracy vs corruption severity, task {task} (band: ± std over seeds)"
+        fig.suptitle(title)
+        _legend_outside(fig, axes[0])
+        plots.append(_save(fig, out_dir, f"robustness_{_slug(task)}", title))
+    return plots
+
+
+def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """Rows not dominated by any other (no other row has both x and y at least as large, one larger)."""
+    keep = []
+    for i, p in points.iterrows():
+        dominated = ((points[x] >= p[x]) & (points[y] >= p[y]) & ((points[x] > p[x]) | (points[y] > p[y]))).any()
+        if not dominated:
+            keep.append(i)
+    return points.loc[keep].sort_values(x)
+
+
+def plot_accuracy_vs_throughput(leaderboard: pd.DataFrame, eff: pd.DataFrame, colors: dict,
+                                out_dir: Path) -> list[Plot]:
+    """Mean accuracy over tasks vs forward tokens/s at one common length; Pareto front marked."""
+    if eff.empty or leaderboard.empty:
+        return []
+    fwd = eff[(eff["status"] == "ok") & (eff["mode"] == "forward") & eff["tokens_per_s"].notna()]
+    labels = sorted(set(fwd["label"]) & set(leaderboard.loc[leaderboard["accuracy_mean"].notna(), "label"]))
+    if not labels:
+        return []
+    fwd = fwd[fwd["label"].isin(labels)]
+    common = [n for n, g in fwd.groupby("seq_len") if set(g["label"]) == set(labels)]
+    length = max(common) if common else fwd["seq_len"].max()
+    at = fwd[fwd["seq_len"] == length].groupby("label")["tokens_per_s"].mean()
+    acc = leaderboard.set_index("label")["accuracy_mean"]
+    points = pd.DataFrame({"label": at.index, "throughput": at.values, "accuracy": acc.reindex(at.index).values})
+    front = pareto_front(points, "throughput", "accuracy")
+    fig = _figure(6.5, 4.2)
+    ax = fig.subplots()
+    for r in points.itertuples():
+        ax.scatter(r.throughput, r.accuracy, color=colors[r.label], s=40, label=r.label, zorder=3)
+    ax.plot(front["throughput"], front["accuracy"], "-", color="black", lw=1, zorder=2)
+    ax.scatter(front["throughput"], front["accuracy"], s=140, facecolors="none", edgecolors="black", zorder=4,
+               label="Pareto front")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"forward throughput at length {int(length)} (tokens/s)")
+    ax.set_ylabel("mean accuracy over tasks")
+    ax.grid(True, which="both", alpha=0.3)
+    title = "Accuracy vs throughput (Pareto front circled)"
+    ax.set_title(title)
+    _legend_outside(fig, ax)
+    return [_save(fig, out_dir, "accuracy_vs_throughput", title)]
+
+
+def _step_series(diagnostics: Any) -> list[list[dict]]:
+    """Per-(layer, head) lists of per-step dicts, from nested lists or dicts of any depth."""
+    if isinstance(diagnostics, dict):
+        if isinstance(diagnostics.get("steps"), list):
+            return _step_series(diagnostics["steps"])
+        return [s for v in diagnostics.values() for s in _step_series(v)]
+    if isinstance(diagnostics, list) and diagnostics:
+        if all(isinstance(d, dict) and ("H" in d or "alignment" in d) for d in diagnostics):
+            return [diagnostics]
+        return [s for v in diagnostics for s in _step_series(v)]
+    return []
+
+
+def _numbers(values: Any) -> list[float]:
+    """Flatten nested lists/dicts of numbers (pairwise-distance samples per layer/head)."""
+    if isinstance(values, (int, float)) and not isinstance(values, bool):
+        return [float(values)]
+    if isinstance(values, dict):
+        return [x for v in values.values() for x in _numbers(v)]
+    if isinstance(values, list):
+        return [x for v in values for x in _numbers(v)]
+    return []
+
+
+def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
+    """Per (task, label) with phase A: H, alignment, energy over steps; pairwise distances before/after."""
+    plots = []
+    cells = results.of("accuracy").sort_values(["task", "label", "seed"])
+    done = set()
+    for _, cell in cells.iterrows():
+        pa = cell["details"].get("phase_a")
+        if not isinstance(pa, dict) or (cell["task"], cell["label"]) in done:
+            continue
+        series = _step_series(pa.get("diagnostics"))
+        before, after = _numbers(pa.get("distances_before")), _numbers(pa.get("distances_after"))
+        if not series and not before:
+            continue
+        done.add((cell["task"], cell["label"]))
+        color = colors[cell["label"]]
+        fig = _figure(13, 3.2)
+        axes = fig.subplots(1, 4)
+        for ax, key, ylabel in zip(axes, ("H", "alignment", "energy"),
+                                   ("Hamiltonian H", "kernel-target alignment", "Riesz energy W_s")):
+            curves = [[s.get(key, np.nan) for s in steps] for steps in series]
+            for c in curves:
+                ax.plot(c, color=color, alpha=0.35, lw=0.8)
+            if curves:
+                length = max(len(c) for c in curves)
+                padded = np.array([c + [np.nan] * (length - len(c)) for c in curves], dtype=float)
+                if np.isfinite(padded).any():
+                    ax.plot(np.nanmean(padded, axis=0), color="black", lw=1.5, label="mean over layers/heads")
+            ax.set_xlabel("phase-A step")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, alpha=0.3)
+        axes[0].legend(fontsize="x-small", loc="best")
+        ax = axes[3]
+        if before or after:
+            bins = np.histogram_bin_edges(before + after, bins=30)
+            ax.hist(before, bins=bins, alpha=0.5, color="gray", label="before phase A", density=True)
+            ax.hist(after, bins=bins, alpha=0.5, color=color, label="after phase A", density=True)
+            ax.legend(fontsize="x-small")
+        ax.set_xlabel("pairwise particle distance")
+        ax.set_ylabel("density")
+        title = f"Coulomb phase A, {cell['label']} on {cell['task']} (seed {cell['seed']}; thin lines: layers/heads)"
+        fig.suptitle(title)
+        plots.append(_save(fig, out_dir, f"coulomb_{_slug(cell['task'])}_{_slug(cell['label'])}", title))
+    return plots
+
+
+def all_plots(results: Results, leaderboard: pd.DataFrame, eff: pd.DataFrame, out_dir: Path) -> list[Plot]:
+    """Every plot the results support, coloured by one label palette, written as PNG and SVG."""
+    colors = label_colors(results.labels())
+    return [*plot_efficiency(eff, colors, out_dir), *plot_accuracy_vs_throughput(leaderboard, eff, colors, out_dir),
+            *plot_reliability(results, colors, out_dir), *plot_robustness(results, colors, out_dir),
+            *plot_coulomb(results, colors, out_dir)]
