@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -27,6 +28,22 @@ class Split:
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[int]], labels: Sequence[int], width: int, pad_id: int = 0,
+                  segments: Sequence[Sequence[int]] | None = None) -> "Split":
+        """Right-pad token rows (each at most `width` long) into a Split of shape (N, width)."""
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.bool)
+        seg = None if segments is None else torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            if len(row) > width:
+                raise ValueError(f"row {i} has {len(row)} tokens, more than the width {width}")
+            ids[i, :len(row)] = torch.as_tensor(row, dtype=torch.long)
+            mask[i, :len(row)] = True
+            if seg is not None:
+                seg[i, :len(row)] = torch.as_tensor(segments[i], dtype=torch.long)
+        return cls(ids, mask, torch.as_tensor(list(labels), dtype=torch.long), seg)
 
     def subset(self, index: Tensor) -> "Split":
         """Rows `index` (a long tensor or a slice) of this split."""
@@ -56,6 +73,7 @@ class TaskData:
     pad_id: int = 0
     pair: bool = False
     info: dict = dataclasses.field(default_factory=dict)  # provenance: source, sizes, tokenizer, options
+    special_ids: tuple[int, ...] = (0,)  # ids corruption never touches (pad, [CLS], [SEP], ...)
 
     def __getitem__(self, split: str) -> Split:
         return self.splits[split]

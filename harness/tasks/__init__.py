@@ -1,0 +1,79 @@
+"""Registry of tasks: generated sequence tasks and sentence-classification data sets.
+
+Contract (suites, measurements and tests rely on it):
+
+    from harness.tasks import load_task, task_names
+    task_names("*")                                   # sorted names, timm-style glob
+    data = load_task("listops", seed=0, max_length=256, label_noise=0.1)
+    data["train"].input_ids                           # (N, L) long, right-padded with data.pad_id
+
+Every task's options are a dataclass deriving from `TaskConfig` (seed, label_noise); `load_task`
+validates them, builds the task and then flips `label_noise` of the TRAIN labels (seeded).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from harness.options import option, require
+from harness.registry import Registry
+from harness.tasks.base import Split, TaskData
+
+ENTRY_POINT_GROUP = "attnbench.task"
+
+TASKS = Registry("task", builtin_modules=["harness.tasks.listops", "harness.tasks.recall",
+                                          "harness.tasks.nonlinear", "harness.tasks.sentence"],
+                 entry_point_group=ENTRY_POINT_GROUP)
+
+
+@dataclasses.dataclass
+class TaskConfig:
+    """Options every task has; task families subclass this with their own."""
+
+    seed: int = option(0, "seed of generation and of the label noise")
+    label_noise: float = option(0.0, "fraction of TRAIN labels flipped to another class (seeded)")
+
+    def __post_init__(self) -> None:
+        require(0.0 <= self.label_noise <= 1.0, f"label_noise={self.label_noise} must lie in [0, 1]")
+
+
+def register_task(name: str, *, config: type = TaskConfig,
+                  description: str | None = None) -> Callable[[Callable[..., TaskData]], Callable[..., TaskData]]:
+    """Register `fn(cfg) -> TaskData` under `name`; `config` must derive from TaskConfig."""
+    if not issubclass(config, TaskConfig):
+        raise TypeError(f"task {name!r}: config {config.__name__} must subclass harness.tasks.TaskConfig")
+    return TASKS.register(name, config=config, description=description)
+
+
+def task_names(pattern: str = "*") -> list[str]:
+    """Sorted registered task names matching a glob pattern, e.g. "*"."""
+    return TASKS.names(pattern)
+
+
+def load_task(name: str, seed: int = 0, **options: Any) -> TaskData:
+    """Build task `name` with validated options, then apply its train label noise."""
+    entry = TASKS.get(name)
+    cfg = TASKS.make_config(name, seed=seed, **options)
+    data = entry.factory(cfg)
+    data.info.setdefault("options", dataclasses.asdict(cfg))
+    if cfg.label_noise > 0:
+        train, flipped = flip_labels(data["train"], cfg.label_noise, data.num_classes, seed=cfg.seed)
+        data.splits["train"] = train
+        data.info["label_noise"] = {"rate": cfg.label_noise, "flipped": flipped, "split": "train"}
+    return data
+
+
+def flip_labels(split: Split, rate: float, num_classes: int, seed: int) -> tuple[Split, int]:
+    """A copy of `split` with round(rate * N) labels moved to a different class chosen uniformly."""
+    if num_classes < 2:
+        raise ValueError(f"label noise needs at least 2 classes, the task has {num_classes}")
+    generator = torch.Generator().manual_seed(10_007 * seed + 1)  # independent of the task's own streams
+    count = round(rate * len(split))
+    rows = torch.randperm(len(split), generator=generator)[:count]
+    shift = torch.randint(1, num_classes, (count,), generator=generator)
+    labels = split.labels.clone()
+    labels[rows] = (labels[rows] + shift) % num_classes
+    return Split(split.input_ids, split.attention_mask, labels, split.segment_ids), count

@@ -1,0 +1,78 @@
+"""Associative recall: key-value pairs, then a query key; the class is the value stored under it.
+
+Row: k1 v1 k2 v2 ... kP vP [QUERY] q, with distinct keys per row and q one of them. Retrieving
+one value among many is a known weak spot of linear attention, so variants separate here.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from harness.options import option, require
+from harness.tasks import register_task
+from harness.tasks.base import TaskData
+from harness.tasks.synthetic import Example, SyntheticConfig, balanced_splits, split_info
+
+PAD_ID, QUERY_ID = 0, 1
+
+
+@dataclasses.dataclass
+class RecallConfig(SyntheticConfig):
+    """Options of the associative-recall generator."""
+
+    num_pairs: int = option(16, "key-value pairs per row (row length 2 * num_pairs + 2)")
+    num_keys: int = option(64, "size of the key vocabulary")
+    num_classes: int = option(10, "size of the value vocabulary (= number of classes)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.num_pairs >= 1, f"num_pairs={self.num_pairs} must be at least 1")
+        require(self.num_keys >= self.num_pairs,
+                f"num_keys={self.num_keys} is below num_pairs={self.num_pairs}; keys in a row are distinct")
+        require(self.num_classes >= 2, f"num_classes={self.num_classes} must be at least 2")
+
+    @property
+    def length(self) -> int:
+        return 2 * self.num_pairs + 2
+
+
+def key_id(key: int) -> int:
+    """Token id of key number `key` (0-based)."""
+    return 2 + key
+
+
+def value_id(value: int, num_keys: int) -> int:
+    """Token id of value (class) number `value` (0-based)."""
+    return 2 + num_keys + value
+
+
+class RecallSampler:
+    """Draws (tokens, value of the queried key) examples."""
+
+    def __init__(self, cfg: RecallConfig):
+        self.cfg = cfg
+
+    def __call__(self, rng: np.random.Generator) -> Example:
+        cfg = self.cfg
+        keys = rng.choice(cfg.num_keys, size=cfg.num_pairs, replace=False)
+        values = rng.integers(cfg.num_classes, size=cfg.num_pairs)
+        asked = int(rng.integers(cfg.num_pairs))
+        tokens = []
+        for k, v in zip(keys, values):
+            tokens += [key_id(int(k)), value_id(int(v), cfg.num_keys)]
+        tokens += [QUERY_ID, key_id(int(keys[asked]))]
+        return tuple(tokens), int(values[asked])
+
+
+@register_task("associative_recall", config=RecallConfig)
+def associative_recall(cfg: RecallConfig) -> TaskData:
+    """Associative recall: read key-value pairs, answer the value of the queried key."""
+    splits = balanced_splits(RecallSampler(cfg), cfg.num_classes, cfg, cfg.length, "associative_recall")
+    return TaskData("associative_recall", splits, num_classes=cfg.num_classes,
+                    vocab_size=2 + cfg.num_keys + cfg.num_classes, max_length=cfg.length, pad_id=PAD_ID,
+                    info={"source": "generated (associative recall)", "query_id": QUERY_ID,
+                          "key_ids": [key_id(0), key_id(cfg.num_keys - 1)],
+                          "value_ids": [value_id(0, cfg.num_keys), value_id(cfg.num_classes - 1, cfg.num_keys)],
+                          "splits": split_info(splits)},
+                    special_ids=(PAD_ID, QUERY_ID))

@@ -1,0 +1,293 @@
+"""Sentence classification through `datasets`: sst2, rotten_tomatoes, qqp (pairs) and local `text` files.
+
+Hub tasks read local files in the hub's column layout when a data directory holds them
+($ATTNBENCH_DATA_DIR or option data_dir: DIR/<task>/{train,validation,test}.jsonl), else the hub.
+Splits without labels (GLUE's test, label -1) are replaced: the hub's labelled validation split
+becomes the test split and a validation split is carved from train (seeded by split_seed; recorded
+in TaskData.info). Texts are tokenised by `harness.tasks.tokenizer`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from harness.errors import UserError
+from harness.options import option, require
+from harness.tasks import TaskConfig, register_task
+from harness.tasks.base import SPLITS, TaskData
+from harness.tasks.tokenizer import LOCAL, build_encoder
+
+DATA_ENV = "ATTNBENCH_DATA_DIR"
+
+
+@dataclasses.dataclass
+class TextTaskConfig(TaskConfig):
+    """Tokenisation and split options shared by every sentence task."""
+
+    max_length: int = option(128, "tokens per row incl. [CLS]/[SEP]; longer texts are truncated")
+    tokenizer: str = option(LOCAL, "'wordpiece' (trained on the training split, cached), a hub name such as "
+                                    "'bert-base-uncased' (needs the network), or a tokenizer.json path")
+    vocab_size: int = option(8000, "vocabulary size of the locally trained WordPiece tokenizer")
+    cache_dir: str | None = option(None, "tokenizer cache folder (default $ATTNBENCH_CACHE or ~/.cache/attnbench)")
+    data_dir: str | None = option(None, f"folder of local data files (default ${DATA_ENV})")
+    max_train_examples: int | None = option(None, "keep this many training rows (seeded sample; None = all)")
+    max_eval_examples: int | None = option(None, "keep this many validation and test rows each (None = all)")
+    validation_fraction: float = option(0.1, "share of train carved out as validation when it is missing")
+    test_fraction: float = option(0.1, "share of train carved out as test when it is missing (text task)")
+    split_seed: int = option(0, "seed of carving and sampling rows (kept fixed across training seeds)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.max_length >= 8, f"max_length={self.max_length} must be at least 8")
+        require(self.vocab_size >= 100, f"vocab_size={self.vocab_size} must be at least 100")
+        for name in ("validation_fraction", "test_fraction"):
+            value = getattr(self, name)
+            require(0.0 < value < 0.5, f"{name}={value} must lie in (0, 0.5)")
+        for name in ("max_train_examples", "max_eval_examples"):
+            value = getattr(self, name)
+            require(value is None or value >= 1, f"{name}={value} must be at least 1 or null")
+
+
+@dataclasses.dataclass
+class TextFilesConfig(TextTaskConfig):
+    """Options of the generic local text task (csv / jsonl / parquet / tsv files)."""
+
+    files: dict = option({}, "files by split, e.g. {train: data/train.csv, test: data/test.csv}; train is "
+                             "required; relative paths are taken from data_dir, else the working directory")
+    text_columns: list[str] = option(["text"], "one text column, or two for sentence pairs")
+    label_column: str = option("label", "label column (integers or strings; ids follow their sorted order)")
+    format: Literal["auto", "csv", "tsv", "json", "parquet"] = option("auto", "file format; auto = by suffix")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require("train" in self.files, f"files={self.files!r} has no 'train' entry; give at least "
+                                       f"files: {{train: path/to/train.csv}}")
+        unknown = sorted(set(self.files) - set(SPLITS))
+        require(not unknown, f"files has unknown split(s) {unknown}; use train, validation, test")
+        require(len(self.text_columns) in (1, 2),
+                f"text_columns={self.text_columns} must name one column, or two for sentence pairs")
+
+
+@dataclasses.dataclass(frozen=True)
+class HubDataset:
+    """Where a named data set lives on the hub and which columns hold texts and labels."""
+
+    name: str
+    hub_path: str
+    hub_config: str | None
+    text_columns: tuple[str, ...]
+    num_classes: int = 2
+    label_column: str = "label"
+
+
+HUB_DATASETS = {
+    "sst2": HubDataset("sst2", "nyu-mll/glue", "sst2", ("sentence",)),
+    "rotten_tomatoes": HubDataset("rotten_tomatoes", "cornell-movie-review-data/rotten_tomatoes", None, ("text",)),
+    "qqp": HubDataset("qqp", "nyu-mll/glue", "qqp", ("question1", "question2")),
+}
+
+
+@dataclasses.dataclass
+class TextRows:
+    """One split before tokenisation: texts (and second texts of pairs) with raw labels."""
+
+    texts: list[str]
+    pairs: list[str] | None
+    labels: list[Any]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def take(self, index: np.ndarray) -> "TextRows":
+        return TextRows([self.texts[i] for i in index], None if self.pairs is None else [self.pairs[i] for i in index],
+                        [self.labels[i] for i in index])
+
+
+def data_directory(cfg: TextTaskConfig) -> Path | None:
+    """The data folder from the option, else the environment variable, else None."""
+    chosen = cfg.data_dir or os.environ.get(DATA_ENV)
+    return Path(chosen).expanduser() if chosen else None
+
+
+def expected_files_hint(spec: HubDataset, directory: Path | None) -> str:
+    """'put train.jsonl, ... in DIR/sst2/ ... and set ATTNBENCH_DATA_DIR=DIR (or option data_dir)'."""
+    folder = f"{directory}/{spec.name}/" if directory else f"DIR/{spec.name}/ (DIR a folder of your choice)"
+    columns = ", ".join((*spec.text_columns, spec.label_column))
+    where = directory if directory else "DIR"
+    return (f"put train.jsonl, validation.jsonl and test.jsonl (JSON lines with columns {columns}) in {folder} "
+            f"and set {DATA_ENV}={where} (or the task option data_dir: {where})")
+
+
+def load_hub_rows(spec: HubDataset, cfg: TextTaskConfig) -> tuple[dict[str, TextRows], dict]:
+    """Rows per split from local files in the hub's layout if present, else from the hub."""
+    import datasets
+
+    directory = data_directory(cfg)
+    folder = directory / spec.name if directory else None
+    if folder is not None and (folder / "train.jsonl").is_file():
+        files = {s: str(folder / f"{s}.jsonl") for s in SPLITS if (folder / f"{s}.jsonl").is_file()}
+        loaded = datasets.load_dataset("json", data_files=files)
+        source = {"source": f"local files {folder}", "files": files}
+    elif cfg.data_dir is not None:
+        raise UserError(f"task {spec.name!r}: {folder / 'train.jsonl'} does not exist; "
+                        + expected_files_hint(spec, directory))
+    else:
+        try:
+            loaded = datasets.load_dataset(spec.hub_path, spec.hub_config)
+        except Exception as err:  # offline, hub unreachable, or dataset moved
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            missing = f"{folder / 'train.jsonl'} does not exist and " if folder else "no local files and "
+            raise UserError(f"task {spec.name!r}: {missing}the Hugging Face Hub is unreachable ({reason}); "
+                            + expected_files_hint(spec, directory)) from None
+        source = {"source": f"hub {spec.hub_path}" + (f"/{spec.hub_config}" if spec.hub_config else "")}
+    rows = {s: dataset_rows(loaded[s], spec.text_columns, spec.label_column, f"task {spec.name!r}",
+                            unlabelled=(None, -1)) for s in SPLITS if s in loaded}
+    return rows, source
+
+
+def dataset_rows(dataset: Any, text_columns: tuple[str, ...] | list[str], label_column: str, what: str,
+                 unlabelled: tuple[Any, ...] = (None,)) -> TextRows:
+    """Texts and labels of one `datasets.Dataset`, dropping rows without text or with a label in `unlabelled`."""
+    missing = [c for c in (*text_columns, label_column) if c not in dataset.column_names]
+    if missing:
+        raise UserError(f"{what}: column(s) {missing} not in the data; its columns are {dataset.column_names}; "
+                        f"name the right ones with text_columns / label_column")
+    table = dataset.with_format("arrow")[:]
+    columns = [table.column(c).to_pylist() for c in (*text_columns, label_column)]
+    keep = [i for i, row in enumerate(zip(*columns))
+            if row[-1] not in unlabelled and all(t is not None for t in row[:-1])]
+    texts = [str(columns[0][i]) for i in keep]
+    pairs = [str(columns[1][i]) for i in keep] if len(text_columns) == 2 else None
+    return TextRows(texts, pairs, [columns[-1][i] for i in keep])
+
+
+def complete_splits(rows: dict[str, TextRows], cfg: TextTaskConfig,
+                    validation_as_test: bool) -> tuple[dict[str, TextRows], dict]:
+    """Fill missing or unlabelled splits deterministically; cap sizes; say what was done.
+
+    validation_as_test: a missing test split is the validation split (hub tasks), else carved from train.
+    """
+    rows = {s: r for s, r in rows.items() if len(r) > 0}
+    if "train" not in rows:
+        raise UserError("the training split has no labelled rows; check the label column and the train file")
+    rng = np.random.default_rng(cfg.split_seed)
+    notes: dict[str, str] = {}
+    if validation_as_test and "test" not in rows and "validation" in rows:
+        rows["test"] = rows.pop("validation")
+        notes["test"] = "the labelled validation split (the test split has no labels)"
+    for split, fraction in (("test", cfg.test_fraction), ("validation", cfg.validation_fraction)):
+        if split in rows:
+            continue
+        order = rng.permutation(len(rows["train"]))
+        count = max(1, round(fraction * len(order)))
+        rows[split] = rows["train"].take(order[:count])
+        rows["train"] = rows["train"].take(np.sort(order[count:]))
+        notes[split] = f"carved from train: {count} rows (fraction {fraction}, split_seed {cfg.split_seed})"
+    for split, cap in (("train", cfg.max_train_examples), ("validation", cfg.max_eval_examples),
+                       ("test", cfg.max_eval_examples)):
+        if cap is not None and cap < len(rows[split]):
+            rows[split] = rows[split].take(np.sort(rng.permutation(len(rows[split]))[:cap]))
+            notes.setdefault(split, "")
+            notes[split] = (notes[split] + "; " if notes[split] else "") + f"sampled {cap} rows"
+    return rows, notes
+
+
+def label_ids(rows: dict[str, TextRows], names: list[Any] | None) -> tuple[dict[str, list[int]], list[Any]]:
+    """Map raw labels to ids 0..C-1 (given names, else the sorted distinct training labels)."""
+    if names is None:
+        names = sorted(set(rows["train"].labels), key=lambda v: (str(type(v)), v))
+    index = {name: i for i, name in enumerate(names)}
+    out = {}
+    for split, r in rows.items():
+        unknown = sorted({str(v) for v in r.labels if v not in index})
+        if unknown:
+            raise UserError(f"{split} split has label(s) {unknown[:5]} that are not among the classes {names[:20]}; "
+                            f"every label must also occur in train")
+        out[split] = [index[v] for v in r.labels]
+    return out, names
+
+
+def build_text_task(name: str, rows: dict[str, TextRows], cfg: TextTaskConfig, label_names: list[Any] | None,
+                    info: dict) -> TaskData:
+    """Tokenise completed splits into a TaskData (tokenizer trained on train texts).
+
+    label_names None: a local `text` task (classes from the training labels, missing splits carved
+    from train); else a hub task (a test split without labels is replaced by validation).
+    """
+    rows, notes = complete_splits(rows, cfg, validation_as_test=label_names is not None)
+    labels, names = label_ids(rows, label_names)
+    if len(names) < 2:
+        raise UserError(f"task {name!r}: the training labels hold only {names}; a classification task needs 2+ classes")
+    train = rows["train"]
+    encoder = build_encoder(cfg.tokenizer, train.texts + (train.pairs or []), cfg.vocab_size, cfg.cache_dir)
+    splits = {s: encoder.encode(rows[s].texts, labels[s], cfg.max_length, rows[s].pairs) for s in SPLITS}
+    pair = train.pairs is not None
+    info = {**info, "label_names": names, "carved": notes, "tokenizer": encoder.description,
+            "splits": {s: {"size": len(sp), "class_counts": np.bincount(sp.labels.numpy(), minlength=len(names)).tolist()}
+                       for s, sp in splits.items()}}
+    return TaskData(name, splits, num_classes=len(names), vocab_size=encoder.vocab_size, max_length=cfg.max_length,
+                    pad_id=encoder.pad_id, pair=pair, info=info, special_ids=encoder.special_ids)
+
+
+def _hub_task(name: str):
+    spec = HUB_DATASETS[name]
+
+    def load(cfg: TextTaskConfig) -> TaskData:
+        rows, info = load_hub_rows(spec, cfg)
+        info["columns"] = {"text": list(spec.text_columns), "label": spec.label_column}
+        return build_text_task(spec.name, rows, cfg, list(range(spec.num_classes)), info)
+
+    load.__name__ = name
+    return load
+
+
+register_task("sst2", config=TextTaskConfig,
+              description="SST-2 sentence sentiment (2 classes); hub glue/sst2 or local sst2/*.jsonl")(_hub_task("sst2"))
+register_task("rotten_tomatoes", config=TextTaskConfig,
+              description="Rotten Tomatoes review-sentence sentiment (2 classes); hub or local "
+                          "rotten_tomatoes/*.jsonl")(_hub_task("rotten_tomatoes"))
+register_task("qqp", config=TextTaskConfig,
+              description="Quora Question Pairs duplicate detection (sentence pairs, 2 classes); hub glue/qqp "
+                          "or local qqp/*.jsonl")(_hub_task("qqp"))
+
+
+def _resolve(path: str, cfg: TextFilesConfig) -> Path:
+    candidate = Path(path).expanduser()
+    if not candidate.is_absolute() and cfg.data_dir:
+        candidate = Path(cfg.data_dir).expanduser() / candidate
+    if not candidate.is_file():
+        raise UserError(f"text task: file {str(candidate)!r} does not exist; fix the path in files "
+                        f"(relative paths are taken from data_dir, else the working directory)")
+    return candidate
+
+
+def _format(path: Path, chosen: str) -> str:
+    if chosen != "auto":
+        return chosen
+    by_suffix = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+    found = by_suffix.get(path.suffix.lower())
+    if found is None:
+        raise UserError(f"text task: cannot tell the format of {str(path)!r} from its suffix; "
+                        f"set format to csv, tsv, json or parquet")
+    return found
+
+
+@register_task("text", config=TextFilesConfig)
+def text_files(cfg: TextFilesConfig) -> TaskData:
+    """Your own text classification files (csv/tsv/jsonl/parquet), single texts or pairs, any classes."""
+    import datasets
+
+    rows = {}
+    for split, given in cfg.files.items():
+        path = _resolve(str(given), cfg)
+        fmt = _format(path, cfg.format)
+        extra = {"delimiter": "\t"} if fmt == "tsv" else {}
+        loaded = datasets.load_dataset("csv" if fmt == "tsv" else fmt, data_files={split: str(path)}, **extra)
+        rows[split] = dataset_rows(loaded[split], cfg.text_columns, cfg.label_column, f"text task file {str(path)!r}")
+    info = {"source": "local files", "files": {s: str(_resolve(str(p), cfg)) for s, p in cfg.files.items()},
+            "columns": {"text": list(cfg.text_columns), "label": cfg.label_column}}
+    return build_text_task("text", rows, cfg, None, info)

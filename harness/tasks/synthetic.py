@@ -1,0 +1,82 @@
+"""Shared machinery of the generated tasks: class-balanced, de-duplicated, disjoint splits."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from harness.errors import UserError
+from harness.options import option, require
+from harness.tasks import TaskConfig
+from harness.tasks.base import SPLITS, Split
+
+Example = tuple[tuple[int, ...], int]  # (token ids without padding, class)
+Sampler = Callable[[np.random.Generator], "Example | None"]  # None = rejected draw
+
+
+@dataclasses.dataclass
+class SyntheticConfig(TaskConfig):
+    """Split sizes and balancing shared by every generated task."""
+
+    num_train: int = option(2000, "training examples")
+    num_validation: int = option(500, "validation examples")
+    num_test: int = option(500, "test examples")
+    max_draws: int = option(2_000_000, "give up after this many draws (rejections included)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("num_train", "num_validation", "num_test"):
+            require(getattr(self, name) >= 1, f"{name}={getattr(self, name)} must be at least 1")
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": self.num_train, "validation": self.num_validation, "test": self.num_test}
+
+
+def class_quotas(size: int, num_classes: int) -> list[int]:
+    """Per-class counts summing to `size`, as equal as possible (the first classes get the remainder)."""
+    return [size // num_classes + (1 if c < size % num_classes else 0) for c in range(num_classes)]
+
+
+def balanced_splits(sample: Sampler, num_classes: int, cfg: SyntheticConfig, width: int,
+                    task: str) -> dict[str, Split]:
+    """Draw unique examples until every split holds its per-class quota; rows shuffled, seeded.
+
+    A token sequence appears at most once over all splits, so train/validation/test are disjoint.
+    """
+    rng = np.random.default_rng(cfg.seed)
+    need = {s: class_quotas(n, num_classes) for s, n in cfg.sizes().items()}
+    rows: dict[str, list[Example]] = {s: [] for s in SPLITS}
+    remaining = sum(cfg.sizes().values())
+    seen: set[tuple[int, ...]] = set()
+    draws = 0
+    while remaining:
+        draws += 1
+        if draws > cfg.max_draws:
+            short = {s: [c for c in range(num_classes) if need[s][c]] for s in SPLITS if any(need[s])}
+            raise UserError(f"task {task!r}: after {cfg.max_draws} draws the classes {short} (by split) are "
+                            f"still short of examples; lower num_train/num_validation/num_test, widen the "
+                            f"length range, or raise max_draws")
+        example = sample(rng)
+        if example is None or example[0] in seen:
+            continue
+        tokens, label = example
+        split = next((s for s in SPLITS if need[s][label] > 0), None)
+        if split is None:
+            continue
+        seen.add(tokens)
+        need[split][label] -= 1
+        rows[split].append(example)
+        remaining -= 1
+    out = {}
+    for s in SPLITS:
+        order = rng.permutation(len(rows[s]))
+        chosen = [rows[s][i] for i in order]
+        out[s] = Split.from_rows([t for t, _ in chosen], [y for _, y in chosen], width)
+    return out
+
+
+def split_info(splits: dict[str, Split]) -> dict:
+    """Sizes and per-class counts of each split, for TaskData.info."""
+    return {s: {"size": len(sp), "class_counts": np.bincount(sp.labels.numpy()).tolist()}
+            for s, sp in splits.items()}
