@@ -6,3 +6,4 @@ from baselines import performer  # noqa: F401
 from baselines import rfa  # noqa: F401
 from baselines import elu_linear  # noqa: F401
 from baselines import coulomb  # noqa: F401
+from baselines import nystromformer  # noqa: F401
