@@ -71,7 +71,8 @@ def _phase_a(rng: np.random.Generator, steps: int = 40) -> dict[str, Any]:
             "distances_before": rng.gamma(4, 0.3, 300).tolist(), "distances_after": rng.gamma(9, 0.2, 300).tolist()}
 
 
-def make_fake_run(run_dir: Path, device: str = "cpu", seed: int = 0) -> Path:
+def make_fake_run(run_dir: Path, device: str = "cpu", seed: int = 0, tasks: tuple[str, ...] = TASKS,
+                  labels: tuple[str, ...] | None = None) -> Path:
     """A run folder with every measurement kind, failed/skipped/missing/unreadable cells; returns run_dir.
 
     Holes on purpose: performer-256 x listops seed 1 failed; nystrom-64 x rotten_tomatoes skipped (all seeds);
@@ -80,7 +81,8 @@ def make_fake_run(run_dir: Path, device: str = "cpu", seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     quality = {"softmax": 0.82, "performer-256": 0.76, "kernel-favor": 0.79, "vanilla-favor": 0.75,
                "elu": 0.77, "nystrom-64": 0.78}
-    for task in TASKS:
+    quality = {k: v for k, v in quality.items() if labels is None or k in labels}
+    for task in tasks:
         for label, base in quality.items():
             for s in SEEDS:
                 if label == "elu" and task == "listops":

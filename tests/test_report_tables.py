@@ -1,0 +1,202 @@
+"""Report tables: aggregation on hand-made cell results, and every text format produced and parseable."""
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.errors import UserError
+from harness.report import write_leaderboard
+from harness.report.formats import latex_escape, to_latex, to_markdown, write_table
+from harness.report.load import detail_rows, load_runs, run_provenance
+from harness.report.stats import summarize, t_quantile_975
+from harness.report.tables import (all_tables, coulomb_table, efficiency_frame, kernel_table, leaderboard_table,
+                                   robustness_table, task_table)
+from report_fixture import make_fake_run, write_cell
+
+# accuracy, ece per (task, label) over seeds 0, 1, 2; "c" has no result on task "t2" (it failed there)
+ACC = {("t1", "a"): [0.80, 0.82, 0.84], ("t1", "b"): [0.70, 0.71, 0.75], ("t1", "c"): [0.90, 0.90, 0.93],
+       ("t2", "a"): [0.60, 0.64, 0.62], ("t2", "b"): [0.66, 0.68, 0.70]}
+ECE = {("t1", "a"): [0.05, 0.07, 0.06], ("t1", "b"): [0.02, 0.03, 0.04], ("t1", "c"): [0.10, 0.12, 0.11],
+       ("t2", "a"): [0.09, 0.08, 0.07], ("t2", "b"): [0.01, 0.02, 0.03]}
+
+
+@pytest.fixture
+def hand_run(tmp_path: Path) -> Path:
+    for (task, label), accs in ACC.items():
+        for seed, (acc, ece) in enumerate(zip(accs, ECE[(task, label)])):
+            write_cell(tmp_path, label=label, attention="softmax" if label == "a" else "performer", task=task,
+                       seed=seed, metrics={"accuracy": acc, "macro_f1": acc - 0.1, "ece": ece,
+                                           "train_seconds": 10.0 + seed, "params_total": 1000.0})
+    write_cell(tmp_path, label="c", attention="performer", task="t2", seed=0, status="failed",
+               reason="RuntimeError: out of memory")
+    return tmp_path
+
+
+def test_t_quantile_matches_published_table() -> None:
+    for df, expected in ((1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (30, 2.042)):
+        assert t_quantile_975(df) == pytest.approx(expected, abs=5e-4)
+
+
+def test_summarize_matches_numpy_and_t_interval() -> None:
+    x = [0.80, 0.82, 0.84, 0.79]
+    s = summarize(x)
+    half = 3.182446305 * np.std(x, ddof=1) / 2.0  # t_{0.975, 3} / sqrt(4)
+    assert (s["mean"], s["std"], s["n"]) == (pytest.approx(np.mean(x)), pytest.approx(np.std(x, ddof=1)), 4)
+    assert (s["ci_low"], s["ci_high"]) == (pytest.approx(np.mean(x) - half), pytest.approx(np.mean(x) + half))
+    two = summarize([0.5, 0.7])
+    assert math.isnan(two["ci_low"]) and two["std"] == pytest.approx(np.std([0.5, 0.7], ddof=1))
+    assert summarize([])["n"] == 0 and math.isnan(summarize([0.3])["std"])
+
+
+def test_task_table_mean_std_rank_best(hand_run: Path) -> None:
+    table = task_table(load_runs([hand_run]), "t1")
+    data = table.data.set_index("label")
+    for label in "abc":
+        assert data.at[label, "accuracy_mean"] == pytest.approx(np.mean(ACC[("t1", label)]))
+        assert data.at[label, "accuracy_std"] == pytest.approx(np.std(ACC[("t1", label)], ddof=1))
+        assert data.at[label, "accuracy_n"] == 3
+        assert data.at[label, "ece_mean"] == pytest.approx(np.mean(ECE[("t1", label)]))
+    # accuracy: higher is better (c > a > b); ece: lower is better (b < a < c)
+    assert list(data["accuracy_rank"].loc[["c", "a", "b"]]) == [1, 2, 3]
+    assert list(data["ece_rank"].loc[["b", "a", "c"]]) == [1, 2, 3]
+    assert list(table.text["label"]) == ["c", "a", "b"]  # sorted by accuracy rank
+    best = table.best.set_index(table.text["label"])
+    assert best.at["c", "accuracy"] and not best.at["a", "accuracy"] and best.at["b", "ece"]
+    md = to_markdown(table)
+    assert f"**{table.text.set_index('label').at['c', 'accuracy']}**" in md
+    assert "(1)" in table.text.set_index("label").at["c", "accuracy"]
+    assert re.search(r"\\textbf\{0\.030 \$\\pm\$", to_latex(table))  # b's ece is bold in LaTeX
+
+
+def test_leaderboard_leaves_missing_cells_out_of_averages(hand_run: Path) -> None:
+    table = leaderboard_table(load_runs([hand_run]))
+    data = table.data.set_index("label")
+    # c only has t1: its mean is its t1 mean, not (t1 + 0) / 2
+    assert data.at["c", "accuracy_mean"] == pytest.approx(np.mean(ACC[("t1", "c")]))
+    assert data.at["a", "accuracy_mean"] == pytest.approx((np.mean(ACC[("t1", "a")]) + np.mean(ACC[("t2", "a")])) / 2)
+    assert math.isnan(data.at["c", "t2:accuracy_mean"]) and data.at["c", "tasks"] == 1
+    # ranks by hand: t1 acc c1 a2 b3, f1 same, ece b1 a2 c3; t2 acc b1 a2, f1 same, ece b1 a2
+    assert data.at["a", "avg_rank"] == pytest.approx(2.0)
+    assert data.at["b", "avg_rank"] == pytest.approx((3 + 3 + 1 + 1 + 1 + 1) / 6)
+    assert data.at["c", "avg_rank"] == pytest.approx((1 + 1 + 3) / 3)
+    text = table.text.set_index("label")
+    assert text.at["c", "t2 accuracy"] == "—" and text.at["c", "tasks"] == "1/2"
+    footnote = " ".join(table.notes)
+    assert "c × t2" in footnote and "out of memory" in footnote and "never counted as zero" in footnote
+    assert list(table.text["label"]) == ["b", "c", "a"]  # by average rank
+
+
+def test_efficiency_ratios_against_softmax_of_the_same_run(tmp_path: Path) -> None:
+    def rows(scale: float, oom_at: int | None) -> list[dict]:
+        return [{"seq_len": n, "batch": 2, "heads": 1, "head_dim": 8, "mode": "forward",
+                 "status": "oom" if n == oom_at else "ok", "reason": "out of memory" if n == oom_at else None,
+                 **({} if n == oom_at else {"median_ms": scale * n, "q25_ms": scale * n, "q75_ms": scale * n,
+                                            "tokens_per_s": 2 * n / (scale * n / 1000),
+                                            "peak_mem_bytes": scale * n * 1000.0})}
+                for n in (64, 128, 256)]
+    write_cell(tmp_path, label="softmax", attention="softmax", task="none", measurement="efficiency",
+               details={"rows": rows(2.0, 256)})
+    write_cell(tmp_path, label="lin", attention="performer", task="none", measurement="efficiency",
+               details={"rows": rows(0.5, None)})
+    eff = efficiency_frame(load_runs([tmp_path])).set_index(["label", "seq_len"])
+    assert eff.at[("lin", 64), "speed_vs_softmax"] == pytest.approx(4.0)
+    assert eff.at[("lin", 128), "memory_vs_softmax"] == pytest.approx(0.25)
+    assert eff.at[("softmax", 256), "status"] == "oom" and math.isnan(eff.at[("lin", 256), "speed_vs_softmax"])
+    table = all_tables(load_runs([tmp_path]))[0]
+    assert table.name == "efficiency" and "OOM" in set(table.text["time ms (q25–q75)"])
+
+
+def test_robustness_coulomb_kernel_tables_from_fake_run(tmp_path: Path) -> None:
+    results = load_runs([make_fake_run(tmp_path / "run", tasks=("sst2",), labels=("softmax", "kernel-favor"))])
+    raw = detail_rows(results, "robustness")
+    rob = robustness_table(results).data
+    pick = rob[(rob["label"] == "softmax") & (rob["perturbation"] == "delete") & (rob["severity"] == 0.2)]
+    expect = raw[(raw["label"] == "softmax") & (raw["corruption"] == "delete") & (raw["severity"] == 0.2)]
+    assert pick["accuracy_mean"].item() == pytest.approx(expect["accuracy"].mean())
+    assert pick["accuracy_n"].item() == 3
+    coul = coulomb_table(results).data
+    after = [c["details"]["phase_a"]["alignment_after"] for _, c in results.of("accuracy").iterrows()
+             if c["label"] == "kernel-favor"]
+    assert coul["alignment_after_mean"].item() == pytest.approx(np.mean(after))
+    kern = kernel_table(results)
+    assert {"σ=1e-05", "σ=1e-01", "σ=1e+03"} <= set(kern.text.columns)
+    assert kern.best.any().any()
+
+
+def test_failed_skipped_unreadable_cells_are_listed(tmp_path: Path) -> None:
+    results = load_runs([make_fake_run(tmp_path / "run", tasks=("listops", "rotten_tomatoes"))])
+    counts = results.cells["status"].value_counts()
+    assert (counts["failed"], counts["skipped"], counts["unreadable"]) == (1, 3, 1)
+    problems = next(t for t in all_tables(results) if t.name == "cells_not_ok")
+    assert "NonFiniteLossError: loss became nan at epoch 2" in set(problems.text["reason"])
+    prov = run_provenance(results)[0]
+    assert prov["cells"]["failed"] == 1 and prov["seeds"] == [0, 1, 2] and prov["git_commit"] == ["0bf2ea5deadbeef"]
+
+
+def test_every_format_written_and_parses(tmp_path: Path) -> None:
+    results = load_runs([make_fake_run(tmp_path / "run")])
+    for table in all_tables(results):
+        paths = write_table(table, tmp_path / "tables")
+        back = pd.read_csv(paths["csv"])
+        expected = table.data.reset_index(drop=True)
+        expected = expected.astype({c: float for c in expected.columns if str(expected[c].dtype) == "Int64"})
+        pd.testing.assert_frame_equal(back, expected, check_dtype=False, check_exact=False, rtol=1e-12)
+        md = paths["md"].read_text().splitlines()
+        rows = [line for line in md if line.startswith("|")]
+        assert len(rows) == len(table.text) + 2 and len({r.count(" | ") for r in rows}) == 1
+        _check_latex(paths["tex"].read_text(), len(table.text.columns))
+
+
+def _check_latex(tex: str, ncols: int) -> None:
+    body = "\n".join(line for line in tex.splitlines() if not line.startswith("%"))
+    assert re.findall(r"\\begin\{(\w+)\}", body) == ["table", "tabular"]
+    assert re.findall(r"\\end\{(\w+)\}", body) == ["tabular", "table"]
+    assert body.index(r"\toprule") < body.index(r"\midrule") < body.index(r"\bottomrule")
+    assert body.count("{") == body.count("}")
+    stripped = re.sub(r"\\[_%&#$]", "", body)
+    assert not re.search(r"[_%#]", stripped), "unescaped LaTeX special character"
+    assert "±" not in body and "—" not in body
+    rows = [line for line in body.splitlines() if line.endswith(r"\\")]
+    assert all(len(re.split(r"(?<!\\)&", row)) == ncols for row in rows)
+
+
+def test_latex_escapes_specials() -> None:
+    assert latex_escape("lin_attn&50%#{x}~^\\") == \
+        r"lin\_attn\&50\%\#\{x\}\textasciitilde{}\textasciicircum{}\textbackslash{}"
+
+
+def test_latex_compiles_with_pdflatex(tmp_path: Path, hand_run: Path) -> None:
+    if shutil.which("pdflatex") is None:
+        pytest.skip("pdflatex not installed; well-formedness is checked in test_every_format_written_and_parses")
+    tex = to_latex(leaderboard_table(load_runs([hand_run])))
+    doc = tmp_path / "doc.tex"
+    doc.write_text("\\documentclass{article}\\usepackage[utf8]{inputenc}\\usepackage{booktabs}"
+                   "\\begin{document}\n" + tex + "\n\\end{document}\n")
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_leaderboard_merge_tags_clashing_labels(tmp_path: Path) -> None:
+    for run, acc in (("cpu", 0.7), ("gpu", 0.8)):
+        write_cell(tmp_path / run, label="softmax", task="t1", seed=0, metrics={"accuracy": acc})
+    write_cell(tmp_path / "gpu", label="only-gpu", task="t1", seed=0, metrics={"accuracy": 0.5})
+    out = write_leaderboard([tmp_path / "cpu", tmp_path / "gpu"], tmp_path / "board")
+    board = pd.read_csv(out / "tables" / "leaderboard.csv").set_index("label")
+    assert board.at["softmax [cpu]", "accuracy_mean"] == pytest.approx(0.7)
+    assert board.at["softmax [gpu]", "accuracy_mean"] == pytest.approx(0.8)
+    assert "only-gpu" in board.index
+    prov = (out / "provenance.json").read_text()
+    assert '"run": "cpu"' in prov and '"run": "gpu"' in prov
+
+
+def test_missing_run_folder_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="cells"):
+        load_runs([tmp_path / "nowhere"])
