@@ -7,3 +7,4 @@ from baselines import rfa  # noqa: F401
 from baselines import elu_linear  # noqa: F401
 from baselines import coulomb  # noqa: F401
 from baselines import nystromformer  # noqa: F401
+from baselines import linformer  # noqa: F401

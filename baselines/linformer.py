@@ -1,0 +1,53 @@
+"""Linformer (Wang et al. 2020): softmax attention over keys and values projected along the sequence.
+
+out = softmax(Q (E^T K)^T / sqrt(d)) (F^T V) with learned E, F of shape (max_length, k); a sequence of
+n <= max_length tokens uses their first n rows. Padded keys and values are zeroed before the projection.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import Tensor, nn
+
+from harness.options import option, require
+from harness.registry import AttentionConfig, register_attention
+
+
+@dataclasses.dataclass
+class LinformerConfig(AttentionConfig):
+    projected_length: int = option(256, "k: rows the keys and values are projected to along the sequence")
+    share_heads: bool = option(True, "one E and one F per layer shared by the heads (headwise sharing); False = per head")
+
+    def __post_init__(self) -> None:
+        require(self.max_length is not None and self.max_length >= 1,
+                f"attention 'linformer' needs max_length (got {self.max_length!r}); pass the task's maximum length")
+        require(self.projected_length >= 1, f"projected_length={self.projected_length} must be at least 1")
+        require(not self.causal, "attention 'linformer' has no causal form (causal=True given); "
+                                 "use 'softmax', 'performer' or 'elu-linear' for causal attention")
+
+
+@register_attention("linformer", config=LinformerConfig, needs_max_length=True)
+class LinformerAttention(nn.Module):
+    """Low-rank softmax attention: keys and values projected to k rows with learned E, F; O(n k) time."""
+
+    def __init__(self, cfg: LinformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        shape = (1 if cfg.share_heads else cfg.num_heads, cfg.max_length, cfg.projected_length)
+        bound = 1 / math.sqrt(cfg.max_length)  # nn.Linear(max_length, k)'s default initialisation
+        self.e_proj = nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
+        self.f_proj = nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        n, d = k.shape[-2], k.shape[-1]
+        if n > self.cfg.max_length:
+            raise ValueError(f"sequence length {n} exceeds linformer's max_length={self.cfg.max_length}; "
+                             f"build it with a larger max_length")
+        if key_padding_mask is not None:
+            keep = key_padding_mask[:, None, :, None].to(k.dtype)
+            k, v = k * keep, v * keep
+        k_proj = self.e_proj[:, :n].transpose(-2, -1).to(k.dtype) @ k  # (B, H, k, d)
+        v_proj = self.f_proj[:, :n].transpose(-2, -1).to(v.dtype) @ v
+        return nn.functional.scaled_dot_product_attention(q, k_proj, v_proj)
