@@ -1,0 +1,147 @@
+"""Generated tasks: determinism, balance, disjoint splits, label noise, and labels from independent evaluators."""
+from __future__ import annotations
+
+import functools
+import statistics
+
+import numpy as np
+import pytest
+import torch
+
+from harness.errors import ConfigError
+from harness.tasks import load_task, task_names
+from harness.tasks.listops import vocabulary
+from harness.tasks.nonlinear import NonlinearConfig, NonlinearSampler
+
+SIZES = {"num_train": 300, "num_validation": 100, "num_test": 100}
+SMALL = {
+    "listops": {**SIZES, "min_length": 16, "max_length": 64},
+    "associative_recall": {**SIZES, "num_pairs": 8, "num_keys": 32, "num_classes": 5},
+    "nonlinear_tokens": {**SIZES, "num_classes": 3, "max_length": 32},
+}
+
+
+@functools.lru_cache(maxsize=None)
+def small(name: str, seed: int = 0, label_noise: float = 0.0):
+    return load_task(name, seed=seed, label_noise=label_noise, **SMALL[name])
+
+
+def rows(split) -> list[tuple[int, ...]]:
+    return [tuple(ids[m].tolist()) for ids, m in zip(split.input_ids, split.attention_mask)]
+
+
+def test_all_tasks_are_registered():
+    assert set(task_names()) >= {"listops", "associative_recall", "nonlinear_tokens", "sst2", "rotten_tomatoes",
+                                 "qqp", "text"}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_same_seed_same_data_other_seed_other_data(name):
+    a, b, c = small(name, 0), load_task(name, seed=0, **SMALL[name]), small(name, 1)
+    for split in ("train", "validation", "test"):
+        assert torch.equal(a[split].input_ids, b[split].input_ids)
+        assert torch.equal(a[split].labels, b[split].labels)
+    assert not torch.equal(a["train"].input_ids, c["train"].input_ids)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_classes_balanced_and_sizes_as_asked(name):
+    data = small(name)
+    for split, size in zip(("train", "validation", "test"), SIZES.values()):
+        counts = np.bincount(data[split].labels.numpy(), minlength=data.num_classes)
+        assert counts.sum() == size
+        assert counts.max() - counts.min() <= 1, (split, counts)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_splits_disjoint_and_rows_unique(name):
+    data = small(name)
+    seen: set = set()
+    for split in ("train", "validation", "test"):
+        these = rows(data[split])
+        assert len(set(these)) == len(these)
+        assert not seen & set(these), f"{split} shares rows with an earlier split"
+        seen |= set(these)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_padding_is_right_and_ids_in_vocabulary(name):
+    data = small(name)
+    split = data["train"]
+    lengths = split.attention_mask.sum(dim=1)
+    assert torch.equal(split.attention_mask, torch.arange(split.input_ids.shape[1]) < lengths[:, None])
+    assert (split.input_ids[~split.attention_mask] == data.pad_id).all()
+    assert (split.input_ids[split.attention_mask] != data.pad_id).all()
+    assert int(split.input_ids.max()) < data.vocab_size
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_label_noise_flips_that_fraction_of_train_only(name):
+    clean, noisy = small(name), small(name, label_noise=0.2)
+    flipped = int((clean["train"].labels != noisy["train"].labels).sum())
+    assert flipped == round(0.2 * SIZES["num_train"])
+    assert torch.equal(clean["train"].input_ids, noisy["train"].input_ids)
+    for split in ("validation", "test"):
+        assert torch.equal(clean[split].labels, noisy[split].labels)
+    assert noisy.info["label_noise"]["flipped"] == flipped
+    assert not torch.equal(noisy["train"].labels, small(name, seed=1, label_noise=0.2)["train"].labels)
+
+
+def _evaluate_listops(words: list[str]) -> int:
+    """Independent recursive evaluator over the printed form, e.g. '[MAX 2 [SM 4 7 ] ]'."""
+    def parse(i: int) -> tuple[int, int]:
+        if words[i].isdigit():
+            return int(words[i]), i + 1
+        op, args, i = words[i][1:], [], i + 1
+        while words[i] != "]":
+            value, i = parse(i)
+            args.append(value)
+        result = {"MAX": max, "MIN": min, "MED": lambda a: int(statistics.median(a)),
+                  "SM": lambda a: sum(a) % 10}[op](args)
+        return result, i + 1
+    value, end = parse(0)
+    assert end == len(words)
+    return value
+
+
+def test_listops_labels_match_an_independent_evaluator():
+    data = small("listops")
+    words = vocabulary(10)
+    for split in ("train", "test"):
+        for row, label in zip(rows(data[split]), data[split].labels.tolist()):
+            assert 16 <= len(row) <= 64
+            assert _evaluate_listops([words[t] for t in row]) == label
+
+
+def test_recall_label_is_the_value_of_the_queried_key():
+    data = small("associative_recall")
+    num_keys = 32
+    for row, label in zip(rows(data["train"]), data["train"].labels.tolist()):
+        pairs, (marker, query) = row[:-2], row[-2:]
+        keys, values = pairs[0::2], pairs[1::2]
+        assert marker == 1 and len(set(keys)) == len(keys) == 8
+        assert all(2 <= k < 2 + num_keys for k in keys) and all(v >= 2 + num_keys for v in values)
+        assert dict(zip(keys, values))[query] - (2 + num_keys) == label
+
+
+def test_nonlinear_pairwise_term_matches_a_naive_double_loop():
+    sampler = NonlinearSampler(NonlinearConfig(num_features=4, num_tokens=16))
+    types = np.array([3, 7, 7, 0, 15])
+    naive = np.mean([sampler.score.pair[a, b] for i, a in enumerate(types) for j, b in enumerate(types) if i != j])
+    assert sampler.score.terms(types)[1] == pytest.approx(naive)
+    assert sampler.score.terms(types)[0] == pytest.approx(np.mean(sampler.score.single[types]))
+
+
+@pytest.mark.parametrize("noise, low, high", [(0.0, 1.0, 1.0), (20.0, 0.35, 0.65)])
+def test_nonlinear_noise_sigma_controls_agreement_with_the_clean_score(noise, low, high):
+    data = load_task("nonlinear_tokens", seed=3, noise=noise, num_classes=2, **SIZES)
+    clean = NonlinearSampler(NonlinearConfig(seed=3, noise=0.0, num_classes=2))
+    split = data["train"]
+    scores = [clean.score.score(clean.score.terms(np.array(r) - 1)) for r in rows(split)]
+    agree = np.mean((np.array(scores) > np.median(scores)) == split.labels.numpy().astype(bool))
+    assert low <= agree <= high
+
+
+def test_unknown_option_names_the_closest_valid_one():
+    with pytest.raises(ConfigError, match="did you mean 'max_length'"):
+        load_task("listops", max_lenght=10)
