@@ -54,9 +54,9 @@ def _figure(width: float, height: float) -> Figure:
 def _save(fig: Figure, out_dir: Path, name: str, title: str) -> Plot:
     out_dir.mkdir(parents=True, exist_ok=True)
     png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
-    fig.savefig(png, dpi=110, bbox_inches="tight")
+    fig.savefig(png, dpi=110)
     with rc_context({"svg.fonttype": "none"}):  # text stays text: searchable, editable for a paper
-        fig.savefig(svg, bbox_inches="tight")
+        fig.savefig(svg)
     return Plot(name, title, png, svg)
 
 
