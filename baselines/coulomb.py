@@ -1,0 +1,349 @@
+"""The Coulomb particle model (PAPER.md): learned random-feature kernels for linear attention.
+
+The omegas of a random-feature map are particles moved by projected Langevin dynamics on
+H(Omega) = -A(Omega) + lambda * W_s(Omega): kernel-target alignment A pulls them towards features
+that separate the labels, the softened Riesz energy W_s pushes them apart. The physics lives in
+plain functions (`kernel_target_alignment`, `riesz_energy`, `langevin_step`, `particle_step`,
+`align_particles`); `CoulombAttention` is the random-features attention whose omegas are the
+particles (nn.Parameter), moved only by phase A (`harness.learning_phase`).
+
+Where the factor M of the paper's update lives: H averages over particles, so dH/d omega_k is
+O(1/M); `particle_step` multiplies the autograd gradient by M (the mean-field force on particle k)
+before clipping and passes that force to `langevin_step`, which applies it as given.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from baselines.random_features import (FeatureMapKind, RandomFeatureMap, RandomFeaturesConfig,
+                                       feature_values)
+from baselines.linear_kernel import LinearKernelAttention
+from harness.errors import ConfigError
+from harness.options import option, require
+from harness.registry import register_attention
+
+AlignmentKind = Literal["ustat", "normalized", "centered"]
+ALIGNMENT_KINDS: tuple[str, ...] = AlignmentKind.__args__
+MAX_LOG_FLOAT64 = 700.0  # exp(709) is the largest float64; keep a margin for the gradient's factors
+
+
+# --- alignment -------------------------------------------------------------------------------------
+
+def _target_factors(num_classes: int) -> tuple[float, float]:
+    """T = a E E^T - b 1 1^T (E one-hot): T_ij = 1 for the same class, -1/(C-1) otherwise; +-1 when C = 2."""
+    return num_classes / (num_classes - 1), 1.0 / (num_classes - 1)
+
+
+def _one_hot(y: Tensor, num_classes: int | None, dtype: torch.dtype) -> Tensor:
+    if y.ndim != 1:
+        raise ValueError(f"labels must be a 1-D tensor of class indices, got shape {tuple(y.shape)}")
+    if y.numel() and int(y.min()) < 0:
+        raise ValueError(f"labels must be class indices >= 0, got minimum {int(y.min())}")
+    c = max(2, int(y.max()) + 1) if num_classes is None else num_classes
+    return nn.functional.one_hot(y.long(), c).to(dtype)
+
+
+def kernel_target_alignment(phi: Tensor, y: Tensor, kind: str = "ustat", *,
+                            num_classes: int | None = None) -> Tensor:
+    """Alignment of K = Phi Phi^T / M with the label kernel T: phi (n, M), y (n,) class indices -> scalar.
+
+    ustat: the paper's 1/(n(n-1)) sum_{i != j} T_ij K_ij; normalized: <K, T>_F / (|K|_F |T|_F)
+    (Cristianini et al.); centered: the same for H K H and H T H, H = I - 11^T/n (Cortes et al.).
+    T_ij = y_i y_j for binary labels mapped to +-1, and 1 / -1/(C-1) for same / different class when
+    C > 2 (`num_classes`; default max(y) + 1, at least 2). Never forms an n x n matrix: ustat costs
+    O(nM), the other two O(nM^2) for the M x M matrix Phi^T Phi; memory O(nM + M^2). Differentiable.
+    """
+    if kind not in ALIGNMENT_KINDS:
+        raise ConfigError(f"alignment kind {kind!r} is unknown; choose one of: {', '.join(ALIGNMENT_KINDS)}")
+    n, m = phi.shape
+    if n < 2:
+        raise ValueError(f"alignment needs at least 2 examples, got {n}")
+    e = _one_hot(y, num_classes, phi.dtype)
+    a, b = _target_factors(e.shape[1])
+    if kind == "centered":
+        phi, e = phi - phi.mean(dim=0), e - e.mean(dim=0)  # then H T H = a E_c E_c^T exactly
+    class_sums = e.T @ phi  # (C, M)
+    inner = a * class_sums.square().sum()
+    if kind != "centered":
+        inner = inner - b * phi.sum(dim=0).square().sum()
+    inner = inner / m  # <K, T>_F
+    if kind == "ustat":
+        return (inner - phi.square().sum() / m) / (n * (n - 1))  # T_ii = 1 removes the diagonal
+    k_norm = torch.linalg.matrix_norm(phi.T @ phi) / m
+    if kind == "centered":
+        t_norm = a * torch.linalg.matrix_norm(e.T @ e)
+    else:
+        counts = e.sum(dim=0)
+        t_norm = torch.sqrt((a * a - 2 * a * b) * counts.square().sum() + (b * n) ** 2)
+    return inner / (k_norm * t_norm).clamp_min(torch.finfo(phi.dtype).tiny)
+
+
+def particle_alignments(phi: Tensor, y: Tensor, num_particles: int, *, num_classes: int | None = None) -> Tensor:
+    """Each particle's share of the ustat alignment, times M: phi (n, k*M) in k blocks of M -> (M,); mean = ustat."""
+    n = phi.shape[0]
+    e = _one_hot(y, num_classes, phi.dtype)
+    a, b = _target_factors(e.shape[1])
+    per_column = a * (e.T @ phi).square().sum(0) - b * phi.sum(0).square() - phi.square().sum(0)
+    per_column = per_column / (n * (n - 1)) * (num_particles / phi.shape[1])
+    return per_column.view(-1, num_particles).sum(dim=0)
+
+
+# --- repulsion ---------------------------------------------------------------------------------------
+
+def coulomb_exponent(dim: int, s: float | None) -> float:
+    """The Riesz exponent: `s` if given, else Coulomb's d - 2 (which must not be negative)."""
+    s = dim - 2 if s is None else s
+    if s < 0:
+        raise ConfigError(f"Riesz exponent s={s} is negative (particle dimension {dim}); give riesz_s >= 0")
+    return float(s)
+
+
+def _log_pair_terms(omega: Tensor, eps: float) -> Tensor:
+    """log(r_kl^2 + eps^2) for k != l in float64: omega (M, d) -> (M, M-1) (row k: partners of k)."""
+    m = omega.shape[0]
+    w = omega.double()
+    sq = w.square().sum(dim=1)
+    r2 = (sq[:, None] + sq[None, :] - 2 * (w @ w.T)).clamp_min(0.0)  # Gram form: O(M^2) memory
+    off = ~torch.eye(m, dtype=torch.bool, device=omega.device)
+    return torch.log(r2[off].view(m, m - 1) + eps * eps)
+
+
+def _check_softening(s: float, eps: float) -> None:
+    if eps <= 0:
+        raise ConfigError(f"softening eps={eps} must be positive (it keeps coincident particles finite)")
+    worst = s / 2 * math.log(1 / eps ** 2) if eps < 1 else 0.0  # log g_s at r = 0
+    if worst + math.log(max(s, 1.0)) + 2 * math.log(max(1 / eps, 1.0)) > MAX_LOG_FLOAT64:
+        raise ConfigError(f"Riesz exponent s={s} with softening eps={eps} overflows float64 at coincident "
+                          f"particles (eps^-s = e^{worst:.0f}); raise the softening or lower s")
+
+
+def riesz_energy(omega: Tensor, s: float | None = None, eps: float = 1e-2) -> Tensor:
+    """W_s = 1/(M(M-1)) sum_{k != l} g_s(|w_k - w_l|): omega (M, d) -> float64 scalar.
+
+    Softened Riesz kernel g_s(r) = (r^2 + eps^2)^(-s/2), g_0(r) = -log sqrt(r^2 + eps^2); s = None
+    means Coulomb, s = d - 2. Summed in log space (logsumexp) in float64, so neither far particles
+    (underflow) nor coincident ones (eps^-s, checked against float64's range) give inf or nan.
+    """
+    m, d = omega.shape
+    if m < 2:
+        raise ValueError(f"the Riesz energy needs at least 2 particles, got {m}")
+    s = coulomb_exponent(d, s)
+    _check_softening(s, eps)
+    log_r2 = _log_pair_terms(omega, eps)
+    if s == 0:
+        return -0.5 * log_r2.mean()
+    return torch.exp(torch.logsumexp(-0.5 * s * log_r2.flatten(), dim=0) - math.log(m * (m - 1)))
+
+
+def particle_potentials(omega: Tensor, s: float | None = None, eps: float = 1e-2) -> Tensor:
+    """Each particle's repulsion potential (g_s * rho)(w_k) = 1/(M-1) sum_{l != k} g_s: (M, d) -> (M,); mean = W_s."""
+    m, d = omega.shape
+    s = coulomb_exponent(d, s)
+    _check_softening(s, eps)
+    log_r2 = _log_pair_terms(omega, eps)
+    if s == 0:
+        return -0.5 * log_r2.mean(dim=1)
+    return torch.exp(torch.logsumexp(-0.5 * s * log_r2, dim=1) - math.log(m - 1))
+
+
+# --- dynamics ----------------------------------------------------------------------------------------
+
+def project_to_ball(omega: Tensor, radius: float) -> Tensor:
+    """Rows (last axis) longer than `radius` scaled back onto the sphere of that radius."""
+    norms = omega.norm(dim=-1, keepdim=True)
+    return omega * (radius / norms).clamp(max=1.0)
+
+
+def langevin_step(omega: Tensor, grad: Tensor, step: float, beta: float, radius: float,
+                  generator: torch.Generator | None = None) -> Tensor:
+    """One projected Langevin update P(omega - step * grad + sqrt(2 step / beta) xi): (..., M, d) -> same.
+
+    `grad` is applied as given (the caller scales by M, see the module docstring); beta = inf gives
+    plain projected gradient descent. xi is drawn on the CPU from `generator`, so runs repeat exactly
+    on any device.
+    """
+    new = omega - step * grad
+    if math.isfinite(beta):
+        noise = torch.randn(omega.shape, generator=generator, dtype=omega.dtype)
+        new = new + math.sqrt(2 * step / beta) * noise.to(omega.device)
+    return project_to_ball(new, radius)
+
+
+@dataclasses.dataclass
+class DynamicsConfig:
+    """Phase-A particle dynamics (defaults: the paper's, PAPER.md "phase A"; units are ours)."""
+
+    step: float = option(2e-3, "Langevin step eta (paper: 2e-3)")
+    beta: float = option(50.0, "inverse temperature; inf = no noise (paper: 50)")
+    repulsion: float = option(1e-3, "repulsion weight lambda (paper: 1e-3)")
+    riesz_s: float | None = option(None, "Riesz exponent s; None = Coulomb, s = d - 2 (paper)")
+    softening: float = option(1e-2, "eps of the softened kernel (r^2 + eps^2)^(-s/2) (ours)")
+    grad_clip: float = option(10.0, "clip each particle's force M * dH/domega_k to this norm (paper: 10; per particle is ours)")
+    radius: float = option(1.5, "particle norm cap R (paper: 1.5)")
+    radius_units: Literal["sqrt_dim", "absolute"] = option(
+        "sqrt_dim", "units of R, softening and repulsion distances: sqrt(d), the typical norm of a Gaussian "
+        "omega (ours; keeps the initial Gaussian particles inside the cap), or absolute (literal paper)")
+    tolerance: float = option(1e-6, "stop when the largest particle move falls below this (paper: 1e-6)")
+    alignment: AlignmentKind = option("ustat", "alignment maximised: ustat (paper), normalized, centered")
+
+    def __post_init__(self) -> None:
+        require(self.step > 0, f"step={self.step} must be positive")
+        require(self.beta > 0, f"beta={self.beta} must be positive (inf = no noise)")
+        require(self.repulsion >= 0, f"repulsion={self.repulsion} must be >= 0")
+        require(self.grad_clip > 0, f"grad_clip={self.grad_clip} must be positive")
+        require(self.radius > 0, f"radius={self.radius} must be positive")
+        require(self.tolerance >= 0, f"tolerance={self.tolerance} must be >= 0")
+        require(self.softening > 0, f"softening={self.softening} must be positive")
+
+    def unit(self, dim: int) -> float:
+        """Length unit of R and of repulsion distances for particles of dimension `dim`."""
+        return math.sqrt(dim) if self.radius_units == "sqrt_dim" else 1.0
+
+
+Features = Callable[[Tensor], Tensor]  # particles (S, M, d) -> features (S, n, k*M), Gram / (k*M) = kernel
+
+
+def particle_step(omega: Tensor, features: Features, labels: Tensor, cfg: DynamicsConfig, *,
+                  generator: torch.Generator | None = None, num_classes: int | None = None,
+                  active: Tensor | None = None) -> tuple[Tensor, list[dict[str, float]]]:
+    """One Langevin step of S independent particle systems omega (S, M, d) on one batch.
+
+    Returns the new particles (S, M, d) and per system {H, alignment, energy} at the start of the
+    step and {max_move, min_distance, mean_norm} after it. Systems with active[s] False stay put.
+    """
+    num, m, d = omega.shape
+    unit = cfg.unit(d)
+    w = omega.detach().clone().requires_grad_(True)
+    phi = features(w)
+    align = torch.stack([kernel_target_alignment(phi[i], labels, cfg.alignment, num_classes=num_classes)
+                         for i in range(num)])
+    energy = torch.stack([riesz_energy(w[i] / unit, cfg.riesz_s, cfg.softening) for i in range(num)])
+    hamiltonian = -align.double() + cfg.repulsion * energy
+    (grad,) = torch.autograd.grad(hamiltonian.sum(), w)
+    force = m * grad
+    force = force * (cfg.grad_clip / force.norm(dim=-1, keepdim=True).clamp_min(1e-30)).clamp(max=1.0)
+    new = langevin_step(omega.detach(), force, cfg.step, cfg.beta, cfg.radius * unit, generator)
+    if active is not None:
+        new = torch.where(active.to(new.device)[:, None, None], new, omega.detach())
+    moves = (new - omega).norm(dim=-1).amax(dim=-1)
+    min_distance = torch.stack([torch.pdist(new[i]).min() for i in range(num)])
+    mean_norm = new.norm(dim=-1).mean(dim=-1)
+    table = torch.stack([hamiltonian.detach(), align.detach().double(), energy.detach(), moves.double(),
+                         min_distance.double(), mean_norm.double()], dim=1).cpu().tolist()
+    keys = ("H", "alignment", "energy", "max_move", "min_distance", "mean_norm")
+    return new, [dict(zip(keys, row)) for row in table]
+
+
+def resample_particles(omega: Tensor, phi: Tensor, labels: Tensor, count: int, cfg: DynamicsConfig, *,
+                       weights: Literal["gibbs", "uniform"] = "gibbs", generator: torch.Generator | None = None,
+                       num_classes: int | None = None) -> Tensor:
+    """Draw `count` distinct particles from the final configuration omega (M, d) -> (count, d).
+
+    gibbs: probability proportional to exp(-beta U_k) with the per-particle potential
+    U_k = -a_k + lambda (g_s * rho)(w_k), a_k particle k's ustat alignment on features phi (n, k*M)
+    (for beta = inf: the `count` lowest U_k); uniform: every particle equally likely.
+    """
+    m, d = omega.shape
+    if not 1 <= count <= m:
+        raise ConfigError(f"resample={count} must lie in [1, {m}] (the number of particles)")
+    if weights == "uniform":
+        index = torch.randperm(m, generator=generator)[:count]
+    else:
+        potential = (-particle_alignments(phi, labels, m, num_classes=num_classes).double()
+                     + cfg.repulsion * particle_potentials(omega / cfg.unit(d), cfg.riesz_s, cfg.softening))
+        potential = potential.cpu()
+        if math.isfinite(cfg.beta):
+            logits = -cfg.beta * potential
+            index = torch.multinomial(torch.softmax(logits - logits.max(), 0), count, replacement=False,
+                                      generator=generator)
+        else:
+            index = torch.argsort(potential)[:count]
+    return omega[index.sort().values.to(omega.device)]
+
+
+def align_particles(omega: Tensor, batches: Iterable[tuple[Features, Tensor]], cfg: DynamicsConfig, *,
+                    max_steps: int, generator: torch.Generator | None = None,
+                    num_classes: int | None = None) -> tuple[Tensor, list[list[dict[str, float]]]]:
+    """Run the dynamics of S systems omega (S, M, d) over (features, labels) batches (cycled).
+
+    Stops after `max_steps` steps or when every system's largest particle move falls below
+    cfg.tolerance (a stopped system stays put). Returns the particles and per-system step diagnostics.
+    """
+    batches = list(batches)
+    if not batches:
+        raise ValueError("align_particles needs at least one batch")
+    active = torch.ones(omega.shape[0], dtype=torch.bool)
+    history: list[list[dict[str, float]]] = [[] for _ in range(omega.shape[0])]
+    for step in range(max_steps):
+        features, labels = batches[step % len(batches)]
+        omega, diagnostics = particle_step(omega, features, labels, cfg, generator=generator,
+                                           num_classes=num_classes, active=active)
+        for i, row in enumerate(diagnostics):
+            if active[i]:
+                history[i].append(row)
+        active &= torch.tensor([row["max_move"] >= cfg.tolerance for row in diagnostics])
+        if not active.any():
+            break
+    return omega, history
+
+
+# --- the attention ----------------------------------------------------------------------------------
+
+class CoulombFeatureMap(RandomFeatureMap):
+    """A random-feature map whose omegas (H, M, d) are particles: an nn.Parameter, drawn like the Vanilla twin's."""
+
+    def __init__(self, head_dim: int, num_heads: int, num_features: int, kind: str = "porf-softplus",
+                 seed: int = 0, *, orthogonal: bool = True, scaling: str = "chi"):
+        super().__init__(head_dim, num_heads, num_features, kind, seed, orthogonal=orthogonal, scaling=scaling)
+        initial = self.omega
+        del self.omega  # the Vanilla buffer becomes a parameter with the same values
+        self.omega = nn.Parameter(initial.clone())
+
+    def new_feature_map(self) -> None:
+        """No-op: particles are learned in phase A, never redrawn."""
+
+    def kernel_features(self, x: Tensor, omega: Tensor | None = None) -> Tensor:
+        """Features whose Gram matrix over the feature count is the kernel: x (B, H, N, d) -> (B, H, N, k*M).
+
+        Key-style evaluation (favor's stabilising max is one detached factor per batch and head), times
+        sqrt(number of features) so that `kernel_target_alignment`'s K = Phi Phi^T / M is the map's kernel.
+        """
+        phi = feature_values(self.kind, x, self.omega if omega is None else omega, is_query=False)
+        return phi * math.sqrt(phi.shape[-1])
+
+    def set_particles(self, omega: Tensor) -> None:
+        """Replace the particles (e.g. by D resampled ones): omega (H, D, d)."""
+        self.omega.data = omega.detach().clone()
+        self.num_features = omega.shape[1] * (2 if self.kind == "trig" else 1)
+
+
+@dataclasses.dataclass
+class CoulombConfig(RandomFeaturesConfig):
+    feature_map: FeatureMapKind = option(
+        "porf-softplus", "feature map f (see PAPER.md); default porf-softplus: positive, no data-dependent "
+        "stabiliser, the paper's best Kernel map on SST-2 (ours)")
+
+    def __post_init__(self) -> None:
+        require(self.num_features >= 2, f"num_features={self.num_features} must be at least 2 (particles repel in pairs)")
+        super().__post_init__()
+
+
+@register_attention("coulomb", config=CoulombConfig, learning_phase=True, causal=True, positive_features=False)
+class CoulombAttention(LinearKernelAttention):
+    """Kernel-<map>: random-feature attention whose omegas are Coulomb particles learned in phase A."""
+
+    def __init__(self, cfg: CoulombConfig):
+        super().__init__(CoulombFeatureMap(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.feature_map, cfg.seed,
+                                           orthogonal=cfg.orthogonal, scaling=cfg.row_norms),
+                         eps=cfg.eps, causal=cfg.causal)
+        self.cfg = cfg
+
+    def learning_phase_parameters(self) -> list[nn.Parameter]:
+        """The particles (H, M, d): moved by phase A only, frozen for phase B."""
+        return [self.feature_map.omega]
