@@ -179,11 +179,12 @@ def complete_splits(rows: dict[str, TextRows], cfg: TextTaskConfig,
     if validation_as_test and "test" not in rows and "validation" in rows:
         rows["test"] = rows.pop("validation")
         notes["test"] = "the labelled validation split (the test split has no labels)"
+    original = len(rows["train"])
     for split, fraction in (("test", cfg.test_fraction), ("validation", cfg.validation_fraction)):
         if split in rows:
             continue
         order = rng.permutation(len(rows["train"]))
-        count = max(1, round(fraction * len(order)))
+        count = max(1, round(fraction * original))
         rows[split] = rows["train"].take(order[:count])
         rows["train"] = rows["train"].take(np.sort(order[count:]))
         notes[split] = f"carved from train: {count} rows (fraction {fraction}, split_seed {cfg.split_seed})"

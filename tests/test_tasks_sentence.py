@@ -1,0 +1,174 @@
+"""Sentence tasks: real rows from $ATTNBENCH_DATA_DIR, pairs, the generic text task, the offline error."""
+from __future__ import annotations
+
+import json
+import os
+import unicodedata
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from tokenizers import Tokenizer
+
+from harness.errors import UserError
+from harness.tasks import load_task
+
+DATA_DIR = os.environ.get("ATTNBENCH_DATA_DIR")
+needs_data = pytest.mark.skipif(not DATA_DIR, reason="ATTNBENCH_DATA_DIR is unset: no local SST-2 / Rotten Tomatoes "
+                                                     "files (CI sets it to ../shared/data)")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> str:
+    """One tokenizer cache per test session (per worker), shared by the modules that train on real data."""
+    path = tmp_path_factory.getbasetemp() / "attnbench-cache"
+    path.mkdir(exist_ok=True)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def sst2(cache_dir):
+    return load_task("sst2", cache_dir=cache_dir)
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def squash(text: str) -> str:
+    """Lower case, accents stripped, no whitespace: what survives BERT normalisation and decoding."""
+    plain = "".join(c for c in unicodedata.normalize("NFD", text.lower()) if unicodedata.category(c) != "Mn")
+    return "".join(plain.split())
+
+
+@needs_data
+def test_sst2_real_rows_sizes_columns_and_labels(sst2):
+    sizes = {"train": 6920, "validation": 872, "test": 1821}
+    assert {s: len(sst2[s]) for s in sizes} == sizes
+    assert sst2.num_classes == 2 and not sst2.pair and sst2.info["carved"] == {}
+    assert sst2.info["source"].startswith("local files")
+    raw = jsonl(Path(DATA_DIR) / "sst2" / "test.jsonl")
+    assert sst2["test"].labels.tolist() == [r["label"] for r in raw]
+    tok = Tokenizer.from_file(sst2.info["tokenizer"]["cache_file"])
+    for i in range(5):  # rows arrive in file order; [CLS] text [SEP] decodes back to the sentence
+        ids = sst2["test"].input_ids[i][sst2["test"].attention_mask[i]].tolist()
+        assert ids[0] == tok.token_to_id("[CLS]") and ids[-1] == tok.token_to_id("[SEP]")
+        assert squash(tok.decode(ids[1:-1]).replace(" ##", "")) == squash(raw[i]["sentence"])
+
+
+@needs_data
+def test_rotten_tomatoes_real_rows(cache_dir):
+    data = load_task("rotten_tomatoes", cache_dir=cache_dir, max_length=64)
+    sizes = {"train": 8530, "validation": 1066, "test": 1066}
+    assert {s: len(data[s]) for s in sizes} == sizes
+    assert data.info["columns"] == {"text": ["text"], "label": "label"}
+    counts = sum(torch.bincount(data[s].labels, minlength=2) for s in sizes)
+    assert counts.tolist() == [5331, 5331]
+    assert data["train"].input_ids.shape[1] == 64
+
+
+@needs_data
+def test_sst2_label_noise_and_train_cap(cache_dir, sst2):
+    data = load_task("sst2", cache_dir=cache_dir, max_train_examples=500, label_noise=0.1)
+    assert len(data["train"]) == 500 and len(data["test"]) == 1821
+    assert data.info["label_noise"]["flipped"] == 50
+    assert torch.equal(data["test"].labels, sst2["test"].labels)
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def _questions(n: int, offset: int = 0) -> list[dict]:
+    words = ["how", "do", "i", "learn", "python", "fast", "what", "is", "the", "best", "way", "to", "cook", "rice"]
+    return [{"question1": " ".join(words[(i + offset) % 7:(i + offset) % 7 + 5]) + " ?",
+             "question2": " ".join(words[(i * 3) % 9:(i * 3) % 9 + 4]) + " ?", "label": i % 2, "idx": i}
+            for i in range(n)]
+
+
+def test_qqp_pairs_from_local_files_with_unlabelled_test(tmp_path, cache_dir):
+    _write_jsonl(tmp_path / "qqp" / "train.jsonl", _questions(60))
+    _write_jsonl(tmp_path / "qqp" / "validation.jsonl", _questions(10, offset=3))
+    _write_jsonl(tmp_path / "qqp" / "test.jsonl", [{**r, "label": -1} for r in _questions(10, offset=5)])
+    data = load_task("qqp", data_dir=str(tmp_path), cache_dir=cache_dir, max_length=16, vocab_size=100)
+    assert data.pair and data.num_classes == 2
+    assert len(data["test"]) == 10 and len(data["validation"]) == 6 and len(data["train"]) == 54
+    assert "validation split" in data.info["carved"]["test"] and "carved from train" in data.info["carved"]["validation"]
+    assert data["test"].labels.tolist() == [r["label"] for r in _questions(10, offset=3)]
+    tok = Tokenizer.from_file(data.info["tokenizer"]["cache_file"])
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    split = data["test"]
+    for ids, seg, mask in zip(split.input_ids, split.segment_ids, split.attention_mask):
+        ids, seg = ids[mask].tolist(), seg[mask].tolist()
+        first_sep = ids.index(sep)
+        assert ids[0] == cls and ids[-1] == sep and ids.count(sep) == 2
+        assert seg == [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 1)
+
+
+def test_text_task_csv_with_string_labels_carves_missing_splits(tmp_path, cache_dir):
+    labels = ["good", "bad", "meh"] * 40
+    frame = pd.DataFrame({"review": [f"this film was {w} number {i}" for i, w in enumerate(labels)], "stars": labels})
+    frame.to_csv(tmp_path / "reviews.csv", index=False)
+    data = load_task("text", files={"train": "reviews.csv"}, data_dir=str(tmp_path), text_columns=["review"],
+                     label_column="stars", cache_dir=cache_dir, max_length=16, vocab_size=100)
+    assert data.num_classes == 3 and data.info["label_names"] == ["bad", "good", "meh"]
+    assert {s: len(data[s]) for s in ("train", "validation", "test")} == {"train": 96, "validation": 12, "test": 12}
+    total = sum(torch.bincount(data[s].labels, minlength=3) for s in ("train", "validation", "test"))
+    assert total.tolist() == [40, 40, 40]
+    again = load_task("text", files={"train": str(tmp_path / "reviews.csv")}, text_columns=["review"],
+                      label_column="stars", cache_dir=cache_dir, max_length=16, vocab_size=100)
+    assert torch.equal(again["test"].input_ids, data["test"].input_ids)
+
+
+def test_text_task_parquet_pairs_with_integer_labels(tmp_path, cache_dir):
+    def frame(n: int, shift: int) -> pd.DataFrame:
+        return pd.DataFrame({"a": [f"first text {i}" for i in range(n)], "b": [f"second {i} words" for i in range(n)],
+                             "y": [(3, 5, 7)[(i + shift) % 3] for i in range(n)]})
+    for split, n, shift in (("train", 30, 0), ("validation", 6, 1), ("test", 9, 2)):
+        frame(n, shift).to_parquet(tmp_path / f"{split}.parquet")
+    files = {s: str(tmp_path / f"{s}.parquet") for s in ("train", "validation", "test")}
+    data = load_task("text", files=files, text_columns=["a", "b"], label_column="y", cache_dir=cache_dir,
+                     max_length=12, vocab_size=100)
+    assert data.pair and data.num_classes == 3 and data.info["label_names"] == [3, 5, 7]
+    assert data["test"].labels.tolist() == [{3: 0, 5: 1, 7: 2}[v] for v in frame(9, 2)["y"]]
+    assert data["test"].segment_ids is not None and int(data["test"].segment_ids.max()) == 1
+
+
+def test_text_task_names_missing_columns(tmp_path):
+    pd.DataFrame({"sentence": ["a b"] * 4, "label": [0, 1] * 2}).to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(UserError, match=r"column\(s\) \['text'\] not in the data.*'sentence'"):
+        load_task("text", files={"train": str(tmp_path / "t.csv")})
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+def test_offline_without_files_says_where_to_put_them(monkeypatch, tmp_path, offline):
+    monkeypatch.setenv("ATTNBENCH_DATA_DIR", str(tmp_path))
+    with pytest.raises(UserError) as err:
+        load_task("sst2")
+    message = str(err.value)
+    assert "\n" not in message
+    assert str(tmp_path / "sst2" / "train.jsonl") in message and f"{tmp_path}/sst2/" in message
+    assert "ATTNBENCH_DATA_DIR" in message and "data_dir" in message and "sentence, label" in message
+
+    monkeypatch.delenv("ATTNBENCH_DATA_DIR")
+    with pytest.raises(UserError, match=r"train\.jsonl, validation\.jsonl and test\.jsonl .* in DIR/qqp/ .*"
+                                        r"ATTNBENCH_DATA_DIR=DIR"):
+        load_task("qqp")
+
+
+def test_explicit_data_dir_without_files_fails_before_the_hub(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("must not reach the hub"))
+    with pytest.raises(UserError, match="rotten_tomatoes/train.jsonl does not exist"):
+        load_task("rotten_tomatoes", data_dir=str(tmp_path))
