@@ -1,0 +1,264 @@
+"""The timing, memory and machine-limit probe behind the efficiency measurement.
+
+- `time_repeated(fn)`: repeat a warmed-up call until a minimum time; median and quartiles in ms.
+  CUDA: timed with events around each call, synchronised.
+- `peak_memory(setup, args)`: peak memory of one call, measured, not computed. CUDA: the
+  allocator's peak after `reset_peak_memory_stats`, above what was allocated just before the call.
+  CPU: in a fresh subprocess (forkserver; the parent's OpenMP pool makes a plain fork hang), the
+  peak resident size (VmHWM, reset through /proc/self/clear_refs) above the resident size just
+  before the call; `setup(*args)` runs first in that subprocess and returns the call to measure.
+  Out-of-memory (torch.OutOfMemoryError, MemoryError, or the subprocess killed) and calls longer
+  than the budget come back as readings with a status, not as exceptions.
+- `measure_machine()`: the machine's fp32 matrix-multiply rate and copy bandwidth (the roofline).
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import gc
+import multiprocessing
+import resource
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)
+CLEAR_REFS = "/proc/self/clear_refs"
+CHILD_START_TIMEOUT_S = 300.0  # the first subprocess also starts the forkserver and imports torch
+M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+
+
+@dataclasses.dataclass
+class Timing:
+    """Wall times of repeated calls (ms)."""
+
+    median_ms: float
+    q25_ms: float
+    q75_ms: float
+    repeats: int
+    times_ms: list[float]
+
+
+@dataclasses.dataclass
+class MemoryReading:
+    """Peak memory of one call above the memory in use just before it."""
+
+    status: str  # "ok" | "oom" | "timeout"
+    peak_bytes: int | None
+    method: str
+    seconds: float | None = None  # duration of the measured call
+    reason: str | None = None
+
+
+def synchronize(device: str) -> None:
+    """Wait for queued work on `device` (no-op on CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def call_seconds(fn: Callable[[], Any], device: str) -> float:
+    """Wall seconds of one synchronised call (used for warm-up)."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def _one_call_ms(fn: Callable[[], Any], device: str) -> float:
+    if torch.device(device).type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+    return call_seconds(fn, device) * 1000.0
+
+
+def time_repeated(fn: Callable[[], Any], *, device: str = "cpu", min_time_s: float = 0.3, min_repeats: int = 3,
+                  max_repeats: int = 100, budget_s: float = float("inf")) -> Timing:
+    """Call `fn` (already warmed up) until `min_time_s` and `min_repeats` are reached, or `max_repeats`
+    or the budget; median and quartiles of the per-call times."""
+    synchronize(device)
+    times: list[float] = []
+    started = time.perf_counter()
+    while len(times) < max_repeats:
+        times.append(_one_call_ms(fn, device))
+        elapsed = time.perf_counter() - started
+        if (elapsed >= min_time_s and len(times) >= min_repeats) or elapsed >= budget_s:
+            break
+    q25, median, q75 = np.percentile(times, [25, 50, 75])
+    return Timing(float(median), float(q25), float(q75), len(times), times)
+
+
+# --- peak memory ------------------------------------------------------------------------------
+
+def _proc_status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS counter; False where /proc/self/clear_refs cannot be written."""
+    try:
+        with open(CLEAR_REFS, "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _release_free_heap() -> None:
+    """Return freed heap to the OS and send large allocations to mmap, so new allocations show in RSS (glibc)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+    libc.malloc_trim(0)
+
+
+def _memory_child(conn: Any, setup: Callable[..., Callable[[], Any]], args: tuple, threads: int) -> None:
+    """Subprocess body: setup, report ready, measure one call, send the reading (or the error)."""
+    torch.set_num_threads(threads)
+    try:
+        fn = setup(*args)
+        gc.collect()
+        _release_free_heap()
+        if _reset_peak_rss():
+            method = "cpu-subprocess-vmhwm"
+            base = _proc_status_bytes("VmRSS")
+        else:
+            method = "cpu-subprocess-ru_maxrss"
+            base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        conn.send(("ready", None))
+        start = time.perf_counter()
+        fn()
+        seconds = time.perf_counter() - start
+        peak = (_proc_status_bytes("VmHWM") if method == "cpu-subprocess-vmhwm"
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        conn.send(("reading", MemoryReading("ok", max(0, peak - base), method, seconds)))
+    except OOM_ERRORS as err:
+        conn.send(("reading", MemoryReading("oom", None, "cpu-subprocess", reason=_short(err))))
+    except Exception:  # noqa: BLE001 - handed to the parent, which raises it
+        conn.send(("error", traceback.format_exc()))
+    conn.close()
+
+
+def _short(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"[:300]
+
+
+def _await(receive: Any, process: Any, timeout: float) -> tuple[str, Any]:
+    """The child's next message; ("timeout", None) after killing it, ("died", exit code) if it ended silently."""
+    if not receive.poll(timeout):
+        process.kill()
+        process.join()
+        return ("timeout", None)
+    try:
+        return receive.recv()
+    except EOFError:
+        process.join()
+        return ("died", process.exitcode)
+
+
+_FORKSERVER_PRELOADED = False
+
+
+def _context(setup: Callable[..., Any]) -> Any:
+    """The forkserver context, preloading torch and the setup's module once per process."""
+    global _FORKSERVER_PRELOADED
+    ctx = multiprocessing.get_context("forkserver")
+    if not _FORKSERVER_PRELOADED:
+        module = getattr(setup, "__module__", None)
+        ctx.set_forkserver_preload(["torch"] + ([module] if module and module != "__main__" else []))
+        _FORKSERVER_PRELOADED = True
+    return ctx
+
+
+def _cpu_peak_memory(setup: Callable[..., Callable[[], Any]], args: tuple, budget_s: float,
+                     threads: int) -> MemoryReading:
+    ctx = _context(setup)
+    receive, send = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=_memory_child, args=(send, setup, args, threads), daemon=True)
+    process.start()
+    send.close()
+    tag, value = _await(receive, process, CHILD_START_TIMEOUT_S)
+    if tag == "ready":
+        tag, value = _await(receive, process, budget_s)
+        if tag == "timeout":
+            return MemoryReading("timeout", None, "cpu-subprocess",
+                                 reason=f"the call took longer than {budget_s:g} s (per-point budget)")
+    process.join()
+    if tag == "reading":
+        return value
+    if tag == "died" and value is not None and value < 0:
+        return MemoryReading("oom", None, "cpu-subprocess",
+                             reason=f"measuring subprocess killed by signal {-value} (likely out of memory)")
+    if tag == "timeout":
+        raise RuntimeError(f"memory-measuring subprocess did not finish its setup in {CHILD_START_TIMEOUT_S:g} s")
+    raise RuntimeError(f"memory-measuring subprocess failed ({tag}): {value}")
+
+
+def _cuda_peak_memory(setup: Callable[..., Callable[[], Any]], args: tuple, device: str) -> MemoryReading:
+    method = "cuda-allocator-peak"
+    try:
+        fn = setup(*args)
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        seconds = call_seconds(fn, device)
+        return MemoryReading("ok", torch.cuda.max_memory_allocated(device) - base, method, seconds)
+    except OOM_ERRORS as err:
+        return MemoryReading("oom", None, method, reason=_short(err))
+    finally:
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def peak_memory(setup: Callable[..., Callable[[], Any]], args: tuple = (), *, device: str = "cpu",
+                budget_s: float = 600.0, threads: int | None = None) -> MemoryReading:
+    """Peak memory of one call of `setup(*args)()` above the memory in use before it (see module doc).
+
+    On CPU, `setup` and `args` must be picklable (a module-level function and plain values).
+    """
+    if torch.device(device).type == "cuda":
+        return _cuda_peak_memory(setup, args, device)
+    return _cpu_peak_memory(setup, args, budget_s, threads or torch.get_num_threads())
+
+
+# --- machine limits ---------------------------------------------------------------------------
+
+_MACHINE: dict[tuple, dict[str, Any]] = {}
+
+
+def measure_machine(device: str = "cpu", *, threads: int | None = None, matmul_size: int = 2048,
+                    copy_mb: int = 256, min_time_s: float = 0.5) -> dict[str, Any]:
+    """fp32 matrix-multiply rate (GFLOP/s, best of repeats) and copy bandwidth (GB/s, read + write),
+    measured once per process and settings."""
+    threads = threads or torch.get_num_threads()
+    key = (device, threads, matmul_size, copy_mb)
+    if key not in _MACHINE:
+        a = torch.randn(matmul_size, matmul_size, device=device)
+        b = torch.randn(matmul_size, matmul_size, device=device)
+        out = torch.empty_like(a)
+        src = torch.ones(copy_mb * 2**20 // 4, device=device)
+        dst = torch.empty_like(src)
+        for fn in (lambda: torch.mm(a, b, out=out), lambda: dst.copy_(src)):
+            call_seconds(fn, device)
+        mm = time_repeated(lambda: torch.mm(a, b, out=out), device=device, min_time_s=min_time_s)
+        cp = time_repeated(lambda: dst.copy_(src), device=device, min_time_s=min_time_s)
+        _MACHINE[key] = {
+            "matmul_gflops": 2.0 * matmul_size**3 / (min(mm.times_ms) / 1e3) / 1e9,
+            "copy_gb_per_s": 2.0 * src.nbytes / (min(cp.times_ms) / 1e3) / 1e9,
+            "threads": threads, "device": device, "matmul_size": matmul_size, "copy_bytes": src.nbytes,
+            "method": "best of repeated fp32 torch.mm (n x n) and tensor copy (read + write bytes)"}
+    return dict(_MACHINE[key])

@@ -1,0 +1,91 @@
+"""The timing/memory probe: orders cheap vs expensive work, sees real allocations, records OOM and time-outs."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from harness import timing
+
+
+def _allocate(numel: int):
+    """Setup for peak_memory: the call allocates (and touches) numel float32 values."""
+    return lambda: torch.ones(numel)
+
+
+def _raise_oom():
+    def call():
+        raise torch.OutOfMemoryError("simulated: tried to allocate 1 TiB")
+    return call
+
+
+def _raise_memory_error_in_setup():
+    raise MemoryError("simulated in setup")
+
+
+def _sleep(seconds: float):
+    return lambda: time.sleep(seconds)
+
+
+@pytest.fixture
+def one_thread():
+    """One thread: on shared, busy cores a parallel region's barrier can wait milliseconds for a core."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_time_repeated_orders_cheap_and_expensive_matmul(one_thread):
+    small, large = torch.randn(64, 64), torch.randn(1024, 1024)
+    cheap, costly = (lambda: small @ small), (lambda: large @ large)
+    for fn in (cheap, costly):
+        timing.call_seconds(fn, "cpu")
+    t_cheap = timing.time_repeated(cheap, min_time_s=0.05)
+    t_costly = timing.time_repeated(costly, min_time_s=0.05, min_repeats=3)
+    assert t_costly.median_ms > 10 * t_cheap.median_ms
+    assert t_costly.q25_ms <= t_costly.median_ms <= t_costly.q75_ms
+
+
+def test_time_repeated_honours_repeat_limits():
+    calls = []
+    result = timing.time_repeated(lambda: calls.append(1), min_time_s=10.0, max_repeats=7)
+    assert result.repeats == len(calls) == 7 == len(result.times_ms)
+    calls.clear()
+    result = timing.time_repeated(lambda: calls.append(1), min_time_s=0.0, min_repeats=4)
+    assert result.repeats == len(calls) == 4
+
+
+def test_peak_memory_sees_a_large_allocation_and_not_a_small_one():
+    large = timing.peak_memory(_allocate, (50_000_000,))  # 200 MB
+    small = timing.peak_memory(_allocate, (1_000,))
+    assert large.status == small.status == "ok"
+    assert large.method == "cpu-subprocess-vmhwm"
+    assert 190e6 <= large.peak_bytes <= 260e6
+    assert small.peak_bytes < 40e6
+
+
+def test_peak_memory_records_out_of_memory_and_timeouts():
+    oom = timing.peak_memory(_raise_oom)
+    assert oom.status == "oom" and "simulated" in oom.reason and oom.peak_bytes is None
+    setup_oom = timing.peak_memory(_raise_memory_error_in_setup)
+    assert setup_oom.status == "oom" and "MemoryError" in setup_oom.reason
+    slow = timing.peak_memory(_sleep, (30.0,), budget_s=0.5)
+    assert slow.status == "timeout" and "0.5 s" in slow.reason
+
+
+def test_measure_machine_reports_positive_rates_once():
+    first = timing.measure_machine("cpu", threads=2, matmul_size=256, copy_mb=8, min_time_s=0.02)
+    again = timing.measure_machine("cpu", threads=2, matmul_size=256, copy_mb=8, min_time_s=0.02)
+    assert first == again
+    assert first["matmul_gflops"] > 0.1 and first["copy_gb_per_s"] > 0.1
+    assert first["threads"] == 2 and first["copy_bytes"] == 8 * 2**20
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_peak_memory_uses_the_allocator():
+    def setup():
+        return lambda: torch.ones(50_000_000, device="cuda")
+    reading = timing.peak_memory(setup, device="cuda")
+    assert reading.method == "cuda-allocator-peak" and 190e6 <= reading.peak_bytes <= 260e6
