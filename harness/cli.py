@@ -1,0 +1,304 @@
+"""The `attnbench` command: list, run, report, leaderboard, show.
+
+User mistakes (a misspelt suite, attention or option, a missing folder) print one line on stderr
+and exit with code 2; `run` exits 1 when any cell failed, 0 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+
+LISTABLE = ("attention", "tasks", "measurements", "metrics", "suites")
+_ALIASES = {"attentions": "attention", "task": "tasks", "measurement": "measurements", "metric": "metrics",
+            "suite": "suites"}
+EPILOG = """examples:
+  attnbench list attention '*linear*'    attentions whose name matches a glob, with their options
+  attnbench run smoke                    run (or resume) the smoke suite into runs/smoke
+  attnbench run my_suite.yaml --workers 2 --cell-timeout 600
+  attnbench report runs/smoke            tables and plots from stored results
+  attnbench leaderboard runs/smoke runs/synthetic --out runs/leaderboard
+  attnbench show 3f2a9c0d1e2b4a5f --run runs/smoke"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with one sub-command per verb."""
+    parser = argparse.ArgumentParser(
+        prog="attnbench", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="A reproducible benchmark harness for efficient attention: run named suites of "
+                    "(task, attention, seed, measurement) cells, store every result with its provenance, "
+                    "and build reports and leaderboards from the stored results.")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    p = verbs.add_parser("list", help="list attentions, tasks, measurements, metrics or suites",
+                         description="List registered components with their options, defaults and help "
+                                     "(attentions also with capability flags), or the shipped suites.")
+    p.add_argument("what", nargs="?", default=None, metavar="WHAT",
+                   help=f"one of: {', '.join(LISTABLE)} (default: a short listing of everything)")
+    p.add_argument("pattern", nargs="?", default="*", help="glob over names, e.g. '*linear*' (default: all)")
+
+    p = verbs.add_parser("run", help="run (or resume) a suite", formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Validate a suite, expand it into cells and run those not finished yet. "
+                                     "Each cell's result is stored atomically as RUN_DIR/cells/<cell_id>.json; "
+                                     "rerunning resumes (finished ok/skipped cells are kept, failed cells are "
+                                     "retried unless --no-retry-failed). Exit code: 0 all cells ok or skipped, "
+                                     "1 some cell failed, 2 a mistake in the suite or the arguments.")
+    p.add_argument("suite", metavar="SUITE", help="a shipped suite name (see `attnbench list suites`) or a YAML path")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="run folder (default: runs/<suite name>, or runs/<suite>-<timestamp> with --fresh)")
+    p.add_argument("--fresh", action="store_true",
+                   help="start a new run folder runs/<suite>-<timestamp> instead of resuming; nothing is deleted")
+    p.add_argument("--workers", type=_positive_int, default=None, metavar="N",
+                   help="run cells in N local processes (spawned; each uses cores // N torch threads); "
+                        "with --executor ray: concurrent cells on the local Ray instance")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local processes (default) or Ray tasks (needs pip install 'attnbench[ray]')")
+    p.add_argument("--address", default=None, metavar="ADDR",
+                   help="Ray cluster address, e.g. 'auto' or 'ray://head:10001' (default: start a local instance)")
+    p.add_argument("--cpus-per-cell", type=_positive_int, default=1, metavar="N",
+                   help="Ray: CPUs each cell asks for, and its torch threads (default 1)")
+    p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
+                   help="where cells run; auto = cuda when available (default cpu)")
+    p.add_argument("--filter", action="append", default=[], metavar="PATTERN",
+                   help="run only cells whose name 'task/label/s<seed>/measurement' matches this glob "
+                        "(repeatable; e.g. 'listops/*' or '*/s0/accuracy')")
+    p.add_argument("--cell-timeout", type=_positive_float, default=None, metavar="S",
+                   help="fail a cell that runs longer than S seconds (overrides the suite's cell_timeout; "
+                        "cells then run in a worker process)")
+    p.add_argument("--no-retry-failed", dest="retry_failed", action="store_false",
+                   help="keep earlier failed results instead of running those cells again")
+    p.add_argument("--quiet", action="store_true", help="no live progress, only the summary")
+
+    p = verbs.add_parser("report", help="tables and plots of one run folder",
+                         description="Write the report (tables, plots, HTML) of a run folder from its stored "
+                                     "results only, and print where it is.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+
+    p = verbs.add_parser("leaderboard", help="one leaderboard across run folders",
+                         description="Combine the stored results of one or more run folders into a leaderboard.")
+    p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", type=Path, default=Path("runs/leaderboard"), metavar="DIR",
+                   help="output folder (default runs/leaderboard)")
+
+    p = verbs.add_parser("show", help="show one stored cell result",
+                         description="Print one cell result: its configuration, status, metrics and provenance.")
+    p.add_argument("cell", metavar="CELL_JSON_OR_ID", help="a cells/<id>.json path, or a cell id (or its prefix)")
+    p.add_argument("--run", type=Path, default=None, metavar="RUN_DIR",
+                   help="the run folder to look the id up in (default: every folder under runs/)")
+    p.add_argument("--json", action="store_true", help="print the whole stored JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `attnbench` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return {"list": cmd_list, "run": cmd_run, "report": cmd_report, "leaderboard": cmd_leaderboard,
+                "show": cmd_show}[args.verb](args)
+    except UserError as err:
+        print(f"attnbench: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("attnbench: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
+# --- list -------------------------------------------------------------------------------------
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from harness.errors import unknown_name_message
+
+    what = _ALIASES.get(args.what, args.what)
+    if what is None:
+        for kind in LISTABLE:
+            print(f"{kind}: {', '.join(_names(kind, args.pattern))}")
+        return 0
+    if what not in LISTABLE:
+        raise UserError(unknown_name_message("listing", args.what, LISTABLE))
+    if what == "suites":
+        from harness.suite import suite_description, suites_dir
+        for name in _names("suites", args.pattern):
+            print(f"{name:<14} {suite_description(suites_dir() / f'{name}.yaml')}")
+        return 0
+    if what == "metrics":
+        for name, text in _metric_descriptions().items():
+            print(f"{name:<22} {text}")
+        return 0
+    registry = _registry(what)
+    names = registry.names(args.pattern)
+    if not names:
+        raise UserError(f"no {registry.kind} matches {args.pattern!r}; registered: {', '.join(registry.names())}")
+    for name in names:
+        print(_describe(registry.get(name), show_capabilities=what == "attention"))
+    return 0
+
+
+def _registry(kind: str) -> Any:
+    if kind == "attention":
+        from harness.registry import ATTENTIONS
+        return ATTENTIONS
+    if kind == "tasks":
+        from harness.tasks import TASKS
+        return TASKS
+    from harness.measurements import MEASUREMENTS
+    return MEASUREMENTS
+
+
+def _names(kind: str, pattern: str) -> list[str]:
+    import fnmatch
+
+    if kind == "suites":
+        from harness.suite import suite_names
+        return [n for n in suite_names() if fnmatch.fnmatchcase(n, pattern)]
+    if kind == "metrics":
+        return [n for n in _metric_descriptions() if fnmatch.fnmatchcase(n, pattern)]
+    return _registry(kind).names(pattern)
+
+
+def _metric_descriptions() -> dict[str, str]:
+    """The public functions of harness.metrics (what accuracy cells report), with their docstring lines."""
+    import inspect
+
+    import harness.metrics as metrics
+    return {name: (inspect.getdoc(fn) or "").split("\n")[0]
+            for name, fn in inspect.getmembers(metrics, inspect.isfunction)
+            if fn.__module__ == metrics.__name__ and not name.startswith("_")}
+
+
+def _describe(entry: Any, *, show_capabilities: bool) -> str:
+    """A registered component: name, description, capability flags, then one line per option."""
+    from harness.registry import AttentionConfig
+    from harness.suite import MODEL_SET_ATTENTION_OPTIONS
+
+    lines = [f"{entry.name}: {entry.description}" + ("" if entry.source == "builtin" else f"  [{entry.source}]")]
+    if show_capabilities:
+        flags = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in entry.capabilities.as_dict().items())
+        lines.append(f"  capabilities: {flags}")
+    set_elsewhere = MODEL_SET_ATTENTION_OPTIONS if issubclass(entry.config, AttentionConfig) else ("seed",)
+    for row in entry.options():
+        if row["name"] in set_elsewhere:
+            continue
+        lines.append(f"  {row['name']} ({row['type']}; default {json.dumps(row['default'], default=str)}): {row['help']}")
+    return "\n".join(lines)
+
+
+# --- run --------------------------------------------------------------------------------------
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.executor import RunOptions, run_suite
+    from harness.store import default_run_dir
+    from harness.suite import load_suite
+
+    suite = load_suite(args.suite)  # validates everything before anything is written
+    if args.executor == "local" and args.address:
+        raise UserError("--address is for --executor ray; add --executor ray or drop --address")
+    run_dir = default_run_dir(suite.name, args.fresh) if args.out is None else args.out
+    if args.fresh and args.out is not None and (args.out / "cells").is_dir() and any((args.out / "cells").iterdir()):
+        raise UserError(f"--fresh with --out {args.out}: that folder already holds results; "
+                        f"give a new folder or drop --out to get runs/{suite.name}-<timestamp>")
+    options = RunOptions(device=args.device, workers=args.workers, executor=args.executor, address=args.address,
+                         cell_timeout=args.cell_timeout, retry_failed=args.retry_failed,
+                         filters=tuple(args.filter), cpus_per_cell=args.cpus_per_cell,
+                         command=shlex.join(["attnbench", *sys.argv[1:]]), show_progress=not args.quiet)
+    summary = run_suite(suite, run_dir, options)
+    for name, reason in summary.failures:
+        print(f"failed: {name}: {reason}", file=sys.stderr)
+    print(summary.line(suite.name))
+    return summary.exit_code
+
+
+# --- report, leaderboard ----------------------------------------------------------------------
+
+def _report_module() -> Any:
+    try:
+        import harness.report as report
+    except ImportError as err:
+        raise UserError(f"the report module is not available ({err}); reports cannot be built yet") from None
+    return report
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.store import RunStore
+
+    RunStore(args.run_dir).run_info()  # a clear error if this is not a run folder
+    path = _report_module().write_report(args.run_dir)
+    print(f"report: {path}")
+    return 0
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from harness.store import RunStore
+
+    for run_dir in args.run_dirs:
+        RunStore(run_dir).run_info()
+    path = _report_module().write_leaderboard(list(args.run_dirs), args.out)
+    print(f"leaderboard: {path}")
+    return 0
+
+
+# --- show -------------------------------------------------------------------------------------
+
+def find_cell_file(cell: str, run_dir: Path | None) -> Path:
+    """A cell result file from a path, or from an id (prefix) within one run folder or all of runs/."""
+    path = Path(cell)
+    if path.suffix == ".json" or path.exists():
+        if not path.is_file():
+            raise UserError(f"cell file {cell!r} does not exist")
+        return path
+    roots = [run_dir] if run_dir is not None else sorted(p for p in Path("runs").glob("*") if p.is_dir())
+    if run_dir is not None and not (run_dir / "cells").is_dir():
+        raise UserError(f"{run_dir} is not a run folder (no cells/); give the folder made by `attnbench run`")
+    matches = [p for root in roots for p in sorted((root / "cells").glob(f"{cell}*.json"))]
+    if not matches:
+        where = str(run_dir) if run_dir is not None else "any folder under runs/"
+        raise UserError(f"no cell id starting with {cell!r} in {where}; ids are the file names in RUN_DIR/cells/")
+    if len(matches) > 1:
+        raise UserError(f"cell id prefix {cell!r} is ambiguous ({len(matches)} files, e.g. {matches[0]}, "
+                        f"{matches[1]}); give more characters or --run")
+    return matches[0]
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from harness.suite import cell_name
+
+    path = find_cell_file(args.cell, args.run)
+    try:
+        record = json.loads(path.read_text())
+        name = cell_name(record["cell"])
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise UserError(f"{path} is not a cell result file ({err})") from None
+    if args.json:
+        print(json.dumps(record, indent=1, sort_keys=True))
+        return 0
+    prov = record.get("provenance", {})
+    print(f"{name}  ({record['cell_id']})  {record['status']}" + (f": {record['reason']}" if record.get("reason") else ""))
+    print(f"attention {json.dumps(record['cell']['attention'])}")
+    print(f"task {json.dumps(record['cell']['task'])}  measurement {json.dumps(record['cell']['measurement'])}")
+    for key, value in sorted(record.get("metrics", {}).items()):
+        print(f"  {key:<24} {value:.6g}" if isinstance(value, float) else f"  {key:<24} {value}")
+    print(f"ran {prov.get('seconds', 0):.1f} s on {prov.get('device')} ({prov.get('cpu')}, {prov.get('threads')} threads) "
+          f"at {prov.get('started_at')}; attnbench {prov.get('attnbench_version')} git {prov.get('git_commit')}"
+          + (" (dirty)" if prov.get("git_dirty") else ""))
+    if record.get("error"):
+        print(record["error"].rstrip(), file=sys.stderr)
+    return 0

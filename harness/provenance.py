@@ -1,0 +1,92 @@
+"""Provenance recorded with every run and cell: code version, packages, machine, device, time."""
+from __future__ import annotations
+
+import datetime
+import functools
+import importlib.metadata
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import harness
+
+PACKAGES = ("numpy", "datasets", "tokenizers", "pandas", "scikit-learn", "pyyaml", "rich", "ray")
+
+
+def now() -> str:
+    """The current UTC time, ISO 8601 to the millisecond."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def resolve_device(device: str) -> str:
+    """'cpu', 'cuda' or 'auto' (cuda when available) -> 'cpu' or 'cuda'."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        from harness.errors import UserError
+        raise UserError("--device cuda was asked for but torch sees no CUDA device; use --device cpu or auto")
+    return device
+
+
+@functools.lru_cache(maxsize=1)
+def git_state() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the repository holding the harness package, or (None, None) outside git."""
+    root = Path(harness.__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return commit, bool(status.strip())
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU model name (from /proc/cpuinfo where available)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of the packages results may depend on (None = not installed)."""
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def device_name(device: str) -> str:
+    """'cpu' or 'cuda: <GPU name>'."""
+    import torch
+
+    if device.startswith("cuda"):
+        return f"cuda: {torch.cuda.get_device_name(torch.device(device))}"
+    return "cpu"
+
+
+def machine_provenance(device: str, command: str | None = None) -> dict[str, Any]:
+    """Everything about code, packages and machine that could change a result (command: the CLI line)."""
+    import torch
+
+    commit, dirty = git_state()
+    return {"attnbench_version": harness.__version__, "git_commit": commit, "git_dirty": dirty,
+            "python": platform.python_version(), "torch": torch.__version__, "packages": package_versions(),
+            "platform": platform.platform(), "machine": platform.machine(), "cpu": cpu_model(),
+            "cpu_count": os.cpu_count(), "device": device_name(device), "threads": torch.get_num_threads(),
+            "hostname": socket.gethostname(), "command": command if command is not None else " ".join(sys.argv)}

@@ -1,0 +1,344 @@
+"""Suites: YAML files naming attentions, tasks, seeds, model/training settings and measurements.
+
+A suite is validated completely (unknown keys, wrong types, unknown names and options, at any
+depth) before anything runs, then expanded into cells, one per (task, attention, seed,
+measurement). Schema (top-level keys):
+
+    name: smoke                      # required; default run folder runs/<name>
+    description: one line            # required; shown by `attnbench list suites`
+    attentions:                      # required; a name, "module:Class", or a mapping
+      - softmax
+      - {name: performer, label: performer-64, options: {num_features: 64}}
+    tasks:                           # a name or {name, options}; seed comes from `seeds`
+      - {name: listops, options: {num_train: 256}}
+    seeds: [0, 1, 2]                 # required, distinct integers
+    model: {d_model: 64}             # ModelConfig overrides (vocabulary, classes, max_length come from the task)
+    training: {epochs: 2}            # TrainConfig fields (phase_a: PhaseAConfig fields)
+    measurements: [accuracy, {name: efficiency, options: {...}}]   # required
+    cell_timeout: 600                # optional seconds per cell (CLI --cell-timeout overrides)
+    exclude: ["qqp/linformer*"]      # optional glob patterns over cell names to leave out
+
+A measurement whose options class sets `uses_task = False` (efficiency, kernel) gets the task
+{"name": "none"} and is expanded once per attention and seed, not per task; one that sets
+`uses_seed = False` (efficiency) runs with the first seed only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import harness
+from harness.errors import ConfigError, UserError, closest, unknown_name_message
+from harness.model import ModelConfig
+from harness.options import coerce
+from harness.registry import ATTENTIONS, Registry
+from harness.train import TrainConfig
+
+SUITE_KEYS = ("name", "description", "attentions", "tasks", "seeds", "model", "training",
+              "measurements", "cell_timeout", "exclude")
+REQUIRED_KEYS = ("name", "description", "attentions", "seeds", "measurements")
+MODEL_SET_ATTENTION_OPTIONS = ("head_dim", "num_heads", "max_length", "seed")  # filled in by the model
+TASK_SET_MODEL_OPTIONS = ("vocab_size", "num_classes", "max_length", "pad_id", "num_segments")  # from the task
+NO_TASK = {"name": "none", "options": {}}
+
+
+def suites_dir() -> Path:
+    """The repository's suites/ folder (next to the harness package)."""
+    return Path(harness.__file__).resolve().parents[1] / "suites"
+
+
+def suite_names() -> list[str]:
+    """Names of the shipped suites (file stems in suites/)."""
+    return sorted(p.stem for p in suites_dir().glob("*.yaml"))
+
+
+def find_suite(name_or_path: str) -> Path:
+    """The YAML file of a shipped suite name, or the user's own path to one."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise UserError(f"suite file {name_or_path!r} does not exist; give a shipped suite name "
+                            f"({', '.join(suite_names())}) or the path to a YAML file")
+        return path
+    shipped = suites_dir() / f"{name_or_path}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise UserError(unknown_name_message("suite", name_or_path, suite_names())
+                    + "; or give the path to your own YAML file")
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The raw mapping in a suite file (no validation beyond 'is a YAML mapping')."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a suite must be a YAML mapping with keys {', '.join(REQUIRED_KEYS)}")
+    return data
+
+
+def suite_description(path: Path) -> str:
+    """The one-line description of a suite file, read without validating the rest."""
+    try:
+        return str(read_yaml(path).get("description", "")).strip()
+    except UserError as err:
+        return f"(invalid: {err})"
+
+
+@dataclasses.dataclass
+class Suite:
+    """A validated suite: normalised entries plus the fully resolved configs (defaults filled in)."""
+
+    name: str
+    description: str
+    path: Path
+    attentions: list[dict[str, Any]]  # {"name", "label", "options"}
+    tasks: list[dict[str, Any]]  # {"name", "options"}
+    seeds: list[int]
+    model: dict[str, Any]
+    training: dict[str, Any]
+    measurements: list[dict[str, Any]]  # {"name", "options"}
+    cell_timeout: float | None
+    exclude: list[str]
+    resolved: dict[str, Any]  # every config with its defaults, for provenance
+    task_free: frozenset[str]  # measurement names that do not use a task
+    seed_free: frozenset[str]  # measurement names that do not use a seed
+
+    def as_dict(self) -> dict[str, Any]:
+        """The normalised suite (JSON-able), as stored in run.json."""
+        return {"name": self.name, "description": self.description, "path": str(self.path),
+                "attentions": self.attentions, "tasks": self.tasks, "seeds": self.seeds,
+                "model": self.model, "training": self.training, "measurements": self.measurements,
+                "cell_timeout": self.cell_timeout, "exclude": self.exclude, "resolved": self.resolved}
+
+    def cells(self) -> list[dict[str, Any]]:
+        """Every cell of the suite, in a stable order (measurement, task, attention, seed)."""
+        cells = []
+        for measurement in self.measurements:
+            tasks = [NO_TASK] if measurement["name"] in self.task_free else self.tasks
+            seeds = self.seeds[:1] if measurement["name"] in self.seed_free else self.seeds
+            for task in tasks:
+                for attention in self.attentions:
+                    for seed in seeds:
+                        cell = {"suite": self.name, "task": _copy(task), "attention": _copy(attention),
+                                "seed": seed, "model": _copy(self.model), "training": _copy(self.training),
+                                "measurement": _copy(measurement)}
+                        if not any(fnmatch.fnmatchcase(cell_name(cell), p) for p in self.exclude):
+                            cells.append(cell)
+        return cells
+
+
+def cell_name(cell: dict[str, Any]) -> str:
+    """Readable cell name 'task/label/s<seed>/measurement', matched by --filter and `exclude`."""
+    return f"{cell['task']['name']}/{cell['attention']['label']}/s{cell['seed']}/{cell['measurement']['name']}"
+
+
+def load_suite(name_or_path: str) -> Suite:
+    """Find, read and fully validate a suite; any mistake raises one UserError naming file and key path."""
+    path = find_suite(name_or_path)
+    return _Validator(path).suite(read_yaml(path))
+
+
+def _copy(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def _registries() -> tuple[Registry, Registry]:
+    from harness.measurements import MEASUREMENTS
+    from harness.tasks import TASKS
+    return TASKS, MEASUREMENTS
+
+
+class _Validator:
+    """Walks the raw YAML; every error names the file and the key path, e.g. attentions[2].options.x."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.resolved: dict[str, Any] = {"attentions": {}, "tasks": {}, "measurements": {}}
+
+    def error(self, key_path: str, message: str) -> UserError:
+        return UserError(f"{self.path}: {key_path}: {message}")
+
+    def suite(self, raw: dict[str, Any]) -> Suite:
+        self.keys(raw, SUITE_KEYS, "", REQUIRED_KEYS)
+        tasks_registry, measurements_registry = _registries()
+        name = self.string(raw["name"], "name")
+        if "/" in name or not name.strip():
+            raise self.error("name", f"suite name {name!r} must be non-empty and contain no '/'")
+        description = self.string(raw["description"], "description")
+        if "\n" in description.strip():
+            raise self.error("description", "must be one line (it is shown by `attnbench list suites`)")
+        measurements = self.entries(raw["measurements"], "measurements", measurements_registry, labels=False)
+        task_free = frozenset(m["name"] for m in measurements
+                              if not getattr(measurements_registry.get(m["name"]).config, "uses_task", True))
+        seed_free = frozenset(m["name"] for m in measurements
+                              if not getattr(measurements_registry.get(m["name"]).config, "uses_seed", True))
+        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False)
+        needs_task = [m["name"] for m in measurements if m["name"] not in task_free]
+        if needs_task and not tasks:
+            raise self.error("tasks", f"no tasks given, but measurement {needs_task[0]!r} needs one; "
+                                      f"add tasks (see `attnbench list tasks`)")
+        model = self.model(raw.get("model", {}))
+        suite = Suite(
+            name=name, description=description.strip(), path=self.path,
+            attentions=self.entries(raw["attentions"], "attentions", ATTENTIONS, labels=True),
+            tasks=tasks, seeds=self.seeds(raw["seeds"]), model=model,
+            training=self.training(raw.get("training", {})),
+            measurements=measurements, cell_timeout=self.timeout(raw.get("cell_timeout")),
+            exclude=[self.string(p, f"exclude[{i}]") for i, p in enumerate(self.list(raw.get("exclude", []), "exclude"))],
+            resolved=self.resolved, task_free=task_free, seed_free=seed_free)
+        if not suite.cells():
+            raise self.error("exclude", "the exclude patterns leave no cells to run")
+        return suite
+
+    def keys(self, mapping: dict[str, Any], valid: tuple[str, ...], path: str, required: tuple[str, ...] = ()) -> None:
+        for key in mapping:
+            if key not in valid:
+                hint = closest(str(key), valid)
+                did_you_mean = f"; did you mean {hint!r}?" if hint else ""
+                raise self.error(_join(path, str(key)), f"unknown key {key!r}{did_you_mean} valid keys: {', '.join(valid)}")
+        for key in required:
+            if key not in mapping:
+                raise self.error(_join(path, key), f"missing required key {key!r}")
+
+    def string(self, value: Any, path: str) -> str:
+        if not isinstance(value, str):
+            raise self.error(path, f"is {value!r}, expected a string")
+        return value
+
+    def list(self, value: Any, path: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.error(path, f"is {value!r}, expected a list")
+        return value
+
+    def mapping(self, value: Any, path: str) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(path, f"is {value!r}, expected a mapping of option: value")
+        return value
+
+    def seeds(self, value: Any) -> list[int]:
+        seeds = self.list(value, "seeds")
+        if not seeds:
+            raise self.error("seeds", "is empty; give at least one integer seed, e.g. [0]")
+        for i, seed in enumerate(seeds):
+            if not isinstance(seed, int) or isinstance(seed, bool):
+                raise self.error(f"seeds[{i}]", f"is {seed!r}, expected an integer")
+        if len(set(seeds)) != len(seeds):
+            raise self.error("seeds", f"{seeds} repeats a seed; each seed must appear once")
+        return list(seeds)
+
+    def timeout(self, value: Any) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise self.error("cell_timeout", f"is {value!r}, expected a positive number of seconds")
+        return float(value)
+
+    def entries(self, value: Any, path: str, registry: Registry, *, labels: bool) -> list[dict[str, Any]]:
+        """A list of names or {name, label?, options?} mappings, each validated against `registry`."""
+        items = self.list(value, path)
+        if path != "tasks" and not items:
+            raise self.error(path, f"is empty; list at least one {registry.kind} (see `attnbench list`)")
+        out, seen = [], {}
+        for i, item in enumerate(items):
+            item_path = f"{path}[{i}]"
+            if isinstance(item, str):
+                item = {"name": item}
+            item = self.mapping(item, item_path)
+            self.keys(item, ("name", "label", "options") if labels else ("name", "options"), item_path, ("name",))
+            name = self.string(item["name"], f"{item_path}.name")
+            try:
+                entry = registry.get(name)
+            except UserError as err:
+                raise self.error(f"{item_path}.name", str(err)) from None
+            options = self.mapping(item.get("options", {}), f"{item_path}.options")
+            label = self.string(item.get("label", name), f"{item_path}.label") if labels else name
+            if "/" in label:
+                raise self.error(f"{item_path}.label", f"label {label!r} must not contain '/'")
+            if label in seen:
+                what = "label" if labels else "name"
+                raise self.error(item_path, f"{what} {label!r} is already used by {path}[{seen[label]}]; "
+                                            + ("give each entry a distinct label" if labels else "list each once"))
+            seen[label] = i
+            self.resolved[path][label] = self.registry_options(registry, entry, options, f"{item_path}.options")
+            normal = {"name": name, "options": dict(options)}
+            if labels:
+                normal = {"name": name, "label": label, "options": dict(options)}
+            out.append(normal)
+        return out
+
+    def registry_options(self, registry: Registry, entry: Any, options: dict[str, Any], path: str) -> dict[str, Any]:
+        reserved = MODEL_SET_ATTENTION_OPTIONS if registry is ATTENTIONS else ("seed",)
+        for key in options:
+            if key in reserved:
+                source = "the model settings (model:)" if key != "seed" else "the suite's seeds:"
+                raise self.error(_join(path, key), f"option {key!r} is set from {source}; remove it here")
+        if registry is not ATTENTIONS:
+            return self.config(options, path, entry.config, f"{registry.kind} {entry.name!r}")
+        model = self.resolved["model"]  # what the model passes to every attention
+        from_model = {"head_dim": model["d_model"] // model["num_heads"], "num_heads": model["num_heads"]}
+        resolved = self.config({**from_model, **options}, path, entry.config, f"{registry.kind} {entry.name!r}")
+        for key in ("seed", "max_length"):  # per layer from the cell seed; from the task
+            resolved.pop(key, None)
+        return resolved
+
+    def model(self, value: Any) -> dict[str, Any]:
+        model = self.mapping(value, "model")
+        for key in model:
+            if key in TASK_SET_MODEL_OPTIONS:
+                raise self.error(f"model.{key}", f"{key!r} is set from each task; set it in the task's options "
+                                                 f"if the task has such an option, and remove it here")
+        self.config(model, "model", ModelConfig, "model")
+        return dict(model)
+
+    def training(self, value: Any) -> dict[str, Any]:
+        training = self.mapping(value, "training")
+        self.config(training, "training", TrainConfig, "training")
+        if training.get("phase_a"):
+            from harness.learning_phase import PhaseAConfig
+            self.config(training["phase_a"], "training.phase_a", PhaseAConfig, "phase A")
+        return dict(training)
+
+    def config(self, value: Any, path: str, config_cls: type, what: str) -> dict[str, Any]:
+        """Check every key and value against a config dataclass; the resolved config as a dict."""
+        values = self.mapping(value, path)
+        hints = typing.get_type_hints(config_cls)
+        valid = [f.name for f in dataclasses.fields(config_cls)]
+        checked = {}
+        for key, item in values.items():
+            if key not in valid:
+                hint = closest(str(key), valid)
+                did_you_mean = f"; did you mean {hint!r}?" if hint else ""
+                raise self.error(_join(path, str(key)),
+                                 f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(valid)}")
+            try:
+                checked[key] = coerce(item, hints[key], repr(key))
+            except ConfigError as err:
+                raise self.error(_join(path, str(key)), str(err)) from None
+        try:
+            instance = config_cls(**checked)
+        except (ConfigError, TypeError, ValueError) as err:
+            raise self.error(path, f"{what}: {err}") from None
+        resolved = _copy_jsonable(dataclasses.asdict(instance))
+        if path in ("model", "training"):
+            self.resolved[path] = resolved
+        return resolved
+
+
+def _copy_jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key

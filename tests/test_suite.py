@@ -1,0 +1,127 @@
+"""Suite loading: every mistake names file, key path and the closest valid name; expansion into cells."""
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.errors import UserError
+from harness.suite import NO_TASK, cell_name, find_suite, load_suite, suite_names, suites_dir
+
+sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins
+
+BASE = {
+    "name": "tiny",
+    "description": "a tiny suite for tests",
+    "attentions": ["softmax", {"name": "softmax", "label": "softmax-math", "options": {"backend": "math"}}],
+    "tasks": [{"name": "fake_cells:tiny_task", "options": {"rows": 8}}],
+    "seeds": [0, 1, 2],
+    "model": {"d_model": 16, "num_heads": 2},
+    "training": {"epochs": 1},
+    "measurements": ["fake_cells:echo", {"name": "fake_cells:tiny_train", "options": {"examples": 16}}],
+}
+
+
+def write(tmp_path: Path, **changes) -> Path:
+    suite = {**BASE, **changes}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    return path
+
+
+def error_of(path: Path) -> str:
+    with pytest.raises(UserError) as info:
+        load_suite(str(path))
+    return str(info.value)
+
+
+def test_option_typo_names_key_path_and_suggestion(tmp_path):
+    attentions = ["softmax", {"name": "softmax", "label": "m", "options": {"backnd": "math"}}]
+    message = error_of(write(tmp_path, attentions=attentions))
+    assert message.startswith(f"{tmp_path / 'tiny.yaml'}: attentions[1].options.backnd: unknown option 'backnd'")
+    assert "did you mean 'backend'?" in message
+
+
+@pytest.mark.parametrize("changes, key_path, hint", [
+    ({"seedz": [0]}, "seedz: unknown key", "did you mean 'seeds'?"),
+    ({"attentions": ["sofmax"]}, "attentions[0].name: unknown attention 'sofmax'", "did you mean 'softmax'?"),
+    ({"measurements": ["fake_cells:echo", {"name": "fake_cells:echo", "optons": {}}]},
+     "measurements[1].optons: unknown key 'optons'", "did you mean 'options'?"),
+    ({"measurements": [{"name": "fake_cells:echo", "options": {"scale": "big"}}]},
+     "measurements[0].options.scale: 'scale' is 'big'", "expected a number"),
+    ({"training": {"epoch": 1}}, "training.epoch: unknown option", "did you mean 'epochs'?"),
+    ({"model": {"d_model": 16, "num_heads": 3}}, "model: model:", "not divisible"),
+    ({"model": {"max_length": 16}}, "model.max_length:", "set from each task"),
+    ({"tasks": [{"name": "fake_cells:tiny_task", "options": {"rowz": 3}}]}, "tasks[0].options.rowz", "'rows'"),
+    ({"tasks": [{"name": "fake_cells:tiny_task", "options": {"seed": 3}}]}, "tasks[0].options.seed", "seeds:"),
+    ({"attentions": [{"name": "softmax", "options": {"head_dim": 8}}]}, "attentions[0].options.head_dim", "model"),
+    ({"seeds": [0, "1"]}, "seeds[1]: is '1'", "integer"),
+    ({"seeds": [0, 0]}, "seeds: [0, 0] repeats", "once"),
+    ({"attentions": ["softmax", "softmax"]}, "attentions[1]: label 'softmax' is already used", "distinct label"),
+    ({"attentions": "softmax"}, "attentions: is 'softmax'", "expected a list"),
+    ({"cell_timeout": -1}, "cell_timeout: is -1", "positive"),
+    ({"tasks": []}, "tasks: no tasks given", "fake_cells:echo"),
+])
+def test_mistakes_name_the_key_path(tmp_path, changes, key_path, hint):
+    message = error_of(write(tmp_path, **changes))
+    assert f"tiny.yaml: {key_path}" in message
+    assert hint in message
+
+
+def test_missing_key_and_bad_yaml(tmp_path):
+    suite = dict(BASE)
+    del suite["seeds"]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    assert "s.yaml: seeds: missing required key 'seeds'" in error_of(path)
+    path.write_text("name: [unclosed\n")
+    assert "not valid YAML at line" in error_of(path)
+
+
+def test_unknown_suite_name_suggests_the_closest(tmp_path):
+    if not suite_names():
+        pytest.skip("no shipped suites yet")
+    name = suite_names()[0]
+    with pytest.raises(UserError, match=f"did you mean '{name}'"):
+        find_suite(name[:-1] + "x" if len(name) > 3 else name + "x")
+    with pytest.raises(UserError, match="does not exist"):
+        find_suite(str(tmp_path / "nope.yaml"))
+
+
+def test_expansion_one_cell_per_task_attention_seed_measurement(tmp_path):
+    suite = load_suite(str(write(tmp_path)))
+    cells = suite.cells()
+    labels, seeds = ["softmax", "softmax-math"], [0, 1, 2]
+    per_task = {(c["task"]["name"], c["attention"]["label"], c["seed"]) for c in cells
+                if c["measurement"]["name"] == "fake_cells:echo"}
+    assert per_task == set(itertools.product(["fake_cells:tiny_task"], labels, seeds))
+    task_free = [c for c in cells if c["measurement"]["name"] == "fake_cells:tiny_train"]
+    assert {(c["attention"]["label"], c["seed"]) for c in task_free} == set(itertools.product(labels, seeds))
+    assert all(c["task"] == NO_TASK for c in task_free)
+    assert len(cells) == 2 * 3 + 2 * 3
+    assert set(cells[0]) == {"suite", "task", "attention", "seed", "model", "training", "measurement"}
+    assert cells[0]["attention"].keys() == {"name", "label", "options"}
+    assert len({cell_name(c) for c in cells}) == len(cells)
+    math = next(c for c in cells if c["attention"]["label"] == "softmax-math")
+    assert math["attention"]["options"] == {"backend": "math"} and math["model"] == {"d_model": 16, "num_heads": 2}
+    assert suite.resolved["attentions"]["softmax-math"]["head_dim"] == 8  # filled in from the model
+
+
+def test_exclude_patterns_remove_cells(tmp_path):
+    suite = load_suite(str(write(tmp_path, exclude=["*/softmax-math/*", "*/s2/*"])))
+    names = [cell_name(c) for c in suite.cells()]
+    assert len(names) == 2 * 2 and not any("softmax-math" in n or "/s2/" in n for n in names)
+    with pytest.raises(UserError, match="leave no cells"):
+        load_suite(str(write(tmp_path, exclude=["*"])))
+
+
+@pytest.mark.parametrize("name", suite_names())
+def test_every_shipped_suite_validates(name):
+    suite = load_suite(name)
+    assert suite.name == name == Path(find_suite(name)).stem
+    assert suite.description and "\n" not in suite.description
+    assert suite.cells()
+    assert find_suite(name).parent == suites_dir()
