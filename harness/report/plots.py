@@ -70,7 +70,8 @@ def _legend_outside(fig: Figure, ax: Any, extra: list[Line2D] | None = None) -> 
         handles.append(h)
         labels.append(h.get_label())
     if handles:
-        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(handles)), fontsize="small",
+                   frameon=False)
 
 
 def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot]:
@@ -105,7 +106,7 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
                 ax.set_ylim(bottom, top_y * (top_y / bottom) ** 0.25)
             ax.set_xlabel("sequence length (tokens)")
             ax.set_ylabel(ylabel)
-            ax.set_title(f"{mode}")
+            ax.set_title(f"{mode} pass", fontsize="medium")
             ax.grid(True, which="both", alpha=0.3)
         extra = [Line2D([], [], color="black", marker="x", linestyle="none", label="OOM / timeout (top edge)")] \
             if failed_seen else []
