@@ -1,0 +1,56 @@
+"""Registry of measurements: what runs inside one suite cell, and the one entry point `run_cell`.
+
+Contract (the executor and tests rely on it):
+
+    from harness.measurements import run_cell, measurement_names, SkipCell
+    result = run_cell(cell, device="cpu")     # -> {"metrics": {str: float}, "details": {...}}
+
+A measurement is `fn(cell, options, *, device, progress) -> {"metrics", "details"}` registered with
+`@register_measurement(name, config=OptionsDataclass)`; `cell["measurement"]["options"]` is
+validated against that dataclass. A measurement that cannot run the cell's (attention, task) pair
+raises `SkipCell(reason)`; any other exception is a failure.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from harness.registry import Registry
+from harness.train import Progress
+
+ENTRY_POINT_GROUP = "attnbench.measurement"
+
+MEASUREMENTS = Registry("measurement", builtin_modules=[
+    "harness.measurements.accuracy", "harness.measurements.robustness",
+    "harness.measurements.efficiency", "harness.measurements.fidelity"], entry_point_group=ENTRY_POINT_GROUP)
+
+
+class SkipCell(Exception):
+    """The cell cannot run (e.g. the attention lacks a capability the task needs); recorded as skipped."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def register_measurement(name: str, *, config: type,
+                         description: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register `fn(cell, options, *, device, progress) -> {"metrics", "details"}` under `name`."""
+    return MEASUREMENTS.register(name, config=config, description=description)
+
+
+def measurement_names(pattern: str = "*") -> list[str]:
+    """Sorted registered measurement names matching a glob pattern."""
+    return MEASUREMENTS.names(pattern)
+
+
+def run_cell(cell: dict[str, Any], *, device: str = "cpu", progress: Progress | None = None) -> dict[str, Any]:
+    """Validate the cell's measurement options and run the measurement on `device`."""
+    spec = cell["measurement"]
+    entry = MEASUREMENTS.get(spec["name"])
+    options = MEASUREMENTS.make_config(spec["name"], **(spec.get("options") or {}))
+    result = entry.factory(cell, options, device=device, progress=progress)
+    if set(result) != {"metrics", "details"}:
+        raise TypeError(f"measurement {spec['name']!r} returned keys {sorted(result)}; "
+                        f"it must return exactly 'metrics' and 'details'")
+    return result

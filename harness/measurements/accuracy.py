@@ -1,0 +1,44 @@
+"""Accuracy and calibration of one trained model on the test split (checkpoint chosen on validation)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from harness.measurements import register_measurement
+from harness.measurements.common import load_cell_task, train_cell_model, train_config
+from harness.metrics import classification_metrics, reliability_bins
+from harness.model import parameter_counts
+from harness.options import option, require
+from harness.train import Progress, predict_proba
+
+
+@dataclasses.dataclass
+class AccuracyOptions:
+    """Options of the accuracy measurement."""
+
+    n_bins: int = option(15, "equal-width bins of the ECE and the reliability diagram")
+    eval_split: Literal["test", "validation"] = option("test", "split the selected checkpoint is evaluated on")
+
+    def __post_init__(self) -> None:
+        require(self.n_bins >= 1, f"n_bins={self.n_bins} must be at least 1")
+
+
+@register_measurement("accuracy", config=AccuracyOptions)
+def measure_accuracy(cell: dict[str, Any], options: AccuracyOptions, *, device: str = "cpu",
+                     progress: Progress | None = None) -> dict[str, Any]:
+    """Train on the cell's task, evaluate the validation-selected checkpoint: metrics, reliability, history."""
+    task = load_cell_task(cell)
+    result = train_cell_model(cell, task, device=device, progress=progress)
+    split = task[options.eval_split]
+    probs = predict_proba(result.model, split, train_config(cell).eval_batch_size, device)
+    params = parameter_counts(result.model)
+    metrics = classification_metrics(probs, split.labels, options.n_bins)
+    metrics |= {"train_seconds": result.train_seconds, "params_total": float(params["total"]),
+                "params_attention": float(params["attention"])}
+    if result.phase_a is not None:
+        metrics["phase_a_seconds"] = float(result.phase_a["seconds"])
+    details = {"checkpoint": result.checkpoint, "best_epoch": result.best_epoch, "history": result.history,
+               "eval_split": options.eval_split, "eval_rows": len(split),
+               "reliability": reliability_bins(probs, split.labels, options.n_bins),
+               "phase_a": result.phase_a, "params": params}
+    return {"metrics": metrics, "details": details}

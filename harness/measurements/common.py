@@ -1,0 +1,77 @@
+"""What the training-based measurements share: seeding, loading the cell's task, building and training its model."""
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.measurements import SkipCell
+from harness.model import ModelConfig, TransformerClassifier
+from harness.options import make_options
+from harness.registry import attention_entry
+from harness.tasks import load_task
+from harness.tasks.base import TaskData
+from harness.train import Progress, TrainConfig, TrainResult, train_classifier
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch, numpy and random (the model and the loop also take explicit seeds)."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+def attention_label(cell: dict[str, Any]) -> str:
+    """The attention's label in the cell (its name when no label is given)."""
+    attention = cell["attention"]
+    return attention.get("label") or attention["name"]
+
+
+def load_cell_task(cell: dict[str, Any], **overrides: Any) -> TaskData:
+    """load_task(name, seed=cell seed, **options) with some options overridden (e.g. label_noise)."""
+    options = {**(cell["task"].get("options") or {}), **overrides}
+    return load_task(cell["task"]["name"], seed=cell["seed"], **options)
+
+
+def check_capabilities(attention: str, task: TaskData) -> None:
+    """Raise SkipCell when `attention` cannot run `task` (padded rows without mask support, no max length)."""
+    caps = attention_entry(attention).capabilities
+    padded = any(not bool(split.attention_mask.all()) for split in task.splits.values())
+    if padded and not caps.padding_mask:
+        raise SkipCell(f"attention {attention!r} does not support padding masks and task {task.name!r} has padded rows")
+    if caps.needs_max_length and not task.max_length:
+        raise SkipCell(f"attention {attention!r} needs a maximum length and task {task.name!r} has none")
+
+
+def model_config(cell: dict[str, Any], task: TaskData) -> ModelConfig:
+    """ModelConfig from the cell's overrides; vocabulary, classes, length, padding and segments from the task."""
+    sizes = {"vocab_size": task.vocab_size, "num_classes": task.num_classes, "max_length": task.max_length,
+             "pad_id": task.pad_id, "num_segments": 2 if task.pair else 1}
+    return make_options(ModelConfig, {**(cell.get("model") or {}), **sizes}, what="model")
+
+
+def train_cell_model(cell: dict[str, Any], task: TaskData, *, device: str, progress: Progress | None = None,
+                     attention: str | None = None, attention_options: dict[str, Any] | None = None,
+                     training: dict[str, Any] | None = None) -> TrainResult:
+    """Train the cell's classifier (or one with another attention / options / training) with the cell seed."""
+    name = attention or cell["attention"]["name"]
+    options = (cell["attention"].get("options") or {}) if attention_options is None else attention_options
+    check_capabilities(name, task)
+    seed = cell["seed"]
+    seed_everything(seed)
+    model = TransformerClassifier(model_config(cell, task), name, options, seed=seed)
+    return train_classifier(model, task, train_config(cell, **(training or {})), seed=seed, device=device,
+                            progress=progress)
+
+
+def train_config(cell: dict[str, Any], **overrides: Any) -> TrainConfig:
+    """The cell's TrainConfig, with some fields overridden."""
+    return make_options(TrainConfig, {**(cell.get("training") or {}), **overrides}, what="training")
+
+
+def has_option(attention: str, option_name: str) -> bool:
+    """Whether the attention's config dataclass has an option of that name (e.g. num_features)."""
+    return any(f.name == option_name for f in dataclasses.fields(attention_entry(attention).config))

@@ -1,0 +1,216 @@
+"""Efficiency: time, tokens/s, peak memory and roofline fraction of the attention module alone.
+
+For each (sequence length, batch, heads, mode) point, random q, k, v (B, H, N, D) go through the
+attention built with `build_attention` (max_length = N). Order of work: every point's peak memory
+is measured first (CPU: a fresh subprocess per point, which also guards the run against a point
+that does not fit), then every surviving point is warmed up, then each is timed. Points above a
+length cap, or whose roofline bound alone exceeds the per-point budget, are skipped with a reason;
+out-of-memory and time-outs are rows with their status.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+
+from harness.measurements import register_measurement
+from harness.measurements.common import attention_label
+from harness.measurements.cost import point_cost
+from harness.options import option, require
+from harness.registry import build_attention
+from harness.timing import OOM_ERRORS, call_seconds, measure_machine, peak_memory, time_repeated
+from harness.train import Progress
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+Mode = Literal["forward", "train"]
+
+
+@dataclasses.dataclass
+class EfficiencyOptions:
+    """Options of the efficiency measurement."""
+
+    seq_lens: list[int] = option([256, 1024, 4096], "sequence lengths N")
+    batch_sizes: list[int] = option([1], "batch sizes B")
+    heads: list[int] = option([4], "numbers of heads H")
+    head_dim: int = option(64, "head dimension D")
+    modes: list[Mode] = option(["forward", "train"], "forward: inference under no_grad; train: forward + backward")
+    dtype: Literal["float32", "float16", "bfloat16"] = option("float32", "dtype of inputs and module")
+    threads: int = option(2, "CPU threads (torch.set_num_threads), fixed for the whole measurement")
+    warmup: int = option(2, "warm-up calls per point, all points warmed up before any is timed")
+    min_time_s: float = option(0.3, "time each point for at least this long")
+    min_repeats: int = option(3, "and at least this many calls")
+    max_repeats: int = option(50, "but at most this many calls")
+    point_budget_s: float = option(60.0, "per-point budget: one call longer than this is a time-out")
+    memory: bool = option(True, "measure peak memory (CPU: one subprocess per point)")
+    length_caps: dict = option({}, "largest N per attention name or label, e.g. {softmax: 8192}; longer: skipped")
+    matmul_size: int = option(2048, "matrix size of the machine's matmul-rate probe")
+    copy_mb: int = option(256, "tensor size (MiB) of the machine's copy-bandwidth probe")
+
+    def __post_init__(self) -> None:
+        for name in ("seq_lens", "batch_sizes", "heads", "modes"):
+            require(len(getattr(self, name)) > 0, f"{name} is empty; give at least one value")
+        require(self.threads >= 1, f"threads={self.threads} must be at least 1")
+        require(self.min_repeats >= 1 and self.max_repeats >= self.min_repeats,
+                f"need 1 <= min_repeats ({self.min_repeats}) <= max_repeats ({self.max_repeats})")
+
+
+def attention_call(name: str, options: dict[str, Any], batch: int, heads: int, n: int, d: int, mode: str,
+                   dtype: str, device: str, seed: int) -> Callable[[], Any]:
+    """Build the attention and its random inputs; return the call to time (module-level: picklable)."""
+    module = build_attention(name, head_dim=d, num_heads=heads, max_length=n, seed=seed, **options)
+    module = module.to(device=device, dtype=DTYPES[dtype])
+    generator = torch.Generator(device=device).manual_seed(seed)
+    q, k, v = (torch.randn(batch, heads, n, d, generator=generator, device=device, dtype=DTYPES[dtype])
+               for _ in range(3))
+    if mode == "forward":
+        module.eval()
+
+        def forward() -> Any:
+            with torch.no_grad():
+                return module(q, k, v)
+        return forward
+    module.train()
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    grad_out = torch.randn(batch, heads, n, d, generator=generator, device=device, dtype=DTYPES[dtype])
+
+    def train_step() -> None:
+        module.zero_grad(set_to_none=True)
+        for t in (q, k, v):
+            t.grad = None
+        module(q, k, v).backward(grad_out)
+    return train_step
+
+
+@dataclasses.dataclass
+class Point:
+    """One (N, B, H, mode) point and its result row."""
+
+    row: dict[str, Any]
+    args: tuple
+    fn: Callable[[], Any] | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.row["status"] == "ok"
+
+
+def _new_point(cell: dict[str, Any], options: EfficiencyOptions, n: int, b: int, h: int, mode: str, device: str,
+               machine: dict[str, Any]) -> Point:
+    name, label = cell["attention"]["name"], attention_label(cell)
+    attn_options = cell["attention"].get("options") or {}
+    d = options.head_dim
+    row: dict[str, Any] = {"seq_len": n, "batch": b, "heads": h, "head_dim": d, "mode": mode, "dtype": options.dtype,
+                           "status": "ok", "reason": None, "median_ms": None, "q25_ms": None, "q75_ms": None,
+                           "repeats": 0, "tokens_per_s": None, "peak_mem_bytes": None, "mem_method": None,
+                           "flops": None, "bytes": None, "gflops_per_s": None, "roofline_ms": None,
+                           "roofline_fraction": None}
+    args = (name, attn_options, b, h, n, d, mode, options.dtype, device, cell["seed"])
+    cost = point_cost(build_attention(name, head_dim=d, num_heads=h, max_length=n, seed=cell["seed"], **attn_options),
+                      name, b, h, n, d, mode, DTYPES[options.dtype])
+    if cost is not None:
+        bound_s = max(cost["flops"] / (machine["matmul_gflops"] * 1e9), cost["bytes"] / (machine["copy_gb_per_s"] * 1e9))
+        row |= {"flops": cost["flops"], "bytes": cost["bytes"], "roofline_ms": bound_s * 1e3}
+    cap = options.length_caps.get(label, options.length_caps.get(name))
+    if cap is not None and n > cap:
+        row |= {"status": "skipped", "reason": f"N={n} is above the length cap {cap} for {label} (option length_caps)"}
+    elif row["roofline_ms"] is not None and row["roofline_ms"] / 1e3 > options.point_budget_s:
+        row |= {"status": "skipped", "reason": f"its roofline bound {row['roofline_ms'] / 1e3:.3g} s alone exceeds "
+                                               f"the per-point budget {options.point_budget_s:g} s (point_budget_s)"}
+    return Point(row, args)
+
+
+def _fail(point: Point, status: str, reason: str) -> None:
+    point.row |= {"status": status, "reason": reason}
+    point.fn = None
+
+
+def _measure_memory(point: Point, options: EfficiencyOptions, device: str) -> None:
+    reading = peak_memory(attention_call, point.args, device=device, budget_s=options.point_budget_s,
+                          threads=options.threads)
+    point.row["mem_method"] = reading.method
+    if reading.status != "ok":
+        _fail(point, reading.status, reading.reason or reading.status)
+    else:
+        point.row["peak_mem_bytes"] = reading.peak_bytes
+
+
+def _warm_up(point: Point, options: EfficiencyOptions, device: str) -> None:
+    try:
+        point.fn = attention_call(*point.args)
+        for _ in range(options.warmup):
+            seconds = call_seconds(point.fn, device)
+            if seconds > options.point_budget_s:
+                _fail(point, "timeout", f"one call took {seconds:.3g} s, over the per-point budget "
+                                        f"{options.point_budget_s:g} s (point_budget_s)")
+                return
+    except OOM_ERRORS as err:
+        _fail(point, "oom", f"{type(err).__name__}: {err}"[:300])
+        _release(device)
+
+
+def _time(point: Point, options: EfficiencyOptions, device: str) -> None:
+    try:
+        timing = time_repeated(point.fn, device=device, min_time_s=options.min_time_s,
+                               min_repeats=options.min_repeats, max_repeats=options.max_repeats,
+                               budget_s=options.point_budget_s)
+    except OOM_ERRORS as err:
+        _fail(point, "oom", f"{type(err).__name__}: {err}"[:300])
+        _release(device)
+        return
+    row = point.row
+    row |= {"median_ms": timing.median_ms, "q25_ms": timing.q25_ms, "q75_ms": timing.q75_ms,
+            "repeats": timing.repeats, "tokens_per_s": row["batch"] * row["seq_len"] / (timing.median_ms / 1e3)}
+    if row["flops"] is not None:
+        row["gflops_per_s"] = row["flops"] / (timing.median_ms / 1e3) / 1e9
+        row["roofline_fraction"] = row["roofline_ms"] / timing.median_ms
+    point.fn = None
+
+
+def _release(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Flat metrics per ok row: '<mode>_ms@N' (with '/bB hH' when several batch/head settings)."""
+    several = len({(r["batch"], r["heads"]) for r in rows}) > 1
+    metrics = {}
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        at = f"{r['seq_len']}" + (f"/b{r['batch']}h{r['heads']}" if several else "")
+        metrics[f"{r['mode']}_ms@{at}"] = r["median_ms"]
+        metrics[f"{r['mode']}_tokens_per_s@{at}"] = r["tokens_per_s"]
+        if r["peak_mem_bytes"] is not None:
+            metrics[f"{r['mode']}_peak_mem_bytes@{at}"] = float(r["peak_mem_bytes"])
+        if r["roofline_fraction"] is not None:
+            metrics[f"{r['mode']}_roofline_fraction@{at}"] = r["roofline_fraction"]
+    return metrics
+
+
+@register_measurement("efficiency", config=EfficiencyOptions)
+def measure_efficiency(cell: dict[str, Any], options: EfficiencyOptions, *, device: str = "cpu",
+                       progress: Progress | None = None) -> dict[str, Any]:
+    """Time and peak memory of the attention alone per (N, B, H, mode), against the machine's roofline."""
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(options.threads)
+    try:
+        machine = measure_machine(device, threads=options.threads, matmul_size=options.matmul_size,
+                                  copy_mb=options.copy_mb)
+        points = [_new_point(cell, options, n, b, h, mode, device, machine)
+                  for n in options.seq_lens for b in options.batch_sizes for h in options.heads
+                  for mode in options.modes]
+        stages = ([_measure_memory] if options.memory else []) + [_warm_up, _time]
+        for stage in stages:
+            for i, point in enumerate(points):
+                if point.open:
+                    stage(point, options, device)
+                if progress is not None:
+                    progress(stage.__name__.strip("_").replace("_", " "), i + 1, len(points))
+    finally:
+        torch.set_num_threads(threads_before)
+    rows = [p.row for p in points]
+    return {"metrics": _summary(rows), "details": {"rows": rows, "machine": machine,
+                                                   "attention_options": cell["attention"].get("options") or {}}}

@@ -1,0 +1,204 @@
+"""Every measurement through run_cell on tiny settings: schema keys, determinism, skips, OOM rows, errors."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from harness.measurements import SkipCell, measurement_names, run_cell
+from harness.measurements.cost import forward_cost
+from harness.measurements.fidelity import exact_attention
+from harness.measurements.robustness import normalized_auc
+from harness.registry import AttentionConfig, build_attention, register_attention
+
+CLASSIFICATION_KEYS = {"accuracy", "macro_f1", "mcc", "balanced_accuracy", "roc_auc", "pr_auc", "nll", "brier",
+                       "ece", "ece_equal_mass"}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread, and shared busy cores make two-thread barriers slow."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_cell(measurement: str, attention: str = "softmax", attention_options: dict | None = None,
+              options: dict | None = None, seed: int = 0) -> dict:
+    return {"suite": "test",
+            "task": {"name": "nonlinear_tokens", "options": {"num_train": 96, "num_validation": 32, "num_test": 48,
+                                                             "min_length": 4, "max_length": 16, "num_tokens": 16}},
+            "attention": {"name": attention, "label": attention, "options": attention_options or {}},
+            "seed": seed,
+            "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32, "dropout": 0.0},
+            "training": {"epochs": 2, "batch_size": 32, "lr": 3e-3},
+            "measurement": {"name": measurement, "options": options or {}}}
+
+
+@register_attention("test-no-padding", padding_mask=False)
+class NoPaddingAttention(nn.Module):
+    """Exact attention that declares it cannot take a padding mask."""
+
+    def __init__(self, cfg: AttentionConfig):
+        super().__init__()
+
+    def forward(self, q, k, v, key_padding_mask=None):
+        return exact_attention(q, k, v).to(q.dtype)
+
+
+@register_attention("test-oom")
+class OomAbove32(nn.Module):
+    """Raises torch.OutOfMemoryError for sequences longer than 32, like a real allocation failure."""
+
+    def __init__(self, cfg: AttentionConfig):
+        super().__init__()
+
+    def forward(self, q, k, v, key_padding_mask=None):
+        if q.shape[2] > 32:
+            raise torch.OutOfMemoryError("simulated: cannot allocate the score matrix")
+        return v * 1.0
+
+
+def test_registered_measurements():
+    assert {"accuracy", "robustness", "efficiency", "fidelity"} <= set(measurement_names())
+
+
+@pytest.mark.parametrize("attention", ["softmax", "elu-linear"])
+def test_accuracy_cell_schema(attention):
+    result = run_cell(tiny_cell("accuracy", attention))
+    metrics, details = result["metrics"], result["details"]
+    assert CLASSIFICATION_KEYS | {"train_seconds", "params_total", "params_attention"} <= set(metrics)
+    assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+    assert details["checkpoint"].startswith("best-validation (epoch ")
+    assert len(details["history"]) == 2 and details["phase_a"] is None
+    assert sum(b["count"] for b in details["reliability"]) == details["eval_rows"] == 48
+    assert details["params"]["total"] == metrics["params_total"]
+
+
+def test_same_cell_twice_gives_identical_metrics():
+    first, second = (run_cell(tiny_cell("accuracy", seed=3)) for _ in range(2))
+    drop = {"train_seconds"}
+    assert {k: v for k, v in first["metrics"].items() if k not in drop} == \
+           {k: v for k, v in second["metrics"].items() if k not in drop}
+    assert first["details"]["reliability"] == second["details"]["reliability"]
+
+
+def test_attention_without_padding_support_is_skipped_on_padded_task():
+    with pytest.raises(SkipCell, match="padding"):
+        run_cell(tiny_cell("accuracy", "test-no-padding"))
+
+
+def test_normalized_auc_known_values():
+    assert normalized_auc([0.0, 0.5, 1.0], [0.8, 0.8, 0.8], 0.8) == pytest.approx(1.0)
+    assert normalized_auc([0.0, 1.0], [0.8, 0.0], 0.8) == pytest.approx(0.5)
+    assert normalized_auc([0.5, 1.0], [0.4, 0.0], 0.8) == pytest.approx((0.5 * 1.2 / 2 + 0.5 * 0.4 / 2) / 0.8)
+    assert normalized_auc([0.0], [0.8], 0.8) is None
+
+
+def test_robustness_cell_rows_and_summary():
+    options = {"corruptions": ["substitute", "delete"], "severities": [0.0, 0.2, 0.5], "label_noise": [0.0, 0.3],
+               "feature_budgets": [4]}
+    result = run_cell(tiny_cell("robustness", "performer", {"num_features": 8}, options))
+    metrics, rows = result["metrics"], result["details"]["rows"]
+    assert {"clean_accuracy", "clean_ece", "robustness_auc", "robustness_auc_substitute",
+            "label_noise_accuracy@0.3", "feature_budget_accuracy@4"} <= set(metrics)
+    corruption = [r for r in rows if r["kind"] == "corruption"]
+    assert len(corruption) == 6
+    assert all(r["accuracy"] == metrics["clean_accuracy"] for r in corruption if r["severity"] == 0.0)
+    assert [r["severity"] for r in rows if r["kind"] == "label_noise"] == [0.0, 0.3]
+    budget = [r for r in rows if r["kind"] == "feature_budget"]
+    assert budget[0]["status"] == "ok" and budget[0]["num_features"] == 4
+
+
+def test_robustness_feature_budget_skipped_without_the_option():
+    options = {"corruptions": ["swap"], "severities": [0.0, 0.3], "feature_budgets": [16]}
+    rows = run_cell(tiny_cell("robustness", "softmax", options=options))["details"]["rows"]
+    budget = [r for r in rows if r["kind"] == "feature_budget"]
+    assert budget[0]["status"] == "skipped" and "num_features" in budget[0]["reason"]
+
+
+EFFICIENCY_FAST = {"seq_lens": [32, 64], "min_time_s": 0.01, "min_repeats": 2, "warmup": 1, "matmul_size": 256,
+                   "copy_mb": 8, "heads": [2], "head_dim": 16, "threads": 1}
+ROW_KEYS = {"seq_len", "batch", "heads", "head_dim", "mode", "status", "reason", "median_ms", "q25_ms", "q75_ms",
+            "repeats", "tokens_per_s", "peak_mem_bytes", "mem_method", "flops", "gflops_per_s", "roofline_ms",
+            "roofline_fraction"}
+
+
+def test_efficiency_cell_rows_memory_and_roofline():
+    cell = tiny_cell("efficiency", "elu-linear", options=EFFICIENCY_FAST)
+    cell["task"] = {"name": "none", "options": {}}
+    result = run_cell(cell)
+    rows, machine = result["details"]["rows"], result["details"]["machine"]
+    assert {"matmul_gflops", "copy_gb_per_s", "threads", "device"} <= set(machine) and machine["threads"] == 1
+    assert len(rows) == 4 and all(ROW_KEYS <= set(r) for r in rows)
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["median_ms"] > 0 and r["repeats"] >= 2 and r["peak_mem_bytes"] >= 0
+        assert r["mem_method"] == "cpu-subprocess-vmhwm"
+        assert r["roofline_fraction"] == pytest.approx(r["roofline_ms"] / r["median_ms"])
+    assert {"forward_ms@32", "train_ms@64", "forward_roofline_fraction@64"} <= set(result["metrics"])
+
+
+def test_efficiency_records_oom_and_length_cap_rows_in_process():
+    options = EFFICIENCY_FAST | {"memory": False, "modes": ["forward"], "seq_lens": [16, 32, 64],
+                                 "length_caps": {"test-oom": 32}}
+    cap = run_cell({**tiny_cell("efficiency", "test-oom", options=options)})["details"]["rows"]
+    assert [r["status"] for r in cap] == ["ok", "ok", "skipped"] and "length cap 32" in cap[2]["reason"]
+    options["length_caps"] = {}
+    rows = run_cell(tiny_cell("efficiency", "test-oom", options=options))["details"]["rows"]
+    assert [r["status"] for r in rows] == ["ok", "ok", "oom"]
+    assert "simulated" in rows[2]["reason"] and rows[2]["median_ms"] is None
+
+
+def test_efficiency_fixes_and_then_restores_the_thread_count():
+    seen = []
+    options = EFFICIENCY_FAST | {"memory": False, "seq_lens": [16], "threads": 2}
+    run_cell(tiny_cell("efficiency", "softmax", options=options), progress=lambda *a: seen.append(torch.get_num_threads()))
+    assert seen and set(seen) == {2}
+    assert torch.get_num_threads() == 1
+
+
+def test_cost_formulas_for_softmax_and_feature_maps():
+    softmax = build_attention("softmax", head_dim=16)
+    assert forward_cost(softmax, "softmax", 2, 3, 100, 16)["flops"] == 4 * 2 * 3 * 100 * 100 * 16
+    elu = build_attention("elu-linear", head_dim=16)
+    assert forward_cost(elu, "elu-linear", 1, 1, 100, 16)["flops"] == 2 * 2 * 100 * 16 * 17
+    assert forward_cost(OomAbove32(AttentionConfig()), "test-oom", 1, 1, 8, 8) is None
+
+
+def test_exact_attention_matches_sdpa_with_padding():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 10, 8, generator=g) for _ in range(3))
+    mask = torch.ones(2, 10, dtype=torch.bool)
+    mask[1, 6:] = False
+    expected = nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                                          attn_mask=mask[:, None, None, :])
+    assert torch.allclose(exact_attention(q, k, v, mask), expected, atol=1e-12)
+
+
+def test_fidelity_softmax_is_exact_and_more_features_help():
+    options = {"inputs": ["random"], "seq_lens": [64], "heads": 2, "head_dim": 16, "random_std": 0.5}
+    exact = run_cell(tiny_cell("fidelity", "softmax", options=options))
+    assert exact["details"]["rows"][0]["rel_error"] < 1e-5
+    performer = run_cell(tiny_cell("fidelity", "performer", options=options | {"num_features": [4, 256]}))
+    few, many = performer["details"]["rows"]
+    assert (few["num_features"], many["num_features"]) == (4, 256)
+    assert many["rel_error"] < few["rel_error"]
+    assert set(performer["metrics"]) == {"rel_error_random@64/m4", "rel_error_random@64/m256"}
+
+
+def test_fidelity_on_trained_inputs_is_deterministic():
+    options = {"inputs": ["trained"], "train_examples": 64, "capture_rows": 8}
+    first = run_cell(tiny_cell("fidelity", "elu-linear", options=options))
+    row = first["details"]["rows"][0]
+    assert row["inputs"] == "trained" and row["layers"] == 1 and 0 < row["rel_error"] < 10
+    assert run_cell(tiny_cell("fidelity", "elu-linear", options=options))["metrics"] == first["metrics"]
+
+
+def test_unknown_measurement_option_says_what_is_valid():
+    with pytest.raises(Exception, match="valid options"):
+        run_cell(tiny_cell("robustness", options={"severity": [0.1]}))
