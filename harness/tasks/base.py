@@ -33,16 +33,17 @@ class Split:
     def from_rows(cls, rows: Sequence[Sequence[int]], labels: Sequence[int], width: int, pad_id: int = 0,
                   segments: Sequence[Sequence[int]] | None = None) -> "Split":
         """Right-pad token rows (each at most `width` long) into a Split of shape (N, width)."""
+        lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
+        if len(rows) and int(lengths.max()) > width:
+            i = int(lengths.argmax())
+            raise ValueError(f"row {i} has {int(lengths[i])} tokens, more than the width {width}")
+        mask = torch.arange(width) < lengths[:, None]  # right padding: real tokens first
         ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.bool)
-        seg = None if segments is None else torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            if len(row) > width:
-                raise ValueError(f"row {i} has {len(row)} tokens, more than the width {width}")
-            ids[i, :len(row)] = torch.as_tensor(row, dtype=torch.long)
-            mask[i, :len(row)] = True
-            if seg is not None:
-                seg[i, :len(row)] = torch.as_tensor(segments[i], dtype=torch.long)
+        ids[mask] = torch.tensor([t for row in rows for t in row], dtype=torch.long)
+        seg = None
+        if segments is not None:
+            seg = torch.zeros((len(rows), width), dtype=torch.long)
+            seg[mask] = torch.tensor([s for row in segments for s in row], dtype=torch.long)
         return cls(ids, mask, torch.as_tensor(list(labels), dtype=torch.long), seg)
 
     def subset(self, index: Tensor) -> "Split":

@@ -61,13 +61,13 @@ def _stochastic_round(x: float, rng: np.random.Generator) -> int:
     return base + int(rng.random() < x - base)
 
 
-def _other_token(old: int, real_tokens: np.ndarray, rng: np.random.Generator) -> int:
-    """A uniformly drawn ordinary token different from `old`."""
-    index = int(rng.integers(len(real_tokens) - 1))
-    position = int(np.searchsorted(real_tokens, old))
-    if position < len(real_tokens) and real_tokens[position] == old and index >= position:
-        index += 1
-    return int(real_tokens[index])
+def _other_tokens(old: list[int], real_tokens: np.ndarray, rng: np.random.Generator) -> list[int]:
+    """For each old token, a uniformly drawn ordinary token different from it."""
+    index = rng.integers(len(real_tokens) - 1, size=len(old))
+    position = np.searchsorted(real_tokens, old)
+    present = real_tokens[np.minimum(position, len(real_tokens) - 1)] == np.asarray(old)
+    index += (present & (index >= position)).astype(index.dtype)
+    return real_tokens[index].tolist()
 
 
 def _corrupt_row(tokens: list[int], seg: list[int], kind: str, severity: float, rng: np.random.Generator,
@@ -82,8 +82,8 @@ def _corrupt_row(tokens: list[int], seg: list[int], kind: str, severity: float, 
     chosen = sorted(rng.choice(editable, size=count, replace=False).tolist())
     if kind == "substitute":
         tokens = list(tokens)
-        for i in chosen:
-            tokens[i] = _other_token(tokens[i], real_tokens, rng)
+        for i, new in zip(chosen, _other_tokens([tokens[i] for i in chosen], real_tokens, rng)):
+            tokens[i] = new
         return tokens, seg
     if kind == "delete":
         drop = set(chosen)
