@@ -62,7 +62,7 @@ def _phase_a(rng: np.random.Generator, steps: int = 40) -> dict[str, Any]:
             t = np.arange(steps)
             align = 0.05 + 0.2 * (1 - np.exp(-t / 10)) + rng.normal(0, 0.005, steps)
             energy = 1.0 + 0.3 * np.exp(-t / 15)
-            heads.append([{"H": float(-a + 1e-3 * e), "alignment": float(a), "energy": float(e),
+            heads.append([{"H": float(-a + 1e-3 * e) if s else "nan", "alignment": float(a), "energy": float(e),
                            "max_move": float(0.1 * math.exp(-s / 8)), "min_distance": 0.3, "mean_norm": 1.0}
                           for s, (a, e) in enumerate(zip(align, energy))])
         diags.append(heads)
@@ -76,7 +76,8 @@ def make_fake_run(run_dir: Path, device: str = "cpu", seed: int = 0, tasks: tupl
     """A run folder with every measurement kind, failed/skipped/missing/unreadable cells; returns run_dir.
 
     Holes on purpose: performer-256 x listops seed 1 failed; nystrom-64 x rotten_tomatoes skipped (all seeds);
-    elu x listops has no file at all; one cell file is not valid JSON; softmax OOMs at length 4096.
+    elu x listops has no file at all; one cell file is not valid JSON; one planned cell (run.json) never ran;
+    softmax OOMs at length 4096 and elu skips it (length cap).
     """
     rng = np.random.default_rng(seed)
     quality = {"softmax": 0.82, "performer-256": 0.76, "kernel-favor": 0.79, "vanilla-favor": 0.75,
@@ -116,10 +117,17 @@ def make_fake_run(run_dir: Path, device: str = "cpu", seed: int = 0, tasks: tupl
                                          ("label_noise", None)):
                     for sev in (0.0, 0.1, 0.2, 0.4):
                         a = base - sev * (0.4 if label != "softmax" else 0.3) + rng.normal(0, 0.01)
-                        rows.append({"kind": kind, "corruption": corruption, "severity": sev, "accuracy": float(a),
-                                     "ece": float(0.04 + sev * 0.2)})
+                        rows.append({"kind": kind, "corruption": corruption, "severity": sev, "status": "ok",
+                                     "accuracy": float(a), "ece": float(0.04 + sev * 0.2)})
+                for budget in (16, 64):
+                    row = {"kind": "feature_budget", "num_features": budget, "severity": None}
+                    rows.append(row | ({"status": "skipped", "reason": "no num_features option", "accuracy": None,
+                                        "ece": None} if label == "softmax" else
+                                       {"status": "ok", "accuracy": float(base - 16 / budget * 0.05), "ece": 0.05}))
                 write_cell(run_dir, label=label, task=task, seed=s, measurement="robustness",
-                           metrics={"clean_accuracy": base, "clean_ece": 0.04, "robustness_auc": base - 0.08},
+                           metrics={"clean_accuracy": base, "clean_ece": 0.04, "robustness_auc": base - 0.08,
+                                    "robustness_auc_substitute": base - 0.07, "robustness_auc_delete": base - 0.09,
+                                    "label_noise_auc": base - 0.1},
                            details={"rows": rows}, device=device)
     for label in quality:
         rows = []
@@ -127,9 +135,10 @@ def make_fake_run(run_dir: Path, device: str = "cpu", seed: int = 0, tasks: tupl
             quadratic = label in ("softmax",)
             ms = (0.002 * n * n / 1000 if quadratic else 0.01 * n) * (1 + rng.normal(0, 0.02)) + 0.5
             mem = (n * n * 64 if quadratic else n * 4096) + 2 ** 20
-            status = "oom" if quadratic and n == 4096 else "ok"
+            status = "oom" if quadratic and n == 4096 else "skipped" if label == "elu" and n == 4096 else "ok"
             row = {"seq_len": n, "batch": 8, "heads": 2, "head_dim": 64, "mode": "forward", "status": status,
-                   "reason": "CUDA out of memory" if status == "oom" else None, "repeats": 10,
+                   "reason": {"oom": "CUDA out of memory", "skipped": "N=4096 is above the length cap 2048",
+                              "ok": None}[status], "repeats": 10, "dtype": "float32",
                    "mem_method": "torch.cuda.max_memory_allocated", "flops": 1e9, "roofline_ms": ms / 4}
             if status == "ok":
                 row.update({"median_ms": ms, "q25_ms": ms * 0.97, "q75_ms": ms * 1.03,
@@ -155,4 +164,6 @@ def make_fake_run(run_dir: Path, device: str = "cpu", seed: int = 0, tasks: tupl
         write_cell(run_dir, label="tabular", attention="none", task="none", measurement="kernel", seed=s,
                    details={"rows": rows}, device=device)
     (run_dir / "cells" / "0000broken000000.json").write_text("{not json")
+    planned = sorted(p.stem for p in (run_dir / "cells").glob("*.json")) + ["ffffffffffffffff"]  # one never ran
+    (run_dir / "run.json").write_text(json.dumps({"schema": 1, "suite": "smoke", "cell_ids": planned}))
     return run_dir

@@ -17,7 +17,7 @@ from harness.report.formats import latex_escape, to_latex, to_markdown, write_ta
 from harness.report.load import detail_rows, load_runs, run_provenance
 from harness.report.stats import summarize, t_quantile_975
 from harness.report.tables import (all_tables, coulomb_table, efficiency_frame, kernel_table, leaderboard_table,
-                                   robustness_table, task_table)
+                                   robustness_tables, task_table)
 from report_fixture import make_fake_run, write_cell
 
 # accuracy, ece per (task, label) over seeds 0, 1, 2; "c" has no result on task "t2" (it failed there)
@@ -116,11 +116,16 @@ def test_efficiency_ratios_against_softmax_of_the_same_run(tmp_path: Path) -> No
 def test_robustness_coulomb_kernel_tables_from_fake_run(tmp_path: Path) -> None:
     results = load_runs([make_fake_run(tmp_path / "run", tasks=("sst2",), labels=("softmax", "kernel-favor"))])
     raw = detail_rows(results, "robustness")
-    rob = robustness_table(results).data
-    pick = rob[(rob["label"] == "softmax") & (rob["perturbation"] == "delete") & (rob["severity"] == 0.2)]
+    rob = robustness_tables(results)[0].data
+    pick = rob[(rob["label"] == "softmax") & (rob["perturbation"] == "delete") & (rob["level"] == 0.2)]
     expect = raw[(raw["label"] == "softmax") & (raw["corruption"] == "delete") & (raw["severity"] == 0.2)]
     assert pick["accuracy_mean"].item() == pytest.approx(expect["accuracy"].mean())
     assert pick["accuracy_n"].item() == 3
+    auc = robustness_tables(results)[0].text.set_index(["label", "perturbation"])
+    assert auc.at[("softmax", "delete"), "AUC"] == "0.730 ± 0.000 [0.730, 0.730]"  # robustness_auc_delete
+    budget = robustness_tables(results)[1]
+    assert budget.name == "robustness_feature_budget" and set(budget.text["label"]) == {"kernel-favor"}
+    assert budget.data.set_index("level").at[16, "accuracy_mean"] == pytest.approx(0.79 - 0.05)
     coul = coulomb_table(results).data
     after = [c["details"]["phase_a"]["alignment_after"] for _, c in results.of("accuracy").iterrows()
              if c["label"] == "kernel-favor"]
@@ -138,6 +143,8 @@ def test_failed_skipped_unreadable_cells_are_listed(tmp_path: Path) -> None:
     assert "NonFiniteLossError: loss became nan at epoch 2" in set(problems.text["reason"])
     prov = run_provenance(results)[0]
     assert prov["cells"]["failed"] == 1 and prov["seeds"] == [0, 1, 2] and prov["git_commit"] == ["0bf2ea5deadbeef"]
+    assert prov["cells"]["not run"] == 1 and prov["not_run_cell_ids"] == ["ffffffffffffffff"]
+    assert prov["suite"] == ["smoke"]
 
 
 def test_every_format_written_and_parses(tmp_path: Path) -> None:

@@ -102,6 +102,8 @@ def provenance_html(provenance: list[dict[str, Any]]) -> str:
                 value = "; ".join(f"{r['count']} × {r['status']}: {r['reason']}" for r in value) or "none"
             elif key == "cells":
                 value = ", ".join(f"{n} {status}" for status, n in value.items())
+            elif key == "not_run_cell_ids" and len(value) > 20:
+                value = ", ".join(value[:20]) + f", … ({len(value) - 20} more)"
             elif isinstance(value, list):
                 value = ", ".join(str(v) for v in value) or "—"
             rows.append(f'<tr><th class="key">{_e(key)}</th><td class="key">{_e(value)}</td></tr>')

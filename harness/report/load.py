@@ -25,6 +25,8 @@ class RunInfo:
 
     tag: str
     path: Path
+    suite: str | None = None  # from run.json, when the executor wrote one
+    not_run: list[str] = dataclasses.field(default_factory=list)  # planned cell ids without a result file
 
 
 @dataclasses.dataclass
@@ -59,6 +61,8 @@ def load_runs(run_dirs: list[Path]) -> Results:
         raise UserError("no run folders given; pass at least one RUN_DIR that holds cells/*.json")
     runs = [RunInfo(tag, Path(p)) for tag, p in zip(_run_tags([Path(p) for p in run_dirs]), run_dirs)]
     rows = [row for run in runs for row in _read_run(run)]
+    for run in runs:
+        _read_plan(run, {r["cell_id"] for r in rows if r["run"] == run.tag})
     cells = pd.DataFrame(rows, columns=CELL_COLUMNS + ["metrics", "details", "provenance", "task_options"])
     cells["task"] = _task_keys(cells)
     cells = cells.drop(columns="task_options")
@@ -87,6 +91,17 @@ def _read_run(run: RunInfo) -> list[dict[str, Any]]:
     if not files:
         raise UserError(f"{cell_dir} holds no *.json cell results; run the suite first")
     return [_read_cell(run.tag, f) for f in files]
+
+
+def _read_plan(run: RunInfo, present: set[str]) -> None:
+    """Suite name and planned-but-absent cell ids from RUN_DIR/run.json (absent or unreadable: nothing)."""
+    try:
+        plan = json.loads((run.path / "run.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return
+    if isinstance(plan, dict):
+        run.suite = plan.get("suite")
+        run.not_run = [cid for cid in plan.get("cell_ids") or [] if cid not in present]
 
 
 def _read_cell(tag: str, path: Path) -> dict[str, Any]:
@@ -187,7 +202,8 @@ def run_provenance(results: Results) -> list[dict[str, Any]]:
         counts = cells["status"].value_counts().to_dict()
         reasons = cells[cells["status"] != "ok"].groupby(["status", "reason"], dropna=False).size()
         out.append({
-            "run": run.tag, "path": str(run.path), "suite": sorted({str(s) for s in cells["suite"].dropna()}),
+            "run": run.tag, "path": str(run.path),
+            "suite": sorted({str(s) for s in cells["suite"].dropna()} | ({run.suite} if run.suite else set())),
             "git_commit": values("git_commit"), "git_dirty": values("git_dirty"),
             "attnbench_version": values("attnbench_version"), "python": values("python"), "torch": values("torch"),
             "packages": packages, "platform": values("platform"), "machine": values("machine"), "cpu": values("cpu"),
@@ -195,7 +211,9 @@ def run_provenance(results: Results) -> list[dict[str, Any]]:
             "command": values("command"), "seeds": sorted({int(s) for s in cells["seed"].dropna()}),
             "started_at": min(values("started_at"), default=None),
             "finished_at": max(values("finished_at"), default=None),
-            "cells": {status: int(counts.get(status, 0)) for status in ("ok", "failed", "skipped", "unreadable")},
+            "cells": {status: int(counts.get(status, 0)) for status in ("ok", "failed", "skipped", "unreadable")}
+            | {"not run": len(run.not_run)},
+            "not_run_cell_ids": run.not_run,
             "reasons": [{"status": s, "reason": r if isinstance(r, str) else "no reason given", "count": int(n)}
                         for (s, r), n in reasons.items()]})
     return out

@@ -18,7 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
-from harness.report.load import Results, detail_rows, metric_frame
+from harness.report.load import Results, metric_frame
+from harness.report.tables import robustness_rows
 
 MIB = 2.0 ** 20
 
@@ -94,14 +95,14 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
                 rows = rows.sort_values("seq_len")
                 ok = rows[(rows["status"] == "ok") & rows[column].notna()]
                 ax.plot(ok["seq_len"], ok[column] * scale, marker="o", ms=3, color=colors[label], label=label)
-                bad = rows[rows["status"] != "ok"]
+                bad = rows[rows["status"].isin(["oom", "timeout"])]
                 if not bad.empty:
                     failed_seen = True
                     ax.scatter(bad["seq_len"], np.full(len(bad), 0.96), marker="x", s=60, color=colors[label],
                                transform=top, clip_on=False, zorder=5)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            if (part["status"] != "ok").any():  # head-room so the x markers at the top edge sit above every line
+            if part["status"].isin(["oom", "timeout"]).any():  # head-room so the x markers at the top edge sit above every line
                 bottom, top_y = ax.get_ylim()
                 ax.set_ylim(bottom, top_y * (top_y / bottom) ** 0.25)
             ax.set_xlabel("sequence length (tokens)")
@@ -163,25 +164,26 @@ def plot_reliability(results: Results, colors: dict, out_dir: Path) -> list[Plot
 
 
 def plot_robustness(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
-    """Per task: accuracy vs severity, one panel per perturbation, mean ± std band over seeds."""
-    rows = detail_rows(results, "robustness")
+    """Per task: accuracy vs severity (or feature budget), one panel per perturbation, ± std band over seeds."""
+    rows = robustness_rows(results)
     if rows.empty:
         return []
-    rows["group"] = [c if k == "corruption" and isinstance(c, str) else k
-                     for k, c in zip(rows["kind"], rows.get("corruption", rows["kind"]))]
+    xlabels = {"label_noise": "training label-noise rate", "feature_budget": "random features M"}
     plots = []
     for task, part in rows.groupby("task", sort=True):
         groups = sorted(part["group"].unique())
-        fig = _figure(3.6 * len(groups) + 2.0, 3.6)
+        fig = _figure(3.6 * len(groups) + 1.0, 3.8)
         axes = fig.subplots(1, len(groups), squeeze=False, sharey=True)[0]
         for ax, group in zip(axes, groups):
             for label, lab_rows in part[part["group"] == group].groupby("label", sort=True):
-                stats = lab_rows.groupby("severity")["accuracy"].agg(["mean", "std"]).reset_index()
-                ax.plot(stats["severity"], stats["mean"], marker="o", ms=3, color=colors[label], label=label)
-                ax.fill_between(stats["severity"], stats["mean"] - stats["std"].fillna(0),
+                stats = lab_rows.groupby("level")["accuracy"].agg(["mean", "std"]).reset_index()
+                ax.plot(stats["level"], stats["mean"], marker="o", ms=3, color=colors[label], label=label)
+                ax.fill_between(stats["level"], stats["mean"] - stats["std"].fillna(0),
                                 stats["mean"] + stats["std"].fillna(0), color=colors[label], alpha=0.15, lw=0)
-            ax.set_title(group)
-            ax.set_xlabel("severity (fraction perturbed)")
+            if group == "feature_budget":
+                ax.set_xscale("log", base=2)
+            ax.set_title(group, fontsize="medium")
+            ax.set_xlabel(xlabels.get(group, "severity (fraction of tokens corrupted)"))
             ax.grid(True, alpha=0.3)
         axes[0].set_ylabel("accuracy")
         title = f"Accuracy vs corruption severity, task {task} (band: ± std over seeds)"
@@ -247,6 +249,14 @@ def _step_series(diagnostics: Any) -> list[list[dict]]:
     return []
 
 
+def _as_float(value: Any) -> float:
+    """A diagnostic value as float ('nan'/'inf' strings as stored for non-finite values; None -> NaN)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
 def _numbers(values: Any) -> list[float]:
     """Flatten nested lists/dicts of numbers (pairwise-distance samples per layer/head)."""
     if isinstance(values, (int, float)) and not isinstance(values, bool):
@@ -277,14 +287,17 @@ def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
         axes = fig.subplots(1, 4)
         for ax, key, ylabel in zip(axes, ("H", "alignment", "energy"),
                                    ("Hamiltonian H", "kernel-target alignment", "Riesz energy W_s")):
-            curves = [[s.get(key, np.nan) for s in steps] for steps in series]
+            curves = [[_as_float(s.get(key)) for s in steps] for steps in series]
             for c in curves:
                 ax.plot(c, color=color, alpha=0.35, lw=0.8)
             if curves:
                 length = max(len(c) for c in curves)
                 padded = np.array([c + [np.nan] * (length - len(c)) for c in curves], dtype=float)
-                if np.isfinite(padded).any():
-                    ax.plot(np.nanmean(padded, axis=0), color="black", lw=1.5, label="mean over layers/heads")
+                finite = np.isfinite(padded)
+                if finite.any():
+                    count = finite.sum(axis=0)
+                    mean = np.where(count > 0, np.where(finite, padded, 0).sum(axis=0) / np.maximum(count, 1), np.nan)
+                    ax.plot(mean, color="black", lw=1.5, label="mean over layers/heads")
             ax.set_xlabel("phase-A step")
             ax.set_ylabel(ylabel)
             ax.grid(True, alpha=0.3)

@@ -206,41 +206,85 @@ def leaderboard_table(results: Results) -> Table:
     return Table("leaderboard", "Leaderboard across tasks", data, text, best, notes)
 
 
-def robustness_table(results: Results) -> Table | None:
-    """Accuracy and ECE per corruption severity (mean ± std over seeds) and the robustness AUC."""
+def robustness_rows(results: Results) -> pd.DataFrame:
+    """Robustness rows that finished, with 'group' (corruption kind, label_noise, feature_budget) and 'level'
+    (the severity, or the number of features for feature_budget)."""
     rows = detail_rows(results, "robustness")
     if rows.empty:
-        return None
+        return rows
+    for col in ("status", "corruption", "severity", "num_features", "ece"):
+        if col not in rows:
+            rows[col] = None
+    rows = rows[rows["status"].fillna("ok") == "ok"].copy()
     rows["group"] = [c if k == "corruption" and isinstance(c, str) else k
-                     for k, c in zip(rows["kind"], rows.get("corruption", rows["kind"]))]
+                     for k, c in zip(rows["kind"], rows["corruption"])]
+    budget = rows["kind"] == "feature_budget"
+    rows["level"] = pd.to_numeric(rows["severity"].where(~budget, rows["num_features"]), errors="coerce")
+    rows["accuracy"] = pd.to_numeric(rows["accuracy"], errors="coerce")
+    rows["ece"] = pd.to_numeric(rows["ece"], errors="coerce")
+    return rows.dropna(subset=["level"])
+
+
+def _auc_metric(group: str) -> str:
+    return "label_noise_auc" if group == "label_noise" else f"robustness_auc_{group}"
+
+
+def _level_table(results: Results, rows: pd.DataFrame, name: str, title: str, prefix: str,
+                 notes: list[str], with_auc: bool) -> Table:
+    """Wide table: one row per (task, label, perturbation), accuracy and ECE per level (mean ± std over seeds)."""
     metrics = metric_frame(results, "robustness")
+    levels = sorted(rows["level"].unique())
     data, text_rows, numeric = [], [], []
-    severities = sorted(rows["severity"].dropna().unique())
     for (task, label, group), part in rows.groupby(["task", "label", "group"], sort=True):
-        auc = summarize(metrics[(metrics["task"] == task) & (metrics["label"] == label)
-                                & (metrics["metric"] == "robustness_auc")]["value"])
-        text = {"task": task, "label": label, "perturbation": group, "robustness_auc": fmt_summary(auc)}
-        num = {"robustness_auc": auc["mean"]}
-        for sev in severities:
-            at = part[part["severity"] == sev]
-            acc, ece = summarize(at["accuracy"]), summarize(at.get("ece", pd.Series(dtype=float)))
+        text = {"task": task, "label": label, "perturbation": group}
+        num = {}
+        summary = {}
+        if with_auc:
+            for column, metric in (("AUC", _auc_metric(group)), ("overall AUC", "robustness_auc")):
+                summary[column] = summarize(metrics[(metrics["task"] == task) & (metrics["label"] == label)
+                                                    & (metrics["metric"] == metric)]["value"])
+                text[column], num[column] = fmt_summary(summary[column]), summary[column]["mean"]
+        for level in levels:
+            at = part[part["level"] == level]
+            acc, ece = summarize(at["accuracy"]), summarize(at["ece"])
             if acc["n"] or ece["n"]:
-                data.append({"task": task, "label": label, "perturbation": group, "severity": sev,
+                data.append({"task": task, "label": label, "perturbation": group, "level": level,
                              "accuracy_mean": acc["mean"], "accuracy_std": acc["std"], "accuracy_n": acc["n"],
                              "ece_mean": ece["mean"], "ece_std": ece["std"],
-                             "robustness_auc_mean": auc["mean"], "robustness_auc_std": auc["std"]})
-            text[f"acc@{sev:g}"], text[f"ece@{sev:g}"] = fmt_summary(acc), fmt_summary(ece)
-            num[f"acc@{sev:g}"], num[f"ece@{sev:g}"] = acc["mean"], ece["mean"]
+                             **{f"{c.replace(' ', '_').lower()}_mean": v["mean"] for c, v in summary.items()}})
+            key = f"{prefix}{level:g}"
+            text[f"acc@{key}"], text[f"ece@{key}"] = fmt_summary(acc), fmt_summary(ece)
+            num[f"acc@{key}"], num[f"ece@{key}"] = acc["mean"], ece["mean"]
         text_rows.append(text)
         numeric.append(num)
     text, numeric = pd.DataFrame(text_rows), pd.DataFrame(numeric)
-    directions = {c: ("max" if c.startswith("acc") or c == "robustness_auc" else "min") for c in numeric}
+    directions = {c: ("min" if c.startswith("ece") else "max") for c in numeric}
     groups = text["task"].astype(str) + "|" + text["perturbation"].astype(str)
     best = _best_mask(numeric, directions, groups).reindex(columns=text.columns, fill_value=False)
-    notes = ["acc@s / ece@s: accuracy and ECE at severity s (mean ± std over seeds); robustness_auc: the "
-             "measurement's one-number summary (area under accuracy vs severity). Bold: best per task and "
-             "perturbation."]
-    return Table("robustness", "Robustness to corruption", pd.DataFrame(data), text, best, notes, key_columns=3)
+    return Table(name, title, pd.DataFrame(data), text, best, notes, key_columns=3)
+
+
+def robustness_tables(results: Results) -> list[Table]:
+    """Accuracy and ECE per corruption severity / label-noise rate with AUCs; and per feature budget."""
+    rows = robustness_rows(results)
+    if rows.empty:
+        return []
+    tables = []
+    severity = rows[rows["kind"] != "feature_budget"]
+    if not severity.empty:
+        tables.append(_level_table(
+            results, severity, "robustness", "Robustness to corruption and label noise", "",
+            ["acc@s / ece@s: accuracy and ECE at severity (or training label-noise rate) s, mean ± std over seeds. "
+             "AUC: area under accuracy vs severity for this perturbation, over max severity x clean accuracy "
+             "(1 = no loss); overall AUC: the measurement's one-number summary (robustness_auc). "
+             "Bold: best per task and perturbation."], with_auc=True))
+    budget = rows[rows["kind"] == "feature_budget"]
+    if not budget.empty:
+        tables.append(_level_table(
+            results, budget, "robustness_feature_budget", "Accuracy by feature budget (retrained)", "M=",
+            ["acc@M=m / ece@M=m: accuracy and ECE when the model is retrained with m random features, mean ± std "
+             "over seeds. Bold: best per task."], with_auc=False))
+    return tables
 
 
 def _softmax_reference(eff: pd.DataFrame) -> dict[str, str]:
@@ -265,6 +309,7 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
             rows[col] = np.nan
     rows["mode"] = rows["mode"].fillna("forward")
     keys = ["run", "label", "attention", "mode", "seq_len", "batch", "heads", "head_dim"]
+    keys += ["dtype"] if "dtype" in rows and rows["dtype"].nunique() > 1 else []
     out = []
     for key, part in rows.groupby(keys, dropna=False, sort=True):
         ok = part[part["status"] == "ok"]
@@ -280,7 +325,7 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
     eff = pd.DataFrame(out)
     eff["peak_mem_mib"] = eff["peak_mem_bytes"] / MIB
     refs = _softmax_reference(eff)
-    shape = ["run", "mode", "seq_len", "batch", "heads", "head_dim"]
+    shape = ["run", "mode", "seq_len", "batch", "heads", "head_dim"] + (["dtype"] if "dtype" in keys else [])
     eff["speed_vs_softmax"], eff["memory_vs_softmax"] = np.nan, np.nan
     for idx, row in eff.iterrows():
         ref_label = refs.get(row["run"])
@@ -306,7 +351,8 @@ def efficiency_table(results: Results) -> Table | None:
         ok = r.status == "ok"
         text = ({"run": r.run} if many_runs else {}) | {
             "label": r.label, "mode": r.mode, "seq_len": fmt(r.seq_len, 0),
-            "B×H×d": "×".join(fmt(v, 0) for v in (r.batch, r.heads, r.head_dim)),
+            "B×H×d": "×".join(fmt(v, 0) for v in (r.batch, r.heads, r.head_dim))
+                     + (f" {r.dtype}" if "dtype" in eff else ""),
             "time ms (q25–q75)": f"{fmt(r.median_ms)} ({fmt(r.q25_ms)}–{fmt(r.q75_ms)})" if ok else r.status.upper(),
             "tokens/s": fmt(r.tokens_per_s, 0), "peak MiB": fmt(r.peak_mem_mib),
             "speed × softmax": fmt(r.speed_vs_softmax, 2), "memory × softmax": fmt(r.memory_vs_softmax, 2)}
@@ -455,6 +501,6 @@ def all_tables(results: Results) -> list[Table]:
     tasks = sorted(set(results.cells.loc[results.cells["measurement"] == "accuracy", "task"].dropna()))
     tables: list[Table | None] = [leaderboard_table(results) if tasks else None]
     tables += [task_table(results, t) for t in tasks]
-    tables += [robustness_table(results), efficiency_table(results), fidelity_table(results),
+    tables += [*robustness_tables(results), efficiency_table(results), fidelity_table(results),
                coulomb_table(results), kernel_table(results), problems_table(results)]
     return [t for t in tables if t is not None]
