@@ -2,11 +2,13 @@
 
 - `time_repeated(fn)`: repeat a warmed-up call until a minimum time; median and quartiles in ms.
   CUDA: timed with events around each call, synchronised.
-- `peak_memory(setup, args)`: peak memory of one call, measured, not computed. CUDA: the
-  allocator's peak after `reset_peak_memory_stats`, above what was allocated just before the call.
-  CPU: in a fresh subprocess (forkserver; the parent's OpenMP pool makes a plain fork hang), the
-  peak resident size (VmHWM, reset through /proc/self/clear_refs) above the resident size just
-  before the call; `setup(*args)` runs first in that subprocess and returns the call to measure.
+- `peak_memory(setup, args)`: peak memory of one call, measured, not computed. CUDA: after one
+  warm-up call, the allocator's peak after `reset_peak_memory_stats` above what was allocated just
+  before the measured call.
+  CPU: in a fresh subprocess (forkserver; the parent's OpenMP pool makes a plain fork hang),
+  `setup(*args)` builds the call, one warm-up call runs, freed heap goes back to the OS (glibc
+  malloc_trim, large blocks through mmap), then the peak resident size of the measured call
+  (VmHWM, reset through /proc/self/clear_refs) above the resident size just before it.
   Out-of-memory (torch.OutOfMemoryError, MemoryError, or the subprocess killed) and calls longer
   than the budget come back as readings with a status, not as exceptions.
 - `measure_machine()`: the machine's fp32 matrix-multiply rate and copy bandwidth (the roofline).
@@ -127,10 +129,12 @@ def _release_free_heap() -> None:
 
 
 def _memory_child(conn: Any, setup: Callable[..., Callable[[], Any]], args: tuple, threads: int) -> None:
-    """Subprocess body: setup, report ready, measure one call, send the reading (or the error)."""
+    """Subprocess body: setup, one warm-up call, then the measured call; sends the reading (or the error)."""
     torch.set_num_threads(threads)
     try:
         fn = setup(*args)
+        conn.send(("ready", None))
+        fn()  # warm-up: one-time allocations (thread pools, library workspaces) are not the call's peak
         gc.collect()
         _release_free_heap()
         if _reset_peak_rss():
@@ -139,7 +143,7 @@ def _memory_child(conn: Any, setup: Callable[..., Callable[[], Any]], args: tupl
         else:
             method = "cpu-subprocess-ru_maxrss"
             base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        conn.send(("ready", None))
+        conn.send(("warm", None))
         start = time.perf_counter()
         fn()
         seconds = time.perf_counter() - start
@@ -192,11 +196,11 @@ def _cpu_peak_memory(setup: Callable[..., Callable[[], Any]], args: tuple, budge
     process.start()
     send.close()
     tag, value = _await(receive, process, CHILD_START_TIMEOUT_S)
-    if tag == "ready":
+    while tag in ("ready", "warm"):
         tag, value = _await(receive, process, budget_s)
         if tag == "timeout":
             return MemoryReading("timeout", None, "cpu-subprocess",
-                                 reason=f"the call took longer than {budget_s:g} s (per-point budget)")
+                                 reason=f"one call took longer than {budget_s:g} s (per-point budget)")
     process.join()
     if tag == "reading":
         return value
@@ -205,13 +209,17 @@ def _cpu_peak_memory(setup: Callable[..., Callable[[], Any]], args: tuple, budge
                              reason=f"measuring subprocess killed by signal {-value} (likely out of memory)")
     if tag == "timeout":
         raise RuntimeError(f"memory-measuring subprocess did not finish its setup in {CHILD_START_TIMEOUT_S:g} s")
-    raise RuntimeError(f"memory-measuring subprocess failed ({tag}): {value}")
+    if tag == "died":
+        raise RuntimeError(f"memory-measuring subprocess exited with code {value} before reporting; from a script, "
+                           f"call under `if __name__ == '__main__':` (subprocesses re-import the main module)")
+    raise RuntimeError(f"memory-measuring subprocess failed: {value}")
 
 
 def _cuda_peak_memory(setup: Callable[..., Callable[[], Any]], args: tuple, device: str) -> MemoryReading:
     method = "cuda-allocator-peak"
     try:
         fn = setup(*args)
+        fn()  # warm-up, as on CPU
         synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
