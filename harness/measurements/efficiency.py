@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -30,6 +30,9 @@ Mode = Literal["forward", "train"]
 @dataclasses.dataclass
 class EfficiencyOptions:
     """Options of the efficiency measurement."""
+
+    uses_task: ClassVar[bool] = False  # suites expand it once per attention (harness.suite)
+    uses_seed: ClassVar[bool] = False
 
     seq_lens: list[int] = option([256, 1024, 4096], "sequence lengths N")
     batch_sizes: list[int] = option([1], "batch sizes B")
