@@ -8,8 +8,10 @@ in TaskData.info). Texts are tokenised by `harness.tasks.tokenizer`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -107,6 +109,20 @@ class TextRows:
                         [self.labels[i] for i in index])
 
 
+@contextlib.contextmanager
+def quiet_datasets() -> Iterator[Any]:
+    """The `datasets` module with its progress bars off (restored afterwards): loading stays silent."""
+    import datasets
+
+    was_enabled = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield datasets
+    finally:
+        if was_enabled:
+            datasets.enable_progress_bars()
+
+
 def data_directory(cfg: TextTaskConfig) -> Path | None:
     """The data folder from the option, else the environment variable, else None."""
     chosen = cfg.data_dir or os.environ.get(DATA_ENV)
@@ -124,24 +140,25 @@ def expected_files_hint(spec: HubDataset, directory: Path | None) -> str:
 
 def load_hub_rows(spec: HubDataset, cfg: TextTaskConfig) -> tuple[dict[str, TextRows], dict]:
     """Rows per split from local files in the hub's layout if present, else from the hub."""
-    import datasets
-
     directory = data_directory(cfg)
     folder = directory / spec.name if directory else None
     if folder is not None and (folder / "train.jsonl").is_file():
         files = {s: str(folder / f"{s}.jsonl") for s in SPLITS if (folder / f"{s}.jsonl").is_file()}
-        loaded = datasets.load_dataset("json", data_files=files)
+        with quiet_datasets() as datasets:
+            loaded = datasets.load_dataset("json", data_files=files)
         source = {"source": f"local files {folder}", "files": files}
     elif cfg.data_dir is not None:
         raise UserError(f"task {spec.name!r}: {folder / 'train.jsonl'} does not exist; "
                         + expected_files_hint(spec, directory))
     else:
         try:
-            loaded = datasets.load_dataset(spec.hub_path, spec.hub_config)
+            with quiet_datasets() as datasets:
+                loaded = datasets.load_dataset(spec.hub_path, spec.hub_config)
         except Exception as err:  # offline, hub unreachable, or dataset moved
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             missing = f"{folder / 'train.jsonl'} does not exist and " if folder else "no local files and "
-            raise UserError(f"task {spec.name!r}: {missing}the Hugging Face Hub is unreachable ({reason}); "
+            raise UserError(f"task {spec.name!r}: {missing}loading {spec.hub_path} from the Hugging Face Hub "
+                            f"failed ({reason}); "
                             + expected_files_hint(spec, directory)) from None
         source = {"source": f"hub {spec.hub_path}" + (f"/{spec.hub_config}" if spec.hub_config else "")}
     rows = {s: dataset_rows(loaded[s], spec.text_columns, spec.label_column, f"task {spec.name!r}",
@@ -280,14 +297,13 @@ def _format(path: Path, chosen: str) -> str:
 @register_task("text", config=TextFilesConfig)
 def text_files(cfg: TextFilesConfig) -> TaskData:
     """Your own text classification files (csv/tsv/jsonl/parquet), single texts or pairs, any classes."""
-    import datasets
-
     rows = {}
     for split, given in cfg.files.items():
         path = _resolve(str(given), cfg)
         fmt = _format(path, cfg.format)
         extra = {"delimiter": "\t"} if fmt == "tsv" else {}
-        loaded = datasets.load_dataset("csv" if fmt == "tsv" else fmt, data_files={split: str(path)}, **extra)
+        with quiet_datasets() as datasets:
+            loaded = datasets.load_dataset("csv" if fmt == "tsv" else fmt, data_files={split: str(path)}, **extra)
         rows[split] = dataset_rows(loaded[split], cfg.text_columns, cfg.label_column, f"text task file {str(path)!r}")
     info = {"source": "local files", "files": {s: str(_resolve(str(p), cfg)) for s, p in cfg.files.items()},
             "columns": {"text": list(cfg.text_columns), "label": cfg.label_column}}
