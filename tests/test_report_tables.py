@@ -207,3 +207,10 @@ def test_leaderboard_merge_tags_clashing_labels(tmp_path: Path) -> None:
 def test_missing_run_folder_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cells"):
         load_runs([tmp_path / "nowhere"])
+
+
+def test_plug_in_measurement_gets_its_own_table(tmp_path: Path) -> None:
+    for seed, score in enumerate((1.0, 3.0)):
+        write_cell(tmp_path, label="a", task="t1", measurement="echo", seed=seed, metrics={"score": score})
+    table = next(t for t in all_tables(load_runs([tmp_path])) if t.name == "echo_t1")
+    assert table.data.at[0, "score_mean"] == pytest.approx(2.0) and table.data.at[0, "score_n"] == 2

@@ -50,13 +50,23 @@ def _clear_generated(out_dir: Path) -> None:
                     path.unlink()
 
 
+def _plain(value: object) -> str:
+    """Lists and dicts of provenance as short text for Markdown."""
+    if isinstance(value, dict):
+        return ", ".join(f"{v} {k}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(_plain(v) if not isinstance(v, dict) else f"{v.get('count')} × {v.get('status')}: "
+                         f"{v.get('reason')}" for v in value) or "—"
+    return str(value)
+
+
 def _markdown(title: str, tables: list[Table], plot_names: list[str], provenance: list[dict]) -> str:
     lines = [f"# {title}", "", "Built from stored cell results only.", ""]
     lines += [to_markdown(t) for t in tables]
     lines += ["## Plots", ""] + [f"![{n}](plots/{n}.png)" for n in plot_names] + ["", "## Provenance", ""]
     for run in provenance:
         lines.append(f"- **{run['run']}**: " + "; ".join(
-            f"{k}: {v}" for k, v in run.items() if k not in ("run", "packages", "reasons")))
+            f"{k}: {_plain(v)}" for k, v in run.items() if k not in ("run", "packages", "not_run_cell_ids")))
     return "\n".join(lines) + "\n"
 
 

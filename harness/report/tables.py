@@ -23,6 +23,7 @@ METRIC_ORDER = ("accuracy", "macro_f1", "ece", "mcc", "balanced_accuracy", "roc_
                 "brier", "ece_equal_mass", "train_seconds", "phase_a_seconds")
 NOT_METRICS = ("params_total", "params_attention")
 MIB = 2.0 ** 20
+BUILTIN_MEASUREMENTS = ("accuracy", "robustness", "efficiency", "fidelity", "kernel")
 
 
 @dataclasses.dataclass
@@ -109,11 +110,11 @@ def _best_mask(values: pd.DataFrame, directions: dict[str, str | None],
     return mask
 
 
-def task_table(results: Results, task: str) -> Table:
+def task_table(results: Results, task: str, measurement: str = "accuracy") -> Table:
     """One row per attention label on a task: every metric as mean ± std [CI] (rank), n, params."""
-    frame = metric_frame(results, "accuracy")
+    frame = metric_frame(results, measurement)
     frame = frame[frame["task"] == task]
-    cells = results.cells[(results.cells["measurement"] == "accuracy") & (results.cells["task"] == task)]
+    cells = results.cells[(results.cells["measurement"] == measurement) & (results.cells["task"] == task)]
     labels = sorted(set(cells["label"].dropna()))
     metrics = _ordered_metrics(set(frame["metric"]))
     stats = {(lab, m): summarize(frame[(frame["label"] == lab) & (frame["metric"] == m)]["value"])
@@ -145,9 +146,12 @@ def task_table(results: Results, task: str) -> Table:
              "direction-aware). Bold: best in column. n shown where a metric has fewer seeds than the row."]
     for lab in labels:
         if seeds[lab] < cells[cells["label"] == lab]["seed"].nunique():
-            notes.append(f"{lab}: some seeds have no result ({_problem_text(results, 'accuracy', task, lab)}).")
-    return Table(f"task_{_slug(task)}", f"Task {task}: metrics per attention", pd.DataFrame(data_rows),
-                 text, best, notes)
+            notes.append(f"{lab}: some seeds have no result ({_problem_text(results, measurement, task, lab)}).")
+    if measurement == "accuracy":
+        return Table(f"task_{_slug(task)}", f"Task {task}: metrics per attention", pd.DataFrame(data_rows),
+                     text, best, notes)
+    return Table(f"{_slug(measurement)}_{_slug(task)}", f"Measurement {measurement} on {task}: metrics per attention",
+                 pd.DataFrame(data_rows), text, best, notes)
 
 
 def _slug(name: str) -> str:
@@ -427,7 +431,8 @@ def coulomb_table(results: Results) -> Table | None:
         data.append({"task": task, "label": label, "seeds": len(part),
                      **{f"{c}_{k}": stats[c][k] for c in cols for k in ("mean", "std")}})
         text_rows.append({"task": task, "label": label, "seeds": str(len(part)),
-                          **{c: fmt_summary(stats[c]) for c in cols}})
+                          **{c: fmt_summary(stats[c]) for c in cols[:-1]},
+                          "steps": fmt(stats["steps"]["mean"], 0)})
         numeric.append({c: stats[c]["mean"] for c in cols})
     text = pd.DataFrame(text_rows)
     best = _best_mask(pd.DataFrame(numeric), {"alignment_after": "max", "alignment_gain": "max",
@@ -502,5 +507,9 @@ def all_tables(results: Results) -> list[Table]:
     tables: list[Table | None] = [leaderboard_table(results) if tasks else None]
     tables += [task_table(results, t) for t in tasks]
     tables += [*robustness_tables(results), efficiency_table(results), fidelity_table(results),
-               coulomb_table(results), kernel_table(results), problems_table(results)]
+               coulomb_table(results), kernel_table(results)]
+    other = results.ok[~results.ok["measurement"].isin(BUILTIN_MEASUREMENTS)]  # plug-in measurements
+    tables += [task_table(results, str(task), str(m))
+               for (m, task), _ in other.groupby(["measurement", "task"], sort=True)]
+    tables.append(problems_table(results))
     return [t for t in tables if t is not None]
