@@ -122,6 +122,8 @@ def test_recall_label_is_the_value_of_the_queried_key():
         assert marker == 1 and len(set(keys)) == len(keys) == 8
         assert all(2 <= k < 2 + num_keys for k in keys) and all(v >= 2 + num_keys for v in values)
         assert dict(zip(keys, values))[query] - (2 + num_keys) == label
+        counts = [values.count(2 + num_keys + c) for c in range(5)]
+        assert max(counts) - min(counts) <= 1  # no majority-value shortcut
 
 
 def test_nonlinear_pairwise_term_matches_a_naive_double_loop():

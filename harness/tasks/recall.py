@@ -1,6 +1,8 @@
 """Associative recall: key-value pairs, then a query key; the class is the value stored under it.
 
-Row: k1 v1 k2 v2 ... kP vP [QUERY] q, with distinct keys per row and q one of them. Retrieving
+Row: k1 v1 k2 v2 ... kP vP [QUERY] q, with distinct keys per row and q one of them. The values of a
+row are spread evenly over the classes (distinct when num_classes >= num_pairs), so counting values
+gives no shortcut: only retrieving the value stored under the query key solves the task. Retrieving
 one value among many is a known weak spot of linear attention, so variants separate here.
 """
 from __future__ import annotations
@@ -47,6 +49,12 @@ def value_id(value: int, num_keys: int) -> int:
     return 2 + num_keys + value
 
 
+def row_values(num_pairs: int, num_classes: int, rng: np.random.Generator) -> np.ndarray:
+    """Values of one row: each class at most once more often than any other, in random order."""
+    classes = rng.permutation(num_classes)
+    return rng.permutation(np.resize(classes, num_pairs))
+
+
 class RecallSampler:
     """Draws (tokens, value of the queried key) examples."""
 
@@ -56,7 +64,7 @@ class RecallSampler:
     def __call__(self, rng: np.random.Generator) -> Example:
         cfg = self.cfg
         keys = rng.choice(cfg.num_keys, size=cfg.num_pairs, replace=False)
-        values = rng.integers(cfg.num_classes, size=cfg.num_pairs)
+        values = row_values(cfg.num_pairs, cfg.num_classes, rng)
         asked = int(rng.integers(cfg.num_pairs))
         tokens = []
         for k, v in zip(keys, values):
