@@ -46,9 +46,10 @@ class EfficiencyOptions:
     min_repeats: int = option(3, "and at least this many calls")
     max_repeats: int = option(50, "but at most this many calls")
     point_budget_s: float = option(60.0, "per-point budget: one call longer than this is a time-out")
-    memory: bool = option(True, "measure peak memory (CPU: one subprocess per point)")
+    memory: bool = option(True, "measure peak memory (CPU: one subprocess per point, which also keeps a point "
+                                "that does not fit from killing the run; False runs every point in-process)")
     length_caps: dict = option({}, "largest N per attention name or label, e.g. {softmax: 8192}; longer: skipped")
-    matmul_size: int = option(2048, "matrix size of the machine's matmul-rate probe")
+    matmul_size: int | None = option(None, "matrix size of the machine's matmul-rate probe (None: 2048 CPU, 8192 CUDA)")
     copy_mb: int = option(256, "tensor size (MiB) of the machine's copy-bandwidth probe")
 
     def __post_init__(self) -> None:
@@ -200,8 +201,8 @@ def measure_efficiency(cell: dict[str, Any], options: EfficiencyOptions, *, devi
     threads_before = torch.get_num_threads()
     torch.set_num_threads(options.threads)
     try:
-        machine = measure_machine(device, threads=options.threads, matmul_size=options.matmul_size,
-                                  copy_mb=options.copy_mb)
+        matmul_size = options.matmul_size or (8192 if torch.device(device).type == "cuda" else 2048)
+        machine = measure_machine(device, threads=options.threads, matmul_size=matmul_size, copy_mb=options.copy_mb)
         points = [_new_point(cell, options, n, b, h, mode, device, machine)
                   for n in options.seq_lens for b in options.batch_sizes for h in options.heads
                   for mode in options.modes]
