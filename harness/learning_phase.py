@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -26,6 +25,7 @@ from baselines.coulomb import DynamicsConfig, kernel_target_alignment, particle_
 from harness.errors import ConfigError
 from harness.options import make_options, option, require
 from harness.tasks.base import Split
+from harness.train import Progress
 
 DISTANCE_SAMPLES = 2000  # pairwise distances kept (before and after) for histograms
 
@@ -52,9 +52,6 @@ class PhaseAConfig(DynamicsConfig):
         require(self.probe_examples >= 2, f"phase_a probe_examples={self.probe_examples} must be at least 2")
 
 
-Progress = Callable[[str, int, int], None]
-
-
 def particle_modules(model: nn.Module) -> list[nn.Module]:
     """Attention modules whose particles phase A moves (they have learning_phase_parameters and kernel_features)."""
     found = []
@@ -68,11 +65,20 @@ def particle_modules(model: nn.Module) -> list[nn.Module]:
     return found
 
 
+class _AllCaptured(Exception):
+    """Raised by the last capture hook of a pass: the rest of the forward pass is not needed."""
+
+
 class _Capture:
-    """Forward pre-hooks that keep (q, k, key_padding_mask) of each attention module's last call."""
+    """Forward pre-hooks that keep (q, k, key_padding_mask) of each attention module in one pass.
+
+    Once every module's inputs are in, the pass is cut short (the layers after the last attention
+    and the classifier do not affect the particles), which saves about half a forward for 2 layers.
+    """
 
     def __init__(self, modules: list[nn.Module]):
         self.inputs: list[tuple[Tensor, Tensor, Tensor | None] | None] = [None] * len(modules)
+        self.pending: set[int] = set()
         self.handles = [m.register_forward_pre_hook(self._hook(i), with_kwargs=True) for i, m in enumerate(modules)]
 
     def _hook(self, index: int):
@@ -80,7 +86,22 @@ class _Capture:
             q, k = args[0], args[1] if len(args) > 1 else kwargs["k"]
             mask = kwargs.get("key_padding_mask", args[3] if len(args) > 3 else None)
             self.inputs[index] = (q, k, mask)
+            self.pending.discard(index)
+            if not self.pending:
+                raise _AllCaptured
         return hook
+
+    def run(self, model: nn.Module, batch: tuple, device: torch.device) -> Tensor:
+        """Forward `batch` (ids, mask, segments, labels) until every module's inputs are captured -> labels."""
+        ids, mask, seg, labels = (None if t is None else t.to(device) for t in batch)
+        self.pending = set(range(len(self.inputs)))
+        try:
+            model(ids, mask, seg)
+        except _AllCaptured:
+            pass
+        if self.pending:
+            raise RuntimeError(f"phase A: attention modules {sorted(self.pending)} were not called by the model's forward")
+        return labels
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -104,19 +125,13 @@ def representations(q: Tensor, k: Tensor, mask: Tensor | None, labels: Tensor,
     return xs.unsqueeze(0), ys
 
 
-def _forward(model: nn.Module, batch: tuple, device: torch.device) -> Tensor:
-    ids, mask, seg, labels = (None if t is None else t.to(device) for t in batch)
-    model(ids, mask, seg)
-    return labels
-
-
 def _probe_alignment(model: nn.Module, modules: list[nn.Module], capture: _Capture, probe: Split,
                      cfg: PhaseAConfig, device: torch.device, num_classes: int) -> list[list[float]]:
     """Alignment per layer and head on the whole probe split (one batch of representations)."""
     xs: list[list[Tensor]] = [[] for _ in modules]
     ys: list[list[Tensor]] = [[] for _ in modules]
     for batch in probe.batches(cfg.batch_size):
-        labels = _forward(model, batch, device)
+        labels = capture.run(model, batch, device)
         for i, (q, k, mask) in enumerate(capture.inputs):
             x, y = representations(q, k, mask, labels, cfg.pooling)
             xs[i].append(x)
@@ -217,7 +232,7 @@ def _run_dynamics(model: nn.Module, modules: list[nn.Module], capture: _Capture,
             if len(batch[3]) < 2:
                 continue  # a last batch of one sequence has no pairs to align
             with torch.no_grad():
-                labels = _forward(model, batch, device)
+                labels = capture.run(model, batch, device)
             last = []
             for i, (module, param) in enumerate(zip(modules, params)):
                 q, k, mask = capture.inputs[i]

@@ -85,6 +85,17 @@ def test_phase_a_moves_only_particles_and_phase_b_never_moves_them(monkeypatch):
     assert result.phase_a["steps"] == 5
 
 
+def test_kernel_model_equals_its_vanilla_twin_before_phase_a():
+    cfg = toy_model().cfg
+    kernel = toy_model(feature_map="favor")
+    vanilla = TransformerClassifier(cfg, "random-features", {"num_features": 8, "feature_map": "favor"}, seed=0)
+    assert {n: p for n, p in kernel.state_dict().items()}.keys() == vanilla.state_dict().keys()
+    assert all(torch.equal(p, vanilla.state_dict()[n]) for n, p in kernel.state_dict().items())
+    batch = next(toy_task()["test"].batches(8))
+    kernel.eval(), vanilla.eval()
+    assert torch.equal(kernel(batch[0], batch[1]), vanilla(batch[0], batch[1]))
+
+
 def test_same_seed_same_particles_and_json_result():
     task = toy_task()
     runs = []
