@@ -167,7 +167,7 @@ def _check_latex(tex: str, ncols: int) -> None:
     assert re.findall(r"\\end\{(\w+)\}", body) == ["tabular", "table"]
     assert body.index(r"\toprule") < body.index(r"\midrule") < body.index(r"\bottomrule")
     assert body.count("{") == body.count("}")
-    stripped = re.sub(r"\\[_%&#$]", "", body)
+    stripped = re.sub(r"\\[_%&#$]", "", re.sub(r"\{%$", "{", body, flags=re.M))  # line-end % of resizebox
     assert not re.search(r"[_%#]", stripped), "unescaped LaTeX special character"
     assert "±" not in body and "—" not in body
     rows = [line for line in body.splitlines() if line.endswith(r"\\")]
@@ -182,9 +182,10 @@ def test_latex_escapes_specials() -> None:
 def test_latex_compiles_with_pdflatex(tmp_path: Path, hand_run: Path) -> None:
     if shutil.which("pdflatex") is None:
         pytest.skip("pdflatex not installed; well-formedness is checked in test_every_format_written_and_parses")
-    tex = to_latex(leaderboard_table(load_runs([hand_run])))
+    results = load_runs([hand_run])
+    tex = to_latex(leaderboard_table(results)) + to_latex(task_table(results, "t1"))  # narrow and wide
     doc = tmp_path / "doc.tex"
-    doc.write_text("\\documentclass{article}\\usepackage[utf8]{inputenc}\\usepackage{booktabs}"
+    doc.write_text("\\documentclass{article}\\usepackage[utf8]{inputenc}\\usepackage{booktabs}\\usepackage{graphicx}"
                    "\\begin{document}\n" + tex + "\n\\end{document}\n")
     proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
