@@ -17,7 +17,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ from harness.options import option, require
 @dataclasses.dataclass
 class KernelExperimentConfig:
     """Design, noise levels, methods and particle dynamics of the tabular experiment."""
+
+    uses_task: ClassVar[bool] = False  # suites run it once per seed, not per task or attention
+    uses_attention: ClassVar[bool] = False
 
     num_samples: int = option(400, "rows of the design matrix (paper: 400)")
     num_inputs: int = option(5, "columns p of the design matrix (paper: p >= 5)")

@@ -95,9 +95,9 @@ def test_rows_cover_every_method_budget_and_lambda_once():
 
 
 def test_kernel_measurement_through_run_cell():
-    import harness.measurements.kernel  # noqa: F401  (registers `kernel`)
-    from harness.measurements import run_cell
-    cell = {"suite": "t", "task": {"name": "none", "options": {}}, "attention": {"name": "coulomb"}, "seed": 0,
+    from harness.measurements import measurement_names, run_cell
+    assert "kernel" in measurement_names()
+    cell = {"suite": "t", "task": {"name": "none", "options": {}}, "attention": {"name": "none"}, "seed": 0,
             "model": {}, "training": {},
             "measurement": {"name": "kernel", "options": {**SMALL, "noise_levels": 1, "feature_budgets": [8],
                                                           "ablation_lambdas": []}}}

@@ -22,7 +22,8 @@ ENTRY_POINT_GROUP = "attnbench.measurement"
 
 MEASUREMENTS = Registry("measurement", builtin_modules=[
     "harness.measurements.accuracy", "harness.measurements.robustness",
-    "harness.measurements.efficiency", "harness.measurements.fidelity"], entry_point_group=ENTRY_POINT_GROUP)
+    "harness.measurements.efficiency", "harness.measurements.fidelity",
+    "harness.measurements.kernel"], entry_point_group=ENTRY_POINT_GROUP)
 
 
 class SkipCell(Exception):

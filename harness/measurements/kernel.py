@@ -1,0 +1,22 @@
+"""Measurement `kernel`: the paper's tabular kernel experiment (`harness.kernel_experiment`), no Transformer.
+
+The cell's task and attention are not used; its seed fixes the design, the split, the random
+features and the dynamics' noise. Options: `KernelExperimentConfig`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from harness.kernel_experiment import KernelExperimentConfig, run_kernel_experiment, summarise
+from harness.measurements import register_measurement
+from harness.train import Progress
+
+
+@register_measurement("kernel", config=KernelExperimentConfig)
+def kernel(cell: dict[str, Any], options: KernelExperimentConfig, *, device: str = "cpu",
+           progress: Progress | None = None) -> dict[str, Any]:
+    """Logistic regression, RBF SVM, fixed and learned random features across label-noise levels."""
+    rows = run_kernel_experiment(options, seed=int(cell.get("seed", 0)), progress=progress)
+    return {"metrics": summarise(rows),
+            "details": {"rows": rows, "sigmas": options.sigmas(), "config": dataclasses.asdict(options)}}
