@@ -91,10 +91,18 @@ def select_cells(suite: Suite, filters: tuple[str, ...]) -> list[dict[str, Any]]
 def resolved_config(suite: Suite, cell: dict[str, Any]) -> dict[str, Any]:
     """Every config of a cell with its defaults filled in (for provenance)."""
     task = cell["task"]["name"]
-    return {"attention": suite.resolved["attentions"][cell["attention"]["label"]],
+    return {"attention": suite.resolved["attentions"].get(cell["attention"]["label"], {}),
             "task": suite.resolved["tasks"].get(task, {}),
-            "model": suite.resolved.get("model", {}), "training": suite.resolved.get("training", {}),
+            "model": _resolved_model(cell["model"]), "training": suite.resolved.get("training", {}),
             "measurement": suite.resolved["measurements"][cell["measurement"]["name"]]}
+
+
+def _resolved_model(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The cell's model settings with defaults (vocabulary, classes and length are then set by the task)."""
+    from harness.model import ModelConfig
+    from harness.options import make_options
+
+    return dataclasses.asdict(make_options(ModelConfig, overrides, what="model"))
 
 
 def failure_reason(err: BaseException) -> str:

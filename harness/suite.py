@@ -6,9 +6,10 @@ measurement). Schema (top-level keys):
 
     name: smoke                      # required; default run folder runs/<name>
     description: one line            # required; shown by `attnbench list suites`
-    attentions:                      # required; a name, "module:Class", or a mapping
+    attentions:                      # a name, "module:Class", or a mapping {name, label, options}
       - softmax
       - {name: performer, label: performer-64, options: {num_features: 64}}
+      - {name: random-features, label: vanilla-favor-qk, model: {tie_qk: false}}   # model overrides
     tasks:                           # a name or {name, options}; seed comes from `seeds`
       - {name: listops, options: {num_train: 256}}
     seeds: [0, 1, 2]                 # required, distinct integers
@@ -18,9 +19,12 @@ measurement). Schema (top-level keys):
     cell_timeout: 600                # optional seconds per cell (CLI --cell-timeout overrides)
     exclude: ["qqp/linformer*"]      # optional glob patterns over cell names to leave out
 
-A measurement whose options class sets `uses_task = False` (efficiency, kernel) gets the task
-{"name": "none"} and is expanded once per attention and seed, not per task; one that sets
-`uses_seed = False` (efficiency) runs with the first seed only.
+Measurements declare what they depend on with class attributes of their options dataclass
+(`uses_task`, `uses_seed`, `uses_attention`, all True unless set to False, as typing.ClassVar):
+one with `uses_task = False` (efficiency, kernel) gets the task {"name": "none"} and is expanded
+once, not per task; `uses_seed = False` (efficiency) runs with the first seed only;
+`uses_attention = False` (kernel, a tabular experiment) gets the attention {"name": "none"} and
+runs once, not per attention.
 """
 from __future__ import annotations
 
@@ -42,10 +46,11 @@ from harness.train import TrainConfig
 
 SUITE_KEYS = ("name", "description", "attentions", "tasks", "seeds", "model", "training",
               "measurements", "cell_timeout", "exclude")
-REQUIRED_KEYS = ("name", "description", "attentions", "seeds", "measurements")
+REQUIRED_KEYS = ("name", "description", "seeds", "measurements")
 MODEL_SET_ATTENTION_OPTIONS = ("head_dim", "num_heads", "max_length", "seed")  # filled in by the model
 TASK_SET_MODEL_OPTIONS = ("vocab_size", "num_classes", "max_length", "pad_id", "num_segments")  # from the task
 NO_TASK = {"name": "none", "options": {}}
+NO_ATTENTION = {"name": "none", "label": "none", "options": {}}
 
 
 def suites_dir() -> Path:
@@ -101,7 +106,7 @@ class Suite:
     name: str
     description: str
     path: Path
-    attentions: list[dict[str, Any]]  # {"name", "label", "options"}
+    attentions: list[dict[str, Any]]  # {"name", "label", "options", "model" (overrides for its cells)}
     tasks: list[dict[str, Any]]  # {"name", "options"}
     seeds: list[int]
     model: dict[str, Any]
@@ -112,6 +117,7 @@ class Suite:
     resolved: dict[str, Any]  # every config with its defaults, for provenance
     task_free: frozenset[str]  # measurement names that do not use a task
     seed_free: frozenset[str]  # measurement names that do not use a seed
+    attention_free: frozenset[str]  # measurement names that do not use an attention
 
     def as_dict(self) -> dict[str, Any]:
         """The normalised suite (JSON-able), as stored in run.json."""
@@ -126,11 +132,14 @@ class Suite:
         for measurement in self.measurements:
             tasks = [NO_TASK] if measurement["name"] in self.task_free else self.tasks
             seeds = self.seeds[:1] if measurement["name"] in self.seed_free else self.seeds
+            attentions = [NO_ATTENTION] if measurement["name"] in self.attention_free else self.attentions
             for task in tasks:
-                for attention in self.attentions:
+                for attention in attentions:
                     for seed in seeds:
-                        cell = {"suite": self.name, "task": _copy(task), "attention": _copy(attention),
-                                "seed": seed, "model": _copy(self.model), "training": _copy(self.training),
+                        spec = {k: v for k, v in attention.items() if k != "model"}
+                        model = {**self.model, **attention.get("model", {})}
+                        cell = {"suite": self.name, "task": _copy(task), "attention": _copy(spec),
+                                "seed": seed, "model": _copy(model), "training": _copy(self.training),
                                 "measurement": _copy(measurement)}
                         if not any(fnmatch.fnmatchcase(cell_name(cell), p) for p in self.exclude):
                             cells.append(cell)
@@ -178,24 +187,29 @@ class _Validator:
         if "\n" in description.strip():
             raise self.error("description", "must be one line (it is shown by `attnbench list suites`)")
         measurements = self.entries(raw["measurements"], "measurements", measurements_registry, labels=False)
-        task_free = frozenset(m["name"] for m in measurements
-                              if not getattr(measurements_registry.get(m["name"]).config, "uses_task", True))
-        seed_free = frozenset(m["name"] for m in measurements
-                              if not getattr(measurements_registry.get(m["name"]).config, "uses_seed", True))
+        independent = {flag: frozenset(m["name"] for m in measurements
+                                       if not getattr(measurements_registry.get(m["name"]).config, flag, True))
+                       for flag in ("uses_task", "uses_seed", "uses_attention")}
+        task_free = independent["uses_task"]
         tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False)
         needs_task = [m["name"] for m in measurements if m["name"] not in task_free]
         if needs_task and not tasks:
             raise self.error("tasks", f"no tasks given, but measurement {needs_task[0]!r} needs one; "
                                       f"add tasks (see `attnbench list tasks`)")
+        needs_attention = [m["name"] for m in measurements if m["name"] not in independent["uses_attention"]]
+        if needs_attention and not raw.get("attentions"):
+            raise self.error("attentions", f"no attentions given, but measurement {needs_attention[0]!r} needs "
+                                           f"them; add attentions (see `attnbench list attention`)")
         model = self.model(raw.get("model", {}))
         suite = Suite(
             name=name, description=description.strip(), path=self.path,
-            attentions=self.entries(raw["attentions"], "attentions", ATTENTIONS, labels=True),
+            attentions=self.entries(raw.get("attentions", []), "attentions", ATTENTIONS, labels=True, model=model),
             tasks=tasks, seeds=self.seeds(raw["seeds"]), model=model,
             training=self.training(raw.get("training", {})),
             measurements=measurements, cell_timeout=self.timeout(raw.get("cell_timeout")),
             exclude=[self.string(p, f"exclude[{i}]") for i, p in enumerate(self.list(raw.get("exclude", []), "exclude"))],
-            resolved=self.resolved, task_free=task_free, seed_free=seed_free)
+            resolved=self.resolved, task_free=task_free, seed_free=independent["uses_seed"],
+            attention_free=independent["uses_attention"])
         if not suite.cells():
             raise self.error("exclude", "the exclude patterns leave no cells to run")
         return suite
@@ -245,10 +259,15 @@ class _Validator:
             raise self.error("cell_timeout", f"is {value!r}, expected a positive number of seconds")
         return float(value)
 
-    def entries(self, value: Any, path: str, registry: Registry, *, labels: bool) -> list[dict[str, Any]]:
-        """A list of names or {name, label?, options?} mappings, each validated against `registry`."""
+    def entries(self, value: Any, path: str, registry: Registry, *, labels: bool,
+                model: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """A list of names or {name, label?, options?, model?} mappings, each validated against `registry`.
+
+        With `labels` (attentions) an entry may carry a label and `model` overrides for its cells,
+        merged over the suite's `model` (e.g. {tie_qk: false} for one variant).
+        """
         items = self.list(value, path)
-        if path != "tasks" and not items:
+        if path == "measurements" and not items:
             raise self.error(path, f"is empty; list at least one {registry.kind} (see `attnbench list`)")
         out, seen = [], {}
         for i, item in enumerate(items):
@@ -256,7 +275,7 @@ class _Validator:
             if isinstance(item, str):
                 item = {"name": item}
             item = self.mapping(item, item_path)
-            self.keys(item, ("name", "label", "options") if labels else ("name", "options"), item_path, ("name",))
+            self.keys(item, ("name", "label", "options", "model") if labels else ("name", "options"), item_path, ("name",))
             name = self.string(item["name"], f"{item_path}.name")
             try:
                 entry = registry.get(name)
@@ -271,14 +290,19 @@ class _Validator:
                 raise self.error(item_path, f"{what} {label!r} is already used by {path}[{seen[label]}]; "
                                             + ("give each entry a distinct label" if labels else "list each once"))
             seen[label] = i
-            self.resolved[path][label] = self.registry_options(registry, entry, options, f"{item_path}.options")
             normal = {"name": name, "options": dict(options)}
+            resolved_model = None
             if labels:
-                normal = {"name": name, "label": label, "options": dict(options)}
+                own_model = self.model(item.get("model", {}), f"{item_path}.model")
+                resolved_model = self.config({**(model or {}), **own_model}, f"{item_path}.model", ModelConfig, "model")
+                normal = {"name": name, "label": label, "options": dict(options), "model": own_model}
+            self.resolved[path][label] = self.registry_options(registry, entry, options, f"{item_path}.options",
+                                                               resolved_model)
             out.append(normal)
         return out
 
-    def registry_options(self, registry: Registry, entry: Any, options: dict[str, Any], path: str) -> dict[str, Any]:
+    def registry_options(self, registry: Registry, entry: Any, options: dict[str, Any], path: str,
+                         model: dict[str, Any] | None) -> dict[str, Any]:
         reserved = MODEL_SET_ATTENTION_OPTIONS if registry is ATTENTIONS else ("seed",)
         for key in options:
             if key in reserved:
@@ -286,20 +310,21 @@ class _Validator:
                 raise self.error(_join(path, key), f"option {key!r} is set from {source}; remove it here")
         if registry is not ATTENTIONS:
             return self.config(options, path, entry.config, f"{registry.kind} {entry.name!r}")
-        model = self.resolved["model"]  # what the model passes to every attention
-        from_model = {"head_dim": model["d_model"] // model["num_heads"], "num_heads": model["num_heads"]}
+        assert model is not None  # what the model passes to every attention (max_length: a stand-in
+        from_model = {"head_dim": model["d_model"] // model["num_heads"], "num_heads": model["num_heads"],
+                      "max_length": model["max_length"]}  # for validation; each task sets the real one)
         resolved = self.config({**from_model, **options}, path, entry.config, f"{registry.kind} {entry.name!r}")
         for key in ("seed", "max_length"):  # per layer from the cell seed; from the task
             resolved.pop(key, None)
         return resolved
 
-    def model(self, value: Any) -> dict[str, Any]:
-        model = self.mapping(value, "model")
+    def model(self, value: Any, path: str = "model") -> dict[str, Any]:
+        model = self.mapping(value, path)
         for key in model:
             if key in TASK_SET_MODEL_OPTIONS:
-                raise self.error(f"model.{key}", f"{key!r} is set from each task; set it in the task's options "
-                                                 f"if the task has such an option, and remove it here")
-        self.config(model, "model", ModelConfig, "model")
+                raise self.error(f"{path}.{key}", f"{key!r} is set from each task; set it in the task's options "
+                                                  f"if the task has such an option, and remove it here")
+        self.config(model, path, ModelConfig, "model")
         return dict(model)
 
     def training(self, value: Any) -> dict[str, Any]:

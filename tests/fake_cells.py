@@ -83,6 +83,21 @@ def echo(cell: dict[str, Any], options: EchoOptions, *, device: str, progress: A
 
 
 @dataclasses.dataclass
+class SeedOnlyOptions(EchoOptions):
+    """Options of a measurement that uses neither task nor attention nor seed (run once per suite)."""
+
+    uses_task: ClassVar[bool] = False
+    uses_seed: ClassVar[bool] = False
+    uses_attention: ClassVar[bool] = False
+
+
+@MEASUREMENTS.register("echo-once", config=SeedOnlyOptions)
+def echo_once(cell: dict[str, Any], options: SeedOnlyOptions, *, device: str, progress: Any) -> dict[str, Any]:
+    """The echo measurement, expanded once per suite."""
+    return echo(cell, options, device=device, progress=progress)
+
+
+@dataclasses.dataclass
 class TinyTaskConfig(TaskConfig):
     """Options of the tiny task."""
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from harness.errors import UserError
-from harness.suite import NO_TASK, cell_name, find_suite, load_suite, suite_names, suites_dir
+from harness.suite import NO_ATTENTION, NO_TASK, cell_name, find_suite, load_suite, suite_names, suites_dir
 
 sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins
 
@@ -21,7 +21,8 @@ BASE = {
     "seeds": [0, 1, 2],
     "model": {"d_model": 16, "num_heads": 2},
     "training": {"epochs": 1},
-    "measurements": ["fake_cells:echo", {"name": "fake_cells:tiny_train", "options": {"examples": 16}}],
+    "measurements": ["fake_cells:echo", {"name": "fake_cells:tiny_train", "options": {"examples": 16}},
+                     "fake_cells:echo_once"],
 }
 
 
@@ -58,12 +59,14 @@ def test_option_typo_names_key_path_and_suggestion(tmp_path):
     ({"tasks": [{"name": "fake_cells:tiny_task", "options": {"rowz": 3}}]}, "tasks[0].options.rowz", "'rows'"),
     ({"tasks": [{"name": "fake_cells:tiny_task", "options": {"seed": 3}}]}, "tasks[0].options.seed", "seeds:"),
     ({"attentions": [{"name": "softmax", "options": {"head_dim": 8}}]}, "attentions[0].options.head_dim", "model"),
+    ({"attentions": [{"name": "softmax", "model": {"tie_q": False}}]}, "attentions[0].model.tie_q", "'tie_qk'"),
     ({"seeds": [0, "1"]}, "seeds[1]: is '1'", "integer"),
     ({"seeds": [0, 0]}, "seeds: [0, 0] repeats", "once"),
     ({"attentions": ["softmax", "softmax"]}, "attentions[1]: label 'softmax' is already used", "distinct label"),
     ({"attentions": "softmax"}, "attentions: is 'softmax'", "expected a list"),
     ({"cell_timeout": -1}, "cell_timeout: is -1", "positive"),
     ({"tasks": []}, "tasks: no tasks given", "fake_cells:echo"),
+    ({"attentions": []}, "attentions: no attentions given", "fake_cells:echo"),
 ])
 def test_mistakes_name_the_key_path(tmp_path, changes, key_path, hint):
     message = error_of(write(tmp_path, **changes))
@@ -101,7 +104,9 @@ def test_expansion_one_cell_per_task_attention_seed_measurement(tmp_path):
     task_free = [c for c in cells if c["measurement"]["name"] == "fake_cells:tiny_train"]
     assert {(c["attention"]["label"], c["seed"]) for c in task_free} == set(itertools.product(labels, seeds))
     assert all(c["task"] == NO_TASK for c in task_free)
-    assert len(cells) == 2 * 3 + 2 * 3
+    (once,) = [c for c in cells if c["measurement"]["name"] == "fake_cells:echo_once"]
+    assert once["task"] == NO_TASK and once["attention"] == NO_ATTENTION and once["seed"] == 0
+    assert len(cells) == 2 * 3 + 2 * 3 + 1
     assert set(cells[0]) == {"suite", "task", "attention", "seed", "model", "training", "measurement"}
     assert cells[0]["attention"].keys() == {"name", "label", "options"}
     assert len({cell_name(c) for c in cells}) == len(cells)
@@ -110,10 +115,19 @@ def test_expansion_one_cell_per_task_attention_seed_measurement(tmp_path):
     assert suite.resolved["attentions"]["softmax-math"]["head_dim"] == 8  # filled in from the model
 
 
+def test_attention_model_overrides_merge_into_its_cells_only(tmp_path):
+    attentions = ["softmax", {"name": "softmax", "label": "untied", "model": {"tie_qk": False, "d_model": 32}}]
+    cells = load_suite(str(write(tmp_path, attentions=attentions))).cells()
+    models = {c["attention"]["label"]: c["model"] for c in cells}
+    assert models == {"softmax": {"d_model": 16, "num_heads": 2},
+                      "untied": {"d_model": 32, "num_heads": 2, "tie_qk": False}, "none": {"d_model": 16, "num_heads": 2}}
+    assert all(set(c["attention"]) == {"name", "label", "options"} for c in cells)
+
+
 def test_exclude_patterns_remove_cells(tmp_path):
     suite = load_suite(str(write(tmp_path, exclude=["*/softmax-math/*", "*/s2/*"])))
     names = [cell_name(c) for c in suite.cells()]
-    assert len(names) == 2 * 2 and not any("softmax-math" in n or "/s2/" in n for n in names)
+    assert len(names) == 2 * 2 + 1 and not any("softmax-math" in n or "/s2/" in n for n in names)
     with pytest.raises(UserError, match="leave no cells"):
         load_suite(str(write(tmp_path, exclude=["*"])))
 
