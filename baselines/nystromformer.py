@@ -92,7 +92,7 @@ class NystromAttention(nn.Module):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         b, h, n, d = q.shape
         mask = torch.ones(b, n, dtype=torch.bool, device=q.device) if key_padding_mask is None else key_padding_mask
-        num_landmarks = self.cfg.num_landmarks
+        num_landmarks = min(self.cfg.num_landmarks, n)  # more landmarks than positions would stay empty
         q, k = q * d ** -0.25, k * d ** -0.25
         segment, valid = landmark_segments(mask, num_landmarks)
         weights = mask.to(q.dtype)
