@@ -5,7 +5,9 @@ attention built with `build_attention` (max_length = N). Order of work: every po
 is measured first (CPU: a fresh subprocess per point, which also guards the run against a point
 that does not fit), then every surviving point is warmed up, then each is timed. Points above a
 length cap, or whose roofline bound alone exceeds the per-point budget, are skipped with a reason;
-out-of-memory and time-outs are rows with their status.
+out-of-memory and time-outs are rows with their status. Peak memory is what one call needs above
+its inputs and the built module (training: the forward activations, backward and input gradients).
+FLOPs and bytes for the roofline come from `harness.measurements.cost`.
 """
 from __future__ import annotations
 
