@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
-
 import matplotlib.colors as mcolors
 import matplotlib.image as mpimg
 import numpy as np
@@ -12,7 +10,8 @@ import pytest
 
 from harness.report.load import load_runs
 from harness.report.plots import all_plots, label_colors, pareto_front
-from harness.report.tables import efficiency_frame, leaderboard_table
+from harness.report.measurement_tables import efficiency_frame
+from harness.report.tables import leaderboard_table
 from report_fixture import make_fake_run
 
 LABELS = ("softmax", "kernel-favor", "performer-256")

@@ -16,8 +16,8 @@ from harness.report import write_leaderboard
 from harness.report.formats import latex_escape, to_latex, to_markdown, write_table
 from harness.report.load import detail_rows, load_runs, run_provenance
 from harness.report.stats import summarize, t_quantile_975
-from harness.report.tables import (all_tables, coulomb_table, efficiency_frame, kernel_table, leaderboard_table,
-                                   robustness_tables, task_table)
+from harness.report.measurement_tables import coulomb_table, efficiency_frame, kernel_table, robustness_tables
+from harness.report.tables import all_tables, leaderboard_table, task_table
 from report_fixture import make_fake_run, write_cell
 
 # accuracy, ece per (task, label) over seeds 0, 1, 2; "c" has no result on task "t2" (it failed there)
@@ -179,17 +179,19 @@ def test_latex_escapes_specials() -> None:
         r"lin\_attn\&50\%\#\{x\}\textasciitilde{}\textasciicircum{}\textbackslash{}"
 
 
-def test_latex_compiles_with_pdflatex(tmp_path: Path, hand_run: Path) -> None:
+def test_latex_compiles_with_pdflatex(tmp_path: Path) -> None:
     if shutil.which("pdflatex") is None:
         pytest.skip("pdflatex not installed; well-formedness is checked in test_every_format_written_and_parses")
-    results = load_runs([hand_run])
-    tex = to_latex(leaderboard_table(results)) + to_latex(task_table(results, "t1"))  # narrow and wide
+    run = make_fake_run(tmp_path / "run", tasks=("sst2",), labels=("softmax", "kernel-favor"))
+    write_cell(run, label="lin_attn&50%#~^{x}", attention="performer", task="sst2", metrics={"accuracy": 0.5})
+    tex = "\n".join(to_latex(t) for t in all_tables(load_runs([run])))  # narrow and wide tables
     doc = tmp_path / "doc.tex"
     doc.write_text("\\documentclass{article}\\usepackage[utf8]{inputenc}\\usepackage{booktabs}\\usepackage{graphicx}"
                    "\\begin{document}\n" + tex + "\n\\end{document}\n")
     proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stdout[-2000:]
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert (tmp_path / "doc.pdf").stat().st_size > 10_000
 
 
 def test_leaderboard_merge_tags_clashing_labels(tmp_path: Path) -> None:

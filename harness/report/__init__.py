@@ -22,7 +22,9 @@ from harness.report.formats import to_markdown, write_table
 from harness.report.html import render_page
 from harness.report.load import Results, load_runs, run_provenance
 from harness.report.plots import all_plots
-from harness.report.tables import Table, all_tables, efficiency_frame
+from harness.report.measurement_tables import efficiency_frame
+from harness.report.table import Table
+from harness.report.tables import all_tables
 
 __all__ = ["write_report", "write_leaderboard"]
 

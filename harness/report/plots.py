@@ -19,7 +19,7 @@ from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
 from harness.report.load import Results, metric_frame
-from harness.report.tables import robustness_rows
+from harness.report.measurement_tables import robustness_rows
 
 MIB = 2.0 ** 20
 

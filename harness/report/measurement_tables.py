@@ -1,0 +1,290 @@
+"""Tables of the non-accuracy measurements: robustness, efficiency (with ratios against softmax),
+kernel fidelity, Coulomb phase-A diagnostics, and the paper's tabular kernel experiment."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from harness.report.load import Results, detail_rows, metric_frame
+from harness.report.stats import summarize
+from harness.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary
+
+MIB = 2.0 ** 20
+
+
+def robustness_rows(results: Results) -> pd.DataFrame:
+    """Robustness rows that finished, with 'group' (corruption kind, label_noise, feature_budget) and 'level'
+    (the severity, or the number of features for feature_budget)."""
+    rows = detail_rows(results, "robustness")
+    if rows.empty:
+        return rows
+    for col in ("status", "corruption", "severity", "num_features", "ece"):
+        if col not in rows:
+            rows[col] = None
+    rows = rows[rows["status"].fillna("ok") == "ok"].copy()
+    rows["group"] = [c if k == "corruption" and isinstance(c, str) else k
+                     for k, c in zip(rows["kind"], rows["corruption"])]
+    budget = rows["kind"] == "feature_budget"
+    rows["level"] = pd.to_numeric(rows["severity"].where(~budget, rows["num_features"]), errors="coerce")
+    rows["accuracy"] = pd.to_numeric(rows["accuracy"], errors="coerce")
+    rows["ece"] = pd.to_numeric(rows["ece"], errors="coerce")
+    return rows.dropna(subset=["level"])
+
+
+def _auc_metric(group: str) -> str:
+    return "label_noise_auc" if group == "label_noise" else f"robustness_auc_{group}"
+
+
+def _level_table(results: Results, rows: pd.DataFrame, name: str, title: str, prefix: str,
+                 notes: list[str], with_auc: bool) -> Table:
+    """Wide table: one row per (task, label, perturbation), accuracy and ECE per level (mean ± std over seeds)."""
+    metrics = metric_frame(results, "robustness")
+    levels = sorted(rows["level"].unique())
+    data, text_rows, numeric = [], [], []
+    for (task, label, group), part in rows.groupby(["task", "label", "group"], sort=True):
+        text = {"task": task, "label": label, "perturbation": group}
+        num = {}
+        summary = {}
+        if with_auc:
+            for column, metric in (("AUC", _auc_metric(group)), ("overall AUC", "robustness_auc")):
+                summary[column] = summarize(metrics[(metrics["task"] == task) & (metrics["label"] == label)
+                                                    & (metrics["metric"] == metric)]["value"])
+                text[column], num[column] = fmt_summary(summary[column]), summary[column]["mean"]
+        for level in levels:
+            at = part[part["level"] == level]
+            acc, ece = summarize(at["accuracy"]), summarize(at["ece"])
+            if acc["n"] or ece["n"]:
+                data.append({"task": task, "label": label, "perturbation": group, "level": level,
+                             "accuracy_mean": acc["mean"], "accuracy_std": acc["std"], "accuracy_n": acc["n"],
+                             "ece_mean": ece["mean"], "ece_std": ece["std"],
+                             **{f"{c.replace(' ', '_').lower()}_mean": v["mean"] for c, v in summary.items()}})
+            key = f"{prefix}{level:g}"
+            text[f"acc@{key}"], text[f"ece@{key}"] = fmt_summary(acc), fmt_summary(ece)
+            num[f"acc@{key}"], num[f"ece@{key}"] = acc["mean"], ece["mean"]
+        text_rows.append(text)
+        numeric.append(num)
+    text, numeric = pd.DataFrame(text_rows), pd.DataFrame(numeric)
+    directions = {c: ("min" if c.startswith("ece") else "max") for c in numeric}
+    groups = text["task"].astype(str) + "|" + text["perturbation"].astype(str)
+    best = best_mask(numeric, directions, groups).reindex(columns=text.columns, fill_value=False)
+    return Table(name, title, pd.DataFrame(data), text, best, notes, key_columns=3)
+
+
+def robustness_tables(results: Results) -> list[Table]:
+    """Accuracy and ECE per corruption severity / label-noise rate with AUCs; and per feature budget."""
+    rows = robustness_rows(results)
+    if rows.empty:
+        return []
+    tables = []
+    severity = rows[rows["kind"] != "feature_budget"]
+    if not severity.empty:
+        tables.append(_level_table(
+            results, severity, "robustness", "Robustness to corruption and label noise", "",
+            ["acc@s / ece@s: accuracy and ECE at severity (or training label-noise rate) s, mean ± std over seeds. "
+             "AUC: area under accuracy vs severity for this perturbation, over max severity x clean accuracy "
+             "(1 = no loss); overall AUC: the measurement's one-number summary (robustness_auc). "
+             "Bold: best per task and perturbation."], with_auc=True))
+    budget = rows[rows["kind"] == "feature_budget"]
+    if not budget.empty:
+        tables.append(_level_table(
+            results, budget, "robustness_feature_budget", "Accuracy by feature budget (retrained)", "M=",
+            ["acc@M=m / ece@M=m: accuracy and ECE when the model is retrained with m random features, mean ± std "
+             "over seeds. Bold: best per task."], with_auc=False))
+    return tables
+
+
+def _softmax_reference(eff: pd.DataFrame) -> dict[str, str]:
+    """Per run: the label used as softmax reference (label 'softmax', else first softmax-attention label)."""
+    out = {}
+    for run, part in eff.groupby("run"):
+        candidates = sorted(set(part.loc[part["attention"] == "softmax", "label"]))
+        preferred = [c for c in candidates if c.split(" [")[0] == "softmax"]
+        if preferred or candidates:
+            out[run] = (preferred or candidates)[0]
+    return out
+
+
+def efficiency_frame(results: Results) -> pd.DataFrame:
+    """Efficiency rows averaged over seeds, with speed/memory ratios against softmax in the same run."""
+    rows = detail_rows(results, "efficiency")
+    if rows.empty:
+        return rows
+    for col in ("median_ms", "q25_ms", "q75_ms", "tokens_per_s", "peak_mem_bytes", "roofline_fraction",
+                "batch", "heads", "head_dim", "reason", "mode"):
+        if col not in rows:
+            rows[col] = np.nan
+    rows["mode"] = rows["mode"].fillna("forward")
+    keys = ["run", "label", "attention", "mode", "seq_len", "batch", "heads", "head_dim"]
+    keys += ["dtype"] if "dtype" in rows and rows["dtype"].nunique() > 1 else []
+    out = []
+    for key, part in rows.groupby(keys, dropna=False, sort=True):
+        ok = part[part["status"] == "ok"]
+        bad = part[part["status"] != "ok"]
+        rec = dict(zip(keys, key))
+        rec["status"] = "ok" if bad.empty else str(bad["status"].iloc[0])
+        rec["reason"] = None if bad.empty else bad["reason"].dropna().astype(str).iloc[0] \
+            if bad["reason"].notna().any() else None
+        for col in ("median_ms", "q25_ms", "q75_ms", "tokens_per_s", "peak_mem_bytes", "roofline_fraction"):
+            rec[col] = float(pd.to_numeric(ok[col], errors="coerce").mean()) if not ok.empty else np.nan
+        rec["repeats_seeds"] = len(ok)
+        out.append(rec)
+    eff = pd.DataFrame(out)
+    eff["peak_mem_mib"] = eff["peak_mem_bytes"] / MIB
+    refs = _softmax_reference(eff)
+    shape = ["run", "mode", "seq_len", "batch", "heads", "head_dim"] + (["dtype"] if "dtype" in keys else [])
+    eff["speed_vs_softmax"], eff["memory_vs_softmax"] = np.nan, np.nan
+    for idx, row in eff.iterrows():
+        ref_label = refs.get(row["run"])
+        ref = eff[(eff["label"] == ref_label) & (eff["status"] == "ok")]
+        for col in shape:
+            ref = ref[(ref[col] == row[col]) | (ref[col].isna() & pd.isna(row[col]))]
+        if row["status"] == "ok" and len(ref) == 1:
+            eff.at[idx, "speed_vs_softmax"] = ref["median_ms"].iloc[0] / row["median_ms"]
+            eff.at[idx, "memory_vs_softmax"] = row["peak_mem_bytes"] / ref["peak_mem_bytes"].iloc[0]
+    eff["softmax_reference"] = eff["run"].map(refs)
+    return eff
+
+
+def efficiency_table(results: Results) -> Table | None:
+    """Time, tokens/s, peak memory by sequence length; ratios against softmax of the same run."""
+    eff = efficiency_frame(results)
+    if eff.empty:
+        return None
+    eff = eff.sort_values(["run", "mode", "seq_len", "label"]).reset_index(drop=True)
+    many_runs = eff["run"].nunique() > 1
+    text_rows = []
+    for r in eff.itertuples():
+        ok = r.status == "ok"
+        text = ({"run": r.run} if many_runs else {}) | {
+            "label": r.label, "mode": r.mode, "seq_len": fmt(r.seq_len, 0),
+            "B×H×d": "×".join(fmt(v, 0) for v in (r.batch, r.heads, r.head_dim))
+                     + (f" {r.dtype}" if "dtype" in eff else ""),
+            "time ms (q25–q75)": f"{fmt(r.median_ms)} ({fmt(r.q25_ms)}–{fmt(r.q75_ms)})" if ok else r.status.upper(),
+            "tokens/s": fmt(r.tokens_per_s, 0), "peak MiB": fmt(r.peak_mem_mib),
+            "speed × softmax": fmt(r.speed_vs_softmax, 2), "memory × softmax": fmt(r.memory_vs_softmax, 2)}
+        if eff["roofline_fraction"].notna().any():
+            text["roofline fraction"] = fmt(r.roofline_fraction, 3)
+        text["status"] = r.status if ok or not r.reason else f"{r.status}: {r.reason}"
+        text_rows.append(text)
+    text = pd.DataFrame(text_rows)
+    numeric = pd.DataFrame({"time ms (q25–q75)": eff["median_ms"], "tokens/s": eff["tokens_per_s"],
+                            "peak MiB": eff["peak_mem_mib"], "speed × softmax": eff["speed_vs_softmax"],
+                            "memory × softmax": eff["memory_vs_softmax"]})
+    directions = {"time ms (q25–q75)": "min", "tokens/s": "max", "peak MiB": "min",
+                  "speed × softmax": "max", "memory × softmax": "min"}
+    groups = eff[["run", "mode", "seq_len", "batch", "heads", "head_dim"]].astype(str).agg("|".join, axis=1)
+    best = best_mask(numeric, directions, groups).reindex(columns=text.columns, fill_value=False)
+    refs = ", ".join(f"{run}: {lab}" for run, lab in sorted(_softmax_reference(eff).items()))
+    notes = ["Time: median over repeats (q25–q75), mean over seeds. speed × softmax = softmax time / time "
+             "(> 1 is faster); memory × softmax = peak memory / softmax peak memory (< 1 is smaller); both "
+             f"against softmax measured in the same run, same shape (reference: {refs or 'none in run'}). "
+             "OOM / TIMEOUT: the point did not fit (a result, not a crash). Bold: best per run, mode and shape."]
+    return Table("efficiency", "Efficiency by sequence length", eff, text, best, notes,
+                 key_columns=5 if many_runs else 4)
+
+
+def fidelity_table(results: Results) -> Table | None:
+    """Relative error of each approximation against exact softmax attention."""
+    rows = detail_rows(results, "fidelity")
+    if rows.empty:
+        return None
+    keys = ["task", "label", "inputs", "seq_len", "num_features"]
+    for k in keys:
+        if k not in rows:
+            rows[k] = np.nan
+    data, text_rows = [], []
+    for key, part in rows.groupby(keys, dropna=False, sort=True):
+        rel, mx = summarize(part["rel_error"]), summarize(part.get("max_abs_error", pd.Series(dtype=float)))
+        rec = dict(zip(keys, key)) | {"rel_error_mean": rel["mean"], "rel_error_std": rel["std"],
+                                      "rel_error_n": rel["n"], "max_abs_error_mean": mx["mean"]}
+        data.append(rec)
+        text_rows.append({"task": rec["task"], "label": rec["label"], "inputs": str(rec["inputs"]),
+                          "seq_len": fmt(rec["seq_len"], 0),
+                          "features": fmt(rec["num_features"], 0), "relative error": fmt_summary(rel),
+                          "max abs error": fmt(mx["mean"])})
+    data = pd.DataFrame(data)
+    text = pd.DataFrame(text_rows)
+    groups = data[["task", "inputs", "seq_len", "num_features"]].astype(str).agg("|".join, axis=1)
+    numeric = pd.DataFrame({"relative error": data["rel_error_mean"], "max abs error": data["max_abs_error_mean"]})
+    best = best_mask(numeric, {"relative error": "min", "max abs error": "min"}, groups)
+    best = best.reindex(columns=text.columns, fill_value=False)
+    notes = ["Relative error ||approx - softmax|| / ||softmax|| of the attention output (mean ± std over seeds). "
+             "Bold: smallest per task, input kind, length and feature count."]
+    return Table("fidelity", "Kernel fidelity against exact softmax attention", data, text, best, notes, key_columns=5)
+
+
+def coulomb_table(results: Results) -> Table | None:
+    """Phase-A diagnostics of learned-kernel cells: alignment before/after, time, steps."""
+    recs = []
+    for _, c in results.of("accuracy").iterrows():
+        pa = c["details"].get("phase_a")
+        if isinstance(pa, dict):
+            before, after = pa.get("alignment_before"), pa.get("alignment_after")
+            recs.append({"task": c["task"], "label": c["label"], "seed": c["seed"], "alignment_before": before,
+                         "alignment_after": after,
+                         "alignment_gain": after - before if finite(before) and finite(after) else np.nan,
+                         "phase_a_seconds": pa.get("seconds"), "steps": pa.get("steps")})
+    if not recs:
+        return None
+    frame = pd.DataFrame(recs)
+    cols = ["alignment_before", "alignment_after", "alignment_gain", "phase_a_seconds", "steps"]
+    data, text_rows, numeric = [], [], []
+    for (task, label), part in frame.groupby(["task", "label"], sort=True):
+        stats = {c: summarize(pd.to_numeric(part[c], errors="coerce")) for c in cols}
+        data.append({"task": task, "label": label, "seeds": len(part),
+                     **{f"{c}_{k}": stats[c][k] for c in cols for k in ("mean", "std")}})
+        text_rows.append({"task": task, "label": label, "seeds": str(len(part)),
+                          **{c: fmt_summary(stats[c]) for c in cols[:-1]},
+                          "steps": fmt(stats["steps"]["mean"], 0)})
+        numeric.append({c: stats[c]["mean"] for c in cols})
+    text = pd.DataFrame(text_rows)
+    best = best_mask(pd.DataFrame(numeric), {"alignment_after": "max", "alignment_gain": "max",
+                                              "phase_a_seconds": "min"}, text["task"])
+    best = best.reindex(columns=text.columns, fill_value=False)
+    notes = ["Kernel-target alignment of the particles before and after phase A, its gain, phase-A wall time "
+             "and steps (mean ± std over seeds). Bold: best per task."]
+    return Table("coulomb", "Coulomb phase A diagnostics", pd.DataFrame(data), text, best, notes, key_columns=2)
+
+
+def kernel_table(results: Results) -> Table | None:
+    """The paper's tabular kernel experiment: accuracy per method (x features, lambda) and noise sigma."""
+    rows = detail_rows(results, "kernel")
+    if rows.empty:
+        return None
+    keys = ["method", "num_features", "lambda"]
+    for k in keys + ["f1", "seconds"]:
+        if k not in rows:
+            rows[k] = np.nan
+    data = []
+    for key, part in rows.groupby(keys + ["sigma"], dropna=False, sort=True):
+        acc, f1, sec = (summarize(pd.to_numeric(part[c], errors="coerce")) for c in ("accuracy", "f1", "seconds"))
+        data.append(dict(zip(keys + ["sigma"], key)) | {
+            "accuracy_mean": acc["mean"], "accuracy_std": acc["std"], "accuracy_n": acc["n"],
+            "accuracy_ci_low": acc["ci_low"], "accuracy_ci_high": acc["ci_high"], "f1_mean": f1["mean"], "f1_std": f1["std"], "seconds_mean": sec["mean"]})
+    data = pd.DataFrame(data)
+    sigmas = sorted(data["sigma"].dropna().unique())
+    text_rows, numeric = [], []
+    for key, part in data.groupby(keys, dropna=False, sort=True):
+        method, feats, lam = key
+        text = {"method": str(method), "features": fmt(feats, 0), "λ": fmt(lam, 2) if finite(lam) else DASH}
+        num = {}
+        for s in sigmas:
+            at = part[part["sigma"] == s]
+            col = f"σ={s:.0e}"
+            if at.empty:
+                text[col], num[col] = DASH, np.nan
+            else:
+                r = at.iloc[0]
+                text[col] = fmt_summary({"mean": r.accuracy_mean, "std": r.accuracy_std, "n": int(r.accuracy_n),
+                                         "ci_low": r.accuracy_ci_low, "ci_high": r.accuracy_ci_high})
+                num[col] = r.accuracy_mean
+        text["seconds (mean)"] = fmt(part["seconds_mean"].mean())
+        text_rows.append(text)
+        numeric.append(num)
+    text = pd.DataFrame(text_rows)
+    best = best_mask(pd.DataFrame(numeric), {c: "max" for c in numeric[0]}).reindex(columns=text.columns,
+                                                                                   fill_value=False)
+    notes = ["Test accuracy (mean ± std over seeds) per label-noise level σ; the CSV also holds F1 and seconds. "
+             "Bold: best per σ."]
+    return Table("kernel_experiment", "Kernel experiment: accuracy by method and noise level σ", data, text,
+                 best, notes, key_columns=3)
