@@ -53,8 +53,10 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = None if cfg.tie_qk else nn.Linear(cfg.d_model, cfg.d_model)
         self.v_proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
-        self.attention = build_attention(attention, head_dim=cfg.head_dim, num_heads=cfg.num_heads,
-                                         max_length=cfg.max_length, seed=seed, **attention_options)
+        with torch.random.fork_rng(devices=[]):  # the attention's own initialisation leaves the shared
+            torch.manual_seed(seed)                # weights' random stream alone: same init for every variant
+            self.attention = build_attention(attention, head_dim=cfg.head_dim, num_heads=cfg.num_heads,
+                                             max_length=cfg.max_length, seed=seed, **attention_options)
 
     def _heads(self, x: Tensor) -> Tensor:
         b, n, _ = x.shape

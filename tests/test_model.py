@@ -1,0 +1,84 @@
+"""The shared encoder classifier: same shared weights for every variant, Q = K tying, sentence pairs, padding."""
+import pytest
+import torch
+
+from harness.model import ModelConfig, TransformerClassifier, parameter_counts
+from harness.registry import attention_names
+
+CFG = dict(vocab_size=50, num_classes=3, max_length=32, d_model=16, num_layers=2, num_heads=2, ffn_dim=32, dropout=0.0)
+
+
+def _shared_state(model):
+    return {k: v for k, v in model.state_dict().items() if ".attn.attention." not in k}
+
+
+def test_variants_differ_only_by_the_attentions_own_parameters():
+    reference = TransformerClassifier(ModelConfig(**CFG), "softmax", seed=3)
+    ref_counts, ref_state = parameter_counts(reference), _shared_state(reference)
+    assert ref_counts["attention"] == 0 and ref_counts["total"] == ref_counts["shared"]
+    for name in attention_names():
+        model = TransformerClassifier(ModelConfig(**CFG), name, seed=3)
+        counts = parameter_counts(model)
+        own = sum(p.numel() for m in model.attention_modules() for p in m.parameters())
+        assert counts["attention"] == own and counts["total"] == counts["shared"] + own, name
+        assert counts["shared"] == ref_counts["shared"], name
+        state = _shared_state(model)
+        assert state.keys() == ref_state.keys(), name
+        for key, value in ref_state.items():  # same seed: identical shared initialisation for every variant
+            torch.testing.assert_close(state[key], value, rtol=0, atol=0, msg=f"{name}: {key}")
+
+
+def test_known_attention_parameter_counts():
+    def own(name, options=None):
+        return parameter_counts(TransformerClassifier(ModelConfig(**CFG), name, options))["attention"]
+
+    layers, heads = CFG["num_layers"], CFG["num_heads"]
+    assert own("performer") == own("elu-linear") == own("random-features") == 0
+    assert own("rfa") == layers * heads  # one sigma per head
+    assert own("nystromformer") == layers * heads * 33  # depthwise conv, kernel 33
+    assert own("nystromformer", {"conv_kernel": 0}) == 0
+    assert own("linformer", {"projected_length": 8}) == layers * 2 * CFG["max_length"] * 8
+
+
+def test_tie_qk_shares_one_projection():
+    tied = TransformerClassifier(ModelConfig(**CFG, tie_qk=True), "softmax")
+    untied = TransformerClassifier(ModelConfig(**CFG, tie_qk=False), "softmax")
+    d = CFG["d_model"]
+    assert parameter_counts(untied)["total"] - parameter_counts(tied)["total"] == CFG["num_layers"] * (d * d + d)
+    seen = []
+    tied.layers[0].attn.attention.register_forward_hook(lambda m, args, kwargs, out: seen.append(args), with_kwargs=True)
+    untied.layers[0].attn.attention.register_forward_hook(lambda m, args, kwargs, out: seen.append(args), with_kwargs=True)
+    ids = torch.randint(1, 50, (2, 6))
+    tied(ids)
+    untied(ids)
+    assert torch.equal(seen[0][0], seen[0][1])
+    assert not torch.equal(seen[1][0], seen[1][1])
+
+
+def test_sentence_pairs_use_segment_embeddings():
+    model = TransformerClassifier(ModelConfig(**CFG, num_segments=2), "softmax").eval()
+    ids = torch.randint(1, 50, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    first = torch.zeros(2, 8, dtype=torch.long)
+    pair = first.clone()
+    pair[:, 4:] = 1
+    assert model(ids, mask, pair).shape == (2, 3)
+    assert not torch.allclose(model(ids, mask, first), model(ids, mask, pair))
+    assert TransformerClassifier(ModelConfig(**CFG), "softmax").segment_embedding is None
+
+
+@pytest.mark.parametrize("pooling", ["mean", "first"])
+def test_padding_does_not_change_logits(pooling):
+    model = TransformerClassifier(ModelConfig(**CFG, pooling=pooling), "softmax").eval()
+    ids = torch.randint(1, 50, (1, 5))
+    padded = torch.cat([ids, torch.zeros(1, 3, dtype=torch.long)], dim=1)
+    mask = torch.tensor([[True] * 5 + [False] * 3])
+    torch.testing.assert_close(model(padded, mask), model(ids, torch.ones(1, 5, dtype=torch.bool)))
+
+
+def test_too_long_input_and_bad_config_fail_clearly():
+    model = TransformerClassifier(ModelConfig(**CFG), "softmax")
+    with pytest.raises(ValueError, match="exceeds the model's max_length=32"):
+        model(torch.ones(1, 33, dtype=torch.long))
+    with pytest.raises(ValueError, match="not divisible by num_heads"):
+        ModelConfig(d_model=10, num_heads=3)

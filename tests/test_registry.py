@@ -1,0 +1,147 @@
+"""The attention registry: glob listing, did-you-mean errors, typed options, and user plugins."""
+import dataclasses
+import textwrap
+
+import pytest
+import torch
+
+from harness.errors import ConfigError, UnknownNameError, UserError
+from harness.model import ModelConfig, TransformerClassifier
+from harness.registry import ATTENTIONS, attention_entry, attention_names, build_attention
+
+PLUGIN = '''
+import torch
+from torch import nn
+
+
+class MeanAttention(nn.Module):
+    """Every position gets the mean of the real values (a toy plugin)."""
+
+    def __init__(self, head_dim=64, num_heads=1, scale=1.0):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, q, k, v, key_padding_mask=None):
+        w = torch.ones_like(v[..., :1]) if key_padding_mask is None else key_padding_mask[:, None, :, None].to(v.dtype)
+        return self.scale * ((v * w).sum(-2, keepdim=True) / w.sum(-2, keepdim=True)).expand_as(v)
+'''
+
+
+@pytest.fixture
+def plugin_dir(tmp_path, monkeypatch):
+    """A private registry state plus a folder on sys.path for throw-away plugin modules."""
+    monkeypatch.setattr(ATTENTIONS, "_entries", dict(ATTENTIONS._entries))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def _expected_mean(v, mask):
+    w = mask[:, None, :, None].float()
+    return ((v * w).sum(-2, keepdim=True) / w.sum(-2, keepdim=True)).expand_as(v)
+
+
+def test_names_are_sorted_and_glob_filtered():
+    names = attention_names()
+    assert names == sorted(names)
+    assert attention_names("*former") == ["linformer", "nystromformer", "performer"]
+    assert attention_names("*linear*") == ["elu-linear"]
+    assert attention_names("nothing-like-this*") == []
+
+
+def test_unknown_name_suggests_the_closest():
+    with pytest.raises(UnknownNameError) as err:
+        build_attention("perfomer")
+    message = str(err.value)
+    assert "did you mean 'performer'" in message and "softmax" in message and "module:ClassName" in message
+
+
+def test_unknown_option_lists_the_valid_ones():
+    with pytest.raises(ConfigError) as err:
+        build_attention("performer", num_feature=64)
+    message = str(err.value)
+    assert "unknown option 'num_feature'" in message and "did you mean 'num_features'" in message
+    assert "redraw_every" in message and "head_dim" in message
+
+
+def test_wrong_types_and_choices_are_clear():
+    with pytest.raises(ConfigError, match="option 'num_features' of attention 'performer' is 'many', expected an integer"):
+        build_attention("performer", num_features="many")
+    with pytest.raises(ConfigError, match="expected true or false"):
+        build_attention("rfa", resample="yes")
+    with pytest.raises(ConfigError, match="did you mean 'favor'.*choose one of"):
+        build_attention("random-features", feature_map="favour")
+    with pytest.raises(ConfigError, match="num_landmarks=0 must be at least 1"):
+        build_attention("nystromformer", num_landmarks=0)
+    assert build_attention("rfa", tau="0.5").cfg.tau == 0.5  # YAML reads 5e-1 as text: numbers are coerced
+
+
+def test_every_entry_has_documented_options_and_capabilities():
+    for name in attention_names():
+        entry = attention_entry(name)
+        assert entry.description, name
+        rows = entry.options()
+        assert {"head_dim", "num_heads", "max_length", "causal", "seed"} <= {r["name"] for r in rows}
+        assert all(r["help"] for r in rows), name
+        assert set(entry.capabilities.as_dict()) == {"padding_mask", "causal", "needs_max_length",
+                                                     "learning_phase", "positive_features"}
+    assert attention_entry("linformer").capabilities.needs_max_length
+    assert not attention_entry("nystromformer").capabilities.causal
+    assert attention_entry("elu-linear").capabilities.causal
+
+
+def test_plugin_by_module_and_class_string(plugin_dir):
+    (plugin_dir / "toy_attention_by_string.py").write_text(textwrap.dedent(PLUGIN))
+    attn = build_attention("toy_attention_by_string:MeanAttention", head_dim=8, scale=2.0)
+    v = torch.randn(2, 1, 5, 8)
+    mask = torch.tensor([[True] * 5, [True] * 2 + [False] * 3])
+    torch.testing.assert_close(attn(v, v, v, key_padding_mask=mask), 2.0 * _expected_mean(v, mask))
+    with pytest.raises(ConfigError, match="did you mean 'scale'"):
+        build_attention("toy_attention_by_string:MeanAttention", scal=2.0)
+    with pytest.raises(UnknownNameError, match="MeanAttention"):
+        build_attention("toy_attention_by_string:MeanAtention")
+    with pytest.raises(UserError, match="cannot import module 'no_such_module_xyz'"):
+        build_attention("no_such_module_xyz:Thing")
+
+
+def test_registered_plugin_keeps_its_typed_config(plugin_dir):
+    (plugin_dir / "toy_registered_plugin.py").write_text(textwrap.dedent('''
+        import dataclasses
+        from harness.options import option
+        from harness.registry import AttentionConfig, register_attention
+        from baselines.softmax import SoftmaxAttention, SoftmaxConfig
+
+        @dataclasses.dataclass
+        class HotConfig(SoftmaxConfig):
+            temperature: float = option(1.0, "divides the scores")
+
+        @register_attention("toy-hot", config=HotConfig, causal=False)
+        class Hot(SoftmaxAttention):
+            """Softmax with a temperature."""
+            def forward(self, q, k, v, key_padding_mask=None):
+                return super().forward(q / self.cfg.temperature, k, v, key_padding_mask)
+    '''))
+    entry = attention_entry("toy_registered_plugin:Hot")
+    assert dataclasses.is_dataclass(entry.config) and entry.config.__name__ == "HotConfig"
+    assert entry.capabilities.causal is False
+    with pytest.raises(ConfigError, match="expected a number"):
+        build_attention("toy_registered_plugin:Hot", temperature="hot")
+    assert build_attention("toy_registered_plugin:Hot", temperature=2.0).cfg.temperature == 2.0
+
+
+def test_plugin_by_installed_entry_point(plugin_dir):
+    (plugin_dir / "toy_attention_plugin.py").write_text(textwrap.dedent(PLUGIN))
+    dist = plugin_dir / "toy_attention_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-attention-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[attnbench.attention]\ntoy-mean = toy_attention_plugin:MeanAttention\n")
+    assert "toy-mean" in attention_names()
+    assert attention_names("toy-*") == ["toy-mean"]
+    attn = build_attention("toy-mean", head_dim=8, scale=3.0)
+    v = torch.randn(2, 1, 4, 8)
+    mask = torch.tensor([[True] * 4, [True] * 3 + [False]])
+    torch.testing.assert_close(attn(v, v, v, key_padding_mask=mask), 3.0 * _expected_mean(v, mask))
+    assert attention_entry("toy-mean").source.startswith("entry point")
+    model = TransformerClassifier(ModelConfig(vocab_size=11, max_length=8, d_model=16, num_heads=2, num_layers=1),
+                                  "toy-mean", {"scale": 0.5})
+    logits = model(torch.randint(1, 11, (3, 8)), torch.ones(3, 8, dtype=torch.bool))
+    assert logits.shape == (3, 2) and torch.isfinite(logits).all()
