@@ -63,7 +63,7 @@ class OomAbove32(nn.Module):
 
 
 def test_registered_measurements():
-    assert {"accuracy", "robustness", "efficiency", "fidelity"} <= set(measurement_names())
+    assert {"accuracy", "robustness", "efficiency", "fidelity", "kernel"} <= set(measurement_names())
 
 
 @pytest.mark.parametrize("attention", ["softmax", "elu-linear"])
