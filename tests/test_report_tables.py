@@ -217,3 +217,20 @@ def test_plug_in_measurement_gets_its_own_table(tmp_path: Path) -> None:
         write_cell(tmp_path, label="a", task="t1", measurement="echo", seed=seed, metrics={"score": score})
     table = next(t for t in all_tables(load_runs([tmp_path])) if t.name == "echo_t1")
     assert table.data.at[0, "score_mean"] == pytest.approx(2.0) and table.data.at[0, "score_n"] == 2
+
+
+def test_sparse_and_failed_runs_still_give_a_report(tmp_path: Path) -> None:
+    from harness.report import write_report
+
+    write_cell(tmp_path / "a", label="a", task="t1", status="failed", reason="boom")
+    write_cell(tmp_path / "a", label="b", task="t1", status="skipped", reason="no padding mask")
+    out = write_report(tmp_path / "a")
+    board = (out / "tables" / "leaderboard.md").read_text()
+    assert "a × t1 (failed: boom)" in board and "b × t1 (skipped: no padding mask)" in board
+    assert (out / "index.html").exists() and (out / "plots").is_dir()
+    write_cell(tmp_path / "b", label="a", task="none", measurement="efficiency",
+               details={"rows": [{"seq_len": 64, "status": "ok", "median_ms": 1.0, "tokens_per_s": 5.0}]})
+    write_cell(tmp_path / "b", label="k", task="none", measurement="fidelity",
+               details={"rows": [{"seq_len": 64, "inputs": "random", "num_features": None, "rel_error": 0.1}]})
+    out = write_report(tmp_path / "b")
+    assert {p.name for p in (out / "tables").glob("*.csv")} == {"efficiency.csv", "fidelity.csv"}

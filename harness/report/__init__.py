@@ -73,7 +73,8 @@ def _markdown(title: str, tables: list[Table], plot_names: list[str], provenance
 
 
 def _write(results: Results, out_dir: Path, title: str) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    for folder in (out_dir / "tables", out_dir / "plots"):
+        folder.mkdir(parents=True, exist_ok=True)
     _clear_generated(out_dir)
     tables = all_tables(results)
     for table in tables:

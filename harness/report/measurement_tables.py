@@ -7,7 +7,7 @@ import pandas as pd
 
 from harness.report.load import Results, detail_rows, metric_frame
 from harness.report.stats import summarize
-from harness.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary
+from harness.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary, group_keys
 
 MIB = 2.0 ** 20
 
@@ -65,7 +65,7 @@ def _level_table(results: Results, rows: pd.DataFrame, name: str, title: str, pr
         numeric.append(num)
     text, numeric = pd.DataFrame(text_rows), pd.DataFrame(numeric)
     directions = {c: ("min" if c.startswith("ece") else "max") for c in numeric}
-    groups = text["task"].astype(str) + "|" + text["perturbation"].astype(str)
+    groups = group_keys(text, ["task", "perturbation"])
     best = best_mask(numeric, directions, groups).reindex(columns=text.columns, fill_value=False)
     return Table(name, title, pd.DataFrame(data), text, best, notes, key_columns=3)
 
@@ -122,8 +122,8 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
         bad = part[part["status"] != "ok"]
         rec = dict(zip(keys, key))
         rec["status"] = "ok" if bad.empty else str(bad["status"].iloc[0])
-        rec["reason"] = None if bad.empty else bad["reason"].dropna().astype(str).iloc[0] \
-            if bad["reason"].notna().any() else None
+        reasons = [str(r) for r in bad["reason"] if isinstance(r, str)]
+        rec["reason"] = reasons[0] if reasons else None
         for col in ("median_ms", "q25_ms", "q75_ms", "tokens_per_s", "peak_mem_bytes", "roofline_fraction"):
             rec[col] = float(pd.to_numeric(ok[col], errors="coerce").mean()) if not ok.empty else np.nan
         rec["repeats_seeds"] = len(ok)
@@ -172,7 +172,7 @@ def efficiency_table(results: Results) -> Table | None:
                             "memory × softmax": eff["memory_vs_softmax"]})
     directions = {"time ms (q25–q75)": "min", "tokens/s": "max", "peak MiB": "min",
                   "speed × softmax": "max", "memory × softmax": "min"}
-    groups = eff[["run", "mode", "seq_len", "batch", "heads", "head_dim"]].astype(str).agg("|".join, axis=1)
+    groups = group_keys(eff, ["run", "mode", "seq_len", "batch", "heads", "head_dim"])
     best = best_mask(numeric, directions, groups).reindex(columns=text.columns, fill_value=False)
     refs = ", ".join(f"{run}: {lab}" for run, lab in sorted(_softmax_reference(eff).items()))
     notes = ["Time: median over repeats (q25–q75), mean over seeds. speed × softmax = softmax time / time "
@@ -204,7 +204,7 @@ def fidelity_table(results: Results) -> Table | None:
                           "max abs error": fmt(mx["mean"])})
     data = pd.DataFrame(data)
     text = pd.DataFrame(text_rows)
-    groups = data[["task", "inputs", "seq_len", "num_features"]].astype(str).agg("|".join, axis=1)
+    groups = group_keys(data, ["task", "inputs", "seq_len", "num_features"])
     numeric = pd.DataFrame({"relative error": data["rel_error_mean"], "max abs error": data["max_abs_error_mean"]})
     best = best_mask(numeric, {"relative error": "min", "max abs error": "min"}, groups)
     best = best.reindex(columns=text.columns, fill_value=False)

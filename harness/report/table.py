@@ -83,3 +83,9 @@ def best_mask(values: pd.DataFrame, directions: dict[str, str | None],
 
 def slug(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in str(name)).strip("_")
+
+
+def group_keys(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
+    """One string key per row from the given columns (missing values included), for grouping best marks."""
+    return pd.Series(["|".join(str(v) for v in row) for row in frame[columns].itertuples(index=False)],
+                     index=frame.index)
