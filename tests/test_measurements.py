@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from harness.measurements import SkipCell, measurement_names, run_cell
-from harness.measurements.cost import forward_cost
+from harness.measurements.cost import forward_cost, point_cost
 from harness.measurements.fidelity import exact_attention
 from harness.measurements.robustness import normalized_auc
 from harness.registry import AttentionConfig, build_attention, register_attention
@@ -168,6 +168,16 @@ def test_cost_formulas_for_softmax_and_feature_maps():
     elu = build_attention("elu-linear", head_dim=16)
     assert forward_cost(elu, "elu-linear", 1, 1, 100, 16)["flops"] == 2 * 2 * 100 * 16 * 17
     assert forward_cost(OomAbove32(AttentionConfig()), "test-oom", 1, 1, 8, 8) is None
+
+
+def test_an_attention_cost_method_overrides_the_family_formula():
+    class Costed(OomAbove32):
+        def cost(self, batch, heads, n, d):
+            return {"flops": 7 * batch * heads * n * d, "bytes": 11}
+
+    assert forward_cost(Costed(AttentionConfig()), "softmax", 2, 3, 5, 4) == {"flops": 7 * 2 * 3 * 5 * 4, "bytes": 11.0}
+    train = point_cost(Costed(AttentionConfig()), "softmax", 1, 1, 1, 1, "train", torch.float16)
+    assert train == {"flops": 21.0, "bytes": 11.0}  # 3x flops; 2x bytes at half the element size
 
 
 def test_exact_attention_matches_sdpa_with_padding():
