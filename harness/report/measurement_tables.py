@@ -113,7 +113,7 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
                 "batch", "heads", "head_dim", "reason", "mode"):
         if col not in rows:
             rows[col] = np.nan
-    rows["mode"] = rows["mode"].fillna("forward")
+    rows["mode"] = ["forward" if not isinstance(m, str) else m for m in rows["mode"]]
     keys = ["run", "label", "attention", "mode", "seq_len", "batch", "heads", "head_dim"]
     keys += ["dtype"] if "dtype" in rows and rows["dtype"].nunique() > 1 else []
     out = []
