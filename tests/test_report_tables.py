@@ -33,7 +33,8 @@ def hand_run(tmp_path: Path) -> Path:
         for seed, (acc, ece) in enumerate(zip(accs, ECE[(task, label)])):
             write_cell(tmp_path, label=label, attention="softmax" if label == "a" else "performer", task=task,
                        seed=seed, metrics={"accuracy": acc, "macro_f1": acc - 0.1, "ece": ece,
-                                           "train_seconds": 10.0 + seed, "params_total": 1000.0})
+                                           "train_seconds": 10.0 + seed, "params_total": 1000.0,
+                                           "params_attention": 150.0 if label == "c" else 100.0})
     write_cell(tmp_path, label="c", attention="performer", task="t2", seed=0, status="failed",
                reason="RuntimeError: out of memory")
     return tmp_path
@@ -72,6 +73,10 @@ def test_task_table_mean_std_rank_best(hand_run: Path) -> None:
     md = to_markdown(table)
     assert f"**{table.text.set_index('label').at['c', 'accuracy']}**" in md
     assert "(1)" in table.text.set_index("label").at["c", "accuracy"]
+    text = table.text.set_index("label")
+    assert (text.at["c", "params"], text.at["c", "attention params"], text.at["a", "attention params"]) == \
+        ("1,000", "150", "100")
+    assert "params_total" not in table.text.columns and not table.best["train_seconds"].any()  # all tie: no mark
     assert re.search(r"\\textbf\{0\.030 \$\\pm\$", to_latex(table))  # b's ece is bold in LaTeX
 
 

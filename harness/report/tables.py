@@ -17,7 +17,7 @@ from harness.report.table import DASH, Table, best_mask, finite, fmt, fmt_summar
 HEADLINE = ("accuracy", "macro_f1", "ece")
 METRIC_ORDER = ("accuracy", "macro_f1", "ece", "mcc", "balanced_accuracy", "roc_auc", "pr_auc", "nll",
                 "brier", "ece_equal_mass", "train_seconds", "phase_a_seconds")
-NOT_METRICS = ("params_total", "params_attention")
+NOT_METRICS = ("params_total", "params_attention")  # shown as parameter counts, not ranked
 BUILTIN_MEASUREMENTS = ("accuracy", "robustness", "efficiency", "fidelity", "kernel")
 
 
@@ -53,12 +53,13 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     acc_rank = ranks["accuracy"] if "accuracy" in ranks else pd.Series(np.nan, index=labels)
     order = sorted(labels, key=lambda lab: (acc_rank[lab] if finite(acc_rank[lab]) else math.inf, lab))
     seeds = {lab: int(frame[frame["label"] == lab]["seed"].nunique()) for lab in labels}
-    params = {lab: summarize(frame[(frame["label"] == lab) & (frame["metric"] == "params_total")]["value"])["mean"]
-              for lab in labels}
+    params = {(lab, kind): summarize(frame[(frame["label"] == lab) & (frame["metric"] == kind)]["value"])["mean"]
+              for lab in labels for kind in NOT_METRICS}
     data_rows, text_rows = [], []
     for lab in order:
-        row = {"label": lab, "seeds": seeds[lab], "params_total": params[lab]}
-        text = {"label": lab, "seeds": str(seeds[lab]), "params": fmt(params[lab], 0)}
+        row = {"label": lab, "seeds": seeds[lab], **{kind: params[(lab, kind)] for kind in NOT_METRICS}}
+        text = {"label": lab, "seeds": str(seeds[lab]), "params": fmt(params[(lab, "params_total")], 0),
+                "attention params": fmt(params[(lab, "params_attention")], 0)}
         for m in metrics:
             s = stats[(lab, m)]
             row.update({f"{m}_mean": s["mean"], f"{m}_std": s["std"], f"{m}_n": s["n"],
@@ -66,10 +67,10 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
             text[m] = fmt_summary(s, ranks.at[lab, m], seeds[lab])
         data_rows.append(row)
         text_rows.append(text)
-    text = pd.DataFrame(text_rows, columns=["label", "seeds", "params", *metrics])
+    text = pd.DataFrame(text_rows, columns=["label", "seeds", "params", "attention params", *metrics])
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     for m in metrics:
-        best[m] = [ranks.at[lab, m] == 1 and len(means[m].dropna()) >= 2 for lab in order]
+        best[m] = [ranks.at[lab, m] == 1 and means[m].nunique() > 1 for lab in order]  # no mark if all tie
     notes = ["Cells: mean ± sample std over seeds, [95% t-interval] where n ≥ 3, (rank; 1 = best, "
              "direction-aware). Bold: best in column. n shown where a metric has fewer seeds than the row."]
     for lab in labels:
