@@ -172,3 +172,8 @@ def test_explicit_data_dir_without_files_fails_before_the_hub(tmp_path, monkeypa
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("must not reach the hub"))
     with pytest.raises(UserError, match="rotten_tomatoes/train.jsonl does not exist"):
         load_task("rotten_tomatoes", data_dir=str(tmp_path))
+
+
+def test_text_task_missing_file_names_the_absolute_path(tmp_path):
+    with pytest.raises(UserError, match=f"file '{tmp_path}/nope.csv' does not exist"):
+        load_task("text", files={"train": "nope.csv"}, data_dir=str(tmp_path))

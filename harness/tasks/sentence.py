@@ -278,7 +278,7 @@ def _resolve(path: str, cfg: TextFilesConfig) -> Path:
     if not candidate.is_absolute() and cfg.data_dir:
         candidate = Path(cfg.data_dir).expanduser() / candidate
     if not candidate.is_file():
-        raise UserError(f"text task: file {str(candidate)!r} does not exist; fix the path in files "
+        raise UserError(f"text task: file {str(candidate.absolute())!r} does not exist; fix the path in files "
                         f"(relative paths are taken from data_dir, else the working directory)")
     return candidate
 
