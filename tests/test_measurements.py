@@ -141,6 +141,8 @@ def test_efficiency_cell_rows_memory_and_roofline():
         assert r["mem_method"] == "cpu-subprocess-vmhwm"
         assert r["roofline_fraction"] == pytest.approx(r["roofline_ms"] / r["median_ms"])
     assert {"forward_ms@32", "train_ms@64", "forward_roofline_fraction@64"} <= set(result["metrics"])
+    above_one = [r for r in rows if r["roofline_fraction"] > 1]
+    assert bool(above_one) == bool(result["details"]["notes"])
 
 
 def test_efficiency_records_oom_and_length_cap_rows_in_process():

@@ -218,5 +218,14 @@ def measure_efficiency(cell: dict[str, Any], options: EfficiencyOptions, *, devi
     finally:
         torch.set_num_threads(threads_before)
     rows = [p.row for p in points]
-    return {"metrics": _summary(rows), "details": {"rows": rows, "machine": machine,
+    return {"metrics": _summary(rows), "details": {"rows": rows, "machine": machine, "notes": _notes(rows),
                                                    "attention_options": cell["attention"].get("options") or {}}}
+
+
+def _notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Warnings a reader needs, e.g. a roofline fraction above 1 (the machine probe under-measured)."""
+    above = [f"{r['mode']}@{r['seq_len']}" for r in rows if (r["roofline_fraction"] or 0) > 1]
+    if not above:
+        return []
+    return [f"roofline fraction above 1 at {', '.join(above)}: the machine probe under-measured the matmul rate or "
+            f"copy bandwidth (a busy machine while probing, or a small probe: raise matmul_size / copy_mb)"]
