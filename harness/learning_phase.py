@@ -3,8 +3,9 @@
 Everything but the particles is frozen: the model runs in evaluation mode under no_grad, forward
 pre-hooks on the attention modules capture the inputs of each head's feature map, and each
 (layer, head) particle system takes one Langevin step per batch (`baselines.coulomb.particle_step`)
-on those inputs against the sequence labels. Each step is one forward pass of the model (inputs of
-later layers reflect the earlier layers' current particles) plus O(n M + M^2 d) work per head.
+on those inputs against the sequence labels. Each step is one forward pass of the model up to the
+last attention (inputs of later layers reflect the earlier layers' current particles) plus
+O(n M + M^2 d) work per head.
 
 Representations (PAPER.md, **our default**): the inputs to each head's feature map, mean-pooled over
 the real tokens of each sequence; option `pooling: token` uses every real token with its sequence's
@@ -186,6 +187,8 @@ def run_learning_phase(model: nn.Module, train_split: Split, options: dict, *, d
     smallest = min(m.learning_phase_parameters()[0].shape[1] for m in modules)
     if cfg.resample is not None and not 1 <= cfg.resample <= smallest:
         raise ConfigError(f"phase_a resample={cfg.resample} must lie in [1, {smallest}] (particles per head)")
+    if len(train_split) < 2:
+        raise ConfigError(f"phase A needs at least 2 training sequences to align pairs, got {len(train_split)}")
     num_classes = max(2, int(train_split.labels.max()) + 1)
     steps_per_epoch = math.ceil(len(train_split) / cfg.batch_size)
     budget = cfg.max_steps if cfg.max_steps is not None else max(1, math.ceil(cfg.epochs * steps_per_epoch))
@@ -220,7 +223,7 @@ def run_learning_phase(model: nn.Module, train_split: Split, options: dict, *, d
 
 def _run_dynamics(model: nn.Module, modules: list[nn.Module], capture: _Capture, train: Split, cfg: PhaseAConfig,
                   budget: int, generator: torch.Generator, device: torch.device, num_classes: int,
-                  progress: Progress | None):
+                  progress: Progress | None) -> tuple[list, list[tuple[Tensor, Tensor]], int, bool]:
     """The phase-A loop: one forward pass and one particle step per head per batch, until budget or rest."""
     params = [m.learning_phase_parameters()[0] for m in modules]
     active = [torch.ones(p.shape[0], dtype=torch.bool) for p in params]

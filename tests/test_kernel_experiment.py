@@ -89,7 +89,7 @@ def test_rows_cover_every_method_budget_and_lambda_once():
     data = make_tabular_data(cfg, 1e-3, seed=0)
     svm = SVC(kernel="rbf", gamma=0.5).fit(data.x_train, data.y_train)
     assert rows[1]["accuracy"] == pytest.approx(float((svm.predict(data.x_test) == data.y_test).mean()))
-    noisy = run_noise_level(cfg, 1e3, seed=0)
+    noisy = run_noise_level(small_config(feature_budgets=[8], ablation_lambdas=[], lambdas=[0.0]), 1e3, seed=0)
     metrics = summarise(rows + noisy)
     assert metrics["rbf-svm/accuracy"] == pytest.approx((rows[1]["accuracy"] + noisy[1]["accuracy"]) / 2)
 
