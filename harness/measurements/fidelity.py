@@ -72,7 +72,7 @@ def _approximate(name: str, options: dict[str, Any], q: Tensor, k: Tensor, v: Te
 
 
 def captured_inputs(cell: dict[str, Any], options: FidelityOptions, device: str,
-                    progress: Progress | None) -> tuple[list[tuple[Tensor, Tensor, Tensor, Tensor]], int]:
+                    progress: Progress | None) -> tuple[list[tuple[Tensor, Tensor, Tensor, Tensor | None]], int]:
     """(q, k, v, key_padding_mask) of every layer of a briefly trained softmax model on one test batch."""
     task = load_cell_task(cell)
     model = train_cell_model(cell, task, device=device, progress=progress, attention="softmax", attention_options={},
@@ -82,7 +82,8 @@ def captured_inputs(cell: dict[str, Any], options: FidelityOptions, device: str,
 
     def hook(module: Any, args: tuple, kwargs: dict) -> None:
         q, k, v = (t.detach().cpu() for t in args[:3])
-        captured.append((q, k, v, kwargs["key_padding_mask"].detach().cpu()))
+        mask = kwargs.get("key_padding_mask")
+        captured.append((q, k, v, None if mask is None else mask.detach().cpu()))
 
     handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in model.attention_modules()]
     ids, mask, seg, _ = next(task["test"].batches(options.capture_rows))
