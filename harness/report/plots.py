@@ -19,7 +19,7 @@ from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
 from harness.report.load import Results, metric_frame
-from harness.report.measurement_tables import robustness_rows
+from harness.report.measurement_tables import kernel_table, robustness_rows
 
 MIB = 2.0 ** 20
 
@@ -316,9 +316,37 @@ def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
     return plots
 
 
+def plot_kernel_experiment(results: Results, out_dir: Path) -> list[Plot]:
+    """The tabular kernel experiment: test accuracy vs label-noise sigma (log), one line per method variant."""
+    table = kernel_table(results)
+    if table is None:
+        return []
+    data = table.data.dropna(subset=["sigma", "accuracy_mean"])
+    variant = [f"{m}" + (f" M={int(f)}" if pd.notna(f) else "") + (f" λ={lam:g}" if pd.notna(lam) else "")
+               for m, f, lam in zip(data["method"], data["num_features"], data["lambda"])]
+    data = data.assign(variant=variant)
+    colors = label_colors(data["variant"])
+    fig = _figure(7.0, 4.4)
+    ax = fig.subplots()
+    for name, part in data.groupby("variant", sort=True):
+        part = part.sort_values("sigma")
+        std = part["accuracy_std"].fillna(0)
+        ax.plot(part["sigma"], part["accuracy_mean"], marker="o", ms=3, color=colors[name], label=name)
+        ax.fill_between(part["sigma"], part["accuracy_mean"] - std, part["accuracy_mean"] + std,
+                        color=colors[name], alpha=0.15, lw=0)
+    ax.set_xscale("log")
+    ax.set_xlabel("label-noise scale σ (log)")
+    ax.set_ylabel("test accuracy")
+    ax.grid(True, alpha=0.3)
+    title = "Kernel experiment: accuracy vs noise σ (band: ± std over seeds)"
+    ax.set_title(title)
+    _legend_outside(fig, ax)
+    return [_save(fig, out_dir, "kernel_experiment", title)]
+
+
 def all_plots(results: Results, leaderboard: pd.DataFrame, eff: pd.DataFrame, out_dir: Path) -> list[Plot]:
     """Every plot the results support, coloured by one label palette, written as PNG and SVG."""
     colors = label_colors(results.labels())
     return [*plot_efficiency(eff, colors, out_dir), *plot_accuracy_vs_throughput(leaderboard, eff, colors, out_dir),
             *plot_reliability(results, colors, out_dir), *plot_robustness(results, colors, out_dir),
-            *plot_coulomb(results, colors, out_dir)]
+            *plot_coulomb(results, colors, out_dir), *plot_kernel_experiment(results, out_dir)]
