@@ -148,7 +148,7 @@ def test_efficiency_cell_rows_memory_and_roofline():
 def test_efficiency_records_oom_and_length_cap_rows_in_process():
     options = EFFICIENCY_FAST | {"memory": False, "modes": ["forward"], "seq_lens": [16, 32, 64],
                                  "length_caps": {"test-oom": 32}}
-    cap = run_cell({**tiny_cell("efficiency", "test-oom", options=options)})["details"]["rows"]
+    cap = run_cell(tiny_cell("efficiency", "test-oom", options=options))["details"]["rows"]
     assert [r["status"] for r in cap] == ["ok", "ok", "skipped"] and "length cap 32" in cap[2]["reason"]
     options["length_caps"] = {}
     rows = run_cell(tiny_cell("efficiency", "test-oom", options=options))["details"]["rows"]

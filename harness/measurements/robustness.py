@@ -18,7 +18,7 @@ from harness.measurements import register_measurement
 from harness.measurements.common import has_option, load_cell_task, train_cell_model, train_config
 from harness.metrics import accuracy, expected_calibration_error
 from harness.options import option, require
-from harness.tasks.base import Split
+from harness.tasks.base import Split, TaskData
 from harness.tasks.corruption import corrupt
 from harness.train import Progress, predict_proba
 
@@ -118,7 +118,7 @@ def _label_noise_rows(cell: dict[str, Any], options: RobustnessOptions, clean: d
     return rows
 
 
-def _feature_budget_rows(cell: dict[str, Any], task: Any, options: RobustnessOptions, metrics: dict[str, float],
+def _feature_budget_rows(cell: dict[str, Any], task: TaskData, options: RobustnessOptions, metrics: dict[str, float],
                          batch_size: int, device: str, progress: Progress | None) -> list[dict[str, Any]]:
     """Retrain at each num_features (same task, seed and settings); skipped rows for attentions without it."""
     name = cell["attention"]["name"]
