@@ -56,6 +56,7 @@ def _save(fig: Figure, out_dir: Path, name: str, title: str) -> Plot:
     out_dir.mkdir(parents=True, exist_ok=True)
     png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
     fig.savefig(png, dpi=110)
+    fig.set_layout_engine("none")  # keep the layout just computed; the SVG has the same size in inches
     with rc_context({"svg.fonttype": "none"}):  # text stays text: searchable, editable for a paper
         fig.savefig(svg)
     return Plot(name, title, png, svg)
