@@ -242,7 +242,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     RunStore(args.run_dir).run_info()  # a clear error if this is not a run folder
     path = _report_module().write_report(args.run_dir)
-    print(f"report: {path}")
+    _print_leaderboard(path)
+    print(f"report: {path} (index.html, report.md, tables/, plots/)")
     return 0
 
 
@@ -252,8 +253,16 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     for run_dir in args.run_dirs:
         RunStore(run_dir).run_info()
     path = _report_module().write_leaderboard(list(args.run_dirs), args.out)
-    print(f"leaderboard: {path}")
+    _print_leaderboard(path)
+    print(f"leaderboard: {path} (index.html, report.md, tables/, plots/)")
     return 0
+
+
+def _print_leaderboard(report_dir: Path) -> None:
+    """Print the leaderboard table the report wrote (tables/leaderboard.md), when there is one."""
+    table = report_dir / "tables" / "leaderboard.md"
+    if table.is_file():
+        print(table.read_text().rstrip())
 
 
 # --- show -------------------------------------------------------------------------------------

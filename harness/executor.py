@@ -213,8 +213,12 @@ def _worker_main(conn: multiprocessing.connection.Connection, threads: int) -> N
     """A spawned worker: run the cells it is sent, stream progress, send back each record."""
     import torch
 
+    from harness.measurements import MEASUREMENTS
+    from harness.registry import ATTENTIONS
+
     torch.set_num_threads(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    MEASUREMENTS.names(), ATTENTIONS.names()  # import the built-in modules before any cell's clock starts
     while True:
         job = conn.recv()
         if job is None:
@@ -255,16 +259,20 @@ def _run_in_workers(todo: list[dict[str, Any]], suite: Suite, store: RunStore, u
         ui.finish(cell_id(worker.cell), record["status"])
         worker.cell = None
 
-    def replace(worker: _Worker) -> _Worker:
+    def replace(worker: _Worker) -> _Worker | None:
+        """Kill a worker (timed out or broken); a fresh one takes its place while cells are waiting."""
         worker.process.kill()
         worker.process.join()
         worker.conn.close()
-        return spawn()
+        return spawn() if pending else None
 
     pending = deque(todo)
-    workers = [spawn() for _ in range(n)] if todo else []
+    workers: list[_Worker | None] = [spawn() for _ in range(n)] if todo else []
     try:
-        while pending or any(w.cell is not None for w in workers):
+        while True:
+            workers = [w for w in workers if w is not None]  # replaced by None: killed, nothing left to give
+            if not pending and all(w.cell is None for w in workers):
+                break
             for w in workers:
                 if w.cell is None and pending:
                     w.cell, w.started_at, w.t0 = pending.popleft(), now(), None
@@ -275,7 +283,7 @@ def _run_in_workers(todo: list[dict[str, Any]], suite: Suite, store: RunStore, u
             busy = [w for w in workers if w.cell is not None]
             ready = multiprocessing.connection.wait([w.conn for w in busy], timeout=0.25)
             for i, w in enumerate(workers):
-                if w.cell is None:
+                if w is None or w.cell is None:
                     continue
                 cid = cell_id(w.cell)
                 if w.conn in ready:
@@ -305,7 +313,7 @@ def _run_in_workers(todo: list[dict[str, Any]], suite: Suite, store: RunStore, u
                                             reason=f"time-out: no result after {timeout:g} s (cell time limit)"))
                     workers[i] = replace(w)
     finally:
-        for w in workers:
+        for w in filter(None, workers):
             if w.process.is_alive() and w.cell is None:
                 with contextlib.suppress(OSError):
                     w.conn.send(None)
