@@ -7,10 +7,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from harness.report import write_report
+from harness.report.html import table_html
 from harness.report.load import load_runs
+from harness.report.table import Table
 from harness.report.tables import all_tables
 from report_fixture import make_fake_run
 
@@ -46,6 +49,14 @@ def test_report_folder_layout(report: Path) -> None:
         assert (report / "tables" / f"{stem}.md").exists() and (report / "tables" / f"{stem}.tex").exists()
     for png in (report / "plots").glob("*.png"):
         assert png.with_suffix(".svg").exists()
+
+
+def test_table_cells_are_html_escaped() -> None:
+    text = pd.DataFrame({"label": ["<script>alert(1)</script>", "a&b"], "accuracy": ["0.5", "0.7"]})
+    best = pd.DataFrame({"label": [False, False], "accuracy": [False, True]})
+    page = table_html(Table("t", "T <1>", pd.DataFrame(), text, best, ["note & more"]))
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "a&amp;b" in page
+    assert "<strong>0.7</strong>" in page and "T &lt;1&gt;" in page and "note &amp; more" in page
 
 
 @pytest.fixture(scope="module")
