@@ -104,14 +104,20 @@ def coulomb_exponent(dim: int, s: float | None) -> float:
     return float(s)
 
 
-def _log_pair_terms(omega: Tensor, eps: float) -> Tensor:
-    """log(r_kl^2 + eps^2) for k != l in float64: omega (M, d) -> (M, M-1) (row k: partners of k)."""
-    m = omega.shape[0]
+def pairwise_squared_distances(omega: Tensor) -> Tensor:
+    """|w_k - w_l|^2 in float64 by the Gram form (one matmul, no (M, M, d) tensor): (M, d) -> (M, M)."""
     w = omega.double()
     sq = w.square().sum(dim=1)
-    r2 = (sq[:, None] + sq[None, :] - 2 * (w @ w.T)).clamp_min(0.0)  # Gram form: O(M^2) memory
-    off = ~torch.eye(m, dtype=torch.bool, device=omega.device)
-    return torch.log(r2[off].view(m, m - 1) + eps * eps)
+    return (sq[:, None] + sq[None, :] - 2 * (w @ w.T)).clamp_min(0.0)
+
+
+def _pair_kernel_terms(omega: Tensor, s: float, eps: float) -> Tensor:
+    """(M, M) float64: log g_s(r_kl) for s > 0 (diagonal -inf), g_0(r_kl) for s = 0 (diagonal 0)."""
+    log_r2 = torch.log(pairwise_squared_distances(omega) + eps * eps)
+    diagonal = torch.eye(omega.shape[0], dtype=torch.bool, device=omega.device)
+    if s == 0:
+        return (-0.5 * log_r2).masked_fill(diagonal, 0.0)
+    return (-0.5 * s * log_r2).masked_fill(diagonal, -math.inf)
 
 
 def _check_softening(s: float, eps: float) -> None:
@@ -135,10 +141,10 @@ def riesz_energy(omega: Tensor, s: float | None = None, eps: float = 1e-2) -> Te
         raise ValueError(f"the Riesz energy needs at least 2 particles, got {m}")
     s = coulomb_exponent(d, s)
     _check_softening(s, eps)
-    log_r2 = _log_pair_terms(omega, eps)
+    terms = _pair_kernel_terms(omega, s, eps)
     if s == 0:
-        return -0.5 * log_r2.mean()
-    return torch.exp(torch.logsumexp(-0.5 * s * log_r2.flatten(), dim=0) - math.log(m * (m - 1)))
+        return terms.sum() / (m * (m - 1))
+    return torch.exp(torch.logsumexp(terms.flatten(), dim=0) - math.log(m * (m - 1)))
 
 
 def particle_potentials(omega: Tensor, s: float | None = None, eps: float = 1e-2) -> Tensor:
@@ -146,10 +152,10 @@ def particle_potentials(omega: Tensor, s: float | None = None, eps: float = 1e-2
     m, d = omega.shape
     s = coulomb_exponent(d, s)
     _check_softening(s, eps)
-    log_r2 = _log_pair_terms(omega, eps)
+    terms = _pair_kernel_terms(omega, s, eps)
     if s == 0:
-        return -0.5 * log_r2.mean(dim=1)
-    return torch.exp(torch.logsumexp(-0.5 * s * log_r2, dim=1) - math.log(m - 1))
+        return terms.sum(dim=1) / (m - 1)
+    return torch.exp(torch.logsumexp(terms, dim=1) - math.log(m - 1))
 
 
 # --- dynamics ----------------------------------------------------------------------------------------
@@ -232,7 +238,9 @@ def particle_step(omega: Tensor, features: Features, labels: Tensor, cfg: Dynami
     if active is not None:
         new = torch.where(active.to(new.device)[:, None, None], new, omega.detach())
     moves = (new - omega).norm(dim=-1).amax(dim=-1)
-    min_distance = torch.stack([torch.pdist(new[i]).min() for i in range(num)])
+    eye = torch.eye(m, dtype=torch.bool, device=new.device)
+    min_distance = torch.stack([pairwise_squared_distances(new[i]).masked_fill(eye, math.inf).min().sqrt()
+                                for i in range(num)])
     mean_norm = new.norm(dim=-1).mean(dim=-1)
     table = torch.stack([hamiltonian.detach(), align.detach().double(), energy.detach(), moves.double(),
                          min_distance.double(), mean_norm.double()], dim=1).cpu().tolist()
