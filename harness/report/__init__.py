@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.report.formats import to_markdown, write_table
-from harness.report.html import render_page
+from harness.report.html import provenance_value, render_page
 from harness.report.load import Results, load_runs, run_provenance
 from harness.report.plots import all_plots
 from harness.report.measurement_tables import efficiency_frame
@@ -52,23 +52,13 @@ def _clear_generated(out_dir: Path) -> None:
                     path.unlink()
 
 
-def _plain(value: object) -> str:
-    """Lists and dicts of provenance as short text for Markdown."""
-    if isinstance(value, dict):
-        return ", ".join(f"{v} {k}" for k, v in value.items())
-    if isinstance(value, list):
-        return ", ".join(_plain(v) if not isinstance(v, dict) else f"{v.get('count')} × {v.get('status')}: "
-                         f"{v.get('reason')}" for v in value) or "—"
-    return str(value)
-
-
 def _markdown(title: str, tables: list[Table], plot_names: list[str], provenance: list[dict]) -> str:
     lines = [f"# {title}", "", "Built from stored cell results only.", ""]
     lines += [to_markdown(t) for t in tables]
     lines += ["## Plots", ""] + [f"![{n}](plots/{n}.png)" for n in plot_names] + ["", "## Provenance", ""]
     for run in provenance:
         lines.append(f"- **{run['run']}**: " + "; ".join(
-            f"{k}: {_plain(v)}" for k, v in run.items() if k not in ("run", "packages", "not_run_cell_ids")))
+            f"{k}: {provenance_value(k, v)}" for k, v in run.items() if k not in ("run", "packages")))
     return "\n".join(lines) + "\n"
 
 

@@ -92,22 +92,26 @@ def plot_html(plot: Plot) -> str:
             f'<figcaption>{_e(plot.title)} (<a href="plots/{_e(plot.svg.name)}">SVG</a>)</figcaption></figure>')
 
 
+def provenance_value(key: str, value: Any) -> str:
+    """One provenance entry as short text (lists joined, cell counts and reasons spelled out)."""
+    if key == "reasons":
+        return "; ".join(f"{r['count']} × {r['status']}: {r['reason']}" for r in value) or "none"
+    if key == "cells":
+        return ", ".join(f"{n} {status}" for status, n in value.items())
+    if key == "not_run_cell_ids" and len(value) > 20:
+        return ", ".join(value[:20]) + f", … ({len(value) - 20} more)"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "—"
+    return str(value)
+
+
 def provenance_html(provenance: list[dict[str, Any]]) -> str:
     """One table per run: where, when and with what the results were produced, and the cell counts."""
     parts = []
     for run in provenance:
-        rows = []
-        for key, value in run.items():
-            if key == "reasons":
-                value = "; ".join(f"{r['count']} × {r['status']}: {r['reason']}" for r in value) or "none"
-            elif key == "cells":
-                value = ", ".join(f"{n} {status}" for status, n in value.items())
-            elif key == "not_run_cell_ids" and len(value) > 20:
-                value = ", ".join(value[:20]) + f", … ({len(value) - 20} more)"
-            elif isinstance(value, list):
-                value = ", ".join(str(v) for v in value) or "—"
-            rows.append(f'<tr><th class="key">{_e(key)}</th><td class="key">{_e(value)}</td></tr>')
-        parts.append(f'<h3>Run {_e(run["run"])}</h3><table class="provenance">{"".join(rows)}</table>')
+        rows = "".join(f'<tr><th class="key">{_e(key)}</th><td class="key">{_e(provenance_value(key, value))}</td></tr>'
+                       for key, value in run.items())
+        parts.append(f'<h3>Run {_e(run["run"])}</h3><table class="provenance">{rows}</table>')
     return '<h2 id="provenance">Provenance</h2>' + "".join(parts)
 
 

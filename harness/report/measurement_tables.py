@@ -159,7 +159,8 @@ def efficiency_table(results: Results) -> Table | None:
             "label": r.label, "mode": r.mode, "seq_len": fmt(r.seq_len, 0),
             "B×H×d": "×".join(fmt(v, 0) for v in (r.batch, r.heads, r.head_dim))
                      + (f" {r.dtype}" if "dtype" in eff else ""),
-            "time ms (q25–q75)": f"{fmt(r.median_ms)} ({fmt(r.q25_ms)}–{fmt(r.q75_ms)})" if ok else r.status.upper(),
+            "time ms (q25–q75)": (f"{fmt(r.median_ms)} ({fmt(r.q25_ms)}–{fmt(r.q75_ms)})" if ok
+                                  else r.status.upper()),
             "tokens/s": fmt(r.tokens_per_s, 0), "peak MiB": fmt(r.peak_mem_mib),
             "speed × softmax": fmt(r.speed_vs_softmax, 2), "memory × softmax": fmt(r.memory_vs_softmax, 2)}
         if eff["roofline_fraction"].notna().any():
@@ -260,7 +261,8 @@ def kernel_table(results: Results) -> Table | None:
         acc, f1, sec = (summarize(pd.to_numeric(part[c], errors="coerce")) for c in ("accuracy", "f1", "seconds"))
         data.append(dict(zip(keys + ["sigma"], key)) | {
             "accuracy_mean": acc["mean"], "accuracy_std": acc["std"], "accuracy_n": acc["n"],
-            "accuracy_ci_low": acc["ci_low"], "accuracy_ci_high": acc["ci_high"], "f1_mean": f1["mean"], "f1_std": f1["std"], "seconds_mean": sec["mean"]})
+            "accuracy_ci_low": acc["ci_low"], "accuracy_ci_high": acc["ci_high"],
+            "f1_mean": f1["mean"], "f1_std": f1["std"], "seconds_mean": sec["mean"]})
     data = pd.DataFrame(data)
     sigmas = sorted(data["sigma"].dropna().unique())
     text_rows, numeric = [], []

@@ -103,7 +103,7 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
                                transform=top, clip_on=False, zorder=5)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            if part["status"].isin(["oom", "timeout"]).any():  # head-room so the x markers at the top edge sit above every line
+            if part["status"].isin(["oom", "timeout"]).any():  # head-room: x markers at the top sit above lines
                 bottom, top_y = ax.get_ylim()
                 ax.set_ylim(bottom, top_y * (top_y / bottom) ** 0.25)
             ax.set_xlabel("sequence length (tokens)")
