@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from harness.errors import UserError
-from harness.report import write_leaderboard
+from harness.report import write_leaderboard, write_report
 from harness.report.formats import latex_escape, to_latex, to_markdown, write_table
 from harness.report.load import detail_rows, load_runs, run_provenance
-from harness.report.stats import summarize, t_quantile_975
+from harness.report.stats import metric_direction, summarize, t_quantile_975
 from harness.report.measurement_tables import coulomb_table, efficiency_frame, kernel_table, robustness_tables
 from harness.report.tables import all_tables, leaderboard_table, task_table
 from report_fixture import make_fake_run, write_cell
@@ -225,8 +225,6 @@ def test_plug_in_measurement_gets_its_own_table(tmp_path: Path) -> None:
 
 
 def test_sparse_and_failed_runs_still_give_a_report(tmp_path: Path) -> None:
-    from harness.report import write_report
-
     write_cell(tmp_path / "a", label="a", task="t1", status="failed", reason="boom")
     write_cell(tmp_path / "a", label="b", task="t1", status="skipped", reason="no padding mask")
     out = write_report(tmp_path / "a")
@@ -239,3 +237,13 @@ def test_sparse_and_failed_runs_still_give_a_report(tmp_path: Path) -> None:
                details={"rows": [{"seq_len": 64, "inputs": "random", "num_features": None, "rel_error": 0.1}]})
     out = write_report(tmp_path / "b")
     assert {p.name for p in (out / "tables").glob("*.csv")} == {"efficiency.csv", "fidelity.csv"}
+
+
+def test_metric_directions() -> None:
+    higher = ["accuracy", "macro_f1", "weighted_f1", "mcc", "balanced_accuracy", "roc_auc", "pr_auc",
+              "clean_accuracy", "robustness_auc", "forward_tokens_per_s@1024", "label_noise_accuracy@0.2"]
+    lower = ["ece", "ece_equal_mass", "nll", "brier", "train_seconds", "phase_a_seconds", "forward_ms@4096",
+             "forward_peak_mem_bytes@4096", "rel_error"]
+    assert all(metric_direction(m) == "max" for m in higher), [m for m in higher if metric_direction(m) != "max"]
+    assert all(metric_direction(m) == "min" for m in lower), [m for m in lower if metric_direction(m) != "min"]
+    assert metric_direction("params_total") is None
