@@ -89,11 +89,12 @@ def feature_values(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
     scale = m ** -0.5
     if kind == "favor":
         u = u - x.pow(2).sum(-1, keepdim=True) / 2
-        if is_query:
-            stabiliser = u.amax(dim=-1, keepdim=True)
-        else:
-            masked = u if key_padding_mask is None else u.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
-            stabiliser = masked.amax(dim=(-2, -1), keepdim=True)
+        stabiliser = u.amax(dim=-1, keepdim=True)  # (B, H, N, 1)
+        if not is_query:
+            if key_padding_mask is not None:
+                stabiliser = stabiliser.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
+            stabiliser = stabiliser.amax(dim=-2, keepdim=True)  # (B, H, 1, 1): over real positions too
+            stabiliser = stabiliser.masked_fill(stabiliser == -math.inf, 0.0)  # a sequence with no real token
         return scale * (torch.exp(u - stabiliser.detach()) + FAVOR_EPS)
     if kind == "elu":
         return scale * (nn.functional.elu(u) + 1)

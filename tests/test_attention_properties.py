@@ -14,6 +14,15 @@ FAST = {"performer": {"num_features": 32}, "random-features": {"num_features": 3
         "rfa": {"num_features": 16}, "nystromformer": {"num_landmarks": 8}, "linformer": {"projected_length": 8}}
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: one intra-op thread avoids oversubscribing the cores when tests run in parallel."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _build(name, **options):
     torch.manual_seed(0)
     return build_attention(name, head_dim=HEAD_DIM, num_heads=HEADS, max_length=MAX_LENGTH, seed=0, **options)
@@ -45,6 +54,16 @@ def test_padded_keys_do_not_change_real_outputs(name):
     alone = attn(q[1:, :, :12], k[1:, :, :12], v[1:, :, :12])  # the same sequence without padding
     torch.testing.assert_close(out[1, :, :12], alone[0], rtol=1e-4, atol=1e-5)
     assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_sequence_of_padding_only_stays_finite(name):
+    attn = _build(name).eval()
+    q, k, v = _qkv(2, 6)
+    mask = torch.tensor([[True] * 6, [False] * 6])
+    out = attn(q, k, v, key_padding_mask=mask)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out[0], attn(q[:1], k[:1], v[:1])[0], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", NAMES)
