@@ -102,7 +102,9 @@ class NystromAttention(nn.Module):
         empty = ~(valid[:, None, :, None] & valid[:, None, None, :])
         kernel_2 = torch.where(empty, torch.eye(num_landmarks, dtype=q.dtype, device=q.device), kernel_2)
         kernel_3 = _masked_softmax(q_land @ k.transpose(-2, -1), mask[:, None, None, :])  # (B, H, L, N)
-        out = kernel_1 @ (iterative_pinv(kernel_2, self.cfg.pinv_iterations) @ (kernel_3 @ v))
+        precise = torch.promote_types(q.dtype, torch.float32)  # the iteration diverges in half precision
+        pinv = iterative_pinv(kernel_2.to(precise), self.cfg.pinv_iterations).to(q.dtype)
+        out = kernel_1 @ (pinv @ (kernel_3 @ v))
         if self.conv is not None:
             out = out + self.conv(v * weights[:, None, :, None])
         return out

@@ -84,18 +84,18 @@ def feature_values(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
     per row or per (batch, head), cancelled by the attention's normaliser).
     """
     d, m = x.shape[-1], omega.shape[-2]
-    x = x * d ** -0.25
-    u = x @ omega.to(x.dtype).transpose(-2, -1)  # (B, H, N, M)
+    u = x @ (omega.to(x.dtype) * d ** -0.25).transpose(-2, -1)  # (B, H, N, M); scaling omega, not x, is cheaper
     scale = m ** -0.5
     if kind == "favor":
-        u = u - x.pow(2).sum(-1, keepdim=True) / 2
-        stabiliser = u.amax(dim=-1, keepdim=True)  # (B, H, N, 1)
+        half_norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square() * (d ** -0.5 / 2)  # |x'|^2 / 2
+        u = u - half_norm
+        stabiliser = u.detach().amax(dim=-1, keepdim=True)  # (B, H, N, 1)
         if not is_query:
             if key_padding_mask is not None:
                 stabiliser = stabiliser.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
             stabiliser = stabiliser.amax(dim=-2, keepdim=True)  # (B, H, 1, 1): over real positions too
             stabiliser = stabiliser.masked_fill(stabiliser == -math.inf, 0.0)  # a sequence with no real token
-        return scale * (torch.exp(u - stabiliser.detach()) + FAVOR_EPS)
+        return torch.exp(u.sub_(stabiliser - math.log(scale))) + scale * FAVOR_EPS  # = scale (exp(u - max) + eps)
     if kind == "elu":
         return scale * (nn.functional.elu(u) + 1)
     if kind in ("softplus", "porf-softplus"):
