@@ -145,6 +145,9 @@ def make_fake_run(run_dir: Path, device: str = "cpu", seed: int = 0, tasks: tupl
                             "tokens_per_s": 8 * n / (ms / 1000), "peak_mem_bytes": float(mem),
                             "gflops_per_s": 1e9 / ms / 1e6, "roofline_fraction": 0.25})
             rows.append(row)
+            if n <= 512:  # a training step (forward + backward) at the short lengths
+                rows.append(row | {"mode": "train", "median_ms": 3 * ms, "q25_ms": 2.9 * ms, "q75_ms": 3.1 * ms,
+                                   "tokens_per_s": 8 * n / (3 * ms / 1000), "peak_mem_bytes": float(2 * mem)})
         write_cell(run_dir, label=label, task="none", measurement="efficiency",
                    metrics={"forward_ms@1024": rows[3]["median_ms"]},
                    details={"rows": rows, "machine": {"matmul_gflops": 100.0, "copy_gb_per_s": 10.0,

@@ -20,6 +20,7 @@ from matplotlib.transforms import blended_transform_factory
 
 from harness.report.load import Results, metric_frame
 from harness.report.measurement_tables import kernel_table, robustness_rows
+from harness.report.table import slug
 
 MIB = 2.0 ** 20
 
@@ -62,18 +63,17 @@ def _save(fig: Figure, out_dir: Path, name: str, title: str) -> Plot:
     return Plot(name, title, png, svg)
 
 
-def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in str(text)).strip("_")
-
-
-def _legend_outside(fig: Figure, ax: Any, extra: list[Line2D] | None = None) -> None:
-    handles, labels = ax.get_legend_handles_labels()
-    for h in extra or []:
-        handles.append(h)
-        labels.append(h.get_label())
-    if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(handles)), fontsize="small",
-                   frameon=False)
+def _legend_outside(fig: Figure, axes: Any, extra: list[Line2D] | None = None) -> None:
+    """One legend below the figure for the labels of all panels (each label once), plus extra entries."""
+    entries: dict[str, Any] = {}
+    for ax in np.atleast_1d(axes):
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    for handle in extra or []:
+        entries[handle.get_label()] = handle
+    if entries:
+        fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncols=min(4, len(entries)),
+                   fontsize="small", frameon=False)
 
 
 def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot]:
@@ -81,16 +81,16 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
     if eff.empty:
         return []
     plots = []
-    modes = sorted(eff["mode"].dropna().unique())
+    shape = ["mode", "batch", "heads", "head_dim"]  # one panel per mode and tensor shape
+    panels = list(eff.groupby(shape, dropna=False, sort=True))
     for column, name, ylabel, scale in (("median_ms", "time_vs_length", "time per call (ms)", 1.0),
                                         ("peak_mem_bytes", "memory_vs_length", "peak memory (MiB)", 1 / MIB)):
         if eff[column].notna().sum() == 0:
             continue
-        fig = _figure(4.2 * len(modes) + 2.0, 3.8)
-        axes = fig.subplots(1, len(modes), squeeze=False)[0]
+        fig = _figure(4.2 * len(panels) + 1.0, 4.0)
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
         failed_seen = False
-        for ax, mode in zip(axes, modes):
-            part = eff[eff["mode"] == mode]
+        for ax, ((mode, batch, heads, head_dim), part) in zip(axes, panels):
             top = blended_transform_factory(ax.transData, ax.transAxes)
             for label, rows in part.groupby("label", sort=True):
                 rows = rows.sort_values("seq_len")
@@ -108,13 +108,14 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
                 ax.set_ylim(bottom, top_y * (top_y / bottom) ** 0.25)
             ax.set_xlabel("sequence length (tokens)")
             ax.set_ylabel(ylabel)
-            ax.set_title(f"{mode} pass", fontsize="medium")
+            dims = ", ".join(f"{k}={v:g}" for k, v in (("B", batch), ("H", heads), ("d", head_dim)) if pd.notna(v))
+            ax.set_title(f"{mode} pass" + (f" ({dims})" if dims else ""), fontsize="medium")
             ax.grid(True, which="both", alpha=0.3)
         extra = [Line2D([], [], color="black", marker="x", linestyle="none", label="OOM / timeout (top edge)")] \
             if failed_seen else []
         title = ("Time" if column == "median_ms" else "Peak memory") + " vs sequence length"
         fig.suptitle(title)
-        _legend_outside(fig, axes[0], extra)
+        _legend_outside(fig, axes, extra)
         plots.append(_save(fig, out_dir, name, title))
     return plots
 
@@ -160,7 +161,7 @@ def plot_reliability(results: Results, colors: dict, out_dir: Path) -> list[Plot
             ax.set_visible(False)
         title = f"Reliability diagrams, task {task} (dashed: perfect calibration)"
         fig.suptitle(title)
-        plots.append(_save(fig, out_dir, f"reliability_{_slug(task)}", title))
+        plots.append(_save(fig, out_dir, f"reliability_{slug(task)}", title))
     return plots
 
 
@@ -189,8 +190,8 @@ def plot_robustness(results: Results, colors: dict, out_dir: Path) -> list[Plot]
         axes[0].set_ylabel("accuracy")
         title = f"Accuracy vs corruption severity, task {task} (band: ± std over seeds)"
         fig.suptitle(title)
-        _legend_outside(fig, axes[0])
-        plots.append(_save(fig, out_dir, f"robustness_{_slug(task)}", title))
+        _legend_outside(fig, axes)
+        plots.append(_save(fig, out_dir, f"robustness_{slug(task)}", title))
     return plots
 
 
@@ -313,7 +314,7 @@ def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
         ax.set_ylabel("density")
         title = f"Coulomb phase A, {cell['label']} on {cell['task']} (seed {cell['seed']}; thin lines: layers/heads)"
         fig.suptitle(title)
-        plots.append(_save(fig, out_dir, f"coulomb_{_slug(cell['task'])}_{_slug(cell['label'])}", title))
+        plots.append(_save(fig, out_dir, f"coulomb_{slug(cell['task'])}_{slug(cell['label'])}", title))
     return plots
 
 
