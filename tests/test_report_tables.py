@@ -247,3 +247,12 @@ def test_metric_directions() -> None:
     assert all(metric_direction(m) == "max" for m in higher), [m for m in higher if metric_direction(m) != "max"]
     assert all(metric_direction(m) == "min" for m in lower), [m for m in lower if metric_direction(m) != "min"]
     assert metric_direction("params_total") is None
+
+
+def test_one_task_run_with_two_option_sets_is_two_tasks(tmp_path: Path) -> None:
+    for length, acc in ((512, 0.6), (1024, 0.5)):
+        write_cell(tmp_path, label="a", task="listops", task_options={"max_length": length, "seed_split": 1},
+                   metrics={"accuracy": acc})
+    board = leaderboard_table(load_runs([tmp_path])).data
+    assert board.at[0, "listops(max_length=512):accuracy_mean"] == pytest.approx(0.6)
+    assert board.at[0, "listops(max_length=1024):accuracy_mean"] == pytest.approx(0.5)
