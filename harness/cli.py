@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Ray cluster address, e.g. 'auto' or 'ray://head:10001' (default: start a local instance)")
     p.add_argument("--cpus-per-cell", type=_positive_int, default=1, metavar="N",
                    help="Ray: CPUs each cell asks for, and its torch threads (default 1)")
+    p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                   help="torch threads per cell (default: all cores in this process, cores // N with --workers N, "
+                        "--cpus-per-cell on Ray); CPU results are bit-identical across executors at equal threads")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
                    help="where cells run; auto = cuda when available (default cpu)")
     p.add_argument("--filter", action="append", default=[], metavar="PATTERN",
@@ -218,7 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         f"give a new folder or drop --out to get runs/{suite.name}-<timestamp>")
     options = RunOptions(device=args.device, workers=args.workers, executor=args.executor, address=args.address,
                          cell_timeout=args.cell_timeout, retry_failed=args.retry_failed,
-                         filters=tuple(args.filter), cpus_per_cell=args.cpus_per_cell,
+                         filters=tuple(args.filter), cpus_per_cell=args.cpus_per_cell, threads=args.threads,
                          command=shlex.join(["attnbench", *sys.argv[1:]]), show_progress=not args.quiet)
     summary = run_suite(suite, run_dir, options)
     for name, reason in summary.failures:

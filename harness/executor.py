@@ -48,6 +48,7 @@ class RunOptions:
     retry_failed: bool = True
     filters: tuple[str, ...] = ()  # glob patterns over cell names; a cell runs if any matches
     cpus_per_cell: int = 1  # Ray: CPUs each cell task asks for (and its torch threads)
+    threads: int | None = None  # torch threads per cell (default: this process's / cores // workers / cpus_per_cell)
     command: str = ""
     show_progress: bool = True
 
@@ -172,7 +173,8 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
     cells = select_cells(suite, options.filters)
     store = RunStore(run_dir)
     ids = [cell_id(c) for c in cells]
-    store.open(suite.as_dict(), ids, machine_provenance(device if device != "auto" else "cpu", options.command))
+    planned = [cell_id(c) for c in suite.cells()]  # the whole suite, also when --filter runs a part of it
+    store.open(suite.as_dict(), planned, machine_provenance(device if device != "auto" else "cpu", options.command))
     keep = FINISHED if options.retry_failed else FINISHED + ("failed",)
     todo = [c for c, i in zip(cells, ids) if store.status(i) not in keep]
     timeout = options.cell_timeout if options.cell_timeout is not None else suite.cell_timeout
@@ -184,7 +186,7 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
         elif (options.workers or 1) > 1 or timeout is not None:
             _run_in_workers(todo, suite, store, ui, device, options, timeout)
         else:
-            _run_here(todo, suite, store, ui, device, options.command)
+            _run_here(todo, suite, store, ui, device, options.command, options.threads)
     counts: dict[str, int] = {}
     failures = []
     for cell, cid in zip(cells, ids):
@@ -198,7 +200,19 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
 
 
 def _run_here(todo: list[dict[str, Any]], suite: Suite, store: RunStore, ui: ProgressUI, device: str,
-              command: str) -> None:
+              command: str, threads: int | None) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        _run_cells_here(todo, suite, store, ui, device, command)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_cells_here(todo: list[dict[str, Any]], suite: Suite, store: RunStore, ui: ProgressUI, device: str,
+                    command: str) -> None:
     for cell in todo:
         cid, name = cell_id(cell), cell_name(cell)
         ui.start(cid, name)
@@ -245,7 +259,7 @@ def _run_in_workers(todo: list[dict[str, Any]], suite: Suite, store: RunStore, u
     """Run cells in `workers` spawned processes, each with cores // workers torch threads."""
     ctx = multiprocessing.get_context("spawn")
     n = max(1, min(options.workers or 1, len(todo)))
-    threads = max(1, (os.cpu_count() or 1) // n)
+    threads = options.threads or max(1, (os.cpu_count() or 1) // n)
 
     def spawn() -> _Worker:
         parent, child = ctx.Pipe()

@@ -78,7 +78,7 @@ def run_on_ray(todo: list[dict[str, Any]], suite: Suite, store: RunStore, ui: "P
         refs = {}
         for cell in todo:
             ref = task.remote(cell, resolved_config(suite, cell), device, options.command,
-                              options.cpus_per_cell, timeout)
+                              options.threads or options.cpus_per_cell, timeout)
             refs[ref] = cell
             ui.start(cell_id(cell), cell_name(cell))
         while refs:

@@ -40,11 +40,8 @@ def suite_file(tmp_path: Path, measurements: list) -> Path:
 def test_ray_and_local_store_identical_results(tmp_path, local_ray):
     suite = load_suite(str(suite_file(tmp_path, ["fake_cells:tiny_train"])))
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as each Ray task (cpus_per_cell = 1)
-    try:
-        local = run_suite(suite, tmp_path / "local", RunOptions(show_progress=False))
-    finally:
-        torch.set_num_threads(threads)
+    local = run_suite(suite, tmp_path / "local", RunOptions(show_progress=False, threads=1))  # as each Ray task
+    assert torch.get_num_threads() == threads  # restored after the run
     remote = run_suite(suite, tmp_path / "ray", RunOptions(executor="ray", show_progress=False))
     assert local.counts == remote.counts == {"ok": 4, "failed": 2}
     assert local.exit_code == remote.exit_code == 1
