@@ -3,6 +3,8 @@
 phi(x) = M^{-1/2} (exp(w x' - |x'|^2/2 - max) + eps), x' = x d^{-1/4}, w orthogonal Gaussian blocks
 (`random_features.feature_values("favor", ...)`). Features are redrawn on a seeded schedule during
 training only, so evaluation is deterministic; the policy is `module.redraw_policy`.
+Causal form: as in the reference, the key stabiliser is a max over all positions, so later keys reach
+earlier outputs through the features' eps (a relative effect around 1e-3), not exactly zero.
 """
 from __future__ import annotations
 

@@ -3,11 +3,16 @@ import pytest
 import torch
 
 from harness.model import ModelConfig, TransformerClassifier
-from harness.registry import attention_names, build_attention
+from harness.errors import ConfigError
+from harness.registry import attention_entry, attention_names, build_attention
 from harness.tasks.base import Split, TaskData
 from harness.train import TrainConfig, predict_proba, train_classifier
 
 NAMES = attention_names()
+CAUSAL = [name for name in NAMES if attention_entry(name).capabilities.causal]
+# FAVOR+ stabilises keys by a max over all positions (as the reference does): future keys move it, which
+# reaches earlier outputs only through the features' eps, so the leak is small but not zero.
+FAVOR_LEAK = {"performer": 1e-2, "random-features": 1e-2}
 HEADS, HEAD_DIM, MAX_LENGTH = 2, 16, 4096
 # smaller than the defaults where a variant's cost grows with them, to keep training tests to seconds
 FAST = {"performer": {"num_features": 32}, "random-features": {"num_features": 32}, "coulomb": {"num_features": 32},
@@ -93,6 +98,29 @@ def test_gradients_flow_to_inputs_and_own_parameters(name):
     for pname, p in attn.named_parameters():
         if p.requires_grad:
             assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, pname
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_causal_outputs_do_not_depend_on_later_positions(name):
+    attn = _build(name, causal=True).eval()
+    q, k, v = _qkv(2, 100)
+    mask = torch.ones(2, 100, dtype=torch.bool)
+    mask[1, 90:] = False
+    changed = [t.clone() for t in (q, k, v)]
+    for t in changed:
+        t[:, :, 70:] = torch.randn(2, HEADS, 30, HEAD_DIM)
+    before = attn(q, k, v, key_padding_mask=mask)[:, :, :70]
+    after = attn(*changed, key_padding_mask=mask)[:, :, :70]
+    torch.testing.assert_close(after, before, rtol=0, atol=FAVOR_LEAK.get(name, 1e-5))
+    causal_out, plain_out = attn(q, k, v), _build(name).eval()(q, k, v)
+    torch.testing.assert_close(causal_out[:, :, 0], v[:, :, 0], rtol=1e-4, atol=1e-4)  # the first sees itself only
+    torch.testing.assert_close(causal_out[:, :, -1], plain_out[:, :, -1], rtol=1e-4, atol=1e-4)  # the last sees all
+
+
+@pytest.mark.parametrize("name", sorted(set(NAMES) - set(CAUSAL)))
+def test_variants_without_a_causal_form_refuse_it(name):
+    with pytest.raises(ConfigError, match="causal"):
+        _build(name, causal=True)
 
 
 def _presence_task(seed=0, rows=(384, 128, 256), length=16):
