@@ -11,6 +11,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from baselines.random_features import seeded_generator
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
@@ -36,9 +37,10 @@ class LinformerAttention(nn.Module):
         super().__init__()
         self.cfg = cfg
         shape = (1 if cfg.share_heads else cfg.num_heads, cfg.max_length, cfg.projected_length)
-        bound = 1 / math.sqrt(cfg.max_length)  # nn.Linear(max_length, k)'s default initialisation
-        self.e_proj = nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
-        self.f_proj = nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
+        bound = 1 / math.sqrt(cfg.max_length)  # nn.Linear(max_length, k)'s default initialisation, seeded
+        generator = seeded_generator(cfg.seed)
+        self.e_proj = nn.Parameter(torch.empty(shape).uniform_(-bound, bound, generator=generator))
+        self.f_proj = nn.Parameter(torch.empty(shape).uniform_(-bound, bound, generator=generator))
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         n, d = k.shape[-2], k.shape[-1]

@@ -12,6 +12,7 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
+from baselines.random_features import seeded_generator
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
@@ -88,6 +89,9 @@ class NystromAttention(nn.Module):
         if cfg.conv_kernel:
             self.conv = nn.Conv2d(cfg.num_heads, cfg.num_heads, (cfg.conv_kernel, 1), padding=(cfg.conv_kernel // 2, 0),
                                   groups=cfg.num_heads, bias=False)
+            bound = cfg.conv_kernel ** -0.5  # torch's default for this fan-in, drawn from the seed
+            with torch.no_grad():
+                self.conv.weight.uniform_(-bound, bound, generator=seeded_generator(cfg.seed))
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         b, h, n, d = q.shape

@@ -62,6 +62,21 @@ def test_padded_keys_do_not_change_real_outputs(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_same_seed_same_attention(name):
+    q, k, v = _qkv(2, 10)
+    first, second = (build_attention(name, head_dim=HEAD_DIM, num_heads=HEADS, max_length=64, seed=7).eval()
+                     for _ in range(2))
+    assert first.state_dict().keys() == second.state_dict().keys()
+    for key, value in first.state_dict().items():
+        torch.testing.assert_close(second.state_dict()[key], value, rtol=0, atol=0, msg=key)
+    torch.testing.assert_close(first(q, k, v), second(q, k, v), rtol=0, atol=0)
+    other = build_attention(name, head_dim=HEAD_DIM, num_heads=HEADS, max_length=64, seed=8).state_dict()
+    random_tensors = [key for key, value in first.state_dict().items() if value.is_floating_point() and value.numel() > 1
+                      and value.std() > 0]
+    assert all(not torch.equal(other[key], first.state_dict()[key]) for key in random_tensors), name
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_a_sequence_of_padding_only_stays_finite(name):
     attn = _build(name).eval()
     q, k, v = _qkv(2, 6)
