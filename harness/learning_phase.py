@@ -161,7 +161,7 @@ def _mean(table: list[list[float]]) -> float:
 
 def _resample(modules: list[nn.Module], last: list[tuple[Tensor, Tensor]], cfg: PhaseAConfig,
               generator: torch.Generator, num_classes: int) -> None:
-    """Replace each head's particles by cfg.resample drawn from its final configuration."""
+    """Replace each head's particles by cfg.resample drawn from its final configuration (potentials on the last batch)."""
     for module, (x, y) in zip(modules, last):
         omega = module.learning_phase_parameters()[0].detach()
         phi = module.feature_map.kernel_features(x, omega)[0]

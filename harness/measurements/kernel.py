@@ -1,7 +1,8 @@
 """Measurement `kernel`: the paper's tabular kernel experiment (`harness.kernel_experiment`), no Transformer.
 
 The cell's task and attention are not used; its seed fixes the design, the split, the random
-features and the dynamics' noise. Options: `KernelExperimentConfig`.
+features and the dynamics' noise. Runs on the CPU whatever the device (400-row problems).
+Options: `KernelExperimentConfig`.
 """
 from __future__ import annotations
 
