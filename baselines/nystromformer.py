@@ -100,7 +100,8 @@ class NystromAttention(nn.Module):
         q, k = q * d ** -0.25, k * d ** -0.25
         segment, valid = landmark_segments(mask, num_landmarks)
         weights = mask.to(q.dtype)
-        q_land, k_land = segment_means(q, segment, weights, num_landmarks), segment_means(k, segment, weights, num_landmarks)
+        q_land = segment_means(q, segment, weights, num_landmarks)
+        k_land = segment_means(k, segment, weights, num_landmarks)
         kernel_1 = _masked_softmax(q @ k_land.transpose(-2, -1), valid[:, None, None, :])  # (B, H, N, L)
         kernel_2 = _masked_softmax(q_land @ k_land.transpose(-2, -1), valid[:, None, None, :])  # (B, H, L, L)
         empty = ~(valid[:, None, :, None] & valid[:, None, None, :])

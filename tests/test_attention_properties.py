@@ -71,8 +71,8 @@ def test_same_seed_same_attention(name):
         torch.testing.assert_close(second.state_dict()[key], value, rtol=0, atol=0, msg=key)
     torch.testing.assert_close(first(q, k, v), second(q, k, v), rtol=0, atol=0)
     other = build_attention(name, head_dim=HEAD_DIM, num_heads=HEADS, max_length=64, seed=8).state_dict()
-    random_tensors = [key for key, value in first.state_dict().items() if value.is_floating_point() and value.numel() > 1
-                      and value.std() > 0]
+    random_tensors = [key for key, value in first.state_dict().items()
+                      if value.is_floating_point() and value.numel() > 1 and value.std() > 0]
     assert all(not torch.equal(other[key], first.state_dict()[key]) for key in random_tensors), name
 
 

@@ -20,7 +20,7 @@ def naive(phi_q, phi_k, v, mask=None, causal=False):
 @pytest.mark.parametrize("n", [1, 5, 64, 150])
 def test_kernel_matches_explicit_weights(n, causal):
     g = torch.Generator().manual_seed(n)
-    phi_q, phi_k = torch.rand(2, 3, n, 6, generator=g, dtype=torch.float64), torch.rand(2, 3, n, 6, generator=g, dtype=torch.float64)
+    phi_q, phi_k = (torch.rand(2, 3, n, 6, generator=g, dtype=torch.float64) for _ in range(2))
     v = torch.randn(2, 3, n, 4, generator=g, dtype=torch.float64)
     mask = torch.ones(2, n, dtype=torch.bool)
     mask[1, (n + 1) // 2:] = False

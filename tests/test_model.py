@@ -46,8 +46,8 @@ def test_tie_qk_shares_one_projection():
     d = CFG["d_model"]
     assert parameter_counts(untied)["total"] - parameter_counts(tied)["total"] == CFG["num_layers"] * (d * d + d)
     seen = []
-    tied.layers[0].attn.attention.register_forward_hook(lambda m, args, kwargs, out: seen.append(args), with_kwargs=True)
-    untied.layers[0].attn.attention.register_forward_hook(lambda m, args, kwargs, out: seen.append(args), with_kwargs=True)
+    for model in (tied, untied):
+        model.layers[0].attn.attention.register_forward_hook(lambda module, args, out: seen.append(args))
     ids = torch.randint(1, 50, (2, 6))
     tied(ids)
     untied(ids)

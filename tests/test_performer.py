@@ -29,8 +29,11 @@ def _unstabilised_estimate(q, k, omega):
     fq = feature_values("favor", xq, omega, is_query=True)[0, :, 0]  # (S, M)
     fk = feature_values("favor", xk, omega, is_query=False)[0, :, 0]
     scale = m ** -0.5
-    exponent = lambda x: (x * d ** -0.25) @ omega.transpose(-2, -1) - (x * d ** -0.25).pow(2).sum() / 2  # noqa: E731
-    stab_q, stab_k = exponent(q).amax(-1, keepdim=True), exponent(k).amax(-1, keepdim=True)  # (S, 1): one position, max over features
+
+    def exponent(x):  # w x' - |x'|^2 / 2 for every seed and feature: (S, M)
+        return (x * d ** -0.25) @ omega.transpose(-2, -1) - (x * d ** -0.25).pow(2).sum() / 2
+
+    stab_q, stab_k = exponent(q).amax(-1, keepdim=True), exponent(k).amax(-1, keepdim=True)  # one position
     raw_q = (fq / scale - FAVOR_EPS) * torch.exp(stab_q)
     raw_k = (fk / scale - FAVOR_EPS) * torch.exp(stab_k)
     return (raw_q * raw_k).sum(-1) / m
@@ -56,7 +59,8 @@ def _relative_error(num_features, seeds=3):
     exact = naive_softmax(q, k, v)
     errors = []
     for seed in range(seeds):
-        attn = build_attention("performer", head_dim=16, num_heads=2, num_features=num_features, seed=seed).double().eval()
+        attn = build_attention("performer", head_dim=16, num_heads=2, num_features=num_features, seed=seed)
+        attn = attn.double().eval()
         errors.append(((attn(q, k, v) - exact).norm() / exact.norm()).item())
     return sum(errors) / len(errors)
 

@@ -21,7 +21,8 @@ NAIVE = {  # f(u) per PAPER.md, one scalar at a time
 @pytest.mark.parametrize("kind", sorted(NAIVE))
 def test_elementwise_maps_match_their_definition(kind):
     g = torch.Generator().manual_seed(0)
-    x, omega = torch.randn(1, 2, 3, 4, generator=g, dtype=torch.float64), torch.randn(2, 5, 4, generator=g, dtype=torch.float64)
+    x = torch.randn(1, 2, 3, 4, generator=g, dtype=torch.float64)
+    omega = torch.randn(2, 5, 4, generator=g, dtype=torch.float64)
     phi = feature_values(kind, x, omega, is_query=True)
     for h in range(2):
         for n in range(3):
@@ -32,7 +33,8 @@ def test_elementwise_maps_match_their_definition(kind):
 
 def test_softmaxfeat_and_trig_match_their_definition():
     g = torch.Generator().manual_seed(1)
-    x, omega = torch.randn(1, 1, 3, 4, generator=g, dtype=torch.float64), torch.randn(1, 6, 4, generator=g, dtype=torch.float64)
+    x = torch.randn(1, 1, 3, 4, generator=g, dtype=torch.float64)
+    omega = torch.randn(1, 6, 4, generator=g, dtype=torch.float64)
     u = (x[0, 0] * 4 ** -0.25) @ omega[0].T
     soft = feature_values("softmaxfeat", x, omega, is_query=False)[0, 0]
     trig = feature_values("trig", x, omega, is_query=False)[0, 0]
@@ -47,7 +49,8 @@ def test_favor_features_estimate_softmax_kernel_up_to_stabiliser():
     d, m = 8, 20000
     q, k = 0.5 * torch.randn(1, 1, 1, d, dtype=torch.float64), 0.5 * torch.randn(1, 1, 6, d, dtype=torch.float64)
     omega = torch.randn(1, m, d, dtype=torch.float64)
-    estimate = (feature_values("favor", q, omega, is_query=True) @ feature_values("favor", k, omega, is_query=False).transpose(-1, -2))[0, 0, 0]
+    phi_q, phi_k = feature_values("favor", q, omega, is_query=True), feature_values("favor", k, omega, is_query=False)
+    estimate = (phi_q @ phi_k.transpose(-1, -2))[0, 0, 0]
     exact = torch.exp(q[0, 0] @ k[0, 0].T / math.sqrt(d))[0]
     torch.testing.assert_close(estimate / estimate.sum(), exact / exact.sum(), rtol=0.03, atol=0)
 
@@ -57,7 +60,8 @@ def test_trig_features_estimate_gaussian_kernel():
     d, m = 8, 20000
     x, y = 0.5 * torch.randn(1, 1, 1, d, dtype=torch.float64), 0.5 * torch.randn(1, 1, 4, d, dtype=torch.float64)
     omega = torch.randn(1, m, d, dtype=torch.float64)
-    estimate = (feature_values("trig", x, omega, is_query=True) @ feature_values("trig", y, omega, is_query=False).transpose(-1, -2))[0, 0, 0]
+    phi_x, phi_y = feature_values("trig", x, omega, is_query=True), feature_values("trig", y, omega, is_query=False)
+    estimate = (phi_x @ phi_y.transpose(-1, -2))[0, 0, 0]
     exact = torch.exp(-((x - y) * d ** -0.25).pow(2).sum(-1) / 2)[0, 0]
     torch.testing.assert_close(estimate, exact, atol=0.03, rtol=0)
 
@@ -93,7 +97,8 @@ def test_seed_fixes_omegas_per_head_and_they_are_buffers():
     assert not torch.allclose(a.omega, c.omega)
     assert not torch.allclose(a.omega[0], a.omega[1])
     assert a.omega.shape == (3, 16, 8) and list(a.parameters()) == [] and "omega" in a.state_dict()
-    assert torch.equal(torch.randn(3, generator=seeded_generator(1, 2)), torch.randn(3, generator=seeded_generator(1, 2)))
+    assert torch.equal(torch.randn(3, generator=seeded_generator(1, 2)),
+                       torch.randn(3, generator=seeded_generator(1, 2)))
 
 
 @pytest.mark.parametrize("kind", FEATURE_MAPS)

@@ -64,7 +64,7 @@ def test_unknown_option_lists_the_valid_ones():
 
 
 def test_wrong_types_and_choices_are_clear():
-    with pytest.raises(ConfigError, match="option 'num_features' of attention 'performer' is 'many', expected an integer"):
+    with pytest.raises(ConfigError, match="'num_features' of attention 'performer' is 'many', expected an integer"):
         build_attention("performer", num_features="many")
     with pytest.raises(ConfigError, match="expected true or false"):
         build_attention("rfa", resample="yes")
