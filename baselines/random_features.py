@@ -12,6 +12,10 @@ Performer's scaling and **our default** for the others):
     porf-softplus  softplus(u), omegas always positive orthogonal random features (orthogonal, chi norms)
     trig           [sin(u), cos(u)] (RFA's; NOT positive, so the normaliser can change sign)
 
+favor's max is taken of the whole exponent u - |x|^2/2 (the reference takes it of u alone: the same
+estimator up to where eps sits; ours keeps the largest feature at 1, so eps stays negligible for
+inputs of large norm, where the reference's features sink into eps).
+
 Every map is scaled by M^{-1/2}, so phi(x)^T phi(x') = (1/M) sum_k f(omega_k^T x) f(omega_k^T x') is the
 kernel estimate K(x, x') itself.
 """
