@@ -16,6 +16,7 @@ import multiprocessing.connection
 import os
 import random
 import signal
+import threading
 import time
 import traceback
 from collections import deque
@@ -232,6 +233,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, threads: int) -> N
 
     torch.set_num_threads(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     MEASUREMENTS.names(), ATTENTIONS.names()  # import the built-in modules before any cell's clock starts
     while True:
         job = conn.recv()
@@ -243,6 +245,13 @@ def _worker_main(conn: multiprocessing.connection.Connection, threads: int) -> N
             record = execute_cell(cell, resolved, device=device, command=command,
                                   progress=lambda phase, step, total: conn.send(("progress", phase, step, total)))
         conn.send(("done", record))
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker when its parent is gone (e.g. killed with SIGKILL): no orphaned cells keep running."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 @dataclasses.dataclass

@@ -33,6 +33,7 @@ class TinyTrainOptions:
     sleep: float = option(0.0, "seconds to sleep before training (for time-out and kill tests)")
     skip: str = option("", "skip the cell with this reason when not empty")
     crash: bool = option(False, "end the process abruptly (a worker that dies)")
+    hold_while: str = option("", "sleep while this file exists (lets a test kill a run mid-cell)")
 
 
 def _split(n: int, length: int, generator: torch.Generator) -> Split:
@@ -51,6 +52,8 @@ def tiny_train(cell: dict[str, Any], options: TinyTrainOptions, *, device: str, 
     if options.crash:
         os._exit(3)
     time.sleep(options.sleep)
+    while options.hold_while and os.path.exists(options.hold_while):
+        time.sleep(0.1)
     generator = torch.Generator().manual_seed(cell["seed"])
     splits = {name: _split(n, options.length, generator)
               for name, n in (("train", options.examples), ("validation", 64), ("test", 64))}

@@ -103,27 +103,52 @@ def test_workers_isolate_timeouts_and_dying_processes(tmp_path):
     assert summary.exit_code == 1 and summary.counts == {"ok": 1, "failed": 2}
 
 
+def children(pid: int) -> list[int]:
+    """Process ids whose parent is `pid` (Linux /proc; empty elsewhere)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
 def test_kill_9_mid_run_then_rerun_gives_every_cell_exactly_once(tmp_path):
-    measurements = [{"name": "fake_cells:tiny_train", "options": {"sleep": 1.0, "examples": 32}}]
-    path = suite_file(tmp_path, ["softmax"], measurements, seeds=[0, 1, 2, 3])
+    hold = tmp_path / "hold"
+    hold.touch()
+    measurements = [{"name": "fake_cells:tiny_train", "options": {"examples": 32}},
+                    {"name": "fake_cells:sleeper", "options": {"hold_while": str(hold)}}]
+    path = suite_file(tmp_path, ["softmax"], measurements, seeds=[0, 1])
+    cells = load_suite(str(path)).cells()
+    held_logs = [tmp_path / "run" / "logs" / f"{cell_id(c)}.log" for c in cells
+                 if c["measurement"]["name"] == "fake_cells:sleeper"]
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen([sys.executable, "-m", "harness", "run", str(path), "--out", str(run_dir), "--quiet"],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not list((run_dir / "cells").glob("*.json")):
+    process = subprocess.Popen([sys.executable, "-m", "harness", "run", str(path), "--out", str(run_dir), "--quiet",
+                                "--workers", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 90
+    while not (list((run_dir / "cells").glob("*.json")) and any(p.exists() for p in held_logs)):
         assert process.poll() is None, process.stderr.read().decode()
-        assert time.monotonic() < deadline, "no cell finished within 60 s"
+        assert time.monotonic() < deadline, "no cell finished and no held cell started within 90 s"
         time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
+    workers = children(process.pid)
+    process.send_signal(signal.SIGKILL)  # mid-run: a held cell is in flight in a worker
     process.wait()
+    deadline = time.monotonic() + 8
+    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "worker processes outlived the run"
     finished_before = {p.name for p in (run_dir / "cells").glob("*.json")}
-    assert 1 <= len(finished_before) < 4
+    assert 1 <= len(finished_before) < len(cells)
+
+    hold.unlink()
     assert main(["run", str(path), "--out", str(run_dir), "--quiet"]) == 0
-    expected = {cell_id(c) for c in load_suite(str(path)).cells()}
+    expected = {cell_id(c) for c in cells}
     files = sorted((run_dir / "cells").iterdir())
     assert [p.name for p in files] == sorted(f"{i}.json" for i in expected)  # no temporary files, no extras
     stored = [json.loads(p.read_text()) for p in files]
-    assert sorted(r["cell_id"] for r in stored) == sorted(expected)
     assert all(r["status"] == "ok" and cell_id(r["cell"]) == r["cell_id"] for r in stored)
-    assert sorted(cell_name(r["cell"]) for r in stored) == sorted(cell_name(c) for c in load_suite(str(path)).cells())
+    assert sorted(cell_name(r["cell"]) for r in stored) == sorted(cell_name(c) for c in cells)
