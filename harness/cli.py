@@ -224,8 +224,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                          filters=tuple(args.filter), cpus_per_cell=args.cpus_per_cell, threads=args.threads,
                          command=shlex.join(["attnbench", *sys.argv[1:]]), show_progress=not args.quiet)
     summary = run_suite(suite, run_dir, options)
-    for name, reason in summary.failures:
-        print(f"failed: {name}: {reason}", file=sys.stderr)
+    for name, cid, reason in summary.failures:
+        print(f"failed: {name}: {reason}  (attnbench show {cid} --run {run_dir})", file=sys.stderr)
     print(summary.line(suite.name))
     return summary.exit_code
 

@@ -63,7 +63,7 @@ class RunSummary:
     ran: int
     resumed: int
     counts: dict[str, int]
-    failures: list[tuple[str, str]]  # (cell name, reason)
+    failures: list[tuple[str, str, str]]  # (cell name, cell id, reason)
     seconds: float
 
     @property
@@ -195,7 +195,7 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
         status = record["status"] if record else "missing"
         counts[status] = counts.get(status, 0) + 1
         if status == "failed":
-            failures.append((cell_name(cell), record["reason"]))
+            failures.append((cell_name(cell), cid, record["reason"]))
     return RunSummary(run_dir, len(cells), len(todo), len(cells) - len(todo), counts, failures,
                       time.perf_counter() - start)
 
