@@ -113,17 +113,28 @@ def test_listops_labels_match_an_independent_evaluator():
             assert _evaluate_listops([words[t] for t in row]) == label
 
 
-def test_recall_label_is_the_value_of_the_queried_key():
-    data = small("associative_recall")
-    num_keys = 32
+def _recall_pairs(row: tuple[int, ...], layout: str, num_keys: int, num_classes: int) -> list[tuple[int, int]]:
+    """(key, value) numbers of a row's pairs, decoded from the token ids."""
+    body = row[:-2]
+    if layout == "joined":
+        return [divmod(t - 2 - num_keys, num_classes) for t in body]
+    assert all(2 <= k < 2 + num_keys for k in body[0::2]) and all(v >= 2 + num_keys for v in body[1::2])
+    return [(k - 2, v - 2 - num_keys) for k, v in zip(body[0::2], body[1::2])]
+
+
+@pytest.mark.parametrize("layout", ["joined", "separate"])
+def test_recall_label_is_the_value_of_the_queried_key(layout):
+    num_keys, num_classes = 32, 5
+    data = load_task("associative_recall", layout=layout, **SMALL["associative_recall"])
+    assert data.max_length == (8 if layout == "joined" else 16) + 2
     for row, label in zip(rows(data["train"]), data["train"].labels.tolist()):
-        pairs, (marker, query) = row[:-2], row[-2:]
-        keys, values = pairs[0::2], pairs[1::2]
-        assert marker == 1 and len(set(keys)) == len(keys) == 8
-        assert all(2 <= k < 2 + num_keys for k in keys) and all(v >= 2 + num_keys for v in values)
-        assert dict(zip(keys, values))[query] - (2 + num_keys) == label
-        counts = [values.count(2 + num_keys + c) for c in range(5)]
+        pairs = _recall_pairs(row, layout, num_keys, num_classes)
+        keys = [k for k, _ in pairs]
+        assert row[-2] == 1 and len(set(keys)) == len(keys) == 8 and all(0 <= k < num_keys for k in keys)
+        assert dict(pairs)[row[-1] - 2] == label
+        counts = [[v for _, v in pairs].count(c) for c in range(num_classes)]
         assert max(counts) - min(counts) <= 1  # no majority-value shortcut
+        assert max(row) < data.vocab_size
 
 
 def test_nonlinear_pairwise_term_matches_a_naive_double_loop():

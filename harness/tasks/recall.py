@@ -1,13 +1,19 @@
 """Associative recall: key-value pairs, then a query key; the class is the value stored under it.
 
-Row: k1 v1 k2 v2 ... kP vP [QUERY] q, with distinct keys per row and q one of them. The values of a
-row are spread evenly over the classes (distinct when num_classes >= num_pairs), so counting values
-gives no shortcut: only retrieving the value stored under the query key solves the task. Retrieving
+Two row layouts (option `layout`):
+- "joined": one token per pair, (k1:v1) (k2:v2) ... (kP:vP) [QUERY] q. Retrieval is one attention
+  step (the query key matches the key part of one pair token), learnt within a few epochs.
+- "separate": k1 v1 k2 v2 ... kP vP [QUERY] q (the usual MQAR form). Retrieval needs two steps
+  (copy each key into its value, then match), which small models learn only after thousands of
+  optimiser steps.
+Keys in a row are distinct and q is one of them. The values of a row are spread evenly over the
+classes (distinct when num_classes >= num_pairs), so counting values gives no shortcut. Retrieving
 one value among many is a known weak spot of linear attention, so variants separate here.
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import numpy as np
 
@@ -23,9 +29,10 @@ PAD_ID, QUERY_ID = 0, 1
 class RecallConfig(SyntheticConfig):
     """Options of the associative-recall generator."""
 
-    num_pairs: int = option(16, "key-value pairs per row (row length 2 * num_pairs + 2)")
-    num_keys: int = option(64, "size of the key vocabulary")
-    num_classes: int = option(10, "size of the value vocabulary (= number of classes)")
+    num_pairs: int = option(16, "key-value pairs per row")
+    num_keys: int = option(32, "size of the key vocabulary")
+    num_classes: int = option(8, "number of distinct values (= number of classes)")
+    layout: Literal["joined", "separate"] = option("joined", "one token per pair, or a key token then a value token")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -36,17 +43,26 @@ class RecallConfig(SyntheticConfig):
 
     @property
     def length(self) -> int:
-        return 2 * self.num_pairs + 2
+        return (1 if self.layout == "joined" else 2) * self.num_pairs + 2
 
 
 def key_id(key: int) -> int:
-    """Token id of key number `key` (0-based)."""
+    """Token id of key number `key` (0-based); query keys use the same ids."""
     return 2 + key
 
 
 def value_id(value: int, num_keys: int) -> int:
-    """Token id of value (class) number `value` (0-based)."""
+    """Token id of value (class) number `value` (0-based), layout "separate"."""
     return 2 + num_keys + value
+
+
+def pair_id(key: int, value: int, num_keys: int, num_classes: int) -> int:
+    """Token id of the pair (key, value), layout "joined"."""
+    return 2 + num_keys + key * num_classes + value
+
+
+def vocab_size(cfg: RecallConfig) -> int:
+    return 2 + cfg.num_keys + (cfg.num_keys * cfg.num_classes if cfg.layout == "joined" else cfg.num_classes)
 
 
 def row_values(num_pairs: int, num_classes: int, rng: np.random.Generator) -> np.ndarray:
@@ -63,24 +79,25 @@ class RecallSampler:
 
     def __call__(self, rng: np.random.Generator) -> Example:
         cfg = self.cfg
-        keys = rng.choice(cfg.num_keys, size=cfg.num_pairs, replace=False)
-        values = row_values(cfg.num_pairs, cfg.num_classes, rng)
+        keys = rng.choice(cfg.num_keys, size=cfg.num_pairs, replace=False).tolist()
+        values = row_values(cfg.num_pairs, cfg.num_classes, rng).tolist()
         asked = int(rng.integers(cfg.num_pairs))
         tokens = []
         for k, v in zip(keys, values):
-            tokens += [key_id(int(k)), value_id(int(v), cfg.num_keys)]
-        tokens += [QUERY_ID, key_id(int(keys[asked]))]
-        return tuple(tokens), int(values[asked])
+            if cfg.layout == "joined":
+                tokens.append(pair_id(k, v, cfg.num_keys, cfg.num_classes))
+            else:
+                tokens += [key_id(k), value_id(v, cfg.num_keys)]
+        tokens += [QUERY_ID, key_id(keys[asked])]
+        return tuple(tokens), values[asked]
 
 
 @register_task("associative_recall", config=RecallConfig)
 def associative_recall(cfg: RecallConfig) -> TaskData:
     """Associative recall: read key-value pairs, answer the value of the queried key."""
     splits = balanced_splits(RecallSampler(cfg), cfg.num_classes, cfg, cfg.length, "associative_recall")
-    return TaskData("associative_recall", splits, num_classes=cfg.num_classes,
-                    vocab_size=2 + cfg.num_keys + cfg.num_classes, max_length=cfg.length, pad_id=PAD_ID,
-                    info={"source": "generated (associative recall)", "query_id": QUERY_ID,
-                          "key_ids": [key_id(0), key_id(cfg.num_keys - 1)],
-                          "value_ids": [value_id(0, cfg.num_keys), value_id(cfg.num_classes - 1, cfg.num_keys)],
-                          "splits": split_info(splits)},
+    return TaskData("associative_recall", splits, num_classes=cfg.num_classes, vocab_size=vocab_size(cfg),
+                    max_length=cfg.length, pad_id=PAD_ID,
+                    info={"source": f"generated (associative recall, {cfg.layout} layout)", "query_id": QUERY_ID,
+                          "key_ids": [key_id(0), key_id(cfg.num_keys - 1)], "splits": split_info(splits)},
                     special_ids=(PAD_ID, QUERY_ID))
