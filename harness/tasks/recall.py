@@ -29,9 +29,11 @@ PAD_ID, QUERY_ID = 0, 1
 class RecallConfig(SyntheticConfig):
     """Options of the associative-recall generator."""
 
-    num_pairs: int = option(16, "key-value pairs per row")
-    num_keys: int = option(32, "size of the key vocabulary")
-    num_classes: int = option(8, "number of distinct values (= number of classes)")
+    num_train: int = option(20000, "training examples (defaults: with 5 epochs of a 2-layer d_model=64 encoder, "
+                                   "softmax reaches ~0.8 test accuracy, ELU linear attention stays near chance)")
+    num_pairs: int = option(8, "key-value pairs per row")
+    num_keys: int = option(8, "size of the key vocabulary")
+    num_classes: int = option(4, "number of distinct values (= number of classes)")
     layout: Literal["joined", "separate"] = option("joined", "one token per pair, or a key token then a value token")
 
     def __post_init__(self) -> None:
