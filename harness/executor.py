@@ -118,6 +118,10 @@ def failure_reason(err: BaseException) -> str:
         return f"non-finite loss: {text}"
     if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
         return f"out of memory: {type(err).__name__}: {text}"
+    if not text:  # say where, when the exception says nothing
+        frames = traceback.extract_tb(err.__traceback__)
+        where = f" raised at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+        return f"{type(err).__name__}{where}"
     return f"{type(err).__name__}: {text}"
 
 

@@ -152,3 +152,21 @@ def test_kill_9_mid_run_then_rerun_gives_every_cell_exactly_once(tmp_path):
     stored = [json.loads(p.read_text()) for p in files]
     assert all(r["status"] == "ok" and cell_id(r["cell"]) == r["cell_id"] for r in stored)
     assert sorted(cell_name(r["cell"]) for r in stored) == sorted(cell_name(c) for c in cells)
+
+
+def test_failure_reasons_are_one_line_and_say_what_happened():
+    from harness.executor import failure_reason
+    from harness.train import NonFiniteLossError
+
+    def silent():
+        raise NotImplementedError
+
+    try:
+        silent()
+    except NotImplementedError as err:
+        assert failure_reason(err).startswith("NotImplementedError raised at test_executor.py:")
+        assert failure_reason(err).endswith(" in silent")
+    assert failure_reason(NonFiniteLossError("training loss became nan at epoch 2\nmore")) == \
+        "non-finite loss: training loss became nan at epoch 2"
+    assert failure_reason(MemoryError("no room")) == "out of memory: MemoryError: no room"
+    assert failure_reason(ValueError("bad\nvalue")) == "ValueError: bad"
