@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from torch import Tensor, nn
+from torch import Tensor
 
-from baselines.linear_kernel import FeatureMap, LinearKernelAttention
+from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
+from baselines.random_features import elu_plus_one
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
@@ -17,8 +18,12 @@ class EluFeatureMap(FeatureMap):
         super().__init__()
         self.num_features = head_dim
 
-    def forward_queries(self, x: Tensor) -> Tensor:
-        return nn.functional.elu(x) + 1
+    def query_chunk(self, x: Tensor) -> FeatureChunk:
+        return FeatureChunk(elu_plus_one(x))
+
+    def cost(self, n: int, d: int) -> dict[str, float]:
+        """FLOPs per (batch, head) of the features of n queries and n keys (clamp, exp, relu, add); no parameters."""
+        return {"flops": 2 * 4.0 * n * d, "bytes": 0.0}
 
 
 @dataclasses.dataclass

@@ -4,20 +4,60 @@ out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps)
 
 (sums over j <= i in the causal form). Masking (padded keys contribute nothing), the normaliser
 guard, the random-feature redraw schedule and speed live here, once.
+
+Two renderings of the same formula:
+- `linear_attention(phi_q, phi_k, v)`: from materialised features (B, H, N, M); differentiable, also
+  causal. Used for training and whenever gradients are needed.
+- `chunked_linear_attention(feature_map, q, k, v)`: without gradients (inference), non-causal. Walks
+  the sequence in blocks of rows whose (rows, M) feature block stays in cache: key features of a block
+  -> accumulate phi_k^T v and sum phi_k; then query features of a block -> phi_q @ state. Never holds
+  an (N, M) tensor, so memory is O(N D + M D) and every feature element is touched while in cache.
+  Feature maps hand blocks over as `FeatureChunk`s: values with a constant scale and offset kept
+  apart (applied to the small (M, D) state instead of every feature) and, for maps whose key
+  features carry a stabiliser over the whole sequence (favor), a per-block log-scale that the kernel
+  combines across blocks exactly (a running maximum, as in flash attention).
 """
 from __future__ import annotations
+
+import dataclasses
+import math
 
 import torch
 from torch import Tensor, nn
 
 CAUSAL_CHUNK = 64  # causal form: exact quadratic inside chunks of this many positions, prefix sums across
+CHUNK_ELEMENTS = 2**18  # chunked kernel (CPU): rows per block so that (B*H, rows, M) floats fit in cache
+MIN_CHUNK_ROWS = 64
+
+
+@dataclasses.dataclass
+class FeatureChunk:
+    """Features of a block of rows in factored form: phi = scale * (values * exp(log_scale - L) + offset).
+
+    values: (B, H, C, M), owned by the receiver (the kernel may overwrite it); scale, offset: floats,
+    the same for every block of a sequence; log_scale: None, or (B, H, 1, 1) for key blocks (may be
+    -inf for a block without real keys), L being its maximum over all blocks of the sequence. With a
+    single block covering the whole sequence, phi = scale * (values + offset).
+    """
+
+    values: Tensor
+    scale: float = 1.0
+    offset: float = 0.0
+    log_scale: Tensor | None = None
+
+    def materialise(self) -> Tensor:
+        """phi for a block that is the whole sequence: scale * (values + offset) -> (B, H, C, M); differentiable."""
+        phi = self.values if self.scale == 1.0 else self.values * self.scale
+        return phi if self.offset == 0.0 else phi + self.scale * self.offset
 
 
 class FeatureMap(nn.Module):
     """A map phi: (B, H, N, D) -> (B, H, N, M) applied to queries and keys (fast-transformers style).
 
-    Subclasses implement `forward_queries` and `forward_keys`; random ones also `new_feature_map`
-    (redraw their random matrices) and keep evaluation deterministic.
+    Subclasses implement `forward_queries` (materialised features) or `query_chunk` (factored); maps
+    whose key features depend on other positions implement `forward_keys` and `key_chunk`. Random ones
+    also `new_feature_map` (redraw their random matrices) and keep evaluation deterministic. A map may
+    define `cost(n, d) -> {"flops": per (batch, head) for n queries and n keys, "bytes": its parameters}`.
     """
 
     num_features: int
@@ -25,8 +65,17 @@ class FeatureMap(nn.Module):
     def new_feature_map(self) -> None:
         """Redraw random parameters (no-op for deterministic maps)."""
 
+    def query_chunk(self, x: Tensor) -> FeatureChunk:
+        """Query features of a block of rows x (B, H, C, D), in factored form."""
+        return FeatureChunk(self.forward_queries(x))
+
+    def key_chunk(self, x: Tensor, key_padding_mask: Tensor | None = None) -> FeatureChunk:
+        """Key features of a block of rows; `key_padding_mask` (B, C), True = real. Default: position by position."""
+        return FeatureChunk(self.forward_keys(x, key_padding_mask))
+
     def forward_queries(self, x: Tensor) -> Tensor:
-        raise NotImplementedError
+        """Query features of a whole sequence: (B, H, N, D) -> (B, H, N, M)."""
+        return self.query_chunk(x).materialise()
 
     def forward_keys(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """Key features; `key_padding_mask` (B, N), True = real, lets a map exclude padding from statistics."""
@@ -38,17 +87,25 @@ def _guard(denominator: Tensor, eps: float) -> Tensor:
     return torch.where(denominator >= 0, denominator.clamp_min(eps), denominator.clamp_max(-eps))
 
 
+def _padding_weights(v: Tensor, key_padding_mask: Tensor | None) -> Tensor | None:
+    """(B, 1, N, 1) 1 for real keys, 0 for padding, in v's dtype; None without a mask."""
+    return None if key_padding_mask is None else key_padding_mask[:, None, :, None].to(v.dtype)
+
+
 def linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None,
                      eps: float = 1e-6, causal: bool = False) -> Tensor:
     """Normalised linear attention from features.
 
     phi_q, phi_k: (B, H, N, M); v: (B, H, N, D); key_padding_mask: (B, N) bool, True = real token.
-    Returns (B, H, N, D). Padded keys are zeroed before the sums; `causal` restricts query i to keys j <= i.
+    Returns (B, H, N, D). Padded keys are removed through their values and weight (one pass over v,
+    not over phi_k); `causal` restricts query i to keys j <= i.
     """
-    if key_padding_mask is not None:
-        phi_k = phi_k * key_padding_mask[:, None, :, None].to(phi_k.dtype)
-    ones = torch.ones(*v.shape[:-1], 1, dtype=v.dtype, device=v.device)
-    values = torch.cat([v, ones], dim=-1)  # the last column accumulates the normaliser
+    weights = _padding_weights(v, key_padding_mask)
+    if weights is None:
+        weights = torch.ones(1, 1, 1, 1, dtype=v.dtype, device=v.device)
+    else:
+        v = v * weights
+    values = torch.cat([v, weights.expand(*v.shape[:-1], 1)], dim=-1)  # the last column accumulates the normaliser
     if causal:
         out = _causal_products(phi_q, phi_k, values)
     else:
@@ -75,11 +132,116 @@ def _causal_products(phi_q: Tensor, phi_k: Tensor, values: Tensor, chunk: int = 
     return out.reshape(b, h, c * chunk, -1)[:, :, :n]
 
 
+def chunk_rows(q: Tensor, num_features: int) -> int:
+    """Rows per block of the chunked kernel: (B*H, rows, M) floats within CHUNK_ELEMENTS on CPU; all rows on GPU."""
+    b, h, n, _ = q.shape
+    if q.device.type != "cpu":
+        return n
+    return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // max(1, b * h * num_features) // 16 * 16)
+
+
+class _KeyState:
+    """Running sums over key blocks: A = sum phi~_j v_j^T (B*H, M, D) and a = sum phi~_j (B*H, 1, M), where
+    phi~ = values * exp(log_scale - running max); plus what the offset needs (sum of real v, real count)."""
+
+    def __init__(self) -> None:
+        self.kv: Tensor | None = None
+        self.ksum: Tensor | None = None
+        self.log_max: Tensor | None = None
+        self.scale, self.offset = 1.0, 0.0
+
+    def add(self, chunk: FeatureChunk, v: Tensor, padded: Tensor | None) -> None:
+        """Accumulate one block: chunk.values (B, H, C, M), v (B, H, C, D), padded (B, 1, C, 1) True = padding."""
+        values = chunk.values
+        if padded is not None:
+            values = values.masked_fill_(padded, 0.0)  # fill, not multiply: padded features may be inf
+        vals3 = values.flatten(0, 1)
+        kv, ksum = torch.bmm(vals3.transpose(1, 2), v.flatten(0, 1)), vals3.sum(dim=1, keepdim=True)
+        self.scale, self.offset = chunk.scale, chunk.offset
+        if chunk.log_scale is not None:
+            log_scale = chunk.log_scale.flatten(0, 1)  # (B*H, 1, 1)
+            if self.log_max is None:
+                self.log_max = log_scale
+            else:
+                new = torch.maximum(self.log_max, log_scale)
+                safe = new.masked_fill(new == -math.inf, 0.0)  # no real key yet: every term is 0
+                old_factor, new_factor = torch.exp(self.log_max - safe), torch.exp(log_scale - safe)
+                self.kv.mul_(old_factor)
+                self.ksum.mul_(old_factor)
+                kv.mul_(new_factor)
+                ksum.mul_(new_factor)
+                self.log_max = new
+        if self.kv is None:
+            self.kv, self.ksum = kv, ksum
+        else:
+            self.kv.add_(kv)
+            self.ksum.add_(ksum)
+
+    def finish(self, v: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
+        """phi_k^T v (B*H, M, D) and sum_j phi_k_j (B*H, M, 1), scale and offset applied."""
+        kv, ksum = self.kv, self.ksum.transpose(1, 2)
+        if self.offset != 0.0:
+            b, h = v.shape[:2]
+            if weights is None:
+                real_v, count = v, float(v.shape[-2])
+            else:
+                real_v = v * weights
+                count = weights.sum(dim=-2, keepdim=True).expand(b, h, 1, 1).flatten(0, 1)  # (B*H, 1, 1)
+            kv = kv + self.offset * real_v.sum(dim=-2, keepdim=True).flatten(0, 1)
+            ksum = ksum + self.offset * count
+        return kv * self.scale, ksum * self.scale
+
+
+def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: Tensor,
+                             key_padding_mask: Tensor | None = None, eps: float = 1e-6,
+                             rows: int | None = None) -> Tensor:
+    """The non-causal kernel block by block, without gradients: q, k (B, H, N, Dk), v (B, H, N, D) -> (B, H, N, D).
+
+    Equals `linear_attention(feature_map.forward_queries(q), feature_map.forward_keys(k, mask), v, mask, eps)`
+    up to rounding; `rows` per block (default `chunk_rows`).
+    """
+    b, h, n, d = v.shape
+    rows = rows or chunk_rows(q, feature_map.num_features)
+    weights = _padding_weights(v, key_padding_mask)
+    state = _KeyState()
+    for start in range(0, n, rows):
+        block = slice(start, start + rows)
+        mask = None if key_padding_mask is None else key_padding_mask[:, block]
+        state.add(feature_map.key_chunk(k[:, :, block], mask), v[:, :, block],
+                  None if mask is None else ~mask[:, None, :, None])
+    kv, ksum = state.finish(v, weights)  # (B*H, M, D), (B*H, M, 1)
+    out = torch.empty(b, h, n, d, dtype=v.dtype, device=v.device)
+    out3 = out.view(b * h, n, d)
+    state_q = None
+    for start in range(0, n, rows):
+        chunk = feature_map.query_chunk(q[:, :, start:start + rows])
+        if state_q is None:  # scale and offset are the same for every block: fold them into the state once
+            state_q = _query_state(kv, ksum, chunk.scale, chunk.offset)
+        values = chunk.values.flatten(0, 1)  # (B*H, C, M)
+        (s_kv, s_ksum), offsets = state_q
+        if offsets is None:
+            num, den = torch.bmm(values, s_kv), torch.bmm(values, s_ksum)
+        else:
+            num = torch.baddbmm(offsets[0], values, s_kv)
+            den = torch.baddbmm(offsets[1], values, s_ksum)
+        torch.div(num, _guard(den, eps), out=out3[:, start:start + rows])
+    return out
+
+
+def _query_state(kv: Tensor, ksum: Tensor, scale: float, offset: float) -> tuple:
+    """The state seen by query values: (scale kv, scale ksum) and, for an offset, its rows' sums times offset."""
+    s_kv, s_ksum = kv * scale, ksum * scale
+    if offset == 0.0:
+        return (s_kv, s_ksum), None
+    return (s_kv, s_ksum), (offset * s_kv.sum(dim=1, keepdim=True), offset * s_ksum.sum(dim=1, keepdim=True))
+
+
 class LinearKernelAttention(nn.Module):
     """Attention = one feature map + the shared linear kernel.
 
     redraw_every > 0 calls `feature_map.new_feature_map()` before every redraw_every-th training forward
-    (training forwards are counted in the buffer `training_steps`); evaluation never redraws.
+    (training forwards are counted in the buffer `training_steps`); evaluation never redraws. With
+    gradients off (torch.no_grad, inference_mode) the non-causal form runs block by block.
     """
 
     def __init__(self, feature_map: FeatureMap, eps: float = 1e-6, causal: bool = False, redraw_every: int = 0):
@@ -98,6 +260,21 @@ class LinearKernelAttention(nn.Module):
             if self.redraw_every > 0 and self.training_steps > 0 and self.training_steps % self.redraw_every == 0:
                 self.feature_map.new_feature_map()
             self.training_steps += 1
+        if not self.causal and not torch.is_grad_enabled():
+            return chunked_linear_attention(self.feature_map, q, k, v, key_padding_mask, self.eps)
         phi_q = self.feature_map.forward_queries(q)
         phi_k = self.feature_map.forward_keys(k, key_padding_mask)
         return linear_attention(phi_q, phi_k, v, key_padding_mask, self.eps, self.causal)
+
+    def cost(self, batch: int, heads: int, n: int, d: int) -> dict[str, float]:
+        """FLOPs and minimum bytes (float32) of one forward: the map's features plus the kernel's products.
+
+        Kernel: phi_k^T v and phi_q @ state (2 n M D each), sum phi_k and phi_q . sum (3 n M), the division
+        (n D). Bytes: q, k, v read and the output written once, and the map's parameters read.
+        """
+        m = self.feature_map.num_features
+        kernel = 2.0 * n * m * d * 2 + 3.0 * n * m + n * d
+        feature = self.feature_map.cost(n, d) if hasattr(self.feature_map, "cost") else {"flops": 0.0, "bytes": 0.0}
+        rows = batch * heads
+        return {"flops": rows * (kernel + feature["flops"]),
+                "bytes": 4.0 * rows * n * d * 4 + feature["bytes"]}

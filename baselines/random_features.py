@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import FeatureMap, LinearKernelAttention
+from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
@@ -37,6 +37,10 @@ FeatureMapKind = Literal["favor", "elu", "softplus", "sigmoid2", "cos2", "softma
 FEATURE_MAPS: tuple[str, ...] = FeatureMapKind.__args__
 RowNorms = Literal["chi", "sqrt-d"]
 FAVOR_EPS = 1e-6
+# elementwise operations per projection u = omega^T x (cost accounting, one FLOP each): favor max, subtract, exp;
+# elu clamp, exp, relu, add; softmaxfeat max, subtract, exp, sum, divide; trig sin, cos
+ELEMENTWISE_OPS = {"favor": 3, "elu": 4, "softplus": 1, "porf-softplus": 1, "sigmoid2": 2, "cos2": 2,
+                   "softmaxfeat": 5, "trig": 2}
 
 
 def seeded_generator(*keys: int) -> torch.Generator:
@@ -79,6 +83,71 @@ def draw_omegas(num_heads: int, num_features: int, dim: int, seed: int, *, ortho
     return torch.stack(out)
 
 
+def project(x: Tensor, omega: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x omega^T (+ bias) as one batched matrix product: x (..., N, d), omega (..., M, d), bias (..., N, 1)
+    -> (..., N, M), leading dimensions broadcast (e.g. x (B, H, N, d) with omega (H, M, d))."""
+    n, d, m = x.shape[-2], x.shape[-1], omega.shape[-2]
+    batch = torch.broadcast_shapes(x.shape[:-2], omega.shape[:-2])
+    x3 = x.expand(*batch, n, d).reshape(-1, n, d)
+    w3 = omega.transpose(-2, -1).expand(*batch, d, m).reshape(-1, d, m)
+    if bias is None:
+        return torch.bmm(x3, w3).view(*batch, n, m)
+    return torch.baddbmm(bias.expand(*batch, n, 1).reshape(-1, n, 1), x3, w3).view(*batch, n, m)
+
+
+def elu_plus_one(u: Tensor) -> Tensor:
+    """elu(u) + 1 = exp(min(u, 0)) + relu(u), twice as fast as torch's elu on CPU; differentiable."""
+    return torch.exp(u.clamp_max(0.0)) + torch.relu(u)
+
+
+def _favor_chunk(x: Tensor, omega: Tensor, scale: float, is_query: bool,
+                 key_padding_mask: Tensor | None) -> FeatureChunk:
+    """favor features of a block: values exp(u - |x'|^2/2 - max) * scale, offset scale * eps; keys carry their max."""
+    d = x.shape[-1]
+    half_norm = x.square().sum(dim=-1, keepdim=True).mul_(-(d ** -0.5) / 2)  # -|x'|^2 / 2, (..., N, 1)
+    u = project(x, omega.to(x.dtype) * d ** -0.25, half_norm)  # scaling omega, not x, is cheaper
+    stabiliser = u.detach().amax(dim=-1, keepdim=True)  # (B, H, N, 1)
+    log_scale = None
+    if not is_query:
+        if key_padding_mask is not None:
+            stabiliser = stabiliser.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
+        log_scale = stabiliser.amax(dim=-2, keepdim=True)  # (B, H, 1, 1): over real positions too
+        stabiliser = log_scale.masked_fill(log_scale == -math.inf, 0.0)  # a block with no real token
+    values = torch.exp(u.sub_(stabiliser - math.log(scale)))  # = scale exp(u - max)
+    return FeatureChunk(values, 1.0, scale * FAVOR_EPS, log_scale)
+
+
+def _unscaled_features(kind: str, u: Tensor) -> Tensor:
+    """f(u) of an elementwise (or softmax / trig) map, before the 1/sqrt(M) scale."""
+    if kind == "elu":
+        return elu_plus_one(u)
+    if kind in ("softplus", "porf-softplus"):
+        return nn.functional.softplus(u)
+    if kind == "sigmoid2":
+        return torch.sigmoid(u).square()
+    if kind == "cos2":
+        return torch.cos(u).square()
+    if kind == "softmaxfeat":
+        return torch.softmax(u, dim=-1)
+    if kind == "trig":
+        return torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
+    raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
+
+
+def feature_chunk(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
+                  key_padding_mask: Tensor | None = None) -> FeatureChunk:
+    """Features of x (B, H, N, d) for omega (H, M, d) in factored form (`FeatureChunk`); see `feature_values`.
+
+    A block of rows of a longer sequence gives that block's rows of the sequence's features once the
+    kernel combines the blocks' log-scales (favor keys); every other map is position by position.
+    """
+    scale = omega.shape[-2] ** -0.5
+    if kind == "favor":
+        return _favor_chunk(x, omega, scale, is_query, key_padding_mask)
+    u = project(x, omega.to(x.dtype) * x.shape[-1] ** -0.25)
+    return FeatureChunk(_unscaled_features(kind, u), scale)
+
+
 def feature_values(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
                    key_padding_mask: Tensor | None = None) -> Tensor:
     """Features f(omega^T x) / sqrt(M): x (B, H, N, d), omega (H, M, d) -> (B, H, N, M) (2M for trig).
@@ -87,32 +156,7 @@ def feature_values(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
     max is per position for queries and over features and real positions for keys (a constant factor
     per row or per (batch, head), cancelled by the attention's normaliser).
     """
-    d, m = x.shape[-1], omega.shape[-2]
-    u = x @ (omega.to(x.dtype) * d ** -0.25).transpose(-2, -1)  # (B, H, N, M); scaling omega, not x, is cheaper
-    scale = m ** -0.5
-    if kind == "favor":
-        half_norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square() * (d ** -0.5 / 2)  # |x'|^2 / 2
-        u = u - half_norm
-        stabiliser = u.detach().amax(dim=-1, keepdim=True)  # (B, H, N, 1)
-        if not is_query:
-            if key_padding_mask is not None:
-                stabiliser = stabiliser.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
-            stabiliser = stabiliser.amax(dim=-2, keepdim=True)  # (B, H, 1, 1): over real positions too
-            stabiliser = stabiliser.masked_fill(stabiliser == -math.inf, 0.0)  # a sequence with no real token
-        return torch.exp(u.sub_(stabiliser - math.log(scale))) + scale * FAVOR_EPS  # = scale (exp(u - max) + eps)
-    if kind == "elu":
-        return scale * (nn.functional.elu(u) + 1)
-    if kind in ("softplus", "porf-softplus"):
-        return scale * nn.functional.softplus(u)
-    if kind == "sigmoid2":
-        return scale * torch.sigmoid(u).square()
-    if kind == "cos2":
-        return scale * torch.cos(u).square()
-    if kind == "softmaxfeat":
-        return scale * torch.softmax(u, dim=-1)
-    if kind == "trig":
-        return scale * torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
-    raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
+    return feature_chunk(kind, x, omega, is_query=is_query, key_padding_mask=key_padding_mask).materialise()
 
 
 class RandomFeatureMap(FeatureMap):
@@ -139,11 +183,20 @@ class RandomFeatureMap(FeatureMap):
         self.omega.copy_(draw_omegas(h, m, d, self.seed, orthogonal=self.orthogonal, scaling=self.scaling,
                                      draw=int(self.draw)))
 
-    def forward_queries(self, x: Tensor) -> Tensor:
-        return feature_values(self.kind, x, self.omega, is_query=True)
+    def query_chunk(self, x: Tensor) -> FeatureChunk:
+        return feature_chunk(self.kind, x, self.omega, is_query=True)
+
+    def key_chunk(self, x: Tensor, key_padding_mask: Tensor | None = None) -> FeatureChunk:
+        return feature_chunk(self.kind, x, self.omega, is_query=False, key_padding_mask=key_padding_mask)
 
     def forward_keys(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        return feature_values(self.kind, x, self.omega, is_query=False, key_padding_mask=key_padding_mask)
+        return self.key_chunk(x, key_padding_mask).materialise()
+
+    def cost(self, n: int, d: int) -> dict[str, float]:
+        """FLOPs per (batch, head) of the features of n queries and n keys, and bytes of the omegas."""
+        h, m, _ = self.omega.shape
+        flops = 2 * (2.0 * n * m * d + ELEMENTWISE_OPS[self.kind] * n * m + (2.0 * n * d if self.kind == "favor" else 0.0))
+        return {"flops": flops, "bytes": 4.0 * h * m * d}
 
 
 @dataclasses.dataclass

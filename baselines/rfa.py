@@ -11,8 +11,8 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import FeatureMap, LinearKernelAttention
-from baselines.random_features import draw_omegas
+from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
+from baselines.random_features import draw_omegas, project
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
@@ -38,11 +38,16 @@ class RfaFeatureMap(FeatureMap):
         self.draw += 1
         self.train_omega.copy_(self._draw(*self.omega.shape, draw=self.draw))
 
-    def forward_queries(self, x: Tensor) -> Tensor:
+    def query_chunk(self, x: Tensor) -> FeatureChunk:
         omega = self.train_omega if self.training else self.omega
         frequencies = self.sigma[:, None, None] * omega / self.tau  # (H, M, d)
-        u = (x / (x.norm(dim=-1, keepdim=True) + NORM_EPS)) @ frequencies.to(x.dtype).transpose(-2, -1)
-        return omega.shape[1] ** -0.5 * torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
+        u = project(x / (x.norm(dim=-1, keepdim=True) + NORM_EPS), frequencies.to(x.dtype))
+        return FeatureChunk(torch.cat([torch.sin(u), torch.cos(u)], dim=-1), omega.shape[1] ** -0.5)
+
+    def cost(self, n: int, d: int) -> dict[str, float]:
+        """FLOPs per (batch, head) of the features of n queries and n keys (norm, divide, project, sin, cos)."""
+        h, m, _ = self.omega.shape
+        return {"flops": 2 * (3.0 * n * d + 2.0 * n * m * d + 2.0 * n * m), "bytes": 4.0 * h * m * d}
 
 
 @dataclasses.dataclass
