@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 
 import numpy as np
@@ -137,12 +138,18 @@ def test_recall_label_is_the_value_of_the_queried_key(layout):
         assert max(row) < data.vocab_size
 
 
-def test_nonlinear_pairwise_term_matches_a_naive_double_loop():
-    sampler = NonlinearSampler(NonlinearConfig(num_features=4, num_tokens=16))
-    types = np.array([3, 7, 7, 0, 15])
-    naive = np.mean([sampler.score.pair[a, b] for i, a in enumerate(types) for j, b in enumerate(types) if i != j])
-    assert sampler.score.terms(types)[1] == pytest.approx(naive)
-    assert sampler.score.terms(types)[0] == pytest.approx(np.mean(sampler.score.single[types]))
+def test_nonlinear_cross_token_term_matches_a_naive_double_loop():
+    score = NonlinearSampler(NonlinearConfig(num_features=4, num_tokens=16, sharpness=2.0)).score
+    types = [3, 7, 7, 0, 15]
+    outputs = []
+    for i, a in enumerate(types):
+        weights = {j: math.exp(2.0 * float(score.z[a] @ score.a @ score.z[b]) / math.sqrt(4))
+                   for j, b in enumerate(types) if j != i}
+        total = sum(weights.values())
+        mixed = sum(w / total * score.z[types[j]] for j, w in weights.items())
+        outputs.append(math.sin(float(score.u @ mixed)))
+    assert score.terms(np.array(types))[1] == pytest.approx(np.mean(outputs))
+    assert score.terms(np.array(types))[0] == pytest.approx(np.mean(score.single[types]))
 
 
 @pytest.mark.parametrize("noise, low, high", [(0.0, 1.0, 1.0), (20.0, 0.35, 0.65)])

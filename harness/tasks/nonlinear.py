@@ -2,10 +2,12 @@
 
 Each of `num_tokens` token types carries a fixed random feature vector z in R^p. A row of n tokens
 scores
-    s = std(mean_i sin(w . z_i)) + interaction_weight * std(mean_{i != j} sin(z_i^T A z_j)) + noise * eps,
+    s = std(mean_i sin(w . z_i)) + interaction_weight * std(mean_i sin(u . o_i)) + noise * eps,
+    o_i = sum_{j != i} softmax_j(sharpness * z_i^T A z_j / sqrt(p)) z_j,
 with eps ~ N(0, 1) and std(.) standardising each term on a pilot sample. The class is the quantile
-bin of s (C equal-mass bins). The second term needs interactions between different tokens, which
-only attention provides in the shared classifier; `noise` is the label-noise sigma.
+bin of s (C equal-mass bins). The second term is a softmax-kernel interaction between different
+tokens: only attention provides it in the shared classifier, and the sharper it is, the more an
+attention's kernel approximation matters. `noise` is the label-noise sigma.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ class NonlinearConfig(SyntheticConfig):
     num_tokens: int = option(64, "token types (vocabulary without padding)")
     num_features: int = option(8, "feature dimension p of each token type")
     num_classes: int = option(2, "classes: equal-mass quantile bins of the score")
-    interaction_weight: float = option(1.0, "weight of the pairwise (cross-token) sine term")
+    interaction_weight: float = option(1.0, "weight of the cross-token (softmax-kernel) sine term")
+    sharpness: float = option(1.0, "inverse temperature of the cross-token softmax kernel")
     noise: float = option(0.1, "Gaussian noise sigma added to the standardised score before binning")
 
     def __post_init__(self) -> None:
@@ -42,6 +45,7 @@ class NonlinearConfig(SyntheticConfig):
         require(self.num_features >= 1, f"num_features={self.num_features} must be at least 1")
         require(self.num_classes >= 2, f"num_classes={self.num_classes} must be at least 2")
         require(self.noise >= 0, f"noise={self.noise} must be non-negative")
+        require(self.sharpness >= 0, f"sharpness={self.sharpness} must be non-negative")
 
 
 class NonlinearScore:
@@ -50,20 +54,24 @@ class NonlinearScore:
     def __init__(self, cfg: NonlinearConfig):
         rng = np.random.default_rng([cfg.seed, 1])
         p = cfg.num_features
-        z = rng.standard_normal((cfg.num_tokens, p))
+        self.z = rng.standard_normal((cfg.num_tokens, p))  # (V, p)
         w = 2.0 * rng.standard_normal(p) / np.sqrt(p)
-        a = rng.standard_normal((p, p)) / p
-        self.single = np.sin(z @ w)  # (V,)
-        self.pair = np.sin(z @ a @ z.T)  # (V, V)
+        self.a = rng.standard_normal((p, p)) / np.sqrt(p)
+        self.u = 2.0 * rng.standard_normal(p) / np.sqrt(p)
+        self.single = np.sin(self.z @ w)  # (V,)
+        self.logits = cfg.sharpness * (self.z @ self.a @ self.z.T) / np.sqrt(p)  # (V, V)
         self.scale = np.ones(2)
         self.shift = np.zeros(2)
         self.weights = np.array([1.0, cfg.interaction_weight])
 
     def terms(self, types: np.ndarray) -> np.ndarray:
-        """Raw (single, pairwise) terms of one row of token types (0-based), shape (2,)."""
-        n = len(types)
-        block = self.pair[np.ix_(types, types)]
-        return np.array([self.single[types].mean(), (block.sum() - np.trace(block)) / (n * (n - 1))])
+        """Raw (single, cross-token) terms of one row of token types (0-based), shape (2,)."""
+        logits = self.logits[np.ix_(types, types)]
+        np.fill_diagonal(logits, -np.inf)  # interactions between different tokens only
+        weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+        weights /= weights.sum(axis=1, keepdims=True)
+        mixed = weights @ self.z[types]  # (n, p)
+        return np.array([self.single[types].mean(), np.sin(mixed @ self.u).mean()])
 
     def standardise_on(self, rows: list[np.ndarray]) -> np.ndarray:
         """Fix shift and scale of each term on pilot rows; return their noise-free scores."""
