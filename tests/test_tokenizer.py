@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from harness.errors import UserError
 from harness.tasks import tokenizer as tokenizer_module
