@@ -227,6 +227,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     for name, cid, reason in summary.failures:
         print(f"failed: {name}: {reason}  (attnbench show {cid} --run {run_dir})", file=sys.stderr)
     print(summary.line(suite.name))
+    if summary.foreign:
+        print(f"note: {run_dir} also holds {summary.foreign} results of cells that are not in this version of "
+              f"suite {suite.name!r}; reports include them; use --fresh for a folder with this version only",
+              file=sys.stderr)
     return summary.exit_code
 
 

@@ -65,6 +65,7 @@ class RunSummary:
     counts: dict[str, int]
     failures: list[tuple[str, str, str]]  # (cell name, cell id, reason)
     seconds: float
+    foreign: int = 0  # stored results of cells that are not in this suite (an earlier version of it)
 
     @property
     def exit_code(self) -> int:
@@ -200,8 +201,9 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
         counts[status] = counts.get(status, 0) + 1
         if status == "failed":
             failures.append((cell_name(cell), cid, record["reason"]))
+    foreign = len({p.stem for p in store.cells_dir.glob("*.json")} - set(planned))
     return RunSummary(run_dir, len(cells), len(todo), len(cells) - len(todo), counts, failures,
-                      time.perf_counter() - start)
+                      time.perf_counter() - start, foreign)
 
 
 def _run_here(todo: list[dict[str, Any]], suite: Suite, store: RunStore, ui: ProgressUI, device: str,

@@ -93,6 +93,9 @@ def test_run_show_and_resume_through_the_cli(tmp_path, capsys):
     assert "matches none of the 2 cells" in capsys.readouterr().err
     assert main(["run", str(path), "--quiet", "--fresh", "--filter", "*/s0/*"]) == 0
     assert len(list(Path("runs").glob("tiny-*/cells/*.json"))) == 1 and len(list(Path("runs/tiny/cells").iterdir())) == 2
+    changed = tiny_suite(tmp_path, seeds=[1])  # an edited suite resumes the same folder and says what is stale
+    assert main(["run", str(changed), "--quiet"]) == 0
+    assert "also holds 1 results of cells that are not in this version" in capsys.readouterr().err
     assert main(["show", "ffff", "--run", "runs/tiny"]) == 2
     assert main(["report", str(tmp_path / "not-a-run")]) == 2
     assert "not a run folder" in capsys.readouterr().err
