@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import UserError
 from harness.store import RunStore, cell_id
-from harness.suite import Suite, cell_name
+from harness.suite import Suite
 
 if TYPE_CHECKING:
     from harness.executor import RunOptions
@@ -79,8 +79,7 @@ def run_on_ray(todo: list[dict[str, Any]], suite: Suite, store: RunStore, ui: "P
         for cell in todo:
             ref = task.remote(cell, resolved_config(suite, cell), device, options.command,
                               options.threads or options.cpus_per_cell, timeout)
-            refs[ref] = cell
-            ui.start(cell_id(cell), cell_name(cell))
+            refs[ref] = cell  # queued on the cluster: the progress bar counts it when it ends
         while refs:
             done, _ = ray.wait(list(refs), num_returns=1)
             cell = refs.pop(done[0])
