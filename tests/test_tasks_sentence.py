@@ -12,6 +12,7 @@ import torch
 from tokenizers import Tokenizer
 
 from harness.errors import UserError
+from harness.model import ModelConfig, TransformerClassifier
 from harness.tasks import load_task
 
 DATA_DIR = os.environ.get("ATTNBENCH_DATA_DIR")
@@ -105,6 +106,10 @@ def test_qqp_pairs_from_local_files_with_unlabelled_test(tmp_path, cache_dir):
         first_sep = ids.index(sep)
         assert ids[0] == cls and ids[-1] == sep and ids.count(sep) == 2
         assert seg == [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 1)
+    cfg = ModelConfig(vocab_size=data.vocab_size, num_classes=2, max_length=16, d_model=16, num_heads=2, ffn_dim=16,
+                      num_layers=1, num_segments=2, pad_id=data.pad_id)
+    ids, mask, seg, labels = next(split.batches(10))
+    assert TransformerClassifier(cfg, "softmax")(ids, mask, seg).shape == (10, 2)
 
 
 def test_text_task_csv_with_string_labels_carves_missing_splits(tmp_path, cache_dir):
@@ -177,3 +182,25 @@ def test_explicit_data_dir_without_files_fails_before_the_hub(tmp_path, monkeypa
 def test_text_task_missing_file_names_the_absolute_path(tmp_path):
     with pytest.raises(UserError, match=f"file '{tmp_path}/nope.csv' does not exist"):
         load_task("text", files={"train": "nope.csv"}, data_dir=str(tmp_path))
+
+
+def test_hub_branch_maps_columns_and_replaces_an_unlabelled_test_split(tmp_path, monkeypatch, cache_dir):
+    import datasets
+
+    calls = []
+
+    def fake_hub(path, config=None, **kwargs):
+        calls.append((path, config))
+        def rows(n, offset, label):
+            return {"sentence": [f"movie number {i + offset} was {'good' if i % 2 else 'bad'}" for i in range(n)],
+                    "label": [label(i) for i in range(n)], "idx": list(range(n))}
+        return datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows(50, 0, lambda i: i % 2)),
+                                     "validation": datasets.Dataset.from_dict(rows(8, 100, lambda i: i % 2)),
+                                     "test": datasets.Dataset.from_dict(rows(9, 200, lambda i: -1))})
+
+    monkeypatch.setenv("ATTNBENCH_DATA_DIR", str(tmp_path))  # no sst2/ inside: the hub is asked
+    monkeypatch.setattr(datasets, "load_dataset", fake_hub)
+    data = load_task("sst2", cache_dir=cache_dir, max_length=12, vocab_size=100)
+    assert calls == [("nyu-mll/glue", "sst2")] and data.info["source"] == "hub nyu-mll/glue/sst2"
+    assert {s: len(data[s]) for s in ("train", "validation", "test")} == {"train": 45, "validation": 5, "test": 8}
+    assert data["test"].labels.tolist() == [i % 2 for i in range(8)]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from harness.errors import ConfigError
+from harness.model import ModelConfig, TransformerClassifier
 from harness.tasks import load_task, task_names
 from harness.tasks.listops import vocabulary
 from harness.tasks.nonlinear import NonlinearConfig, NonlinearSampler
@@ -160,6 +161,16 @@ def test_nonlinear_noise_sigma_controls_agreement_with_the_clean_score(noise, lo
     scores = [clean.score.score(clean.score.terms(np.array(r) - 1)) for r in rows(split)]
     agree = np.mean((np.array(scores) > np.median(scores)) == split.labels.numpy().astype(bool))
     assert low <= agree <= high
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_rows_fit_the_shared_classifier(name):
+    data = small(name)
+    cfg = ModelConfig(vocab_size=data.vocab_size, num_classes=data.num_classes, max_length=data.max_length,
+                      d_model=16, num_heads=2, ffn_dim=16, num_layers=1, pad_id=data.pad_id)
+    ids, mask, seg, labels = next(data["test"].batches(32))
+    logits = TransformerClassifier(cfg, "softmax")(ids, mask, seg)
+    assert logits.shape == (len(labels), data.num_classes) and torch.isfinite(logits).all()
 
 
 def test_unknown_option_names_the_closest_valid_one():
