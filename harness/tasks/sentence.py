@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -209,8 +209,7 @@ def complete_splits(rows: dict[str, TextRows], cfg: TextTaskConfig,
                        ("test", cfg.max_eval_examples)):
         if cap is not None and cap < len(rows[split]):
             rows[split] = rows[split].take(np.sort(rng.permutation(len(rows[split]))[:cap]))
-            notes.setdefault(split, "")
-            notes[split] = (notes[split] + "; " if notes[split] else "") + f"sampled {cap} rows"
+            notes[split] = "; ".join(filter(None, [notes.get(split), f"sampled {cap} rows"]))
     return rows, notes
 
 
@@ -251,7 +250,8 @@ def build_text_task(name: str, rows: dict[str, TextRows], cfg: TextTaskConfig, l
                     pad_id=encoder.pad_id, pair=pair, info=info, special_ids=encoder.special_ids)
 
 
-def _hub_task(name: str):
+def _hub_task(name: str) -> Callable[[TextTaskConfig], TaskData]:
+    """The loader of the hub data set `name` (local files in its layout first)."""
     spec = HUB_DATASETS[name]
 
     def load(cfg: TextTaskConfig) -> TaskData:
