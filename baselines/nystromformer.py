@@ -16,6 +16,8 @@ from baselines.random_features import seeded_generator
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
+CONV_BLOCK = 64  # outputs per Toeplitz block of the sequence convolution
+
 
 def iterative_pinv(a: Tensor, iterations: int = 6) -> Tensor:
     """Newton-Schulz-type pseudo-inverse (the reference's 3rd-order scheme): (..., L, L) -> (..., L, L).
@@ -58,9 +60,40 @@ def landmark_segments(mask: Tensor, num_landmarks: int) -> tuple[Tensor, Tensor]
     return segment, count > 0
 
 
-def _masked_softmax(scores: Tensor, keep: Tensor) -> Tensor:
+def _masked_softmax(scores: Tensor, keep: Tensor | None) -> Tensor:
     """Softmax over the last axis where `keep` is True (finite fill, so fully masked rows stay finite)."""
-    return torch.softmax(scores.masked_fill(~keep, torch.finfo(scores.dtype).min), dim=-1)
+    if keep is not None:
+        scores = scores.masked_fill_(~keep, torch.finfo(scores.dtype).min)
+    return torch.softmax(scores, dim=-1)
+
+
+def sequence_conv(v: Tensor, weight: Tensor, block: int = CONV_BLOCK) -> Tensor:
+    """Depthwise convolution along the sequence, zero-padded and centred, as nn.Conv2d(H, H, (K, 1), groups=H)
+    computes it: v (B, H, N, D), weight (H, K) -> (B, H, N, D).
+
+    Rendered as banded Toeplitz blocks: each block of `block` outputs is one (block, block + K - 1) matrix
+    times the block's window of v, so the work runs as batched matrix products (several times faster on
+    CPU than the convolution routine for this shape).
+    """
+    b, h, n, d = v.shape
+    size = weight.shape[-1]
+    blocks = -(-n // block)
+    padded = nn.functional.pad(v, (0, 0, size // 2, size - 1 - size // 2 + blocks * block - n))
+    stride = padded.stride()
+    windows = padded.as_strided((b, h, blocks, block + size - 1, d),
+                                (stride[0], stride[1], block * stride[2], stride[2], stride[3]))
+    columns = torch.arange(block, device=v.device)[:, None] + torch.arange(size, device=v.device)
+    band = torch.zeros(h, block, block + size - 1, dtype=v.dtype, device=v.device)
+    band = band.scatter(2, columns.expand(h, block, size), weight.to(v.dtype)[:, None, :].expand(h, block, size))
+    return (band[None, :, None] @ windows).reshape(b, h, blocks * block, d)[:, :, :n]
+
+
+def even_segment_means(x: Tensor, num_segments: int) -> Tensor | None:
+    """Means of num_segments equal consecutive segments of x (B, H, N, d) -> (B, H, L, d); None if L does not divide N."""
+    b, h, n, d = x.shape
+    if n % num_segments:
+        return None
+    return x.view(b, h, num_segments, n // num_segments, d).mean(dim=3)
 
 
 @dataclasses.dataclass
@@ -95,21 +128,52 @@ class NystromAttention(nn.Module):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         b, h, n, d = q.shape
-        mask = torch.ones(b, n, dtype=torch.bool, device=q.device) if key_padding_mask is None else key_padding_mask
         num_landmarks = min(self.cfg.num_landmarks, n)  # more landmarks than positions would stay empty
-        q, k = q * d ** -0.25, k * d ** -0.25
-        segment, valid = landmark_segments(mask, num_landmarks)
-        weights = mask.to(q.dtype)
-        q_land = segment_means(q, segment, weights, num_landmarks)
-        k_land = segment_means(k, segment, weights, num_landmarks)
-        kernel_1 = _masked_softmax(q @ k_land.transpose(-2, -1), valid[:, None, None, :])  # (B, H, N, L)
-        kernel_2 = _masked_softmax(q_land @ k_land.transpose(-2, -1), valid[:, None, None, :])  # (B, H, L, L)
-        empty = ~(valid[:, None, :, None] & valid[:, None, None, :])
-        kernel_2 = torch.where(empty, torch.eye(num_landmarks, dtype=q.dtype, device=q.device), kernel_2)
-        kernel_3 = _masked_softmax(q_land @ k.transpose(-2, -1), mask[:, None, None, :])  # (B, H, L, N)
+        q_land, k_land, valid, real = self._landmarks(q, k, key_padding_mask, num_landmarks)
+        k_land = k_land * d ** -0.5  # the scores' 1/sqrt(d), folded into the small landmark matrices
+        keep = None if valid is None else valid[:, None, None, :]
+        kernel_1 = _masked_softmax(q @ k_land.transpose(-2, -1), keep)  # (B, H, N, L)
+        kernel_2 = _masked_softmax(q_land @ k_land.transpose(-2, -1), keep)  # (B, H, L, L)
+        if valid is not None:
+            empty = ~(valid[:, None, :, None] & valid[:, None, None, :])
+            kernel_2 = torch.where(empty, torch.eye(num_landmarks, dtype=q.dtype, device=q.device), kernel_2)
+        keys = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+        kernel_3 = _masked_softmax((q_land * d ** -0.5) @ k.transpose(-2, -1), keys)  # (B, H, L, N)
         precise = torch.promote_types(q.dtype, torch.float32)  # the iteration diverges in half precision
         pinv = iterative_pinv(kernel_2.to(precise), self.cfg.pinv_iterations).to(q.dtype)
         out = kernel_1 @ (pinv @ (kernel_3 @ v))
         if self.conv is not None:
-            out = out + self.conv(v * weights[:, None, :, None])
+            out = out + sequence_conv(v if real is None else v * real, self.conv.weight[:, 0, :, 0])
         return out
+
+    def _landmarks(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None,
+                   num_landmarks: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """Segment means of q and k (B, H, L, d), which landmarks have tokens (B, L) and the real-token
+        weights (B, 1, N, 1); without padding and with L dividing N: plain reshaped means, both None."""
+        if key_padding_mask is None:
+            q_land, k_land = even_segment_means(q, num_landmarks), even_segment_means(k, num_landmarks)
+            if q_land is not None:
+                return q_land, k_land, None, None
+        b, n = q.shape[0], q.shape[2]
+        mask = torch.ones(b, n, dtype=torch.bool, device=q.device) if key_padding_mask is None else key_padding_mask
+        segment, valid = landmark_segments(mask, num_landmarks)
+        weights = mask.to(q.dtype)
+        q_land = segment_means(q, segment, weights, num_landmarks)
+        k_land = segment_means(k, segment, weights, num_landmarks)
+        return q_land, k_land, valid, weights[:, None, :, None]
+
+    def cost(self, batch: int, heads: int, n: int, d: int) -> dict[str, float]:
+        """FLOPs and minimum bytes (float32) of one forward without padding.
+
+        Segment means (2 n d), the three score products (2 n L d, 2 L^2 d, 2 L n d) and their softmaxes
+        (about 5 operations per score: max, subtract, exp, sum, divide), the pinv (per iteration 4 L x L
+        products plus 3 scaled identities), kernel_3 @ v (2 L n d), pinv @ that (2 L^2 d), kernel_1 @ that
+        (2 n L d), the convolution (2 K n d) and the sum (n d). Bytes: q, k, v read, out written.
+        """
+        m = min(self.cfg.num_landmarks, n)
+        means = 2.0 * n * d
+        scores = 2.0 * n * m * d * 2 + 2.0 * m * m * d + 5.0 * (2 * n * m + m * m)
+        pinv = self.cfg.pinv_iterations * (4 * 2.0 * m**3 + 3.0 * m * m)
+        products = 2.0 * m * n * d + 2.0 * m * m * d + 2.0 * n * m * d
+        conv = (2.0 * self.cfg.conv_kernel * n * d + n * d) if self.conv is not None else 0.0
+        return {"flops": batch * heads * (means + scores + pinv + products + conv), "bytes": 4.0 * batch * heads * n * d * 4}

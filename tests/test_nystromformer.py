@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from baselines.nystromformer import iterative_pinv
+from baselines.nystromformer import iterative_pinv, sequence_conv
 from harness.registry import build_attention
 
 
@@ -87,3 +87,26 @@ def test_pinv_initialisation_is_per_matrix():
     batch = torch.stack([small, large])
     approx = iterative_pinv(batch, iterations=12)
     torch.testing.assert_close(approx, torch.linalg.pinv(batch), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("n, size", [(1, 3), (70, 33), (200, 5)])
+def test_sequence_conv_equals_torch_depthwise_convolution(n, size):
+    g = torch.Generator().manual_seed(n)
+    v = torch.randn(2, 3, n, 4, generator=g, dtype=torch.float64)
+    conv = torch.nn.Conv2d(3, 3, (size, 1), padding=(size // 2, 0), groups=3, bias=False).double()
+    torch.testing.assert_close(sequence_conv(v, conv.weight[:, 0, :, 0]), conv(v))
+
+
+def test_unpadded_fast_landmarks_equal_the_masked_route():
+    q, k, v = _inputs(64, seed=2)
+    attn = build_attention("nystromformer", head_dim=8, num_heads=2, num_landmarks=8).double()
+    everything_real = torch.ones(2, 64, dtype=torch.bool)
+    torch.testing.assert_close(attn(q, k, v), attn(q, k, v, key_padding_mask=everything_real))
+
+
+def test_cost_counts_the_products_that_dominate():
+    attn = build_attention("nystromformer", head_dim=64, num_heads=4, num_landmarks=64)
+    cost = attn.cost(1, 4, 4096, 64)
+    products = 4 * 4 * 2.0 * 4096 * 64 * 64  # per head: q K~^T, Q~ k^T, kernel_3 v and kernel_1 (pinv kernel_3 v)
+    assert products < cost["flops"] < 1.5 * products
+    assert cost["bytes"] == 4 * 4.0 * 4 * 4096 * 64
