@@ -176,6 +176,9 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
     """Run every selected cell not already finished in `run_dir`; return what happened."""
     start = time.perf_counter()
     device = resolve_device(options.device) if options.executor == "local" else options.device
+    if options.executor == "ray":
+        from harness.ray_executor import require_ray
+        require_ray()  # before anything is written
     cells = select_cells(suite, options.filters)
     store = RunStore(run_dir)
     ids = [cell_id(c) for c in cells]

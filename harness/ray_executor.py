@@ -49,13 +49,19 @@ def ray_cell(cell: dict[str, Any], resolved: dict[str, Any], device: str, comman
     return record, output.getvalue()
 
 
-def run_on_ray(todo: list[dict[str, Any]], suite: Suite, store: RunStore, ui: "ProgressUI",
-               options: "RunOptions", timeout: float | None) -> None:
-    """Submit every cell as a Ray task and store each result as it arrives."""
+def require_ray() -> Any:
+    """The ray module, or a UserError saying how to install it."""
     try:
         import ray
     except ImportError:
         raise UserError("--executor ray needs Ray: pip install 'attnbench[ray]' (or pip install 'ray[default]')") from None
+    return ray
+
+
+def run_on_ray(todo: list[dict[str, Any]], suite: Suite, store: RunStore, ui: "ProgressUI",
+               options: "RunOptions", timeout: float | None) -> None:
+    """Submit every cell as a Ray task and store each result as it arrives."""
+    ray = require_ray()
     from harness.executor import failed_record, failure_reason, resolved_config
     from harness.provenance import now
 
