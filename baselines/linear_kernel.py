@@ -192,6 +192,7 @@ class _KeyState:
         return kv * self.scale, ksum * self.scale
 
 
+@torch.no_grad()
 def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: Tensor,
                              key_padding_mask: Tensor | None = None, eps: float = 1e-6,
                              rows: int | None = None) -> Tensor:

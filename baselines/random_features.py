@@ -83,29 +83,33 @@ def draw_omegas(num_heads: int, num_features: int, dim: int, seed: int, *, ortho
     return torch.stack(out)
 
 
-def project(x: Tensor, omega: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x omega^T (+ bias) as one batched matrix product: x (..., N, d), omega (..., M, d), bias (..., N, 1)
+def project(x: Tensor, omega: Tensor, bias: Tensor | None = None, alpha: float = 1.0) -> Tensor:
+    """alpha x omega^T (+ bias) as one batched matrix product: x (..., N, d), omega (..., M, d), bias (..., N, 1)
     -> (..., N, M), leading dimensions broadcast (e.g. x (B, H, N, d) with omega (H, M, d))."""
     n, d, m = x.shape[-2], x.shape[-1], omega.shape[-2]
     batch = torch.broadcast_shapes(x.shape[:-2], omega.shape[:-2])
     x3 = x.expand(*batch, n, d).reshape(-1, n, d)
-    w3 = omega.transpose(-2, -1).expand(*batch, d, m).reshape(-1, d, m)
+    w3 = omega.to(x.dtype).transpose(-2, -1).expand(*batch, d, m).reshape(-1, d, m)
     if bias is None:
-        return torch.bmm(x3, w3).view(*batch, n, m)
-    return torch.baddbmm(bias.expand(*batch, n, 1).reshape(-1, n, 1), x3, w3).view(*batch, n, m)
+        return torch.baddbmm(x3.new_zeros(()), x3, w3, beta=0.0, alpha=alpha).view(*batch, n, m)
+    return torch.baddbmm(bias.expand(*batch, n, 1).reshape(-1, n, 1), x3, w3, alpha=alpha).view(*batch, n, m)
 
 
 def elu_plus_one(u: Tensor) -> Tensor:
-    """elu(u) + 1 = exp(min(u, 0)) + relu(u), twice as fast as torch's elu on CPU; differentiable."""
-    return torch.exp(u.clamp_max(0.0)) + torch.relu(u)
+    """elu(u) + 1 = exp(min(u, 0)) + max(u, 0): about twice as fast as torch's elu on CPU, in place where no
+    gradient is recorded; differentiable (with relu's gradient at 0, so the derivative at 0 is elu's 1)."""
+    low = u.clamp_max(0.0).exp_()
+    if torch.is_grad_enabled() and u.requires_grad:
+        return low + torch.relu(u)
+    return low.add_(u.clamp_min(0.0))
 
 
 def _favor_chunk(x: Tensor, omega: Tensor, scale: float, is_query: bool,
                  key_padding_mask: Tensor | None) -> FeatureChunk:
     """favor features of a block: values exp(u - |x'|^2/2 - max) * scale, offset scale * eps; keys carry their max."""
     d = x.shape[-1]
-    half_norm = x.square().sum(dim=-1, keepdim=True).mul_(-(d ** -0.5) / 2)  # -|x'|^2 / 2, (..., N, 1)
-    u = project(x, omega.to(x.dtype) * d ** -0.25, half_norm)  # scaling omega, not x, is cheaper
+    half_norm = (x * x).sum(dim=-1, keepdim=True).mul_(-(d ** -0.5) / 2)  # -|x'|^2 / 2, (..., N, 1)
+    u = project(x, omega, half_norm, alpha=d ** -0.25)  # x' = x d^{-1/4}, folded into the product
     stabiliser = u.detach().amax(dim=-1, keepdim=True)  # (B, H, N, 1)
     log_scale = None
     if not is_query:
@@ -144,7 +148,7 @@ def feature_chunk(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
     scale = omega.shape[-2] ** -0.5
     if kind == "favor":
         return _favor_chunk(x, omega, scale, is_query, key_padding_mask)
-    u = project(x, omega.to(x.dtype) * x.shape[-1] ** -0.25)
+    u = project(x, omega, alpha=x.shape[-1] ** -0.25)
     return FeatureChunk(_unscaled_features(kind, u), scale)
 
 

@@ -41,7 +41,7 @@ class RfaFeatureMap(FeatureMap):
     def query_chunk(self, x: Tensor) -> FeatureChunk:
         omega = self.train_omega if self.training else self.omega
         frequencies = self.sigma[:, None, None] * omega / self.tau  # (H, M, d)
-        u = project(x / (x.norm(dim=-1, keepdim=True) + NORM_EPS), frequencies.to(x.dtype))
+        u = project(x / (x.norm(dim=-1, keepdim=True) + NORM_EPS), frequencies)
         return FeatureChunk(torch.cat([torch.sin(u), torch.cos(u)], dim=-1), omega.shape[1] ** -0.5)
 
     def cost(self, n: int, d: int) -> dict[str, float]:

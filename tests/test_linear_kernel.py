@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from baselines.linear_kernel import FeatureMap, LinearKernelAttention, linear_attention
+from baselines.linear_kernel import (FeatureChunk, FeatureMap, LinearKernelAttention, chunked_linear_attention,
+                                     linear_attention)
 
 
 def naive(phi_q, phi_k, v, mask=None, causal=False):
@@ -76,3 +77,53 @@ def test_redraw_every_n_training_steps_and_never_in_evaluation():
     assert attn.feature_map.redraws == 2 and int(attn.training_steps) == 7
     assert attn.redraw_policy == "every 3 training steps"
     assert LinearKernelAttention(CountingMap()).redraw_policy == "never"
+
+
+def _maps():
+    from baselines.elu_linear import EluFeatureMap
+    from baselines.random_features import FEATURE_MAPS, RandomFeatureMap
+    from baselines.rfa import RfaFeatureMap
+    maps = [RandomFeatureMap(6, 2, 8, kind, seed=1).double() for kind in FEATURE_MAPS]
+    return maps + [EluFeatureMap(6), RfaFeatureMap(6, 2, 8, seed=1, tau=1.0, orthogonal=True).double()]
+
+
+@pytest.mark.parametrize("index", range(10))
+@pytest.mark.parametrize("rows", [1, 4, 64])
+def test_chunked_kernel_equals_the_materialised_one(index, rows):
+    """Blocks of rows (a block of padding only included) give the whole-sequence kernel's output."""
+    feature_map = _maps()[index].eval()
+    g = torch.Generator().manual_seed(index)
+    q, k, v = (3 * torch.randn(2, 2, 11, 6, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(2, 11, dtype=torch.bool)
+    mask[1, 2:7] = False  # blocks of 4: the second one of sequence 1 has no real key
+    k[1, :, 2:7], v[1, :, 2:7] = 50.0, -1e6  # loud padding
+    for m in (None, mask):
+        expected = linear_attention(feature_map.forward_queries(q), feature_map.forward_keys(k, m), v, m)
+        torch.testing.assert_close(chunked_linear_attention(feature_map, q, k, v, m, rows=rows), expected)
+
+
+def test_attention_uses_the_chunked_kernel_without_gradients_only(monkeypatch):
+    import baselines.linear_kernel as kernel
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(torch.is_grad_enabled())
+        return chunked_linear_attention(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "chunked_linear_attention", spy)
+    attn = LinearKernelAttention(_maps()[0]).eval()
+    q = torch.randn(1, 2, 9, 6, dtype=torch.float64)
+    with torch.no_grad():
+        fast = attn(q, q, q)
+    torch.testing.assert_close(fast, attn(q, q, q))
+    assert calls == [False]
+    causal = LinearKernelAttention(_maps()[0], causal=True).eval()
+    with torch.no_grad():
+        causal(q, q, q)
+    assert calls == [False]  # the causal form always runs materialised
+
+
+def test_factored_chunk_materialises_scale_and_offset():
+    values = torch.tensor([[[[1.0, 2.0]]]])
+    torch.testing.assert_close(FeatureChunk(values, scale=0.5, offset=4.0).materialise(), torch.tensor([[[[2.5, 3.0]]]]))
+    assert FeatureChunk(values).materialise() is values
