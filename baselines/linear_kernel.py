@@ -268,14 +268,16 @@ class LinearKernelAttention(nn.Module):
         return linear_attention(phi_q, phi_k, v, key_padding_mask, self.eps, self.causal)
 
     def cost(self, batch: int, heads: int, n: int, d: int) -> dict[str, float]:
-        """FLOPs and minimum bytes (float32) of one forward: the map's features plus the kernel's products.
-
-        Kernel: phi_k^T v and phi_q @ state (2 n M D each), sum phi_k and phi_q . sum (3 n M), the division
-        (n D). Bytes: q, k, v read and the output written once, and the map's parameters read.
-        """
-        m = self.feature_map.num_features
-        kernel = 2.0 * n * m * d * 2 + 3.0 * n * m + n * d
+        """FLOPs and minimum bytes (float32) of one forward (`linear_kernel_cost` with the map's own cost)."""
         feature = self.feature_map.cost(n, d) if hasattr(self.feature_map, "cost") else {"flops": 0.0, "bytes": 0.0}
-        rows = batch * heads
-        return {"flops": rows * (kernel + feature["flops"]),
-                "bytes": 4.0 * rows * n * d * 4 + feature["bytes"]}
+        return linear_kernel_cost(batch, heads, n, d, self.feature_map.num_features, feature["flops"], feature["bytes"])
+
+
+def linear_kernel_cost(batch: int, heads: int, n: int, d: int, num_features: int, feature_flops: float,
+                       parameter_bytes: float) -> dict[str, float]:
+    """FLOPs and minimum bytes (float32) of a feature-map attention: features (`feature_flops` per (batch, head))
+    plus the kernel: phi_k^T v and phi_q @ state (2 n M D each), sum phi_k and phi_q . sum (3 n M), the division
+    (n D). Bytes: q, k, v read and the output written once, plus the map's parameters."""
+    kernel = 2.0 * n * num_features * d * 2 + 3.0 * n * num_features + n * d
+    rows = batch * heads
+    return {"flops": rows * (kernel + feature_flops), "bytes": 4.0 * rows * n * d * 4 + parameter_bytes}

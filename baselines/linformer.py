@@ -53,3 +53,12 @@ class LinformerAttention(nn.Module):
         k_proj = self.e_proj[:, :n].transpose(-2, -1).to(k.dtype) @ k  # (B, H, k, d)
         v_proj = self.f_proj[:, :n].transpose(-2, -1).to(v.dtype) @ v
         return nn.functional.scaled_dot_product_attention(q, k_proj, v_proj)
+
+    def cost(self, batch: int, heads: int, n: int, d: int) -> dict[str, float]:
+        """FLOPs and minimum bytes (float32) of one forward: E^T K and F^T V (2 k n d each), the scores and the
+        weighted sum (2 n k d each), the softmax (about 5 operations per score); bytes: q, k, v read, out
+        written, and the first n rows of E and F read (once when heads share them)."""
+        k = self.cfg.projected_length
+        flops = batch * heads * (2 * 2.0 * k * n * d + 2 * 2.0 * n * k * d + 5.0 * n * k)
+        projections = 2 * self.e_proj.shape[0] * n * k * 4.0
+        return {"flops": flops, "bytes": 4.0 * batch * heads * n * d * 4 + projections}

@@ -163,17 +163,24 @@ class NystromAttention(nn.Module):
         return q_land, k_land, valid, weights[:, None, :, None]
 
     def cost(self, batch: int, heads: int, n: int, d: int) -> dict[str, float]:
-        """FLOPs and minimum bytes (float32) of one forward without padding.
+        """FLOPs and minimum bytes (float32) of one forward without padding (`nystrom_cost`)."""
+        kernel = self.cfg.conv_kernel if self.conv is not None else 0
+        return nystrom_cost(batch, heads, n, d, min(self.cfg.num_landmarks, n), self.cfg.pinv_iterations, kernel)
 
-        Segment means (2 n d), the three score products (2 n L d, 2 L^2 d, 2 L n d) and their softmaxes
-        (about 5 operations per score: max, subtract, exp, sum, divide), the pinv (per iteration 4 L x L
-        products plus 3 scaled identities), kernel_3 @ v (2 L n d), pinv @ that (2 L^2 d), kernel_1 @ that
-        (2 n L d), the convolution (2 K n d) and the sum (n d). Bytes: q, k, v read, out written.
-        """
-        m = min(self.cfg.num_landmarks, n)
-        means = 2.0 * n * d
-        scores = 2.0 * n * m * d * 2 + 2.0 * m * m * d + 5.0 * (2 * n * m + m * m)
-        pinv = self.cfg.pinv_iterations * (4 * 2.0 * m**3 + 3.0 * m * m)
-        products = 2.0 * m * n * d + 2.0 * m * m * d + 2.0 * n * m * d
-        conv = (2.0 * self.cfg.conv_kernel * n * d + n * d) if self.conv is not None else 0.0
-        return {"flops": batch * heads * (means + scores + pinv + products + conv), "bytes": 4.0 * batch * heads * n * d * 4}
+
+def nystrom_cost(batch: int, heads: int, n: int, d: int, landmarks: int, iterations: int,
+                 conv_kernel: int) -> dict[str, float]:
+    """FLOPs and minimum bytes (float32) of Nystrom attention with L landmarks, without padding.
+
+    Segment means (2 n d), the three score products (2 n L d, 2 L^2 d, 2 L n d) and their softmaxes
+    (about 5 operations per score: max, subtract, exp, sum, divide), the pinv (per iteration 4 L x L
+    products plus 3 scaled identities), kernel_3 @ v (2 L n d), pinv @ that (2 L^2 d), kernel_1 @ that
+    (2 n L d), the convolution (2 K n d) and the sum (n d). Bytes: q, k, v read, out written.
+    """
+    m = landmarks
+    means = 2.0 * n * d
+    scores = 2.0 * n * m * d * 2 + 2.0 * m * m * d + 5.0 * (2 * n * m + m * m)
+    pinv = iterations * (4 * 2.0 * m**3 + 3.0 * m * m)
+    products = 2.0 * m * n * d + 2.0 * m * m * d + 2.0 * n * m * d
+    conv = 2.0 * conv_kernel * n * d + n * d if conv_kernel else 0.0
+    return {"flops": batch * heads * (means + scores + pinv + products + conv), "bytes": 4.0 * batch * heads * n * d * 4}

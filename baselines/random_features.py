@@ -138,6 +138,12 @@ def _unscaled_features(kind: str, u: Tensor) -> Tensor:
     raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
 
 
+def random_feature_flops(kind: str, n: int, d: int, m: int) -> float:
+    """FLOPs of the features of n queries and n keys (one batch and head) with m omegas: the projection
+    (2 n m d), the map's elementwise operations (ELEMENTWISE_OPS per projected value) and favor's |x|^2 (2 n d)."""
+    return 2 * (2.0 * n * m * d + ELEMENTWISE_OPS[kind] * n * m + (2.0 * n * d if kind == "favor" else 0.0))
+
+
 def feature_chunk(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
                   key_padding_mask: Tensor | None = None) -> FeatureChunk:
     """Features of x (B, H, N, d) for omega (H, M, d) in factored form (`FeatureChunk`); see `feature_values`.
@@ -199,8 +205,7 @@ class RandomFeatureMap(FeatureMap):
     def cost(self, n: int, d: int) -> dict[str, float]:
         """FLOPs per (batch, head) of the features of n queries and n keys, and bytes of the omegas."""
         h, m, _ = self.omega.shape
-        flops = 2 * (2.0 * n * m * d + ELEMENTWISE_OPS[self.kind] * n * m + (2.0 * n * d if self.kind == "favor" else 0.0))
-        return {"flops": flops, "bytes": 4.0 * h * m * d}
+        return {"flops": random_feature_flops(self.kind, n, d, m), "bytes": 4.0 * h * m * d}
 
 
 @dataclasses.dataclass
