@@ -117,7 +117,7 @@ def _favor_chunk(x: Tensor, omega: Tensor, scale: float, is_query: bool,
             stabiliser = stabiliser.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
         log_scale = stabiliser.amax(dim=-2, keepdim=True)  # (B, H, 1, 1): over real positions too
         stabiliser = log_scale.masked_fill(log_scale == -math.inf, 0.0)  # a block with no real token
-    values = torch.exp(u.sub_(stabiliser - math.log(scale)))  # = scale exp(u - max)
+    values = u.sub_(stabiliser - math.log(scale)).exp_()  # = scale exp(u - max), in place (autograd keeps exp's output)
     return FeatureChunk(values, 1.0, scale * FAVOR_EPS, log_scale)
 
 
