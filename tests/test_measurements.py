@@ -168,7 +168,10 @@ def test_cost_formulas_for_softmax_and_feature_maps():
     softmax = build_attention("softmax", head_dim=16)
     assert forward_cost(softmax, "softmax", 2, 3, 100, 16)["flops"] == 4 * 2 * 3 * 100 * 100 * 16
     elu = build_attention("elu-linear", head_dim=16)
-    assert forward_cost(elu, "elu-linear", 1, 1, 100, 16)["flops"] == 2 * 2 * 100 * 16 * 17
+    n, d = 100, 16  # elu-linear: M = d features; phi_k^T v and phi_q S (2 n M d each), key sum and
+    # normaliser dot (3 n M), the division (n d), elu + 1 on queries and keys (4 flops per entry each)
+    expected = 2 * (2 * n * d * d) + 3 * n * d + n * d + 2 * 4 * n * d
+    assert forward_cost(elu, "elu-linear", 1, 1, n, d)["flops"] == expected
     assert forward_cost(OomAbove32(AttentionConfig()), "test-oom", 1, 1, 8, 8) is None
 
 
