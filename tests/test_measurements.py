@@ -77,6 +77,9 @@ def test_accuracy_cell_schema(attention):
     assert len(details["history"]) == 2 and details["phase_a"] is None
     assert sum(b["count"] for b in details["reliability"]) == details["eval_rows"] == 48
     assert details["params"]["total"] == metrics["params_total"]
+    if attention == "softmax":  # the SDPA backend that actually ran is recorded, one entry per layer
+        assert len(details["attention_runtime"]) == 1
+        assert details["attention_runtime"][0]["last_backend"] in {"math", "flash", "efficient", "cudnn"}
 
 
 def test_same_cell_twice_gives_identical_metrics():

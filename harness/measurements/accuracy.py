@@ -5,7 +5,7 @@ import dataclasses
 from typing import Any, Literal
 
 from harness.measurements import register_measurement
-from harness.measurements.common import load_cell_task, train_cell_model, train_config
+from harness.measurements.common import attention_runtime, load_cell_task, train_cell_model, train_config
 from harness.metrics import classification_metrics, reliability_bins
 from harness.model import parameter_counts
 from harness.options import option, require
@@ -40,5 +40,5 @@ def measure_accuracy(cell: dict[str, Any], options: AccuracyOptions, *, device: 
     details = {"checkpoint": result.checkpoint, "best_epoch": result.best_epoch, "history": result.history,
                "eval_split": options.eval_split, "eval_rows": len(split),
                "reliability": reliability_bins(probs, split.labels, options.n_bins),
-               "phase_a": result.phase_a, "params": params}
+               "phase_a": result.phase_a, "params": params, "attention_runtime": attention_runtime(result.model)}
     return {"metrics": metrics, "details": details}

@@ -75,3 +75,14 @@ def train_config(cell: dict[str, Any], **overrides: Any) -> TrainConfig:
 def has_option(attention: str, option_name: str) -> bool:
     """Whether the attention's config dataclass has an option of that name (e.g. num_features)."""
     return any(f.name == option_name for f in dataclasses.fields(attention_entry(attention).config))
+
+
+RUNTIME_ATTRIBUTES = ("last_backend", "redraw_policy")  # what ran, as opposed to what was asked for
+
+
+def attention_runtime(model: TransformerClassifier) -> list[dict[str, Any]]:
+    """Per layer, what the attention actually did (e.g. softmax's SDPA backend, Performer's redraw policy)."""
+    rows = []
+    for module in model.attention_modules():
+        rows.append({name: getattr(module, name) for name in RUNTIME_ATTRIBUTES if hasattr(module, name)})
+    return rows
