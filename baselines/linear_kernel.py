@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 CAUSAL_CHUNK = 64  # causal form: exact quadratic inside chunks of this many positions, prefix sums across
-CHUNK_ELEMENTS = 2**18  # chunked kernel (CPU): rows per block so that (B*H, rows, M) floats fit in cache
+CHUNK_ELEMENTS = 2**19  # chunked kernel (CPU): rows per block so that (B*H, rows, M) floats fit in cache
 MIN_CHUNK_ROWS = 64
 
 
@@ -220,12 +220,14 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
             state_q = _query_state(kv, ksum, chunk.scale, chunk.offset)
         values = chunk.values.flatten(0, 1)  # (B*H, C, M)
         (s_kv, s_ksum), offsets = state_q
+        num = out3[:, start:start + rows]  # the numerator is written in place of the output, then divided
         if offsets is None:
-            num, den = torch.bmm(values, s_kv), torch.bmm(values, s_ksum)
+            torch.bmm(values, s_kv, out=num)
+            den = torch.bmm(values, s_ksum)
         else:
-            num = torch.baddbmm(offsets[0], values, s_kv)
+            torch.baddbmm(offsets[0], values, s_kv, out=num)
             den = torch.baddbmm(offsets[1], values, s_ksum)
-        torch.div(num, _guard(den, eps), out=out3[:, start:start + rows])
+        num.div_(_guard(den, eps))
     return out
 
 

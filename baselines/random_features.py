@@ -104,6 +104,17 @@ def elu_plus_one(u: Tensor) -> Tensor:
     return low.add_(u.clamp_min(0.0))
 
 
+def sin_cos(u: Tensor) -> Tensor:
+    """[sin(u), cos(u)] along the last axis: (..., M) -> (..., 2M); written into one buffer where no gradient
+    is recorded, concatenated otherwise."""
+    if torch.is_grad_enabled() and u.requires_grad:
+        return torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
+    out = u.new_empty(*u.shape[:-1], 2 * u.shape[-1])
+    torch.sin(u, out=out[..., :u.shape[-1]])
+    torch.cos(u, out=out[..., u.shape[-1]:])
+    return out
+
+
 def _favor_chunk(x: Tensor, omega: Tensor, scale: float, is_query: bool,
                  key_padding_mask: Tensor | None) -> FeatureChunk:
     """favor features of a block: values exp(u - |x'|^2/2 - max) * scale, offset scale * eps; keys carry their max."""
@@ -134,7 +145,7 @@ def _unscaled_features(kind: str, u: Tensor) -> Tensor:
     if kind == "softmaxfeat":
         return torch.softmax(u, dim=-1)
     if kind == "trig":
-        return torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
+        return sin_cos(u)
     raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
-from baselines.random_features import draw_omegas, project
+from baselines.random_features import draw_omegas, project, sin_cos
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
@@ -42,7 +42,7 @@ class RfaFeatureMap(FeatureMap):
         omega = self.train_omega if self.training else self.omega
         frequencies = self.sigma[:, None, None] * omega / self.tau  # (H, M, d)
         u = project(x / (x.norm(dim=-1, keepdim=True) + NORM_EPS), frequencies)
-        return FeatureChunk(torch.cat([torch.sin(u), torch.cos(u)], dim=-1), omega.shape[1] ** -0.5)
+        return FeatureChunk(sin_cos(u), omega.shape[1] ** -0.5)
 
     def cost(self, n: int, d: int) -> dict[str, float]:
         """FLOPs per (batch, head) of the features of n queries and n keys (norm, divide, project, sin, cos)."""
