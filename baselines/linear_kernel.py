@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 CAUSAL_CHUNK = 64  # causal form: exact quadratic inside chunks of this many positions, prefix sums across
-CHUNK_ELEMENTS = 2**19  # chunked kernel (CPU): rows per block so that (B*H, rows, M) floats fit in cache
+CHUNK_ELEMENTS = 2**19  # chunked kernel (CPU): floats of one block's features, inputs and values (2 MiB)
 MIN_CHUNK_ROWS = 64
 
 
@@ -133,11 +133,12 @@ def _causal_products(phi_q: Tensor, phi_k: Tensor, values: Tensor, chunk: int = 
 
 
 def chunk_rows(q: Tensor, num_features: int) -> int:
-    """Rows per block of the chunked kernel: (B*H, rows, M) floats within CHUNK_ELEMENTS on CPU; all rows on GPU."""
-    b, h, n, _ = q.shape
+    """Rows per block of the chunked kernel: on CPU, a block's features, inputs and values ((B*H, rows, M + 2D)
+    floats) within CHUNK_ELEMENTS, so that they stay in the cores' L2 caches between operations; all rows on GPU."""
+    b, h, n, d = q.shape
     if q.device.type != "cpu":
         return n
-    return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // max(1, b * h * num_features) // 16 * 16)
+    return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // max(1, b * h * (num_features + 2 * d)) // 16 * 16)
 
 
 class _KeyState:

@@ -127,3 +127,16 @@ def test_factored_chunk_materialises_scale_and_offset():
     values = torch.tensor([[[[1.0, 2.0]]]])
     torch.testing.assert_close(FeatureChunk(values, scale=0.5, offset=4.0).materialise(), torch.tensor([[[[2.5, 3.0]]]]))
     assert FeatureChunk(values).materialise() is values
+
+
+def test_cost_counts_features_and_kernel_products():
+    from baselines.elu_linear import EluFeatureMap
+    from baselines.random_features import RandomFeatureMap
+    n, d = 1000, 8
+    elu = LinearKernelAttention(EluFeatureMap(d)).cost(2, 3, n, d)
+    kernel = 2 * 2 * n * d * d + 3 * n * d + n * d  # phi_k^T v, phi_q @ state; sum, normaliser; division
+    assert elu == {"flops": 6 * (kernel + 2 * 4 * n * d), "bytes": 4 * 6 * n * d * 4}
+    favor = LinearKernelAttention(RandomFeatureMap(d, 3, 16, "favor")).cost(1, 3, n, d)
+    projections = 2 * (2 * n * 16 * d)  # omega^T x for queries and keys
+    assert favor["flops"] > 3 * (projections + 2 * 2 * n * 16 * d)
+    assert favor["bytes"] == 4 * 3 * n * d * 4 + 3 * 16 * d * 4  # q, k, v, out and the omegas
