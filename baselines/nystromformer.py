@@ -12,11 +12,13 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
+from baselines.linear_kernel import chunk_rows
 from baselines.random_features import seeded_generator
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
-CONV_BLOCK = 64  # outputs per Toeplitz block of the sequence convolution
+CONV_BLOCK = 16  # outputs per Toeplitz block of the sequence convolution
+
 
 
 def iterative_pinv(a: Tensor, iterations: int = 6) -> Tensor:
@@ -67,25 +69,70 @@ def _masked_softmax(scores: Tensor, keep: Tensor | None) -> Tensor:
     return torch.softmax(scores, dim=-1)
 
 
+def _landmark_attention(q_land: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
+                        rows: int) -> Tensor:
+    """softmax(q_land k^T) v over blocks of keys with a running maximum (as flash attention), without an (L, N)
+    matrix: q_land (B, H, L, d) already scaled, k, v (B, H, N, d) -> (B, H, L, D). Masked keys are filled with
+    the dtype's minimum (a landmark without any real key averages all positions, as `_masked_softmax`)."""
+    n = k.shape[2]
+    acc = total = running = None
+    for start in range(0, n, rows):
+        block = slice(start, start + rows)
+        scores = q_land @ k[:, :, block].transpose(-2, -1)  # (B, H, L, C)
+        if key_padding_mask is not None:
+            scores.masked_fill_(~key_padding_mask[:, None, None, block], torch.finfo(scores.dtype).min)
+        top = scores.amax(dim=-1, keepdim=True)
+        if running is not None:
+            top = torch.maximum(running, top)
+            factor = torch.exp(running - top)
+            acc.mul_(factor)
+            total.mul_(factor)
+        weights = scores.sub_(top).exp_()
+        if running is None:
+            acc, total = weights @ v[:, :, block], weights.sum(dim=-1, keepdim=True)
+        else:
+            acc.add_(weights @ v[:, :, block])
+            total.add_(weights.sum(dim=-1, keepdim=True))
+        running = top
+    return acc / total
+
+
+def _query_attention(q: Tensor, k_land: Tensor, values: Tensor, keep: Tensor | None, rows: int) -> Tensor:
+    """softmax(q k_land^T) @ values over blocks of queries: q (B, H, N, d), k_land (B, H, L, d) already scaled,
+    values (B, H, L, D), keep (B, 1, 1, L) or None -> (B, H, N, D)."""
+    b, h, n, _ = q.shape
+    out = q.new_empty(b, h, n, values.shape[-1])
+    for start in range(0, n, rows):
+        block = slice(start, start + rows)
+        weights = _masked_softmax(q[:, :, block] @ k_land.transpose(-2, -1), keep)
+        torch.matmul(weights, values, out=out[:, :, block])
+    return out
+
+
 def sequence_conv(v: Tensor, weight: Tensor, block: int = CONV_BLOCK) -> Tensor:
     """Depthwise convolution along the sequence, zero-padded and centred, as nn.Conv2d(H, H, (K, 1), groups=H)
     computes it: v (B, H, N, D), weight (H, K) -> (B, H, N, D).
 
-    Rendered as banded Toeplitz blocks: each block of `block` outputs is one (block, block + K - 1) matrix
-    times the block's window of v, so the work runs as batched matrix products (several times faster on
-    CPU than the convolution routine for this shape).
+    Rendered as one batched matrix product per sequence and head: each block of `block` outputs is a banded
+    (block, block + K - 1) Toeplitz matrix times the window of the zero-padded sequence it reads (overlapping
+    windows as a strided view, no copies). Several times faster on CPU than the convolution routine here.
     """
     b, h, n, d = v.shape
     size = weight.shape[-1]
     blocks = -(-n // block)
+    width = block + size - 1
     padded = nn.functional.pad(v, (0, 0, size // 2, size - 1 - size // 2 + blocks * block - n))
-    stride = padded.stride()
-    windows = padded.as_strided((b, h, blocks, block + size - 1, d),
-                                (stride[0], stride[1], block * stride[2], stride[2], stride[3]))
     columns = torch.arange(block, device=v.device)[:, None] + torch.arange(size, device=v.device)
-    band = torch.zeros(h, block, block + size - 1, dtype=v.dtype, device=v.device)
+    band = torch.zeros(h, block, width, dtype=v.dtype, device=v.device)
     band = band.scatter(2, columns.expand(h, block, size), weight.to(v.dtype)[:, None, :].expand(h, block, size))
-    return (band[None, :, None] @ windows).reshape(b, h, blocks * block, d)[:, :, :n]
+    rows = []
+    for i in range(b):
+        for head in range(h):
+            sequence = padded[i, head]
+            windows = sequence.as_strided((blocks, width, d), (block * sequence.stride(0), sequence.stride(0), 1))
+            rows.append(torch.bmm(band[head].expand(blocks, block, width), windows))
+    out = torch.stack(rows).view(b, h, blocks * block, d)
+    return out if blocks * block == n else out[:, :, :n]
 
 
 def even_segment_means(x: Tensor, num_segments: int) -> Tensor | None:
@@ -132,16 +179,21 @@ class NystromAttention(nn.Module):
         q_land, k_land, valid, real = self._landmarks(q, k, key_padding_mask, num_landmarks)
         k_land = k_land * d ** -0.5  # the scores' 1/sqrt(d), folded into the small landmark matrices
         keep = None if valid is None else valid[:, None, None, :]
-        kernel_1 = _masked_softmax(q @ k_land.transpose(-2, -1), keep)  # (B, H, N, L)
         kernel_2 = _masked_softmax(q_land @ k_land.transpose(-2, -1), keep)  # (B, H, L, L)
         if valid is not None:
             empty = ~(valid[:, None, :, None] & valid[:, None, None, :])
             kernel_2 = torch.where(empty, torch.eye(num_landmarks, dtype=q.dtype, device=q.device), kernel_2)
-        keys = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
-        kernel_3 = _masked_softmax((q_land * d ** -0.5) @ k.transpose(-2, -1), keys)  # (B, H, L, N)
         precise = torch.promote_types(q.dtype, torch.float32)  # the iteration diverges in half precision
         pinv = iterative_pinv(kernel_2.to(precise), self.cfg.pinv_iterations).to(q.dtype)
-        out = kernel_1 @ (pinv @ (kernel_3 @ v))
+        if torch.is_grad_enabled():
+            keys = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+            kernel_3 = _masked_softmax((q_land * d ** -0.5) @ k.transpose(-2, -1), keys)  # (B, H, L, N)
+            kernel_1 = _masked_softmax(q @ k_land.transpose(-2, -1), keep)  # (B, H, N, L)
+            out = kernel_1 @ (pinv @ (kernel_3 @ v))
+        else:  # the same products block by block, the (N, L) score blocks kept in cache
+            rows = chunk_rows(q, num_landmarks)
+            landmark_values = _landmark_attention(q_land * d ** -0.5, k, v, key_padding_mask, rows)
+            out = _query_attention(q, k_land, pinv @ landmark_values, keep, rows)
         if self.conv is not None:
             out = out + sequence_conv(v if real is None else v * real, self.conv.weight[:, 0, :, 0])
         return out

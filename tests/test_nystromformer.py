@@ -110,3 +110,19 @@ def test_cost_counts_the_products_that_dominate():
     products = 4 * 4 * 2.0 * 4096 * 64 * 64  # per head: q K~^T, Q~ k^T, kernel_3 v and kernel_1 (pinv kernel_3 v)
     assert products < cost["flops"] < 1.5 * products
     assert cost["bytes"] == 4 * 4.0 * 4 * 4096 * 64
+
+
+@pytest.mark.parametrize("n, landmarks", [(64, 8), (50, 8), (9, 4)])
+def test_blockwise_inference_equals_the_differentiable_route(monkeypatch, n, landmarks):
+    """Without gradients the products run over blocks of 4 rows (running maxima); padding-only blocks
+    and a sequence of padding only included."""
+    import baselines.nystromformer as nystromformer
+    monkeypatch.setattr(nystromformer, "chunk_rows", lambda q, m: 4)
+    q, k, v = _inputs(n, scale=3.0, seed=n)
+    mask = torch.ones(2, n, dtype=torch.bool)
+    mask[1, 2:] = False
+    attn = build_attention("nystromformer", head_dim=8, num_heads=2, num_landmarks=landmarks).double()
+    for m in (None, mask, torch.zeros(2, n, dtype=torch.bool)):
+        expected = attn(q, k, v, key_padding_mask=m)
+        with torch.no_grad():
+            torch.testing.assert_close(attn(q, k, v, key_padding_mask=m), expected)
