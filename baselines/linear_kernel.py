@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 CAUSAL_CHUNK = 64  # causal form: exact quadratic inside chunks of this many positions, prefix sums across
-CHUNK_ELEMENTS = 2**19  # chunked kernel (CPU): floats of one block's features, inputs and values (2 MiB)
+CHUNK_ELEMENTS = 2**19  # chunked kernel (CPU): floats of one block's features, inputs and values per thread (2 MiB)
 MIN_CHUNK_ROWS = 64
 
 
@@ -134,11 +134,13 @@ def _causal_products(phi_q: Tensor, phi_k: Tensor, values: Tensor, chunk: int = 
 
 def chunk_rows(q: Tensor, num_features: int) -> int:
     """Rows per block of the chunked kernel: on CPU, a block's features, inputs and values ((B*H, rows, M + 2D)
-    floats) within CHUNK_ELEMENTS, so that they stay in the cores' L2 caches between operations; all rows on GPU."""
+    floats) within CHUNK_ELEMENTS per thread, so that they stay in the cores' L2 caches between operations
+    (and blocks are few: every operation on a block is one parallel region); all rows on GPU."""
     b, h, n, d = q.shape
     if q.device.type != "cpu":
         return n
-    return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // max(1, b * h * (num_features + 2 * d)) // 16 * 16)
+    budget = CHUNK_ELEMENTS * torch.get_num_threads()
+    return max(MIN_CHUNK_ROWS, budget // max(1, b * h * (num_features + 2 * d)) // 16 * 16)
 
 
 class _KeyState:
