@@ -117,9 +117,13 @@ def sin_cos(u: Tensor) -> Tensor:
 
 def _favor_chunk(x: Tensor, omega: Tensor, scale: float, is_query: bool,
                  key_padding_mask: Tensor | None) -> FeatureChunk:
-    """favor features of a block: values exp(u - |x'|^2/2 - max) * scale, offset scale * eps; keys carry their max."""
+    """favor features of a block: values exp(u - |x'|^2/2 - max) * scale, offset scale * eps; keys carry their max.
+
+    A query's max is over its own row, where |x'|^2/2 is a constant: exp(w.x' - max_w w.x') is the same
+    value, so queries skip the norm.
+    """
     d = x.shape[-1]
-    half_norm = (x * x).sum(dim=-1, keepdim=True).mul_(-(d ** -0.5) / 2)  # -|x'|^2 / 2, (..., N, 1)
+    half_norm = None if is_query else (x * x).sum(dim=-1, keepdim=True).mul_(-(d ** -0.5) / 2)  # -|x'|^2 / 2
     u = project(x, omega, half_norm, alpha=d ** -0.25)  # x' = x d^{-1/4}, folded into the product
     stabiliser = u.detach().amax(dim=-1, keepdim=True)  # (B, H, N, 1)
     log_scale = None
@@ -151,8 +155,9 @@ def _unscaled_features(kind: str, u: Tensor) -> Tensor:
 
 def random_feature_flops(kind: str, n: int, d: int, m: int) -> float:
     """FLOPs of the features of n queries and n keys (one batch and head) with m omegas: the projection
-    (2 n m d), the map's elementwise operations (ELEMENTWISE_OPS per projected value) and favor's |x|^2 (2 n d)."""
-    return 2 * (2.0 * n * m * d + ELEMENTWISE_OPS[kind] * n * m + (2.0 * n * d if kind == "favor" else 0.0))
+    (2 n m d), the map's elementwise operations (ELEMENTWISE_OPS per projected value) and favor's |x|^2 of the
+    keys (2 n d; a query's cancels against its own max)."""
+    return 2 * (2.0 * n * m * d + ELEMENTWISE_OPS[kind] * n * m) + (2.0 * n * d if kind == "favor" else 0.0)
 
 
 def feature_chunk(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
