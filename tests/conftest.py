@@ -1,9 +1,17 @@
-"""Test-session settings: offline Hugging Face, one torch thread per test worker (pytest -n 2 on 2 cores)."""
+"""Test-session settings: offline Hugging Face, one torch thread per test (pytest -n 2 on 2 cores)."""
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(1)
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small tensors: one intra-op thread is faster, and two xdist workers then fit two cores;
+    restored after each test, so a test that fixes its own thread count cannot leak it."""
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(1)

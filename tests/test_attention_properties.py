@@ -19,15 +19,6 @@ FAST = {"performer": {"num_features": 32}, "random-features": {"num_features": 3
         "rfa": {"num_features": 16}, "nystromformer": {"num_landmarks": 8}, "linformer": {"projected_length": 8}}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread avoids oversubscribing the cores when tests run in parallel."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _build(name, **options):
     torch.manual_seed(0)
     return build_attention(name, head_dim=HEAD_DIM, num_heads=HEADS, max_length=MAX_LENGTH, seed=0, **options)

@@ -13,15 +13,6 @@ from harness.errors import ConfigError
 from harness.registry import attention_entry, build_attention
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small tensors: one intra-op thread is faster and avoids oversubscribing CI's two xdist workers."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def naive_alignment(phi: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
     """The n x n Gram-matrix definitions, written out."""
     n, m = phi.shape

@@ -19,15 +19,6 @@ SMALL = dict(num_samples=80, noise_levels=2, sigma_min=1e-3, sigma_max=1e3, feat
              lambdas=[0.5, 0.0], ablation_lambdas=[0.0, 1.0], ablation_budget=8, steps=20)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small tensors: one intra-op thread is faster and avoids oversubscribing CI's two xdist workers."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def small_config(**overrides) -> KernelExperimentConfig:
     return make_options(KernelExperimentConfig, {**SMALL, **overrides}, what="kernel")
 

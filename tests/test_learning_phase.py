@@ -1,7 +1,6 @@
 """Phase A moves the particles and nothing else; phase B moves everything else and never the particles."""
 from __future__ import annotations
 
-import copy
 import json
 import math
 
@@ -16,15 +15,6 @@ from harness.tasks.base import Split, TaskData
 from harness.train import TrainConfig, train_classifier
 
 VOCAB, LENGTH = 20, 12
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small tensors: one intra-op thread is faster and avoids oversubscribing CI's two xdist workers."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def toy_split(n: int, generator: torch.Generator) -> Split:

@@ -17,15 +17,6 @@ CLASSIFICATION_KEYS = {"accuracy", "macro_f1", "mcc", "balanced_accuracy", "roc_
                        "ece", "ece_equal_mass"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread, and shared busy cores make two-thread barriers slow."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny_cell(measurement: str, attention: str = "softmax", attention_options: dict | None = None,
               options: dict | None = None, seed: int = 0) -> dict:
     return {"suite": "test",

@@ -1,20 +1,10 @@
 """Performer / FAVOR+: unbiased kernel estimate, error falling with M, orthogonality, determinism, redraws."""
 import math
 
-import pytest
 import torch
 
 from baselines.random_features import FAVOR_EPS, feature_values, orthogonal_gaussian, seeded_generator
 from harness.registry import build_attention
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Many tiny QR decompositions: one intra-op thread avoids oversubscription in parallel test runs."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def naive_softmax(q, k, v):

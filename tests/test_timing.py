@@ -28,15 +28,6 @@ def _sleep(seconds: float):
     return lambda: time.sleep(seconds)
 
 
-@pytest.fixture
-def one_thread():
-    """One thread: on shared, busy cores a parallel region's barrier can wait milliseconds for a core."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_time_repeated_orders_cheap_and_expensive_matmul(one_thread):
     small, large = torch.randn(64, 64), torch.randn(1024, 1024)
     cheap, costly = (lambda: small @ small), (lambda: large @ large)
