@@ -43,7 +43,7 @@ class LinformerAttention(nn.Module):
         self.f_proj = nn.Parameter(torch.empty(shape).uniform_(-bound, bound, generator=generator))
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        n, d = k.shape[-2], k.shape[-1]
+        n = k.shape[-2]
         if n > self.cfg.max_length:
             raise ValueError(f"sequence length {n} exceeds linformer's max_length={self.cfg.max_length}; "
                              f"build it with a larger max_length")

@@ -95,7 +95,7 @@ class Registry:
         if loaded is not None:
             return loaded
         raise UnknownNameError(unknown_name_message(self.kind, name, self.names())
-                               + f"; or give a 'package.module:ClassName' string")
+                               + "; or give a 'package.module:ClassName' string")
 
     def make_config(self, name: str, **options: Any) -> Any:
         entry = self.get(name)
