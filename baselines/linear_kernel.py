@@ -19,14 +19,17 @@ Two renderings of the same formula:
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 CAUSAL_CHUNK = 64  # causal form: exact quadratic inside chunks of this many positions, prefix sums across
-CHUNK_ELEMENTS = 2**19  # chunked kernel (CPU): floats of one block's features, inputs and values per thread (2 MiB)
+CHUNK_ELEMENTS = 2**19  # chunked kernel (CPU): floats of one block's features, inputs and values (2 MiB, the L2 size)
 MIN_CHUNK_ROWS = 64
 
 
@@ -134,18 +137,50 @@ def _causal_products(phi_q: Tensor, phi_k: Tensor, values: Tensor, chunk: int = 
 
 def chunk_rows(q: Tensor, num_features: int) -> int:
     """Rows per block of the chunked kernel: on CPU, a block's features, inputs and values ((B*H, rows, M + 2D)
-    floats) within CHUNK_ELEMENTS per thread, so that they stay in the cores' L2 caches between operations
-    (and blocks are few: every operation on a block is one parallel region); all rows on GPU."""
+    floats) within CHUNK_ELEMENTS, so that they stay in the core's L2 cache between operations; all rows on GPU."""
     b, h, n, d = q.shape
     if q.device.type != "cpu":
         return n
-    budget = CHUNK_ELEMENTS * torch.get_num_threads()
-    return max(MIN_CHUNK_ROWS, budget // max(1, b * h * (num_features + 2 * d)) // 16 * 16)
+    return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // max(1, b * h * (num_features + 2 * d)) // 16 * 16)
+
+
+def split_rows(n: int, rows: int, device: torch.device) -> list[tuple[int, int]]:
+    """Contiguous ranges of whole blocks, one per CPU thread (one range on GPU or with one thread)."""
+    parts = torch.get_num_threads() if device.type == "cpu" else 1
+    blocks = -(-n // rows)
+    per_part = -(-blocks // max(1, min(parts, blocks)))
+    return [(start, min(n, start + per_part * rows)) for start in range(0, n, per_part * rows)]
+
+
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def run_on_threads(fn: Callable[[int, int], Any], ranges: list[tuple[int, int]]) -> list[Any]:
+    """fn(start, stop) for each range: in the calling thread for one range, else each on its own thread with
+    torch single-threaded inside, so the threads never meet at a barrier until they are all done (per-operation
+    parallel regions on small blocks cost more than the block's work, and stall whenever another process holds
+    a core). torch's thread count is global, so it is restored afterwards."""
+    if len(ranges) == 1:
+        return [fn(*ranges[0])]
+    global _POOL
+    threads = torch.get_num_threads()
+    if _POOL is None or _POOL._max_workers < len(ranges):
+        _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=len(ranges), thread_name_prefix="attnbench-kernel")
+
+    def single_threaded(bounds: tuple[int, int]) -> Any:
+        torch.set_num_threads(1)
+        with torch.no_grad():
+            return fn(*bounds)
+
+    try:
+        return list(_POOL.map(single_threaded, ranges))
+    finally:
+        torch.set_num_threads(threads)
 
 
 class _KeyState:
     """Running sums over key blocks: A = sum phi~_j v_j^T (B*H, M, D) and a = sum phi~_j (B*H, 1, M), where
-    phi~ = values * exp(log_scale - running max); plus what the offset needs (sum of real v, real count)."""
+    phi~ = values * exp(log_scale - running max); scale and offset are applied by `finish`."""
 
     def __init__(self) -> None:
         self.kv: Tensor | None = None
@@ -161,18 +196,27 @@ class _KeyState:
         vals3 = values.flatten(0, 1)
         kv, ksum = torch.bmm(vals3.transpose(1, 2), v.flatten(0, 1)), vals3.sum(dim=1, keepdim=True)
         self.scale, self.offset = chunk.scale, chunk.offset
-        if chunk.log_scale is not None:
-            log_scale = chunk.log_scale.flatten(0, 1)  # (B*H, 1, 1)
+        self._combine(kv, ksum, None if chunk.log_scale is None else chunk.log_scale.flatten(0, 1))
+
+    def merge(self, other: "_KeyState") -> None:
+        """Add the sums of another range of blocks."""
+        if other.kv is not None:
+            self.scale, self.offset = other.scale, other.offset
+            self._combine(other.kv, other.ksum, other.log_max)
+
+    def _combine(self, kv: Tensor, ksum: Tensor, log_scale: Tensor | None) -> None:
+        """Add sums given in units of exp(-log_scale) (B*H, 1, 1), rescaling both sides to the larger one."""
+        if log_scale is not None:
             if self.log_max is None:
                 self.log_max = log_scale
             else:
                 new = torch.maximum(self.log_max, log_scale)
                 safe = new.masked_fill(new == -math.inf, 0.0)  # no real key yet: every term is 0
                 old_factor, new_factor = torch.exp(self.log_max - safe), torch.exp(log_scale - safe)
-                self.kv.mul_(old_factor)
-                self.ksum.mul_(old_factor)
-                kv.mul_(new_factor)
-                ksum.mul_(new_factor)
+                if self.kv is not None:
+                    self.kv.mul_(old_factor)
+                    self.ksum.mul_(old_factor)
+                kv, ksum = kv * new_factor, ksum * new_factor
                 self.log_max = new
         if self.kv is None:
             self.kv, self.ksum = kv, ksum
@@ -202,35 +246,48 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
     """The non-causal kernel block by block, without gradients: q, k (B, H, N, Dk), v (B, H, N, D) -> (B, H, N, D).
 
     Equals `linear_attention(feature_map.forward_queries(q), feature_map.forward_keys(k, mask), v, mask, eps)`
-    up to rounding; `rows` per block (default `chunk_rows`).
+    up to rounding; `rows` per block (default `chunk_rows`). On CPU the sequence is split into one range of
+    blocks per thread (`run_on_threads`): key sums per range, merged, then each range's queries.
     """
     b, h, n, d = v.shape
     rows = rows or chunk_rows(q, feature_map.num_features)
-    weights = _padding_weights(v, key_padding_mask)
-    state = _KeyState()
-    for start in range(0, n, rows):
-        block = slice(start, start + rows)
-        mask = None if key_padding_mask is None else key_padding_mask[:, block]
-        state.add(feature_map.key_chunk(k[:, :, block], mask), v[:, :, block],
-                  None if mask is None else ~mask[:, None, :, None])
-    kv, ksum = state.finish(v, weights)  # (B*H, M, D), (B*H, M, 1)
+    ranges = split_rows(n, rows, q.device)
+
+    def key_sums(first: int, stop: int) -> _KeyState:
+        state = _KeyState()
+        for start in range(first, stop, rows):
+            block = slice(start, min(start + rows, stop))
+            mask = None if key_padding_mask is None else key_padding_mask[:, block]
+            state.add(feature_map.key_chunk(k[:, :, block], mask), v[:, :, block],
+                      None if mask is None else ~mask[:, None, :, None])
+        return state
+
+    states = run_on_threads(key_sums, ranges)
+    for other in states[1:]:
+        states[0].merge(other)
+    kv, ksum = states[0].finish(v, _padding_weights(v, key_padding_mask))  # (B*H, M, D), (B*H, M, 1)
     out = torch.empty(b, h, n, d, dtype=v.dtype, device=v.device)
     out3 = out.view(b * h, n, d)
-    state_q = None
-    for start in range(0, n, rows):
-        chunk = feature_map.query_chunk(q[:, :, start:start + rows])
-        if state_q is None:  # scale and offset are the same for every block: fold them into the state once
-            state_q = _query_state(kv, ksum, chunk.scale, chunk.offset)
-        values = chunk.values.flatten(0, 1)  # (B*H, C, M)
-        (s_kv, s_ksum), offsets = state_q
-        num = out3[:, start:start + rows]  # the numerator is written in place of the output, then divided
-        if offsets is None:
-            torch.bmm(values, s_kv, out=num)
-            den = torch.bmm(values, s_ksum)
-        else:
-            torch.baddbmm(offsets[0], values, s_kv, out=num)
-            den = torch.baddbmm(offsets[1], values, s_ksum)
-        num.div_(_guard(den, eps))
+
+    def queries(first: int, stop: int) -> None:
+        state_q = None
+        for start in range(first, stop, rows):
+            block = slice(start, min(start + rows, stop))
+            chunk = feature_map.query_chunk(q[:, :, block])
+            if state_q is None:  # scale and offset are the same for every block: fold them into the state once
+                state_q = _query_state(kv, ksum, chunk.scale, chunk.offset)
+            values = chunk.values.flatten(0, 1)  # (B*H, C, M)
+            (s_kv, s_ksum), offsets = state_q
+            num = out3[:, block]  # the numerator is written in place of the output, then divided
+            if offsets is None:
+                torch.bmm(values, s_kv, out=num)
+                den = torch.bmm(values, s_ksum)
+            else:
+                torch.baddbmm(offsets[0], values, s_kv, out=num)
+                den = torch.baddbmm(offsets[1], values, s_ksum)
+            num.div_(_guard(den, eps))
+
+    run_on_threads(queries, ranges)
     return out
 
 

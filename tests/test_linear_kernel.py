@@ -140,3 +140,21 @@ def test_cost_counts_features_and_kernel_products():
     projections = 2 * (2 * n * 16 * d)  # omega^T x for queries and keys
     assert favor["flops"] > 3 * (projections + 2 * 2 * n * 16 * d)
     assert favor["bytes"] == 4 * 3 * n * d * 4 + 3 * 16 * d * 4  # q, k, v, out and the omegas
+
+
+def test_ranges_on_threads_merge_to_the_single_thread_result():
+    feature_map = _maps()[0].eval()  # favor: key stabilisers merged across ranges
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (3 * torch.randn(2, 2, 23, 6, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(2, 23, dtype=torch.bool)
+    mask[1, 5:] = False  # the later ranges of sequence 1 hold padding only
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = chunked_linear_attention(feature_map, q, k, v, mask, rows=4)
+        torch.set_num_threads(3)
+        split = chunked_linear_attention(feature_map, q, k, v, mask, rows=4)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(threads)
+    torch.testing.assert_close(split, alone)
