@@ -8,11 +8,12 @@ landmark and the result is exact softmax attention (up to the iterative pinv).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import chunk_rows
+from baselines.linear_kernel import chunk_rows, run_on_threads, split_rows
 from baselines.random_features import seeded_generator
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
@@ -73,39 +74,49 @@ def _landmark_attention(q_land: Tensor, k: Tensor, v: Tensor, key_padding_mask: 
                         rows: int) -> Tensor:
     """softmax(q_land k^T) v over blocks of keys with a running maximum (as flash attention), without an (L, N)
     matrix: q_land (B, H, L, d) already scaled, k, v (B, H, N, d) -> (B, H, L, D). Masked keys are filled with
-    the dtype's minimum (a landmark without any real key averages all positions, as `_masked_softmax`)."""
-    n = k.shape[2]
-    acc = total = running = None
-    for start in range(0, n, rows):
-        block = slice(start, start + rows)
-        scores = q_land @ k[:, :, block].transpose(-2, -1)  # (B, H, L, C)
-        if key_padding_mask is not None:
-            scores.masked_fill_(~key_padding_mask[:, None, None, block], torch.finfo(scores.dtype).min)
-        top = scores.amax(dim=-1, keepdim=True)
-        if running is not None:
-            top = torch.maximum(running, top)
-            factor = torch.exp(running - top)
-            acc.mul_(factor)
-            total.mul_(factor)
-        weights = scores.sub_(top).exp_()
-        if running is None:
-            acc, total = weights @ v[:, :, block], weights.sum(dim=-1, keepdim=True)
-        else:
-            acc.add_(weights @ v[:, :, block])
-            total.add_(weights.sum(dim=-1, keepdim=True))
-        running = top
+    the dtype's minimum (a landmark without any real key averages all positions, as `_masked_softmax`).
+    One range of blocks per CPU thread, merged at the end."""
+
+    def partial(first: int, stop: int) -> list[Tensor]:
+        acc = total = running = None
+        for start in range(first, stop, rows):
+            block = slice(start, min(start + rows, stop))
+            scores = q_land @ k[:, :, block].transpose(-2, -1)  # (B, H, L, C)
+            if key_padding_mask is not None:
+                scores.masked_fill_(~key_padding_mask[:, None, None, block], torch.finfo(scores.dtype).min)
+            top = scores.amax(dim=-1, keepdim=True)
+            weights = scores.sub_(top).exp_()
+            acc, total, running = _merge_softmax_sums([acc, total, running],
+                                                      [weights @ v[:, :, block], weights.sum(-1, keepdim=True), top])
+        return [acc, total, running]
+
+    parts = run_on_threads(partial, split_rows(k.shape[2], rows, k.device))
+    acc, total, _ = functools.reduce(_merge_softmax_sums, parts)
     return acc / total
+
+
+def _merge_softmax_sums(a: list, b: list) -> list:
+    """[sum of weights v, sum of weights, max] of two ranges (weights relative to each max) -> the same for both."""
+    if a[0] is None:
+        return b
+    top = torch.maximum(a[2], b[2])
+    fa, fb = torch.exp(a[2] - top), torch.exp(b[2] - top)
+    return [a[0] * fa + b[0] * fb, a[1] * fa + b[1] * fb, top]
 
 
 def _query_attention(q: Tensor, k_land: Tensor, values: Tensor, keep: Tensor | None, rows: int) -> Tensor:
     """softmax(q k_land^T) @ values over blocks of queries: q (B, H, N, d), k_land (B, H, L, d) already scaled,
-    values (B, H, L, D), keep (B, 1, 1, L) or None -> (B, H, N, D)."""
+    values (B, H, L, D), keep (B, 1, 1, L) or None -> (B, H, N, D). One range of blocks per CPU thread."""
     b, h, n, _ = q.shape
     out = q.new_empty(b, h, n, values.shape[-1])
-    for start in range(0, n, rows):
-        block = slice(start, start + rows)
-        weights = _masked_softmax(q[:, :, block] @ k_land.transpose(-2, -1), keep)
-        torch.matmul(weights, values, out=out[:, :, block])
+
+    def fill(first: int, stop: int) -> None:
+        for start in range(first, stop, rows):
+            block = slice(start, min(start + rows, stop))
+            weights = _masked_softmax(q[:, :, block] @ k_land.transpose(-2, -1), keep)
+            torch.matmul(weights, values, out=out[:, :, block])
+
+    run_on_threads(fill, split_rows(n, rows, q.device))
     return out
 
 
