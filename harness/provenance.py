@@ -36,7 +36,8 @@ def resolve_device(device: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the repository holding the harness package, or (None, None) outside git."""
+    """(commit, dirty) of the repository holding the harness package; outside git (e.g. a copied
+    tree on a remote machine) the commit named by $ATTNBENCH_GIT_COMMIT, dirtiness unknown."""
     root = Path(harness.__file__).resolve().parents[1]
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
@@ -44,7 +45,7 @@ def git_state() -> tuple[str | None, bool | None]:
         status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
                                 capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        return None, None
+        return os.environ.get("ATTNBENCH_GIT_COMMIT"), None
     return commit, bool(status.strip())
 
 

@@ -1,0 +1,29 @@
+"""Provenance: the git commit, inside a checkout and in a copied tree without .git."""
+import subprocess
+
+from harness import provenance
+
+
+def test_commit_inside_the_checkout_matches_git():
+    provenance.git_state.cache_clear()
+    expected = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=provenance.Path(provenance.harness.__file__).parents[1]).stdout.strip()
+    commit, dirty = provenance.git_state()
+    assert commit == expected and isinstance(dirty, bool)
+    provenance.git_state.cache_clear()
+
+
+def test_without_git_the_commit_comes_from_the_environment(monkeypatch):
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(provenance.subprocess, "run", no_git)
+    monkeypatch.setenv("ATTNBENCH_GIT_COMMIT", "1e0f5f2")
+    provenance.git_state.cache_clear()
+    try:
+        assert provenance.git_state() == ("1e0f5f2", None)
+        monkeypatch.delenv("ATTNBENCH_GIT_COMMIT")
+        provenance.git_state.cache_clear()
+        assert provenance.git_state() == (None, None)
+    finally:
+        provenance.git_state.cache_clear()
