@@ -21,9 +21,8 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from baselines.random_features import (FeatureMapKind, RandomFeatureMap, RandomFeaturesConfig,
-                                       feature_values)
-from baselines.linear_kernel import LinearKernelAttention
+from baselines.random_features import (FeatureMapKind, RandomFeatureMap, RandomFeaturesAttention,
+                                       RandomFeaturesConfig, feature_values)
 from harness.errors import ConfigError
 from harness.options import option, require
 from harness.registry import register_attention
@@ -343,14 +342,10 @@ class CoulombConfig(RandomFeaturesConfig):
 
 
 @register_attention("coulomb", config=CoulombConfig, learning_phase=True, causal=True, positive_features=False)
-class CoulombAttention(LinearKernelAttention):
+class CoulombAttention(RandomFeaturesAttention):
     """Kernel-<map>: random-feature attention whose omegas are Coulomb particles learned in phase A."""
 
-    def __init__(self, cfg: CoulombConfig):
-        super().__init__(CoulombFeatureMap(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.feature_map, cfg.seed,
-                                           orthogonal=cfg.orthogonal, scaling=cfg.row_norms),
-                         eps=cfg.eps, causal=cfg.causal)
-        self.cfg = cfg
+    feature_map_class = CoulombFeatureMap
 
     def learning_phase_parameters(self) -> list[nn.Parameter]:
         """The particles (H, M, d): moved by phase A only, frozen for phase B."""

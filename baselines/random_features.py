@@ -243,8 +243,10 @@ class RandomFeaturesConfig(AttentionConfig):
 class RandomFeaturesAttention(LinearKernelAttention):
     """Vanilla random-feature attention: fixed random omegas, a choice of feature map (trig is not positive)."""
 
+    feature_map_class: type[RandomFeatureMap] = RandomFeatureMap  # the Coulomb model swaps in learnable particles
+
     def __init__(self, cfg: RandomFeaturesConfig):
-        super().__init__(RandomFeatureMap(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.feature_map, cfg.seed,
-                                          orthogonal=cfg.orthogonal, scaling=cfg.row_norms),
+        super().__init__(self.feature_map_class(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.feature_map,
+                                                cfg.seed, orthogonal=cfg.orthogonal, scaling=cfg.row_norms),
                          eps=cfg.eps, causal=cfg.causal)
         self.cfg = cfg
