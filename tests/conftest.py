@@ -15,3 +15,11 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> str:
+    """One tokenizer cache per test session (per worker), shared by the modules that train on real data."""
+    path = tmp_path_factory.getbasetemp() / "attnbench-cache"
+    path.mkdir(exist_ok=True)
+    return str(path)

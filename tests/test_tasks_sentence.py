@@ -21,14 +21,6 @@ needs_data = pytest.mark.skipif(not DATA_DIR, reason="ATTNBENCH_DATA_DIR is unse
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> str:
-    """One tokenizer cache per test session (per worker), shared by the modules that train on real data."""
-    path = tmp_path_factory.getbasetemp() / "attnbench-cache"
-    path.mkdir(exist_ok=True)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
 def sst2(cache_dir):
     return load_task("sst2", cache_dir=cache_dir)
 

@@ -27,13 +27,6 @@ def texts() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> str:
-    path = tmp_path_factory.getbasetemp() / "attnbench-cache"
-    path.mkdir(exist_ok=True)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
 def encoder(texts, cache_dir):
     return build_encoder("wordpiece", texts, 8000, cache_dir)
 
