@@ -18,8 +18,8 @@ class EluFeatureMap(FeatureMap):
         super().__init__()
         self.num_features = head_dim
 
-    def query_chunk(self, x: Tensor) -> FeatureChunk:
-        return FeatureChunk(elu_plus_one(x))
+    def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
+        return FeatureChunk(elu_plus_one(x, out))
 
     def cost(self, n: int, d: int) -> dict[str, float]:
         """FLOPs per (batch, head) of the features of n queries and n keys (clamp, exp, relu, add); no parameters."""

@@ -13,16 +13,22 @@ Two renderings of the same formula:
   -> accumulate phi_k^T v and sum phi_k; then query features of a block -> phi_q @ state. Never holds
   an (N, M) tensor, so memory is O(N D + M D) and every feature element is touched while in cache.
   Feature maps hand blocks over as `FeatureChunk`s: values with a constant scale and offset kept
-  apart (applied to the small (M, D) state instead of every feature) and, for maps whose key
-  features carry a stabiliser over the whole sequence (favor), a per-block log-scale that the kernel
-  combines across blocks exactly (a running maximum, as in flash attention).
+  apart (applied to the small (M, D) state instead of every feature), per-row weights (folded into
+  the block's values v, C x D, instead of the C x M features) and, for maps whose key features carry
+  a stabiliser over the whole sequence (favor), a per-block log-scale that the kernel combines across
+  blocks exactly (a running maximum, as in flash attention). Maps write a block's values into a
+  per-thread workspace the kernel hands them (`out`), so the loop over blocks allocates nothing of
+  the features' size: fresh memory costs page faults that would otherwise take a third of the time.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
+import inspect
 import math
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -35,22 +41,25 @@ MIN_CHUNK_ROWS = 64
 
 @dataclasses.dataclass
 class FeatureChunk:
-    """Features of a block of rows in factored form: phi = scale * (values * exp(log_scale - L) + offset).
+    """Features of a block of rows in factored form: phi = scale * (values * row_weights * exp(log_scale - L) + offset).
 
     values: (B, H, C, M), owned by the receiver (the kernel may overwrite it); scale, offset: floats,
-    the same for every block of a sequence; log_scale: None, or (B, H, 1, 1) for key blocks (may be
-    -inf for a block without real keys), L being its maximum over all blocks of the sequence. With a
-    single block covering the whole sequence, phi = scale * (values + offset).
+    the same for every block of a sequence; row_weights: None (all 1) or (B, H, C, 1), >= 0;
+    log_scale: None, or (B, H, 1, 1) for key blocks (may be -inf for a block without real keys), L
+    being its maximum over all blocks of the sequence. With a single block covering the whole
+    sequence, phi = scale * (values * row_weights + offset).
     """
 
     values: Tensor
     scale: float = 1.0
     offset: float = 0.0
     log_scale: Tensor | None = None
+    row_weights: Tensor | None = None
 
     def materialise(self) -> Tensor:
-        """phi for a block that is the whole sequence: scale * (values + offset) -> (B, H, C, M); differentiable."""
-        phi = self.values if self.scale == 1.0 else self.values * self.scale
+        """phi for a block that is the whole sequence -> (B, H, C, M); differentiable."""
+        phi = self.values if self.row_weights is None else self.values * self.row_weights
+        phi = phi if self.scale == 1.0 else phi * self.scale
         return phi if self.offset == 0.0 else phi + self.scale * self.offset
 
 
@@ -61,18 +70,40 @@ class FeatureMap(nn.Module):
     whose key features depend on other positions implement `forward_keys` and `key_chunk`. Random ones
     also `new_feature_map` (redraw their random matrices) and keep evaluation deterministic. A map may
     define `cost(n, d) -> {"flops": per (batch, head) for n queries and n keys, "bytes": its parameters}`.
+    The chunk methods take `out`, a (B, H, C, M) scratch buffer they may write the values into (and
+    return as `values`) when no gradient is recorded; maps are free to ignore it.
     """
 
     num_features: int
+    _derived: dict[str, Tensor] | None = None
 
     def new_feature_map(self) -> None:
         """Redraw random parameters (no-op for deterministic maps)."""
 
-    def query_chunk(self, x: Tensor) -> FeatureChunk:
+    def derived(self, name: str, make: Callable[[], Tensor]) -> Tensor:
+        """make(), computed once per kernel call inside `holding_derived` (e.g. scaled omegas shared by every
+        block), afresh otherwise."""
+        cache = self._derived
+        if cache is None:
+            return make()
+        if name not in cache:
+            cache[name] = make()
+        return cache[name]
+
+    @contextlib.contextmanager
+    def holding_derived(self) -> Iterator[None]:
+        """Within: one no-gradient kernel call, parameters constant, so `derived` tensors are shared."""
+        self._derived = {}
+        try:
+            yield
+        finally:
+            self._derived = None
+
+    def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         """Query features of a block of rows x (B, H, C, D), in factored form."""
         return FeatureChunk(self.forward_queries(x))
 
-    def key_chunk(self, x: Tensor, key_padding_mask: Tensor | None = None) -> FeatureChunk:
+    def key_chunk(self, x: Tensor, key_padding_mask: Tensor | None = None, out: Tensor | None = None) -> FeatureChunk:
         """Key features of a block of rows; `key_padding_mask` (B, C), True = real. Default: position by position."""
         return FeatureChunk(self.forward_keys(x, key_padding_mask))
 
@@ -178,9 +209,35 @@ def run_on_threads(fn: Callable[[int, int], Any], ranges: list[tuple[int, int]])
         torch.set_num_threads(threads)
 
 
+_SCRATCH = threading.local()
+
+
+def scratch(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A per-thread CPU scratch tensor of `shape`, reused across blocks and calls (its contents are garbage).
+
+    One buffer per thread, grown when a larger one is asked for, so the block loop never maps fresh
+    memory; on other devices a new tensor (their caching allocators already reuse memory)."""
+    if device.type != "cpu":
+        return torch.empty(shape, dtype=dtype, device=device)
+    size = math.prod(shape)
+    held = getattr(_SCRATCH, "buffers", {}).get(dtype)
+    if held is None or held.numel() < size:
+        held = torch.empty(size, dtype=dtype)
+        _SCRATCH.buffers = {**getattr(_SCRATCH, "buffers", {}), dtype: held}
+    return held[:size].view(shape)
+
+
+def _takes_out(method: Callable[..., Any]) -> bool:
+    """Whether a feature map's chunk method accepts the `out` scratch buffer (plugins written before it may not)."""
+    try:
+        return "out" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class _KeyState:
-    """Running sums over key blocks: A = sum phi~_j v_j^T (B*H, M, D) and a = sum phi~_j (B*H, 1, M), where
-    phi~ = values * exp(log_scale - running max); scale and offset are applied by `finish`."""
+    """Running sums over key blocks: A = sum phi~_j v_j^T (B*H, M, D) and a = sum phi~_j (B*H, M, 1), where
+    phi~ = values * row_weights * exp(log_scale - running max); scale and offset are applied by `finish`."""
 
     def __init__(self) -> None:
         self.kv: Tensor | None = None
@@ -189,35 +246,56 @@ class _KeyState:
         self.scale, self.offset = 1.0, 0.0
 
     def add(self, chunk: FeatureChunk, v: Tensor, padded: Tensor | None) -> None:
-        """Accumulate one block: chunk.values (B, H, C, M), v (B, H, C, D), padded (B, 1, C, 1) True = padding."""
+        """Accumulate one block: chunk.values (B, H, C, M), v (B, H, C, D), padded (B, 1, C, 1) True = padding.
+
+        Row weights and the block's log-scale are folded into v (C x D), never into the C x M values; the sums
+        grow in place (baddbmm_), rescaled first when the block raises the running maximum."""
         values = chunk.values
         if padded is not None:
             values = values.masked_fill_(padded, 0.0)  # fill, not multiply: padded features may be inf
-        vals3 = values.flatten(0, 1)
-        kv, ksum = torch.bmm(vals3.transpose(1, 2), v.flatten(0, 1)), vals3.sum(dim=1, keepdim=True)
         self.scale, self.offset = chunk.scale, chunk.offset
-        self._combine(kv, ksum, None if chunk.log_scale is None else chunk.log_scale.flatten(0, 1))
+        weights = chunk.row_weights  # (B, H, C, 1) or None
+        if chunk.log_scale is not None:
+            factor = self._raise_max(chunk.log_scale.flatten(0, 1))  # (B*H, 1, 1): exp(block max - running max)
+            factor = factor.view(*chunk.log_scale.shape)
+            weights = factor.expand(*values.shape[:-2], 1, 1) if weights is None else weights * factor
+        vals3 = values.flatten(0, 1)
+        if weights is None:
+            block_kv, block_sum = v.flatten(0, 1), None
+        else:
+            weights3 = weights.expand(*values.shape[:-1], 1).flatten(0, 1)  # (B*H, C, 1)
+            block_kv, block_sum = (v * weights).flatten(0, 1), weights3
+        if self.kv is None:
+            self.kv = torch.bmm(vals3.transpose(1, 2), block_kv)
+            self.ksum = vals3.sum(dim=1).unsqueeze(-1) if block_sum is None else torch.bmm(vals3.transpose(1, 2), block_sum)
+        else:
+            self.kv.baddbmm_(vals3.transpose(1, 2), block_kv)
+            if block_sum is None:
+                self.ksum.add_(vals3.sum(dim=1).unsqueeze(-1))
+            else:
+                self.ksum.baddbmm_(vals3.transpose(1, 2), block_sum)
+
+    def _raise_max(self, log_scale: Tensor) -> Tensor:
+        """Take a block's log-scale (B*H, 1, 1) into the running maximum, rescaling the sums so far to it;
+        returns the block's factor exp(log_scale - running max) (0 for a block without real keys)."""
+        new = log_scale if self.log_max is None else torch.maximum(self.log_max, log_scale)
+        safe = new.masked_fill(new == -math.inf, 0.0)  # no real key yet: every term is 0
+        if self.kv is not None:
+            old_factor = torch.exp(self.log_max - safe)
+            self.kv.mul_(old_factor)
+            self.ksum.mul_(old_factor)
+        self.log_max = new
+        return torch.exp(log_scale - safe)
 
     def merge(self, other: "_KeyState") -> None:
         """Add the sums of another range of blocks."""
-        if other.kv is not None:
-            self.scale, self.offset = other.scale, other.offset
-            self._combine(other.kv, other.ksum, other.log_max)
-
-    def _combine(self, kv: Tensor, ksum: Tensor, log_scale: Tensor | None) -> None:
-        """Add sums given in units of exp(-log_scale) (B*H, 1, 1), rescaling both sides to the larger one."""
-        if log_scale is not None:
-            if self.log_max is None:
-                self.log_max = log_scale
-            else:
-                new = torch.maximum(self.log_max, log_scale)
-                safe = new.masked_fill(new == -math.inf, 0.0)  # no real key yet: every term is 0
-                old_factor, new_factor = torch.exp(self.log_max - safe), torch.exp(log_scale - safe)
-                if self.kv is not None:
-                    self.kv.mul_(old_factor)
-                    self.ksum.mul_(old_factor)
-                kv, ksum = kv * new_factor, ksum * new_factor
-                self.log_max = new
+        if other.kv is None:
+            return
+        self.scale, self.offset = other.scale, other.offset
+        kv, ksum = other.kv, other.ksum
+        if other.log_max is not None:
+            factor = self._raise_max(other.log_max)
+            kv, ksum = kv * factor, ksum * factor
         if self.kv is None:
             self.kv, self.ksum = kv, ksum
         else:
@@ -226,7 +304,7 @@ class _KeyState:
 
     def finish(self, v: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
         """phi_k^T v (B*H, M, D) and sum_j phi_k_j (B*H, M, 1), scale and offset applied."""
-        kv, ksum = self.kv, self.ksum.transpose(1, 2)
+        kv, ksum = self.kv, self.ksum
         if self.offset != 0.0:
             b, h = v.shape[:2]
             if weights is None:
@@ -247,25 +325,27 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
 
     Equals `linear_attention(feature_map.forward_queries(q), feature_map.forward_keys(k, mask), v, mask, eps)`
     up to rounding; `rows` per block (default `chunk_rows`). On CPU the sequence is split into one range of
-    blocks per thread (`run_on_threads`): key sums per range, merged, then each range's queries.
+    blocks per thread (`run_on_threads`): key sums per range, merged, then each range's queries. A block's
+    features go into the thread's `scratch` buffer when the map takes `out`.
     """
     b, h, n, d = v.shape
-    rows = rows or chunk_rows(q, feature_map.num_features)
+    m = feature_map.num_features
+    rows = rows or chunk_rows(q, m)
     ranges = split_rows(n, rows, q.device)
+    key_out, query_out = _takes_out(feature_map.key_chunk), _takes_out(feature_map.query_chunk)
+
+    def block_buffer(size: int, takes_out: bool) -> dict[str, Tensor]:
+        return {"out": scratch((b, h, size, m), q.dtype, q.device)} if takes_out else {}
 
     def key_sums(first: int, stop: int) -> _KeyState:
         state = _KeyState()
         for start in range(first, stop, rows):
             block = slice(start, min(start + rows, stop))
             mask = None if key_padding_mask is None else key_padding_mask[:, block]
-            state.add(feature_map.key_chunk(k[:, :, block], mask), v[:, :, block],
-                      None if mask is None else ~mask[:, None, :, None])
+            chunk = feature_map.key_chunk(k[:, :, block], mask, **block_buffer(block.stop - start, key_out))
+            state.add(chunk, v[:, :, block], None if mask is None else ~mask[:, None, :, None])
         return state
 
-    states = run_on_threads(key_sums, ranges)
-    for other in states[1:]:
-        states[0].merge(other)
-    kv, ksum = states[0].finish(v, _padding_weights(v, key_padding_mask))  # (B*H, M, D), (B*H, M, 1)
     out = torch.empty(b, h, n, d, dtype=v.dtype, device=v.device)
     out3 = out.view(b * h, n, d)
 
@@ -273,30 +353,36 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
         state_q = None
         for start in range(first, stop, rows):
             block = slice(start, min(start + rows, stop))
-            chunk = feature_map.query_chunk(q[:, :, block])
-            if state_q is None:  # scale and offset are the same for every block: fold them into the state once
+            chunk = feature_map.query_chunk(q[:, :, block], **block_buffer(block.stop - start, query_out))
+            if state_q is None:  # scale, offset are the same for every block: fold them into the state once
                 state_q = _query_state(kv, ksum, chunk.scale, chunk.offset)
             values = chunk.values.flatten(0, 1)  # (B*H, C, M)
-            (s_kv, s_ksum), offsets = state_q
+            s_kv, s_ksum, offsets = state_q
+            if chunk.row_weights is not None and offsets is not None:  # without an offset they cancel in the ratio
+                values = values * chunk.row_weights.flatten(0, 1)
             num = out3[:, block]  # the numerator is written in place of the output, then divided
-            if offsets is None:
-                torch.bmm(values, s_kv, out=num)
-                den = torch.bmm(values, s_ksum)
-            else:
-                torch.baddbmm(offsets[0], values, s_kv, out=num)
-                den = torch.baddbmm(offsets[1], values, s_ksum)
+            torch.bmm(values, s_kv, out=num)
+            den = torch.bmm(values, s_ksum)
+            if offsets is not None:
+                num.add_(offsets[0])
+                den.add_(offsets[1])
             num.div_(_guard(den, eps))
 
-    run_on_threads(queries, ranges)
+    with feature_map.holding_derived():
+        states = run_on_threads(key_sums, ranges)
+        for other in states[1:]:
+            states[0].merge(other)
+        kv, ksum = states[0].finish(v, _padding_weights(v, key_padding_mask))  # (B*H, M, D), (B*H, M, 1)
+        run_on_threads(queries, ranges)
     return out
 
 
 def _query_state(kv: Tensor, ksum: Tensor, scale: float, offset: float) -> tuple:
-    """The state seen by query values: (scale kv, scale ksum) and, for an offset, its rows' sums times offset."""
+    """What query values meet: scale kv, scale ksum and, for an offset, offset times their column sums."""
     s_kv, s_ksum = kv * scale, ksum * scale
     if offset == 0.0:
-        return (s_kv, s_ksum), None
-    return (s_kv, s_ksum), (offset * s_kv.sum(dim=1, keepdim=True), offset * s_ksum.sum(dim=1, keepdim=True))
+        return s_kv, s_ksum, None
+    return s_kv, s_ksum, (offset * s_kv.sum(dim=1, keepdim=True), offset * s_ksum.sum(dim=1, keepdim=True))
 
 
 class LinearKernelAttention(nn.Module):

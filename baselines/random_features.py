@@ -83,63 +83,78 @@ def draw_omegas(num_heads: int, num_features: int, dim: int, seed: int, *, ortho
     return torch.stack(out)
 
 
-def project(x: Tensor, omega: Tensor, bias: Tensor | None = None, alpha: float = 1.0) -> Tensor:
-    """alpha x omega^T (+ bias) as one batched matrix product: x (..., N, d), omega (..., M, d), bias (..., N, 1)
-    -> (..., N, M), leading dimensions broadcast (e.g. x (B, H, N, d) with omega (H, M, d))."""
-    n, d, m = x.shape[-2], x.shape[-1], omega.shape[-2]
-    batch = torch.broadcast_shapes(x.shape[:-2], omega.shape[:-2])
-    x3 = x.expand(*batch, n, d).reshape(-1, n, d)
-    w3 = omega.to(x.dtype).transpose(-2, -1).expand(*batch, d, m).reshape(-1, d, m)
-    if bias is None:
-        return torch.baddbmm(x3.new_zeros(()), x3, w3, beta=0.0, alpha=alpha).view(*batch, n, m)
-    return torch.baddbmm(bias.expand(*batch, n, 1).reshape(-1, n, 1), x3, w3, alpha=alpha).view(*batch, n, m)
+def projection_weights(omega: Tensor, batch: int, alpha: float = 1.0, dtype: torch.dtype | None = None) -> Tensor:
+    """alpha omega^T laid out for one batched product: omega (H, M, d) -> (batch * H, d, M) (a view for batch 1)."""
+    w = (omega.to(dtype or omega.dtype) * alpha).transpose(-2, -1)
+    return w if batch == 1 else w.expand(batch, *w.shape).reshape(-1, *w.shape[1:])
 
 
-def elu_plus_one(u: Tensor) -> Tensor:
-    """elu(u) + 1 = exp(min(u, 0)) + max(u, 0): about twice as fast as torch's elu on CPU, in place where no
-    gradient is recorded; differentiable (with relu's gradient at 0, so the derivative at 0 is elu's 1)."""
-    low = u.clamp_max(0.0).exp_()
-    if torch.is_grad_enabled() and u.requires_grad:
-        return low + torch.relu(u)
-    return low.add_(u.clamp_min(0.0))
+def project(x: Tensor, weights: Tensor, out: Tensor | None = None) -> Tensor:
+    """x @ weights as one batched product: x (B, H, N, d), weights (B*H, d, M) from `projection_weights`
+    -> (B, H, N, M), written into `out` (B, H, N, M) when given."""
+    b, h, n, d = x.shape
+    x3 = x.reshape(b * h, n, d)
+    if out is None:
+        return torch.bmm(x3, weights).view(b, h, n, -1)
+    torch.bmm(x3, weights, out=out.view(b * h, n, -1))
+    return out
 
 
-def sin_cos(u: Tensor) -> Tensor:
-    """[sin(u), cos(u)] along the last axis: (..., M) -> (..., 2M); written into one buffer where no gradient
-    is recorded, concatenated otherwise."""
-    if torch.is_grad_enabled() and u.requires_grad:
+def _no_grad(*tensors: Tensor) -> bool:
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
+def elu_plus_one(u: Tensor, out: Tensor | None = None) -> Tensor:
+    """elu(u) + 1 = exp(min(u, 0)) + max(u, 0): about twice as fast as torch's elu on CPU; into `out` (or in
+    place of u when out is u) where no gradient is recorded; differentiable (with relu's gradient at 0, so the
+    derivative at 0 is elu's 1)."""
+    if not _no_grad(u):
+        return u.clamp_max(0.0).exp() + torch.relu(u)
+    high = u.clamp_min(0.0)
+    low = u.clamp_max(0.0) if out is None else torch.clamp_max(u, 0.0, out=out)
+    return low.exp_().add_(high)
+
+
+def sin_cos(u: Tensor, out: Tensor | None = None) -> Tensor:
+    """[sin(u), cos(u)] along the last axis: (..., M) -> (..., 2M); written into one buffer (`out` when given)
+    where no gradient is recorded, concatenated otherwise."""
+    if not _no_grad(u):
         return torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
-    out = u.new_empty(*u.shape[:-1], 2 * u.shape[-1])
+    out = u.new_empty(*u.shape[:-1], 2 * u.shape[-1]) if out is None else out
     torch.sin(u, out=out[..., :u.shape[-1]])
     torch.cos(u, out=out[..., u.shape[-1]:])
     return out
 
 
-def _favor_chunk(x: Tensor, omega: Tensor, scale: float, is_query: bool,
-                 key_padding_mask: Tensor | None) -> FeatureChunk:
-    """favor features of a block: values exp(u - |x'|^2/2 - max) * scale, offset scale * eps; keys carry their max.
+def _favor_chunk(x: Tensor, weights: Tensor, scale: float, is_query: bool,
+                 key_padding_mask: Tensor | None, out: Tensor | None = None) -> FeatureChunk:
+    """favor features of a block, phi = scale (exp(u - |x'|^2/2 - max) + eps), u = omega x', x' = x d^{-1/4}
+    (folded into `weights`), factored as values exp(u - m_i) (m_i the row's largest u, so every value is in
+    (0, 1]) times row weights.
 
-    A query's max is over its own row, where |x'|^2/2 is a constant: exp(w.x' - max_w w.x') is the same
-    value, so queries skip the norm.
+    A query's max is over its own row, where |x'|^2/2 is a constant: its values are the features, no row
+    weight. A key's row weight is exp(m_i - |x'_i|^2/2 - L), L the block's largest exponent (its log-scale,
+    over real positions; padding gets weight 0), so that values * weight = exp(u - |x'|^2/2 - L).
     """
+    u = project(x, weights, out)
+    row_max = u.detach().amax(dim=-1, keepdim=True)  # (B, H, C, 1)
+    values = u.sub_(row_max).exp_() if _no_grad(u) else (u - row_max).exp()
+    if is_query:
+        return FeatureChunk(values, scale, FAVOR_EPS)
     d = x.shape[-1]
-    half_norm = None if is_query else (x * x).sum(dim=-1, keepdim=True).mul_(-(d ** -0.5) / 2)  # -|x'|^2 / 2
-    u = project(x, omega, half_norm, alpha=d ** -0.25)  # x' = x d^{-1/4}, folded into the product
-    stabiliser = u.detach().amax(dim=-1, keepdim=True)  # (B, H, N, 1)
-    log_scale = None
-    if not is_query:
-        if key_padding_mask is not None:
-            stabiliser = stabiliser.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
-        log_scale = stabiliser.amax(dim=-2, keepdim=True)  # (B, H, 1, 1): over real positions too
-        stabiliser = log_scale.masked_fill(log_scale == -math.inf, 0.0)  # a block with no real token
-    values = u.sub_(stabiliser - math.log(scale)).exp_()  # = scale exp(u - max), in place (autograd keeps exp's output)
-    return FeatureChunk(values, 1.0, scale * FAVOR_EPS, log_scale)
+    row_log = row_max - (x * x).sum(dim=-1, keepdim=True) * (d ** -0.5 / 2)  # m_i - |x'_i|^2 / 2
+    if key_padding_mask is not None:
+        row_log = row_log.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
+    log_scale = row_log.detach().amax(dim=-2, keepdim=True)  # (B, H, 1, 1): -inf for a block without real keys
+    row_weights = torch.exp(row_log - log_scale.masked_fill(log_scale == -math.inf, 0.0))
+    return FeatureChunk(values, scale, FAVOR_EPS, log_scale, row_weights)
 
 
-def _unscaled_features(kind: str, u: Tensor) -> Tensor:
-    """f(u) of an elementwise (or softmax / trig) map, before the 1/sqrt(M) scale."""
+def _unscaled_features(kind: str, u: Tensor, out: Tensor | None = None) -> Tensor:
+    """f(u) of an elementwise (or softmax / trig) map, before the 1/sqrt(M) scale; in place of u, or into `out`
+    for trig, where the map allows and no gradient is recorded."""
     if kind == "elu":
-        return elu_plus_one(u)
+        return elu_plus_one(u, u)
     if kind in ("softplus", "porf-softplus"):
         return nn.functional.softplus(u)
     if kind == "sigmoid2":
@@ -149,7 +164,7 @@ def _unscaled_features(kind: str, u: Tensor) -> Tensor:
     if kind == "softmaxfeat":
         return torch.softmax(u, dim=-1)
     if kind == "trig":
-        return sin_cos(u)
+        return sin_cos(u, out)
     raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
 
 
@@ -161,17 +176,22 @@ def random_feature_flops(kind: str, n: int, d: int, m: int) -> float:
 
 
 def feature_chunk(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
-                  key_padding_mask: Tensor | None = None) -> FeatureChunk:
+                  key_padding_mask: Tensor | None = None, out: Tensor | None = None,
+                  weights: Tensor | None = None) -> FeatureChunk:
     """Features of x (B, H, N, d) for omega (H, M, d) in factored form (`FeatureChunk`); see `feature_values`.
 
     A block of rows of a longer sequence gives that block's rows of the sequence's features once the
     kernel combines the blocks' log-scales (favor keys); every other map is position by position.
+    `out` (B, H, N, M_out): scratch the values may be written into; `weights`: `projection_weights(omega,
+    B, d^{-1/4})` when the caller already holds them.
     """
     scale = omega.shape[-2] ** -0.5
+    if weights is None:
+        weights = projection_weights(omega, x.shape[0], x.shape[-1] ** -0.25, x.dtype)
     if kind == "favor":
-        return _favor_chunk(x, omega, scale, is_query, key_padding_mask)
-    u = project(x, omega, alpha=x.shape[-1] ** -0.25)
-    return FeatureChunk(_unscaled_features(kind, u), scale)
+        return _favor_chunk(x, weights, scale, is_query, key_padding_mask, out)
+    u = project(x, weights, None if kind == "trig" else out)
+    return FeatureChunk(_unscaled_features(kind, u, out), scale)
 
 
 def feature_values(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
@@ -209,11 +229,16 @@ class RandomFeatureMap(FeatureMap):
         self.omega.copy_(draw_omegas(h, m, d, self.seed, orthogonal=self.orthogonal, scaling=self.scaling,
                                      draw=int(self.draw)))
 
-    def query_chunk(self, x: Tensor) -> FeatureChunk:
-        return feature_chunk(self.kind, x, self.omega, is_query=True)
+    def _weights(self, x: Tensor) -> Tensor:
+        """omega^T d^{-1/4} laid out for x's batch (`projection_weights`), shared by the blocks of a kernel call."""
+        return self.derived("weights", lambda: projection_weights(self.omega, x.shape[0], x.shape[-1] ** -0.25, x.dtype))
 
-    def key_chunk(self, x: Tensor, key_padding_mask: Tensor | None = None) -> FeatureChunk:
-        return feature_chunk(self.kind, x, self.omega, is_query=False, key_padding_mask=key_padding_mask)
+    def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
+        return feature_chunk(self.kind, x, self.omega, is_query=True, out=out, weights=self._weights(x))
+
+    def key_chunk(self, x: Tensor, key_padding_mask: Tensor | None = None, out: Tensor | None = None) -> FeatureChunk:
+        return feature_chunk(self.kind, x, self.omega, is_query=False, key_padding_mask=key_padding_mask, out=out,
+                             weights=self._weights(x))
 
     def forward_keys(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         return self.key_chunk(x, key_padding_mask).materialise()

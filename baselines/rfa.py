@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
-from baselines.random_features import draw_omegas, project, sin_cos
+from baselines.random_features import draw_omegas, project, projection_weights, sin_cos
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
@@ -38,11 +38,14 @@ class RfaFeatureMap(FeatureMap):
         self.draw += 1
         self.train_omega.copy_(self._draw(*self.omega.shape, draw=self.draw))
 
-    def query_chunk(self, x: Tensor) -> FeatureChunk:
+    def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         omega = self.train_omega if self.training else self.omega
-        frequencies = self.sigma[:, None, None] * omega / self.tau  # (H, M, d)
-        u = project(x / (x.norm(dim=-1, keepdim=True) + NORM_EPS), frequencies)
-        return FeatureChunk(sin_cos(u), omega.shape[1] ** -0.5)
+
+        def weights() -> Tensor:  # sigma omega / tau, (B*H, d, M)
+            return projection_weights(self.sigma[:, None, None] * omega / self.tau, x.shape[0], dtype=x.dtype)
+
+        u = project(x / (x.norm(dim=-1, keepdim=True) + NORM_EPS), self.derived("weights", weights))
+        return FeatureChunk(sin_cos(u, out), omega.shape[1] ** -0.5)
 
     def cost(self, n: int, d: int) -> dict[str, float]:
         """FLOPs per (batch, head) of the features of n queries and n keys (norm, divide, project, sin, cos)."""

@@ -158,3 +158,28 @@ def test_ranges_on_threads_merge_to_the_single_thread_result():
     finally:
         torch.set_num_threads(threads)
     torch.testing.assert_close(split, alone)
+
+
+def test_maps_without_the_out_argument_still_run_chunked():
+    """A plugin map written against the older interface (query_chunk(x) only) gets no scratch buffer."""
+
+    class Squares(FeatureMap):
+        num_features = 6
+
+        def query_chunk(self, x):
+            return FeatureChunk(x * x + 0.1)
+
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 13, 6, generator=g, dtype=torch.float64) for _ in range(3))
+    expected = linear_attention(q * q + 0.1, k * k + 0.1, v)
+    torch.testing.assert_close(chunked_linear_attention(Squares(), q, k, v, rows=4), expected)
+
+
+def test_scratch_is_reused_per_thread_and_grows():
+    from baselines.linear_kernel import scratch
+    first = scratch((2, 3), torch.float32, torch.device("cpu"))
+    again = scratch((3, 2), torch.float32, torch.device("cpu"))
+    assert again.data_ptr() == first.data_ptr()
+    bigger = scratch((4, 5), torch.float32, torch.device("cpu"))
+    assert bigger.shape == (4, 5) and bigger.is_contiguous()
+    assert scratch((2, 2), torch.float64, torch.device("cpu")).dtype == torch.float64
