@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 CAUSAL_CHUNK = 64  # causal form: exact quadratic inside chunks of this many positions, prefix sums across
-CHUNK_ELEMENTS = 2**19  # chunked kernel (CPU): floats of one block's features, inputs and values (2 MiB, the L2 size)
+CHUNK_ELEMENTS = 2**21  # chunked kernel (CPU): floats of one block's features, inputs and values (8 MiB)
 MIN_CHUNK_ROWS = 64
 
 
@@ -212,18 +212,21 @@ def run_on_threads(fn: Callable[[int, int], Any], ranges: list[tuple[int, int]])
 _SCRATCH = threading.local()
 
 
-def scratch(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+def scratch(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, slot: int = 0) -> Tensor:
     """A per-thread CPU scratch tensor of `shape`, reused across blocks and calls (its contents are garbage).
 
-    One buffer per thread, grown when a larger one is asked for, so the block loop never maps fresh
+    One buffer per thread and slot (the kernel hands maps slot 0; a map needing a second block-sized
+    temporary takes slot 1), grown when a larger one is asked for, so the block loop never maps fresh
     memory; on other devices a new tensor (their caching allocators already reuse memory)."""
     if device.type != "cpu":
         return torch.empty(shape, dtype=dtype, device=device)
     size = math.prod(shape)
-    held = getattr(_SCRATCH, "buffers", {}).get(dtype)
+    buffers = getattr(_SCRATCH, "buffers", None)
+    if buffers is None:
+        buffers = _SCRATCH.buffers = {}
+    held = buffers.get((dtype, slot))
     if held is None or held.numel() < size:
-        held = torch.empty(size, dtype=dtype)
-        _SCRATCH.buffers = {**getattr(_SCRATCH, "buffers", {}), dtype: held}
+        held = buffers[dtype, slot] = torch.empty(size, dtype=dtype)
     return held[:size].view(shape)
 
 

@@ -13,7 +13,7 @@ import functools
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import chunk_rows, run_on_threads, split_rows
+from baselines.linear_kernel import chunk_rows, run_on_threads, scratch, split_rows
 from baselines.random_features import seeded_generator
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
@@ -120,30 +120,48 @@ def _query_attention(q: Tensor, k_land: Tensor, values: Tensor, keep: Tensor | N
     return out
 
 
-def sequence_conv(v: Tensor, weight: Tensor, block: int = CONV_BLOCK) -> Tensor:
+def sequence_conv(v: Tensor, weight: Tensor, block: int = CONV_BLOCK, out: Tensor | None = None) -> Tensor:
     """Depthwise convolution along the sequence, zero-padded and centred, as nn.Conv2d(H, H, (K, 1), groups=H)
-    computes it: v (B, H, N, D), weight (H, K) -> (B, H, N, D).
+    computes it: v (B, H, N, D), weight (H, K) -> (B, H, N, D); with `out` (no gradients), added into it.
 
     Rendered as one batched matrix product per sequence and head: each block of `block` outputs is a banded
     (block, block + K - 1) Toeplitz matrix times the window of the zero-padded sequence it reads (overlapping
-    windows as a strided view, no copies). Several times faster on CPU than the convolution routine here.
+    windows as a strided view, no copies). Several times faster on CPU than the convolution routine here;
+    accumulating into `out` block by block saves the stacked result and the separate sum.
     """
     b, h, n, d = v.shape
     size = weight.shape[-1]
     blocks = -(-n // block)
     width = block + size - 1
-    padded = nn.functional.pad(v, (0, 0, size // 2, size - 1 - size // 2 + blocks * block - n))
+    margins = (size // 2, size - 1 - size // 2 + blocks * block - n)
     columns = torch.arange(block, device=v.device)[:, None] + torch.arange(size, device=v.device)
     band = torch.zeros(h, block, width, dtype=v.dtype, device=v.device)
     band = band.scatter(2, columns.expand(h, block, size), weight.to(v.dtype)[:, None, :].expand(h, block, size))
+    if out is None:
+        padded = nn.functional.pad(v, (0, 0, *margins))
+    else:  # only the margins need zeros; a reused buffer, so no fresh pages to fault in
+        padded = scratch((b, h, n + sum(margins), d), v.dtype, v.device, slot=2)
+        padded[:, :, :margins[0]].zero_()
+        padded[:, :, margins[0] + n:].zero_()
+        padded[:, :, margins[0]:margins[0] + n].copy_(v)
+    direct = out is not None and blocks * block == n
+    result = out if direct else None if out is None else v.new_empty(b, h, blocks * block, d)
     rows = []
     for i in range(b):
         for head in range(h):
             sequence = padded[i, head]
             windows = sequence.as_strided((blocks, width, d), (block * sequence.stride(0), sequence.stride(0), 1))
-            rows.append(torch.bmm(band[head].expand(blocks, block, width), windows))
-    out = torch.stack(rows).view(b, h, blocks * block, d)
-    return out if blocks * block == n else out[:, :, :n]
+            toeplitz = band[head].expand(blocks, block, width)
+            if direct:
+                result[i, head].view(blocks, block, d).baddbmm_(toeplitz, windows)
+            elif result is not None:
+                torch.bmm(toeplitz, windows, out=result[i, head].view(blocks, block, d))
+            else:
+                rows.append(torch.bmm(toeplitz, windows))
+    if out is not None:
+        return out if direct else out.add_(result[:, :, :n])
+    conv = torch.stack(rows).view(b, h, blocks * block, d)
+    return conv if blocks * block == n else conv[:, :, :n]
 
 
 def even_segment_means(x: Tensor, num_segments: int) -> Tensor | None:
@@ -206,7 +224,8 @@ class NystromAttention(nn.Module):
             landmark_values = _landmark_attention(q_land * d ** -0.5, k, v, key_padding_mask, rows)
             out = _query_attention(q, k_land, pinv @ landmark_values, keep, rows)
         if self.conv is not None:
-            out = out + sequence_conv(v if real is None else v * real, self.conv.weight[:, 0, :, 0])
+            skip = (v if real is None else v * real, self.conv.weight[:, 0, :, 0])
+            out = out + sequence_conv(*skip) if torch.is_grad_enabled() else sequence_conv(*skip, out=out)
         return out
 
     def _landmarks(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None,

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
+from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, scratch
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
@@ -110,9 +110,10 @@ def elu_plus_one(u: Tensor, out: Tensor | None = None) -> Tensor:
     derivative at 0 is elu's 1)."""
     if not _no_grad(u):
         return u.clamp_max(0.0).exp() + torch.relu(u)
-    high = u.clamp_min(0.0)
-    low = u.clamp_max(0.0) if out is None else torch.clamp_max(u, 0.0, out=out)
-    return low.exp_().add_(high)
+    if out is None:
+        return u.clamp_max(0.0).exp_().add_(u.clamp_min(0.0))
+    high = torch.clamp_min(u, 0.0, out=scratch(u.shape, u.dtype, u.device, slot=1))
+    return torch.clamp_max(u, 0.0, out=out).exp_().add_(high)
 
 
 def sin_cos(u: Tensor, out: Tensor | None = None) -> Tensor:
@@ -190,7 +191,8 @@ def feature_chunk(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
         weights = projection_weights(omega, x.shape[0], x.shape[-1] ** -0.25, x.dtype)
     if kind == "favor":
         return _favor_chunk(x, weights, scale, is_query, key_padding_mask, out)
-    u = project(x, weights, None if kind == "trig" else out)
+    u = project(x, weights, out if kind != "trig" or out is None else scratch(out.shape[:-1] + (omega.shape[-2],),
+                                                                                 x.dtype, x.device, slot=1))
     return FeatureChunk(_unscaled_features(kind, u, out), scale)
 
 

@@ -11,7 +11,7 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
+from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, scratch
 from baselines.random_features import draw_omegas, project, projection_weights, sin_cos
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
@@ -44,7 +44,9 @@ class RfaFeatureMap(FeatureMap):
         def weights() -> Tensor:  # sigma omega / tau, (B*H, d, M)
             return projection_weights(self.sigma[:, None, None] * omega / self.tau, x.shape[0], dtype=x.dtype)
 
-        u = project(x / (x.norm(dim=-1, keepdim=True) + NORM_EPS), self.derived("weights", weights))
+        unit = x / (x.norm(dim=-1, keepdim=True) + NORM_EPS)
+        projected = None if out is None else scratch((*out.shape[:-1], omega.shape[1]), x.dtype, x.device, slot=1)
+        u = project(unit, self.derived("weights", weights), projected)
         return FeatureChunk(sin_cos(u, out), omega.shape[1] ** -0.5)
 
     def cost(self, n: int, d: int) -> dict[str, float]:
