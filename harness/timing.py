@@ -249,12 +249,12 @@ _MACHINE: dict[tuple, dict[str, Any]] = {}
 
 
 def measure_machine(device: str = "cpu", *, threads: int | None = None, matmul_size: int = 2048,
-                    copy_mb: int = 256, min_time_s: float = 0.5) -> dict[str, Any]:
+                    copy_mb: int = 256, min_time_s: float = 0.5, fresh: bool = False) -> dict[str, Any]:
     """fp32 matrix-multiply rate (GFLOP/s, best of repeats) and copy bandwidth (GB/s, read + write),
-    measured once per process and settings."""
+    measured once per process and settings (`fresh`: measured again now, e.g. next to one timed point)."""
     threads = threads or torch.get_num_threads()
     key = (device, threads, matmul_size, copy_mb)
-    if key not in _MACHINE:
+    if fresh or key not in _MACHINE:
         a = torch.randn(matmul_size, matmul_size, device=device)
         b = torch.randn(matmul_size, matmul_size, device=device)
         out = torch.empty_like(a)

@@ -134,6 +134,10 @@ def test_efficiency_cell_rows_memory_and_roofline():
         assert r["median_ms"] > 0 and r["repeats"] >= 2 and r["peak_mem_bytes"] >= 0
         assert r["mem_method"] == "cpu-subprocess-vmhwm"
         assert r["roofline_fraction"] == pytest.approx(r["roofline_ms"] / r["median_ms"])
+        rates = {"matmul_gflops": r["probe_matmul_gflops"], "copy_gb_per_s": r["probe_copy_gb_per_s"]}
+        bound = max(r["flops"] / (rates["matmul_gflops"] * 1e9), r["bytes"] / (rates["copy_gb_per_s"] * 1e9))
+        assert r["roofline_ms"] == pytest.approx(bound * 1e3)  # the point's own probe, not the run's
+        assert r["gflops_per_s"] == pytest.approx(r["flops"] / r["median_ms"] / 1e6)
     assert {"forward_ms@32", "train_ms@64", "forward_roofline_fraction@64"} <= set(result["metrics"])
     above_one = [r for r in rows if r["roofline_fraction"] > 1]
     assert bool(above_one) == bool(result["details"]["notes"])

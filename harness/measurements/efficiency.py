@@ -7,7 +7,9 @@ that does not fit), then every surviving point is warmed up, then each is timed.
 length cap, or whose roofline bound alone exceeds the per-point budget, are skipped with a reason;
 out-of-memory and time-outs are rows with their status. Peak memory is what one call needs above
 its inputs and the built module (training: the forward activations, backward and input gradients).
-FLOPs and bytes for the roofline come from `harness.measurements.cost`.
+FLOPs and bytes for the roofline come from `harness.measurements.cost`; the machine's rates from a
+probe at the start of the run (provenance) and, by default, again around each timed point, whose
+bound uses the better of those two readings (`probe_each_point`).
 """
 from __future__ import annotations
 
@@ -53,6 +55,9 @@ class EfficiencyOptions:
     length_caps: dict = option({}, "largest N per attention name or label, e.g. {softmax: 8192}; longer: skipped")
     matmul_size: int | None = option(None, "matrix size of the machine's matmul-rate probe (None: 2048 CPU, 8192 CUDA)")
     copy_mb: int = option(256, "tensor size (MiB) of the machine's copy-bandwidth probe")
+    probe_each_point: bool = option(True, "probe the matmul rate and copy bandwidth again right before and after "
+                                          "each point is timed, its roofline bound from the better of the two (a "
+                                          "shared machine's speed drifts during a run); False: the run's one probe")
 
     def __post_init__(self) -> None:
         for name in ("seq_lens", "batch_sizes", "heads", "modes"):
@@ -116,8 +121,8 @@ def _new_point(cell: dict[str, Any], options: EfficiencyOptions, n: int, b: int,
     cost = point_cost(build_attention(name, head_dim=d, num_heads=h, max_length=n, seed=cell["seed"], **attn_options),
                       name, b, h, n, d, mode, DTYPES[options.dtype])
     if cost is not None:
-        bound_s = max(cost["flops"] / (machine["matmul_gflops"] * 1e9), cost["bytes"] / (machine["copy_gb_per_s"] * 1e9))
-        row |= {"flops": cost["flops"], "bytes": cost["bytes"], "roofline_ms": bound_s * 1e3}
+        row |= {"flops": cost["flops"], "bytes": cost["bytes"]}
+        row["roofline_ms"] = _bound_s(row, machine) * 1e3
     cap = options.length_caps.get(label, options.length_caps.get(name))
     if cap is not None and n > cap:
         row |= {"status": "skipped", "reason": f"N={n} is above the length cap {cap} for {label} (option length_caps)"}
@@ -156,11 +161,23 @@ def _warm_up(point: Point, options: EfficiencyOptions, device: str) -> None:
         _release(device)
 
 
+def _probe(options: EfficiencyOptions, device: str) -> dict[str, Any]:
+    """The machine's rates measured now (short: a few repeats of each probe)."""
+    return measure_machine(device, threads=options.threads, matmul_size=_matmul_size(options, device),
+                           copy_mb=options.copy_mb, min_time_s=0.15, fresh=True)
+
+
+def _matmul_size(options: EfficiencyOptions, device: str) -> int:
+    return options.matmul_size or (8192 if torch.device(device).type == "cuda" else 2048)
+
+
 def _time(point: Point, options: EfficiencyOptions, device: str) -> None:
     try:
+        before = _probe(options, device) if options.probe_each_point else None
         timing = time_repeated(point.fn, device=device, min_time_s=options.min_time_s,
                                min_repeats=options.min_repeats, max_repeats=options.max_repeats,
                                budget_s=options.point_budget_s)
+        after = _probe(options, device) if options.probe_each_point else None
     except OOM_ERRORS as err:
         _fail(point, "oom", f"{type(err).__name__}: {err}"[:300])
         _release(device)
@@ -168,10 +185,21 @@ def _time(point: Point, options: EfficiencyOptions, device: str) -> None:
     row = point.row
     row |= {"median_ms": timing.median_ms, "q25_ms": timing.q25_ms, "q75_ms": timing.q75_ms,
             "repeats": timing.repeats, "tokens_per_s": row["batch"] * row["seq_len"] / (timing.median_ms / 1e3)}
+    if before is not None:
+        rates = {"matmul_gflops": max(before["matmul_gflops"], after["matmul_gflops"]),
+                 "copy_gb_per_s": max(before["copy_gb_per_s"], after["copy_gb_per_s"])}
+        row |= {"probe_matmul_gflops": rates["matmul_gflops"], "probe_copy_gb_per_s": rates["copy_gb_per_s"]}
+        if row["flops"] is not None:
+            row["roofline_ms"] = _bound_s(row, rates) * 1e3
     if row["flops"] is not None:
         row["gflops_per_s"] = row["flops"] / (timing.median_ms / 1e3) / 1e9
         row["roofline_fraction"] = row["roofline_ms"] / timing.median_ms
     point.fn = None
+
+
+def _bound_s(row: dict[str, Any], machine: dict[str, Any]) -> float:
+    """The roofline bound: the larger of FLOPs / matmul rate and bytes / copy bandwidth."""
+    return max(row["flops"] / (machine["matmul_gflops"] * 1e9), row["bytes"] / (machine["copy_gb_per_s"] * 1e9))
 
 
 def _release(device: str) -> None:
@@ -203,8 +231,8 @@ def measure_efficiency(cell: dict[str, Any], options: EfficiencyOptions, *, devi
     threads_before = torch.get_num_threads()
     torch.set_num_threads(options.threads)
     try:
-        matmul_size = options.matmul_size or (8192 if torch.device(device).type == "cuda" else 2048)
-        machine = measure_machine(device, threads=options.threads, matmul_size=matmul_size, copy_mb=options.copy_mb)
+        machine = measure_machine(device, threads=options.threads, matmul_size=_matmul_size(options, device),
+                                  copy_mb=options.copy_mb)
         points = [_new_point(cell, options, n, b, h, mode, device, machine)
                   for n in options.seq_lens for b in options.batch_sizes for h in options.heads
                   for mode in options.modes]

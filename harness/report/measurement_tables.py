@@ -110,7 +110,7 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
     if rows.empty:
         return rows
     for col in ("median_ms", "q25_ms", "q75_ms", "tokens_per_s", "peak_mem_bytes", "roofline_fraction",
-                "batch", "heads", "head_dim", "reason", "mode"):
+                "gflops_per_s", "roofline_ms", "batch", "heads", "head_dim", "reason", "mode"):
         if col not in rows:
             rows[col] = np.nan
     rows["mode"] = ["forward" if not isinstance(m, str) else m for m in rows["mode"]]
@@ -124,7 +124,8 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
         rec["status"] = "ok" if bad.empty else str(bad["status"].iloc[0])
         reasons = [str(r) for r in bad["reason"] if isinstance(r, str)]
         rec["reason"] = reasons[0] if reasons else None
-        for col in ("median_ms", "q25_ms", "q75_ms", "tokens_per_s", "peak_mem_bytes", "roofline_fraction"):
+        for col in ("median_ms", "q25_ms", "q75_ms", "tokens_per_s", "peak_mem_bytes", "roofline_fraction",
+                    "gflops_per_s", "roofline_ms"):
             rec[col] = float(pd.to_numeric(ok[col], errors="coerce").mean()) if not ok.empty else np.nan
         rec["repeats_seeds"] = len(ok)
         out.append(rec)
@@ -164,7 +165,8 @@ def efficiency_table(results: Results) -> Table | None:
             "tokens/s": fmt(r.tokens_per_s, 0), "peak MiB": fmt(r.peak_mem_mib),
             "speed × softmax": fmt(r.speed_vs_softmax, 2), "memory × softmax": fmt(r.memory_vs_softmax, 2)}
         if eff["roofline_fraction"].notna().any():
-            text["roofline fraction"] = fmt(r.roofline_fraction, 3)
+            text |= {"GFLOP/s": fmt(r.gflops_per_s, 1), "bound ms": fmt(r.roofline_ms),
+                     "roofline fraction": fmt(r.roofline_fraction, 3)}
         text["status"] = r.status if ok or not r.reason else f"{r.status}: {r.reason}"
         text_rows.append(text)
     text = pd.DataFrame(text_rows)
@@ -179,6 +181,8 @@ def efficiency_table(results: Results) -> Table | None:
     notes = ["Time: median over repeats (q25–q75), mean over seeds. speed × softmax = softmax time / time "
              "(> 1 is faster); memory × softmax = peak memory / softmax peak memory (< 1 is smaller); both "
              f"against softmax measured in the same run, same shape (reference: {refs or 'none in run'}). "
+             "GFLOP/s: counted FLOPs / time; bound ms: the roofline bound, max(FLOPs / matmul rate, bytes / copy "
+             "bandwidth), from the machine probed around the point; roofline fraction = bound / time. "
              "OOM / TIMEOUT: the point did not fit (a result, not a crash). Bold: best per run, mode and shape."]
     return Table("efficiency", "Efficiency by sequence length", eff, text, best, notes,
                  key_columns=5 if many_runs else 4)
