@@ -128,6 +128,7 @@ def test_efficiency_cell_rows_memory_and_roofline():
     result = run_cell(cell)
     rows, machine = result["details"]["rows"], result["details"]["machine"]
     assert {"matmul_gflops", "copy_gb_per_s", "threads", "device"} <= set(machine) and machine["threads"] == 1
+    assert machine["allocator"]["policy"] == "retain"  # glibc here: freed memory kept for reuse
     assert len(rows) == 4 and all(ROW_KEYS <= set(r) for r in rows)
     for r in rows:
         assert r["status"] == "ok", r

@@ -80,3 +80,14 @@ def test_cuda_peak_memory_uses_the_allocator():
         return lambda: torch.ones(50_000_000, device="cuda")
     reading = timing.peak_memory(setup, device="cuda")
     assert reading.method == "cuda-allocator-peak" and 190e6 <= reading.peak_bytes <= 260e6
+
+
+def test_retained_allocator_reuses_freed_memory_for_large_tensors():
+    """With glibc keeping freed memory, a freed 64 MiB tensor stays resident for the next one (by default glibc
+    unmaps it at once: the resident size drops by its 64 MiB)."""
+    policy = timing.retain_freed_memory()
+    assert policy["policy"] == "retain" and policy["mmap_threshold"] >= 64 * 2**20
+    tensor = torch.ones(16 * 2**20)  # 64 MiB, pages touched
+    resident = timing._proc_status_bytes("VmRSS")
+    del tensor
+    assert resident - timing._proc_status_bytes("VmRSS") < 16 * 2**20

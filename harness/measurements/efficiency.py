@@ -24,7 +24,7 @@ from harness.measurements.common import attention_label
 from harness.measurements.cost import point_cost
 from harness.options import option, require
 from harness.registry import build_attention
-from harness.timing import OOM_ERRORS, call_seconds, measure_machine, peak_memory, time_repeated
+from harness.timing import OOM_ERRORS, call_seconds, measure_machine, peak_memory, retain_freed_memory, time_repeated
 from harness.train import Progress
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -55,6 +55,11 @@ class EfficiencyOptions:
     length_caps: dict = option({}, "largest N per attention name or label, e.g. {softmax: 8192}; longer: skipped")
     matmul_size: int | None = option(None, "matrix size of the machine's matmul-rate probe (None: 2048 CPU, 8192 CUDA)")
     copy_mb: int = option(256, "tensor size (MiB) of the machine's copy-bandwidth probe")
+    allocator: Literal["retain", "system"] = option(
+        "retain", "retain: glibc malloc keeps freed memory for reuse in the timing process (as jemalloc / tcmalloc "
+                  "do; see harness.timing.retain_freed_memory), so calls do not fault in fresh pages for every large "
+                  "tensor; system: the allocator as it is. Applies to every attention alike; peak memory is "
+                  "measured in fresh subprocesses either way")
     probe_each_point: bool = option(True, "probe the matmul rate and copy bandwidth again right before and after "
                                           "each point is timed, its roofline bound from the better of the two (a "
                                           "shared machine's speed drifts during a run); False: the run's one probe")
@@ -231,8 +236,10 @@ def measure_efficiency(cell: dict[str, Any], options: EfficiencyOptions, *, devi
     threads_before = torch.get_num_threads()
     torch.set_num_threads(options.threads)
     try:
+        allocator = (retain_freed_memory() if options.allocator == "retain" and torch.device(device).type == "cpu"
+                     else {"policy": "system"})
         machine = measure_machine(device, threads=options.threads, matmul_size=_matmul_size(options, device),
-                                  copy_mb=options.copy_mb)
+                                  copy_mb=options.copy_mb) | {"allocator": allocator}
         points = [_new_point(cell, options, n, b, h, mode, device, machine)
                   for n in options.seq_lens for b in options.batch_sizes for h in options.heads
                   for mode in options.modes]

@@ -98,6 +98,10 @@ def provenance_value(key: str, value: Any) -> str:
         return "; ".join(f"{r['count']} × {r['status']}: {r['reason']}" for r in value) or "none"
     if key == "cells":
         return ", ".join(f"{n} {status}" for status, n in value.items())
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {v}" for k, v in value.items())
+    if value is None:
+        return "—"
     if key == "not_run_cell_ids" and len(value) > 20:
         return ", ".join(value[:20]) + f", … ({len(value) - 20} more)"
     if isinstance(value, list):

@@ -188,6 +188,31 @@ def not_ok(results: Results) -> pd.DataFrame:
     return cells[["run", "status", "measurement", "task", "label", "seed", "reason", "file"]]
 
 
+def _machine_probe(cells: pd.DataFrame) -> dict[str, Any] | None:
+    """The roofline probe of a run's efficiency cells: matmul rate and copy bandwidth at the start of each cell
+    and the range over the per-point probes, threads, allocator policy; None without efficiency cells."""
+    machines, points = [], []
+    for _, cell in cells[(cells["measurement"] == "efficiency") & (cells["status"] == "ok")].iterrows():
+        details = cell["details"] if isinstance(cell["details"], dict) else {}
+        if details.get("machine"):
+            machines.append(details["machine"])
+        points += [r for r in details.get("rows") or [] if r.get("probe_matmul_gflops")]
+    if not machines:
+        return None
+
+    def span(values: list[float]) -> str:
+        return f"{min(values):.1f}–{max(values):.1f}" if values else "n/a"
+
+    first = machines[0]
+    return {"device": first.get("device"), "threads": first.get("threads"),
+            "matmul_gflops_at_cell_start": span([m["matmul_gflops"] for m in machines]),
+            "copy_gb_per_s_at_cell_start": span([m["copy_gb_per_s"] for m in machines]),
+            "matmul_gflops_around_points": span([r["probe_matmul_gflops"] for r in points]),
+            "copy_gb_per_s_around_points": span([r["probe_copy_gb_per_s"] for r in points]),
+            "method": first.get("method"), "matmul_size": first.get("matmul_size"),
+            "allocator": (first.get("allocator") or {}).get("policy", "system")}
+
+
 def run_provenance(results: Results) -> list[dict[str, Any]]:
     """Per run: suite, commits, versions, machine, seeds, time span and cell counts with reasons."""
     out = []
@@ -214,6 +239,7 @@ def run_provenance(results: Results) -> list[dict[str, Any]]:
             "cells": {status: int(counts.get(status, 0)) for status in ("ok", "failed", "skipped", "unreadable")}
             | {"not run": len(run.not_run)},
             "not_run_cell_ids": run.not_run,
+            "machine_probe": _machine_probe(cells),
             "reasons": [{"status": s, "reason": r if isinstance(r, str) else "no reason given", "count": int(n)}
                         for (s, r), n in reasons.items()]})
     return out
