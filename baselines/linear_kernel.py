@@ -5,9 +5,11 @@ out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps)
 (sums over j <= i in the causal form). Masking (padded keys contribute nothing), the normaliser
 guard, the random-feature redraw schedule and speed live here, once.
 
-Two renderings of the same formula:
+Three renderings of the same formula:
 - `linear_attention(phi_q, phi_k, v)`: from materialised features (B, H, N, M); differentiable, also
-  causal. Used for training and whenever gradients are needed.
+  causal. Used for the causal form with gradients.
+- `factored_linear_attention(q_chunk, k_chunk, v)`: the same, non-causal, from features in factored form
+  (see below) without materialising them: the training path.
 - `chunked_linear_attention(feature_map, q, k, v)`: without gradients (inference), non-causal. Walks
   the sequence in blocks of rows whose (rows, M) feature block stays in cache: key features of a block
   -> accumulate phi_k^T v and sum phi_k; then query features of a block -> phi_q @ state. Never holds
@@ -144,6 +146,32 @@ def linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, key_padding_mask: 
         out = _causal_products(phi_q, phi_k, values)
     else:
         out = phi_q @ (phi_k.transpose(-2, -1) @ values)  # (B, H, N, D + 1), never N x N
+    return out[..., :-1] / _guard(out[..., -1:], eps)
+
+
+def factored_linear_attention(q_chunk: FeatureChunk, k_chunk: FeatureChunk, v: Tensor,
+                              key_padding_mask: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    """Non-causal `linear_attention` from whole-sequence features in factored form; differentiable.
+
+    Row weights, scales and offsets act on the small (M, D + 1) state and on (N, D + 1) products, never on
+    the (N, M) feature values: phi_k^T [v, 1] = s_k (values_k^T (w [v, 1]) + o_k sum_j w_j [v_j, 1]), w the
+    key row weights times the padding mask, and phi_q S = s_q (w_q (values_q S) + o_q 1^T S). Saves the
+    passes (and the saved activations) that materialising phi = s (values w + o) would cost in training.
+    """
+    weights = _padding_weights(v, key_padding_mask)
+    values = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # the last column accumulates the normaliser
+    real = values if weights is None else values * weights
+    weighted = real if k_chunk.row_weights is None else real * k_chunk.row_weights
+    state = k_chunk.values.transpose(-2, -1) @ weighted  # (B, H, M, D + 1)
+    if k_chunk.offset != 0.0:
+        state = state + k_chunk.offset * real.sum(dim=-2, keepdim=True)
+    state = state * k_chunk.scale
+    out = q_chunk.values @ state  # (B, H, N, D + 1)
+    if q_chunk.row_weights is not None:
+        out = out * q_chunk.row_weights
+    if q_chunk.offset != 0.0:
+        out = out + q_chunk.offset * state.sum(dim=-2, keepdim=True)
+    out = out * q_chunk.scale
     return out[..., :-1] / _guard(out[..., -1:], eps)
 
 
@@ -414,6 +442,9 @@ class LinearKernelAttention(nn.Module):
             self.training_steps += 1
         if not self.causal and not torch.is_grad_enabled():
             return chunked_linear_attention(self.feature_map, q, k, v, key_padding_mask, self.eps)
+        if not self.causal:
+            return factored_linear_attention(self.feature_map.query_chunk(q), self.feature_map.key_chunk(k, key_padding_mask),
+                                             v, key_padding_mask, self.eps)
         phi_q = self.feature_map.forward_queries(q)
         phi_k = self.feature_map.forward_keys(k, key_padding_mask)
         return linear_attention(phi_q, phi_k, v, key_padding_mask, self.eps, self.causal)
