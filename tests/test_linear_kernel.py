@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from baselines.linear_kernel import (FeatureChunk, FeatureMap, LinearKernelAttention, chunked_linear_attention,
-                                     linear_attention)
+                                     factored_linear_attention, linear_attention)
 
 
 def naive(phi_q, phi_k, v, mask=None, causal=False):
@@ -183,3 +183,24 @@ def test_scratch_is_reused_per_thread_and_grows():
     bigger = scratch((4, 5), torch.float32, torch.device("cpu"))
     assert bigger.shape == (4, 5) and bigger.is_contiguous()
     assert scratch((2, 2), torch.float64, torch.device("cpu")).dtype == torch.float64
+
+
+@pytest.mark.parametrize("index", range(10))
+def test_factored_training_path_equals_the_materialised_one_with_gradients(index):
+    """Row weights, scale and offset applied to the state give the output and input gradients of phi = s (v w + o)."""
+    feature_map = _maps()[index].train()
+    g = torch.Generator().manual_seed(10 + index)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[0, 6:] = False
+    grads = []
+    for factored in (True, False):
+        q, k, v = (torch.randn(2, 2, 9, 6, generator=torch.Generator().manual_seed(i), dtype=torch.float64,
+                               requires_grad=True) for i in range(3))
+        if factored:
+            out = factored_linear_attention(feature_map.query_chunk(q), feature_map.key_chunk(k, mask), v, mask)
+        else:
+            out = linear_attention(feature_map.forward_queries(q), feature_map.forward_keys(k, mask), v, mask)
+        out.backward(torch.randn(out.shape, generator=g.manual_seed(0), dtype=torch.float64))
+        grads.append((out.detach(), q.grad, k.grad, v.grad))
+    for fast, slow in zip(*grads):
+        torch.testing.assert_close(fast, slow)
