@@ -290,21 +290,16 @@ class _KeyState:
             factor = self._raise_max(chunk.log_scale.flatten(0, 1))  # (B*H, 1, 1): exp(block max - running max)
             factor = factor.view(*chunk.log_scale.shape)
             weights = factor.expand(*values.shape[:-2], 1, 1) if weights is None else weights * factor
-        vals3 = values.flatten(0, 1)
-        if weights is None:
-            block_kv, block_sum = v.flatten(0, 1), None
-        else:
-            weights3 = weights.expand(*values.shape[:-1], 1).flatten(0, 1)  # (B*H, C, 1)
-            block_kv, block_sum = (v * weights).flatten(0, 1), weights3
+        vals3, v3 = values.flatten(0, 1), v.flatten(0, 1)
         if self.kv is None:
-            self.kv = torch.bmm(vals3.transpose(1, 2), block_kv)
-            self.ksum = vals3.sum(dim=1).unsqueeze(-1) if block_sum is None else torch.bmm(vals3.transpose(1, 2), block_sum)
+            heads, m, d = vals3.shape[0], vals3.shape[2], v3.shape[2]
+            self.kv, self.ksum = v3.new_zeros(heads, m, d), v3.new_zeros(heads, m, 1)
+        if weights is None:
+            self.kv.baddbmm_(vals3.transpose(1, 2), v3)
+            self.ksum.add_(vals3.sum(dim=1).unsqueeze(-1))  # a sum: much cheaper than a matrix-vector product
         else:
-            self.kv.baddbmm_(vals3.transpose(1, 2), block_kv)
-            if block_sum is None:
-                self.ksum.add_(vals3.sum(dim=1).unsqueeze(-1))
-            else:
-                self.ksum.baddbmm_(vals3.transpose(1, 2), block_sum)
+            self.kv.baddbmm_(vals3.transpose(1, 2), (v * weights).flatten(0, 1))
+            self.ksum.baddbmm_(vals3.transpose(1, 2), weights.expand(*values.shape[:-1], 1).flatten(0, 1))
 
     def _raise_max(self, log_scale: Tensor) -> Tensor:
         """Take a block's log-scale (B*H, 1, 1) into the running maximum, rescaling the sums so far to it;
