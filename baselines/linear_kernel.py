@@ -145,7 +145,7 @@ def linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, key_padding_mask: 
     if causal:
         out = _causal_products(phi_q, phi_k, values)
     else:
-        out = phi_q @ (phi_k.transpose(-2, -1) @ values)  # (B, H, N, D + 1), never N x N
+        out = phi_q @ (values.transpose(-2, -1) @ phi_k).transpose(-2, -1)  # (B, H, N, D + 1), never N x N
     return out[..., :-1] / _guard(out[..., -1:], eps)
 
 
@@ -162,7 +162,10 @@ def factored_linear_attention(q_chunk: FeatureChunk, k_chunk: FeatureChunk, v: T
     values = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # the last column accumulates the normaliser
     real = values if weights is None else values * weights
     weighted = real if k_chunk.row_weights is None else real * k_chunk.row_weights
-    state = k_chunk.values.transpose(-2, -1) @ weighted  # (B, H, M, D + 1)
+    # (B, H, M, D + 1), as the transpose of weighted^T values: the (N, M) values stay the untransposed operand,
+    # so their gradient comes back contiguous (a transposed one made exp's backward several times slower);
+    # the same in `linear_attention` and `_causal_products`
+    state = (weighted.transpose(-2, -1) @ k_chunk.values).transpose(-2, -1)
     if k_chunk.offset != 0.0:
         state = state + k_chunk.offset * real.sum(dim=-2, keepdim=True)
     state = state * k_chunk.scale
@@ -187,7 +190,7 @@ def _causal_products(phi_q: Tensor, phi_k: Tensor, values: Tensor, chunk: int = 
     c = (n + pad) // chunk
     q_c, k_c = phi_q.view(b, h, c, chunk, m), phi_k.view(b, h, c, chunk, m)
     v_c = values.view(b, h, c, chunk, values.shape[-1])
-    states = k_c.transpose(-2, -1) @ v_c  # (B, H, C, M, E): each chunk's sum of phi_k v^T
+    states = (v_c.transpose(-2, -1) @ k_c).transpose(-2, -1)  # (B, H, C, M, E): each chunk's sum of phi_k v^T
     earlier = states.cumsum(dim=2) - states  # exclusive prefix: chunks before this one
     within = (q_c @ k_c.transpose(-2, -1)).tril() @ v_c  # exact inside the chunk
     out = q_c @ earlier + within
