@@ -104,12 +104,27 @@ def _no_grad(*tensors: Tensor) -> bool:
     return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
+class _EluPlusOne(torch.autograd.Function):
+    """elu(u) + 1 whose backward needs only the output: d phi / du = min(phi, 1) (exp(u) = phi below 0, 1 above;
+    1 at 0, as elu). Autograd through clamp and relu would keep u and mask it twice, several times slower."""
+
+    @staticmethod
+    def forward(ctx: object, u: Tensor) -> Tensor:
+        phi = u.clamp_max(0.0).exp_().add_(u.clamp_min(0.0))
+        ctx.save_for_backward(phi)
+        return phi
+
+    @staticmethod
+    def backward(ctx: object, grad: Tensor) -> Tensor:
+        (phi,) = ctx.saved_tensors
+        return phi.clamp_max(1.0).mul_(grad)
+
+
 def elu_plus_one(u: Tensor, out: Tensor | None = None) -> Tensor:
     """elu(u) + 1 = exp(min(u, 0)) + max(u, 0): about twice as fast as torch's elu on CPU; into `out` (or in
-    place of u when out is u) where no gradient is recorded; differentiable (with relu's gradient at 0, so the
-    derivative at 0 is elu's 1)."""
+    place of u when out is u) where no gradient is recorded; differentiable, with elu's derivative."""
     if not _no_grad(u):
-        return u.clamp_max(0.0).exp() + torch.relu(u)
+        return _EluPlusOne.apply(u)
     if out is None:
         return u.clamp_max(0.0).exp_().add_(u.clamp_min(0.0))
     high = torch.clamp_min(u, 0.0, out=scratch(u.shape, u.dtype, u.device, slot=1))

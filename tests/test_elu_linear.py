@@ -43,3 +43,19 @@ def test_elu_linear_has_no_parameters_and_rejects_bad_eps():
     assert list(build_attention("elu-linear", head_dim=4).parameters()) == []
     with pytest.raises(ValueError, match="eps=0"):
         build_attention("elu-linear", eps=0.0)
+
+
+def test_elu_plus_one_matches_torch_elu_in_value_and_gradient():
+    """The output-only backward, d phi / du = min(phi, 1), against autograd through torch's elu."""
+    from baselines.random_features import elu_plus_one
+    points = [-30.0, -2.0, -1e-3, 0.0, 1e-3, 0.5, 4.0]
+    u = torch.tensor(points, dtype=torch.float64, requires_grad=True)
+    u_ref = torch.tensor(points, dtype=torch.float64, requires_grad=True)
+    ours, reference = elu_plus_one(u), torch.nn.functional.elu(u_ref) + 1
+    torch.testing.assert_close(ours, reference)
+    grad = torch.linspace(-1, 2, len(points), dtype=torch.float64)
+    ours.backward(grad)
+    reference.backward(grad)
+    torch.testing.assert_close(u.grad, u_ref.grad)
+    assert torch.autograd.gradcheck(elu_plus_one, (torch.tensor([-2.0, -1e-3, 1e-3, 0.5], dtype=torch.float64,
+                                                                requires_grad=True),))
