@@ -246,8 +246,8 @@ _SCRATCH = threading.local()
 def scratch(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, slot: int = 0) -> Tensor:
     """A per-thread CPU scratch tensor of `shape`, reused across blocks and calls (its contents are garbage).
 
-    One buffer per thread and slot (the kernel hands maps slot 0; a map needing a second block-sized
-    temporary takes slot 1), grown when a larger one is asked for, so the block loop never maps fresh
+    One buffer per thread and slot (the kernel hands maps slot 0; maps take 1 for a second block-sized
+    temporary, 2 and 3 for sin and cos; Nystromformer's convolution takes 2 outside the block loop), grown when a larger one is asked for, so the block loop never maps fresh
     memory; on other devices a new tensor (their caching allocators already reuse memory)."""
     if device.type != "cpu":
         return torch.empty(shape, dtype=dtype, device=device)

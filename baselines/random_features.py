@@ -137,8 +137,12 @@ def sin_cos(u: Tensor, out: Tensor | None = None) -> Tensor:
     if not _no_grad(u):
         return torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
     out = u.new_empty(*u.shape[:-1], 2 * u.shape[-1]) if out is None else out
-    torch.sin(u, out=out[..., :u.shape[-1]])
-    torch.cos(u, out=out[..., u.shape[-1]:])
+    m = u.shape[-1]
+    if torch.get_num_threads() > 1:  # an output strided like out[..., :m] splits badly across threads (5x slower here)
+        sin, cos = (scratch(u.shape, u.dtype, u.device, slot) for slot in (2, 3))
+        return torch.cat([torch.sin(u, out=sin), torch.cos(u, out=cos)], dim=-1, out=out)
+    torch.sin(u, out=out[..., :m])
+    torch.cos(u, out=out[..., m:])
     return out
 
 
