@@ -1,6 +1,7 @@
 """RFA: sin/cos features of unit-normalised inputs, learned per-head scale, resampling only in training."""
 import math
 
+import pytest
 import torch
 
 from harness.registry import attention_entry, build_attention
@@ -53,3 +54,16 @@ def test_sigma_is_a_learned_per_head_parameter():
     attn(x, x, x).square().sum().backward()
     assert attn.feature_map.sigma.grad is not None and (attn.feature_map.sigma.grad != 0).all()
     assert attention_entry("rfa").capabilities.positive_features is False
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sin_cos_into_a_buffer_equals_the_concatenation(threads):
+    """[sin u, cos u] written strided (one thread) or through contiguous scratch (several), and with gradients."""
+    from baselines.random_features import sin_cos
+    torch.set_num_threads(threads)  # the autouse fixture restores one thread
+    u = torch.randn(2, 3, 17, 5, dtype=torch.float64)
+    expected = torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
+    with torch.no_grad():
+        torch.testing.assert_close(sin_cos(u, torch.empty(2, 3, 17, 10, dtype=torch.float64)), expected)
+        torch.testing.assert_close(sin_cos(u), expected)
+    torch.testing.assert_close(sin_cos(u.clone().requires_grad_()).detach(), expected)
