@@ -128,6 +128,13 @@ def _padding_weights(v: Tensor, key_padding_mask: Tensor | None) -> Tensor | Non
     return None if key_padding_mask is None else key_padding_mask[:, None, :, None].to(v.dtype)
 
 
+def _values_and_ones(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    """[v, 1] (B, H, N, D + 1), whose last column accumulates the normaliser, with padded keys' rows zeroed."""
+    weights = _padding_weights(v, key_padding_mask)
+    values = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+    return values if weights is None else values * weights
+
+
 def linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None,
                      eps: float = 1e-6, causal: bool = False) -> Tensor:
     """Normalised linear attention from features.
@@ -136,16 +143,9 @@ def linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, key_padding_mask: 
     Returns (B, H, N, D). Padded keys are removed through their values and weight (one pass over v,
     not over phi_k); `causal` restricts query i to keys j <= i.
     """
-    weights = _padding_weights(v, key_padding_mask)
-    if weights is None:
-        weights = torch.ones(1, 1, 1, 1, dtype=v.dtype, device=v.device)
-    else:
-        v = v * weights
-    values = torch.cat([v, weights.expand(*v.shape[:-1], 1)], dim=-1)  # the last column accumulates the normaliser
-    if causal:
-        out = _causal_products(phi_q, phi_k, values)
-    else:
-        out = phi_q @ (values.transpose(-2, -1) @ phi_k).transpose(-2, -1)  # (B, H, N, D + 1), never N x N
+    if not causal:
+        return factored_linear_attention(FeatureChunk(phi_q), FeatureChunk(phi_k), v, key_padding_mask, eps)
+    out = _causal_products(phi_q, phi_k, _values_and_ones(v, key_padding_mask))
     return out[..., :-1] / _guard(out[..., -1:], eps)
 
 
@@ -158,18 +158,16 @@ def factored_linear_attention(q_chunk: FeatureChunk, k_chunk: FeatureChunk, v: T
     key row weights times the padding mask, and phi_q S = s_q (w_q (values_q S) + o_q 1^T S). Saves the
     passes (and the saved activations) that materialising phi = s (values w + o) would cost in training.
     """
-    weights = _padding_weights(v, key_padding_mask)
-    values = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # the last column accumulates the normaliser
-    real = values if weights is None else values * weights
+    real = _values_and_ones(v, key_padding_mask)
     weighted = real if k_chunk.row_weights is None else real * k_chunk.row_weights
     # (B, H, M, D + 1), as the transpose of weighted^T values: the (N, M) values stay the untransposed operand,
     # so their gradient comes back contiguous (a transposed one made exp's backward several times slower);
-    # the same in `linear_attention` and `_causal_products`
+    # the same in `_causal_products`
     state = (weighted.transpose(-2, -1) @ k_chunk.values).transpose(-2, -1)
     if k_chunk.offset != 0.0:
         state = state + k_chunk.offset * real.sum(dim=-2, keepdim=True)
     state = state * k_chunk.scale
-    out = q_chunk.values @ state  # (B, H, N, D + 1)
+    out = q_chunk.values @ state  # (B, H, N, D + 1), never N x N
     if q_chunk.row_weights is not None:
         out = out * q_chunk.row_weights
     if q_chunk.offset != 0.0:
@@ -199,7 +197,8 @@ def _causal_products(phi_q: Tensor, phi_k: Tensor, values: Tensor, chunk: int = 
 
 def chunk_rows(q: Tensor, num_features: int) -> int:
     """Rows per block of the chunked kernel: on CPU, a block's features, inputs and values ((B*H, rows, M + 2D)
-    floats) within CHUNK_ELEMENTS, so that they stay in the core's L2 cache between operations; all rows on GPU."""
+    floats) within CHUNK_ELEMENTS (a few thousand rows, where MKL runs the block's skinny products fastest
+    here; a few hundred, which would stay in L2, ran them 1.3-1.7x slower); all rows on GPU."""
     b, h, n, d = q.shape
     if q.device.type != "cpu":
         return n
@@ -247,8 +246,9 @@ def scratch(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, sl
     """A per-thread CPU scratch tensor of `shape`, reused across blocks and calls (its contents are garbage).
 
     One buffer per thread and slot (the kernel hands maps slot 0; maps take 1 for a second block-sized
-    temporary, 2 and 3 for sin and cos; Nystromformer's convolution takes 2 outside the block loop), grown when a larger one is asked for, so the block loop never maps fresh
-    memory; on other devices a new tensor (their caching allocators already reuse memory)."""
+    temporary, 2 and 3 for sin and cos; Nystromformer's convolution takes 2 outside the block loop), grown
+    when a larger one is asked for, so the block loop never maps fresh memory; on other devices a new
+    tensor (their caching allocators already reuse memory)."""
     if device.type != "cpu":
         return torch.empty(shape, dtype=dtype, device=device)
     size = math.prod(shape)
@@ -441,8 +441,8 @@ class LinearKernelAttention(nn.Module):
         if not self.causal and not torch.is_grad_enabled():
             return chunked_linear_attention(self.feature_map, q, k, v, key_padding_mask, self.eps)
         if not self.causal:
-            return factored_linear_attention(self.feature_map.query_chunk(q), self.feature_map.key_chunk(k, key_padding_mask),
-                                             v, key_padding_mask, self.eps)
+            q_chunk, k_chunk = self.feature_map.query_chunk(q), self.feature_map.key_chunk(k, key_padding_mask)
+            return factored_linear_attention(q_chunk, k_chunk, v, key_padding_mask, self.eps)
         phi_q = self.feature_map.forward_queries(q)
         phi_k = self.feature_map.forward_keys(k, key_padding_mask)
         return linear_attention(phi_q, phi_k, v, key_padding_mask, self.eps, self.causal)

@@ -146,6 +146,13 @@ def sin_cos(u: Tensor, out: Tensor | None = None) -> Tensor:
     return out
 
 
+def trig_features(x: Tensor, weights: Tensor, out: Tensor | None = None) -> Tensor:
+    """[sin(x w), cos(x w)]: x (B, H, N, d), weights (B*H, d, M) -> (B, H, N, 2M), into `out` when given, with
+    the projection in the thread's second scratch slot."""
+    projected = None if out is None else scratch((*out.shape[:-1], weights.shape[-1]), x.dtype, x.device, slot=1)
+    return sin_cos(project(x, weights, projected), out)
+
+
 def _favor_chunk(x: Tensor, weights: Tensor, scale: float, is_query: bool,
                  key_padding_mask: Tensor | None, out: Tensor | None = None) -> FeatureChunk:
     """favor features of a block, phi = scale (exp(u - |x'|^2/2 - max) + eps), u = omega x', x' = x d^{-1/4}
@@ -170,9 +177,9 @@ def _favor_chunk(x: Tensor, weights: Tensor, scale: float, is_query: bool,
     return FeatureChunk(values, scale, FAVOR_EPS, log_scale, row_weights)
 
 
-def _unscaled_features(kind: str, u: Tensor, out: Tensor | None = None) -> Tensor:
-    """f(u) of an elementwise (or softmax / trig) map, before the 1/sqrt(M) scale; in place of u, or into `out`
-    for trig, where the map allows and no gradient is recorded."""
+def _unscaled_features(kind: str, u: Tensor) -> Tensor:
+    """f(u) of an elementwise (or softmax / trig) map, before the 1/sqrt(M) scale; in place of u where the map
+    allows and no gradient is recorded."""
     if kind == "elu":
         return elu_plus_one(u, u)
     if kind in ("softplus", "porf-softplus"):
@@ -184,7 +191,7 @@ def _unscaled_features(kind: str, u: Tensor, out: Tensor | None = None) -> Tenso
     if kind == "softmaxfeat":
         return torch.softmax(u, dim=-1)
     if kind == "trig":
-        return sin_cos(u, out)
+        return sin_cos(u)
     raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
 
 
@@ -210,9 +217,9 @@ def feature_chunk(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
         weights = projection_weights(omega, x.shape[0], x.shape[-1] ** -0.25, x.dtype)
     if kind == "favor":
         return _favor_chunk(x, weights, scale, is_query, key_padding_mask, out)
-    u = project(x, weights, out if kind != "trig" or out is None else scratch(out.shape[:-1] + (omega.shape[-2],),
-                                                                                 x.dtype, x.device, slot=1))
-    return FeatureChunk(_unscaled_features(kind, u, out), scale)
+    if kind == "trig":
+        return FeatureChunk(trig_features(x, weights, out), scale)
+    return FeatureChunk(_unscaled_features(kind, project(x, weights, out)), scale)
 
 
 def feature_values(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
@@ -252,7 +259,8 @@ class RandomFeatureMap(FeatureMap):
 
     def _weights(self, x: Tensor) -> Tensor:
         """omega^T d^{-1/4} laid out for x's batch (`projection_weights`), shared by the blocks of a kernel call."""
-        return self.derived("weights", lambda: projection_weights(self.omega, x.shape[0], x.shape[-1] ** -0.25, x.dtype))
+        return self.derived("weights",
+                            lambda: projection_weights(self.omega, x.shape[0], x.shape[-1] ** -0.25, x.dtype))
 
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         return feature_chunk(self.kind, x, self.omega, is_query=True, out=out, weights=self._weights(x))

@@ -11,8 +11,8 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, scratch
-from baselines.random_features import draw_omegas, project, projection_weights, sin_cos
+from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
+from baselines.random_features import draw_omegas, projection_weights, trig_features
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
@@ -45,9 +45,7 @@ class RfaFeatureMap(FeatureMap):
             return projection_weights(self.sigma[:, None, None] * omega / self.tau, x.shape[0], dtype=x.dtype)
 
         unit = x / (x.norm(dim=-1, keepdim=True) + NORM_EPS)
-        projected = None if out is None else scratch((*out.shape[:-1], omega.shape[1]), x.dtype, x.device, slot=1)
-        u = project(unit, self.derived("weights", weights), projected)
-        return FeatureChunk(sin_cos(u, out), omega.shape[1] ** -0.5)
+        return FeatureChunk(trig_features(unit, self.derived("weights", weights), out), omega.shape[1] ** -0.5)
 
     def cost(self, n: int, d: int) -> dict[str, float]:
         """FLOPs per (batch, head) of the features of n queries and n keys (norm, divide, project, sin, cos)."""
