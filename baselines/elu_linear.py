@@ -6,6 +6,7 @@ import dataclasses
 from torch import Tensor
 
 from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
+from baselines.native import NativeSpec
 from baselines.random_features import elu_plus_one
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
@@ -17,6 +18,9 @@ class EluFeatureMap(FeatureMap):
     def __init__(self, head_dim: int):
         super().__init__()
         self.num_features = head_dim
+
+    def native_spec(self, x: Tensor) -> NativeSpec:
+        return NativeSpec("elu", None)
 
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         return FeatureChunk(elu_plus_one(x, out))

@@ -36,9 +36,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from baselines import native
+from baselines.native import NativeSpec
+
 CAUSAL_CHUNK = 64  # causal form: exact quadratic inside chunks of this many positions, prefix sums across
 CHUNK_ELEMENTS = 2**21  # chunked kernel (CPU): floats of one block's features, inputs and values (8 MiB)
 MIN_CHUNK_ROWS = 64
+NATIVE_ROWS = 32  # the fused kernel's block; threads take whole blocks
 
 
 @dataclasses.dataclass
@@ -100,6 +104,11 @@ class FeatureMap(nn.Module):
             yield
         finally:
             self._derived = None
+
+    def native_spec(self, x: Tensor) -> NativeSpec | None:
+        """What the fused CPU kernel (`baselines.native`) needs to compute this map's features of x (B, H, N, D)
+        without gradients; None (the default) keeps the PyTorch path."""
+        return None
 
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         """Query features of a block of rows x (B, H, C, D), in factored form."""
@@ -355,8 +364,13 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
     Equals `linear_attention(feature_map.forward_queries(q), feature_map.forward_keys(k, mask), v, mask, eps)`
     up to rounding; `rows` per block (default `chunk_rows`). On CPU the sequence is split into one range of
     blocks per thread (`run_on_threads`): key sums per range, merged, then each range's queries. A block's
-    features go into the thread's `scratch` buffer when the map takes `out`.
+    features go into the thread's `scratch` buffer when the map takes `out`. Where the map gives a
+    `native_spec` the fused kernel supports, it runs instead (`_fused_linear_attention`).
     """
+    with feature_map.holding_derived():
+        spec = feature_map.native_spec(q) if hasattr(feature_map, "native_spec") else None
+        if rows is None and native.supports(spec, q, k, v):
+            return _fused_linear_attention(spec, q, k, v, key_padding_mask, eps)
     b, h, n, d = v.shape
     m = feature_map.num_features
     rows = rows or chunk_rows(q, m)
@@ -403,6 +417,33 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
             states[0].merge(other)
         kv, ksum = states[0].finish(v, _padding_weights(v, key_padding_mask))  # (B*H, M, D), (B*H, M, 1)
         run_on_threads(queries, ranges)
+    return out
+
+
+def _fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
+                            eps: float) -> Tensor:
+    """`chunked_linear_attention` through the fused kernel: key sums per thread's range of rows, merged exactly as
+    the blocks' (`_KeyState`), then each range's outputs written in place."""
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    b, h, n, d = v.shape
+    real = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
+    ranges = split_rows(n, NATIVE_ROWS, q.device)
+
+    def key_sums(first: int, stop: int) -> _KeyState:
+        state = _KeyState()
+        state.kv, state.ksum, state.log_max = native.key_sums(spec, k, v, real, first, stop)
+        state.scale, state.offset = spec.scale, spec.offset
+        return state
+
+    states = run_on_threads(key_sums, ranges)
+    for other in states[1:]:
+        states[0].merge(other)
+    kv, ksum = states[0].finish(v, _padding_weights(v, key_padding_mask))
+    s_kv, s_ksum, offsets = _query_state(kv, ksum, spec.scale, spec.offset)
+    s_kv, s_ksum = s_kv.contiguous(), s_ksum.contiguous()
+    out = torch.empty(b, h, n, d, dtype=v.dtype)
+    run_on_threads(lambda first, stop: native.write_queries(spec, q, s_kv, s_ksum, offsets, first, stop, eps, out),
+                   ranges)
     return out
 
 

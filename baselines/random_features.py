@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, scratch
+from baselines.native import NativeSpec
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
@@ -261,6 +262,15 @@ class RandomFeatureMap(FeatureMap):
         """omega^T d^{-1/4} laid out for x's batch (`projection_weights`), shared by the blocks of a kernel call."""
         return self.derived("weights",
                             lambda: projection_weights(self.omega, x.shape[0], x.shape[-1] ** -0.25, x.dtype))
+
+    def native_spec(self, x: Tensor) -> NativeSpec | None:
+        """favor, elu and trig run fused: omega^T d^{-1/4} as (H, d, M), the maps' scale, eps and |x'|^2 / 2."""
+        if self.kind not in ("favor", "elu", "trig"):
+            return None
+        d, m = x.shape[-1], self.omega.shape[-2]
+        weights = self.derived("native", lambda: (self.omega.to(x.dtype) * d ** -0.25).transpose(-2, -1).contiguous())
+        favor = self.kind == "favor"
+        return NativeSpec(self.kind, weights, m ** -0.5, FAVOR_EPS if favor else 0.0, d ** -0.5 / 2 if favor else 0.0)
 
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         return feature_chunk(self.kind, x, self.omega, is_query=True, out=out, weights=self._weights(x))

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
+from baselines.native import NativeSpec
 from baselines.random_features import draw_omegas, projection_weights, trig_features
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
@@ -37,6 +38,13 @@ class RfaFeatureMap(FeatureMap):
         """Draw the next seeded random matrices for training; evaluation keeps the first draw."""
         self.draw += 1
         self.train_omega.copy_(self._draw(*self.omega.shape, draw=self.draw))
+
+    def native_spec(self, x: Tensor) -> NativeSpec:
+        """sin/cos of unit-normalised x projected on sigma omega / tau, (H, d, M)."""
+        omega = self.train_omega if self.training else self.omega
+        weights = self.derived("native", lambda: (self.sigma[:, None, None] * omega / self.tau).to(x.dtype)
+                               .transpose(-2, -1).contiguous())
+        return NativeSpec("trig", weights, omega.shape[1] ** -0.5, unit_eps=NORM_EPS)
 
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         omega = self.train_omega if self.training else self.omega

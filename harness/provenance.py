@@ -85,9 +85,11 @@ def machine_provenance(device: str, command: str | None = None) -> dict[str, Any
     """Everything about code, packages and machine that could change a result (command: the CLI line)."""
     import torch
 
+    from baselines import native
+
     commit, dirty = git_state()
     return {"attnbench_version": harness.__version__, "git_commit": commit, "git_dirty": dirty,
             "python": platform.python_version(), "torch": torch.__version__, "packages": package_versions(),
             "platform": platform.platform(), "machine": platform.machine(), "cpu": cpu_model(),
             "cpu_count": os.cpu_count(), "device": device_name(device), "threads": torch.get_num_threads(),
-            "hostname": socket.gethostname(), "command": command if command is not None else " ".join(sys.argv)}
+            "native_kernels": native.status(), "hostname": socket.gethostname(), "command": command if command is not None else " ".join(sys.argv)}

@@ -210,7 +210,8 @@ def _machine_probe(cells: pd.DataFrame) -> dict[str, Any] | None:
             "matmul_gflops_around_points": span([r["probe_matmul_gflops"] for r in points]),
             "copy_gb_per_s_around_points": span([r["probe_copy_gb_per_s"] for r in points]),
             "method": first.get("method"), "matmul_size": first.get("matmul_size"),
-            "allocator": (first.get("allocator") or {}).get("policy", "system")}
+            "allocator": (first.get("allocator") or {}).get("policy", "system"),
+            "native_kernels": first.get("native_kernels", "n/a")}
 
 
 def run_provenance(results: Results) -> list[dict[str, Any]]:

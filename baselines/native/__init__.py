@@ -1,0 +1,202 @@
+"""Fused CPU kernels for the chunked (inference) linear-attention path, compiled on first use.
+
+`fused_linear.cpp` computes, for a range of rows of every (batch, head), the features of a block of rows in
+registers and caches (projection, favor's exp, elu + 1, sin/cos) and at once either accumulates the key sums
+phi^T [v, 1] or writes phi S / phi s for the queries: one pass over q, k and v where the PyTorch rendering
+makes five to seven passes over the (N, M) features. It is plain C++ with GCC vector extensions and no
+PyTorch headers, built by the system compiler (`$CXX`, else g++ or c++) with -O3 -march=native in about a
+second, cached under `$ATTNBENCH_CACHE_DIR` (default ~/.cache/attnbench) by a hash of the source, the
+compiler and the CPU, and called through ctypes (which releases the GIL, so the kernel's threads run in
+parallel).
+
+Without a compiler, on other devices or dtypes, with gradients, or with ATTNBENCH_NATIVE=0, the PyTorch
+path runs instead; `status()` says which, and runs record it in their provenance. Both paths compute the
+same function (tests compare them to rounding).
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+SOURCE = Path(__file__).with_name("fused_linear.cpp")
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=fast")
+KINDS = {"favor": 0, "elu": 1, "trig": 2}
+VALUE_WIDTHS = (16, 32, 64, 128)
+ABI = 1
+
+_LOCK = threading.Lock()
+_LIB: ctypes.CDLL | None = None
+_REASON: str | None = None  # why the native kernels are off, once tried
+
+
+@dataclasses.dataclass
+class NativeSpec:
+    """What the fused kernel needs of a feature map: phi = scale * (f(x' w) * row weights + offset).
+
+    kind: "favor" (f = exp(u - max), key row weights exp(row max - norm_coef |x|^2 - L)), "elu" (elu + 1) or
+    "trig" ([sin, cos], 2M features); weights: (heads or 1, d, M) float32 contiguous, or None for no
+    projection (M = d); unit_eps: normalise x to x / (|x| + unit_eps) first (RFA), None for no normalising.
+    """
+
+    kind: str
+    weights: Tensor | None
+    scale: float = 1.0
+    offset: float = 0.0
+    norm_coef: float = 0.0
+    unit_eps: float | None = None
+
+    @property
+    def num_features(self) -> int:
+        m = self.weights.shape[-1] if self.weights is not None else -1
+        return 2 * m if self.kind == "trig" else m
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _cpu_signature() -> str:
+    """The CPU's model and flags (-march=native code is only valid on the CPU it was built for)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    keep = [line for line in lines if line.startswith(("model name", "flags", "Features", "CPU part"))]
+    return "\n".join(dict.fromkeys(keep))
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("ATTNBENCH_CACHE_DIR") or Path.home() / ".cache" / "attnbench"
+    return Path(root) / "native"
+
+
+def _build(compiler: str) -> Path:
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, " ".join(FLAGS), platform.machine(),
+                                    _cpu_signature()]).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"fused_linear-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # build aside, then one atomic rename
+        built = Path(tmp) / target.name
+        result = subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE)], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[-500:]}")
+        os.replace(built, target)
+    return target
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+    lib.attnbench_abi.restype = i32
+    lib.attnbench_keys.restype = i32
+    lib.attnbench_keys.argtypes = [i32, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, i64, i64,
+                                   p, p, p]
+    lib.attnbench_queries.restype = i32
+    lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i64, i64,
+                                      f32, p]
+
+
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels, building them on first use; None (with `status()` saying why) where unavailable."""
+    global _LIB, _REASON
+    if _LIB is not None or _REASON is not None:
+        return _LIB
+    with _LOCK:
+        if _LIB is not None or _REASON is not None:
+            return _LIB
+        if os.environ.get("ATTNBENCH_NATIVE", "1") == "0":
+            _REASON = "disabled by ATTNBENCH_NATIVE=0"
+            return None
+        compiler = _compiler()
+        if compiler is None:
+            _REASON = "no C++ compiler found (set CXX)"
+            return None
+        try:
+            lib = ctypes.CDLL(str(_build(compiler)))
+            _declare(lib)
+            if lib.attnbench_abi() != ABI:
+                raise RuntimeError(f"ABI {lib.attnbench_abi()} != {ABI}")
+        except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+            _REASON = f"build failed: {error}"
+            return None
+        _LIB = lib
+        return _LIB
+
+
+def status() -> str:
+    """'on (...)' or 'off: reason': recorded with efficiency results."""
+    lib = library()
+    if lib is None:
+        return f"off: {_REASON}"
+    return f"on ({_compiler()} {' '.join(FLAGS[:2])})"
+
+
+def supports(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether the fused kernel can run this call (else the PyTorch path does)."""
+    if spec is None or spec.kind not in KINDS:
+        return False
+    tensors = [q, k, v] + ([spec.weights] if spec.weights is not None else [])
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
+        return False
+    d, dv = q.shape[-1], v.shape[-1]
+    m = spec.weights.shape[-1] if spec.weights is not None else d
+    if dv not in VALUE_WIDTHS or m % 16 or (spec.weights is None and spec.kind != "elu"):
+        return False
+    if spec.weights is not None and (spec.weights.shape[-2] != d or not spec.weights.is_contiguous()):
+        return False
+    return library() is not None
+
+
+def _ptr(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def key_sums(spec: NativeSpec, k: Tensor, v: Tensor, real: Tensor | None, first: int, stop: int
+             ) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Key sums over rows [first, stop) of k, v (B, H, N, .) (contiguous): (B*H, F, Dv), (B*H, F, 1) and, for favor,
+    the log-scale (B*H, 1, 1) they are relative to; `real` (B, N) uint8 or None."""
+    b, h, n, d = k.shape
+    dv, f = v.shape[-1], spec.num_features if spec.weights is not None else d
+    kv = torch.empty(b * h, f, dv)
+    ksum = torch.empty(b * h, f, 1)
+    log_max = torch.empty(b * h, 1, 1) if spec.kind == "favor" else None
+    w = spec.weights
+    code = library().attnbench_keys(
+        KINDS[spec.kind], k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, dv,
+        w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
+        int(spec.unit_eps is not None), spec.unit_eps or 0.0, first, stop, kv.data_ptr(), ksum.data_ptr(),
+        _ptr(log_max))
+    if code != 0:
+        raise RuntimeError(f"attnbench_keys returned {code}")
+    return kv, ksum, log_max
+
+
+def write_queries(spec: NativeSpec, q: Tensor, kv: Tensor, ksum: Tensor, offsets: tuple[Tensor, Tensor] | None,
+                  first: int, stop: int, eps: float, out: Tensor) -> None:
+    """out[:, :, first:stop] = (phi_q kv + offset) / guard(phi_q ksum + offset, eps); kv (B*H, F, Dv), ksum
+    (B*H, F, 1), offsets (B*H, 1, Dv) and (B*H, 1, 1) or None, all contiguous; out (B, H, N, Dv) contiguous."""
+    b, h, n, d = q.shape
+    w = spec.weights
+    off_kv, off_den = (None, None) if offsets is None else (offsets[0].contiguous(), offsets[1].contiguous())
+    code = library().attnbench_queries(
+        KINDS[spec.kind], q.data_ptr(), kv.data_ptr(), ksum.data_ptr(), _ptr(off_kv), _ptr(off_den), b * h, n, d,
+        out.shape[-1], w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1,
+        int(spec.unit_eps is not None), spec.unit_eps or 0.0, first, stop, eps, out.data_ptr())
+    if code != 0:
+        raise RuntimeError(f"attnbench_queries returned {code}")

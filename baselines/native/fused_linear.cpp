@@ -1,0 +1,388 @@
+// Fused CPU kernels for the non-causal linear-attention inference path (baselines/native/__init__.py).
+//
+// One call walks a range of rows of every (batch, head) in blocks of ROWS rows that stay in L1/L2: project the
+// block (x W), turn it into features in registers (favor's exp(u - row max), elu + 1, sin/cos), and either
+// accumulate phi^T (w v) and phi^T w (keys) or write phi S / phi s (queries). Register-tiled products written
+// with GCC vector extensions, so the compiler emits AVX-512, AVX2 or NEON from the same source.
+// Semantics mirror chunked_linear_attention exactly (see native/__init__.py); nothing here allocates per row.
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+
+namespace {
+
+// rows per block: the block's features (rows x F floats) fill about BLOCK_FLOATS (in L1/L2)
+int block_rows(int f) {
+    static const int floats = [] { const char* e = std::getenv("ATTNBENCH_NATIVE_BLOCK"); return e ? std::atoi(e) : 8192; }();
+    int rows = floats / f / 8 * 8;
+    return rows < 8 ? 8 : rows > 256 ? 256 : rows;
+}
+constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
+
+enum Kind { FAVOR = 0, ELU = 1, TRIG = 2 };
+
+inline v16 load(const float* p) { v16 r; std::memcpy(&r, p, sizeof r); return r; }
+inline void store(float* p, v16 x) { std::memcpy(p, &x, sizeof x); }
+inline v16 splat(float a) { return v16{} + a; }
+// tree reductions across lanes (a scalar loop would be 16 dependent additions: FP order is kept without -ffast-math)
+inline v16 swap(v16 x, int w) {
+    vi16 lanes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    return __builtin_shuffle(x, lanes ^ w);
+}
+inline float hsum(v16 x) {
+    for (int w = 8; w >= 1; w /= 2) x += swap(x, w);
+    return x[0];
+}
+inline float hmax(v16 x) {
+    for (int w = 8; w >= 1; w /= 2) { v16 y = swap(x, w); x = y > x ? y : x; }
+    return x[0];
+}
+// sum of squares of a row of d (a multiple of 16) floats
+inline float squared_norm(const float* x, int d) {
+    v16 acc = {};
+    for (int i = 0; i < d; i += 16) { v16 a = load(x + i); acc += a * a; }
+    return hsum(acc);
+}
+
+// exp(x) for x in [-87, 88] (below: exp(-87.3)); Cephes' polynomial, relative error ~2e-7
+inline v16 vexp(v16 x) {
+    x = x < -87.3f ? splat(-87.3f) : x;
+    x = x > 88.3f ? splat(88.3f) : x;
+    v16 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(x / ln 2)
+    v16 r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    v16 p = splat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    vi16 bits = (__builtin_convertvector(n, vi16) + 127) << 23;
+    v16 two_n; std::memcpy(&two_n, &bits, sizeof two_n);
+    return p * two_n;
+}
+
+// sin and cos of x together (|x| up to ~1e4 keeps full float accuracy): Cody-Waite reduction by pi/2, Cephes'
+// polynomials on [-pi/4, pi/4], quadrant swap and signs
+inline void vsincos(v16 x, v16* s, v16* c) {
+    v16 j = (x * 0.636619772367581343f + 12582912.0f) - 12582912.0f;  // round(x / (pi/2))
+    v16 r = ((x - j * 1.5703125f) - j * 4.837512969970703125e-4f) - j * 7.54978995489188216e-8f;
+    v16 z = r * r;
+    v16 ps = ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f) * z * r + r;
+    v16 pc = ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z - 0.5f * z + 1.0f;
+    vi16 q = __builtin_convertvector(j, vi16) & 3;
+    v16 sin_v = (q & 1) != 0 ? pc : ps;
+    v16 cos_v = (q & 1) != 0 ? ps : pc;
+    sin_v = (q & 2) != 0 ? -sin_v : sin_v;
+    cos_v = ((q + 1) & 2) != 0 ? -cos_v : cos_v;
+    *s = sin_v;
+    *c = cos_v;
+}
+
+// u (RT x 16 NC) = x (RT x D, row stride xs) @ w (D x ., row stride ws), columns from w's first
+template <int RT, int NC>
+inline void project_tile(const float* x, int64_t xs, int d, const float* w, int64_t ws, float* u, int64_t us) {
+    v16 acc[RT][NC] = {};
+    for (int kk = 0; kk < d; ++kk) {
+        v16 wv[NC];
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) wv[c] = load(w + kk * ws + 16 * c);
+#pragma GCC unroll 8
+        for (int r = 0; r < RT; ++r) {
+            float a = x[r * xs + kk];
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; ++c) acc[r][c] += a * wv[c];
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < RT; ++r)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) store(u + r * us + 16 * c, acc[r][c]);
+}
+
+template <int RT>
+void project_rows(const float* x, int d, const float* w, int m, float* u) {
+    int c = 0;
+    for (; c + 64 <= m; c += 64) project_tile<RT, 4>(x, d, d, w + c, m, u + c, m);
+    for (; c < m; c += 16) project_tile<RT, 1>(x, d, d, w + c, m, u + c, m);
+}
+
+// u (rows x m) = x (rows x d) @ w (d x m)
+void project(const float* x, int rows, int d, const float* w, int m, float* u) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) project_rows<4>(x + r * d, d, w, m, u + r * m);
+    for (; r < rows; ++r) project_rows<1>(x + r * d, d, w, m, u + r * m);
+}
+
+// state (m x 16 NV) += phi^T (m x rows) @ vals (rows x 16 NV): IT feature rows of the state per tile
+template <int IT, int NV>
+inline void accumulate_tile(const float* phi, int m, int rows, const float* vals, float* state) {
+    v16 acc[IT][NV];
+#pragma GCC unroll 8
+    for (int i = 0; i < IT; ++i)
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; ++c) acc[i][c] = load(state + i * 16 * NV + 16 * c);
+    for (int r = 0; r < rows; ++r) {
+        v16 vv[NV];
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; ++c) vv[c] = load(vals + r * 16 * NV + 16 * c);
+#pragma GCC unroll 8
+        for (int i = 0; i < IT; ++i) {
+            float a = phi[r * m + i];
+#pragma GCC unroll 8
+            for (int c = 0; c < NV; ++c) acc[i][c] += a * vv[c];
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < IT; ++i)
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; ++c) store(state + i * 16 * NV + 16 * c, acc[i][c]);
+}
+
+template <int NV>
+void accumulate(const float* phi, int m, int rows, const float* vals, float* state) {
+    constexpr int IT = NV >= 8 ? 2 : NV >= 4 ? 4 : 8 / NV;
+    int i = 0;
+    for (; i + IT <= m; i += IT) accumulate_tile<IT, NV>(phi + i, m, rows, vals, state + i * 16 * NV);
+    for (; i < m; ++i) accumulate_tile<1, NV>(phi + i, m, rows, vals, state + i * 16 * NV);
+}
+
+// out (RT x 16 NV) = phi (RT x m) @ state (m x 16 NV)
+template <int RT, int NV>
+inline void apply_tile(const float* phi, int m, const float* state, float* out) {
+    v16 acc[RT][NV] = {};
+    for (int i = 0; i < m; ++i) {
+        v16 sv[NV];
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; ++c) sv[c] = load(state + i * 16 * NV + 16 * c);
+#pragma GCC unroll 8
+        for (int r = 0; r < RT; ++r) {
+            float a = phi[r * m + i];
+#pragma GCC unroll 8
+            for (int c = 0; c < NV; ++c) acc[r][c] += a * sv[c];
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < RT; ++r)
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; ++c) store(out + r * 16 * NV + 16 * c, acc[r][c]);
+}
+
+template <int NV>
+void apply(const float* phi, int m, int rows, const float* state, float* out) {
+    constexpr int RT = NV >= 8 ? 2 : NV >= 4 ? 4 : 8 / NV;
+    int r = 0;
+    for (; r + RT <= rows; r += RT) apply_tile<RT, NV>(phi + r * m, m, state, out + r * 16 * NV);
+    for (; r < rows; ++r) apply_tile<1, NV>(phi + r * m, m, state, out + r * 16 * NV);
+}
+
+struct Spec {
+    int kind;          // FAVOR, ELU, TRIG
+    int d, m;          // input width, projected width (= d without projection); features: m, or 2m for TRIG
+    const float* w;    // (heads_w, d, m) projection, or null (identity, m = d)
+    int64_t heads_w;   // projections held (1 = shared by every head); head bh uses w[bh % heads_w]
+    float norm_coef;   // FAVOR keys: exponent - norm_coef |x|^2
+    int unit;          // normalise x to x / (|x| + unit_eps) first (RFA)
+    float unit_eps;
+};
+
+// features of `rows` rows of x into phi (rows x features); row_max (FAVOR) gets each row's largest projection
+void features(const Spec& s, const float* x, const float* w, int rows, float* u, float* phi, float* row_max,
+              float* unit_buf) {
+    const int d = s.d, m = s.m;
+    if (s.unit) {
+        for (int r = 0; r < rows; ++r) {
+            float inv = 1.0f / (std::sqrt(squared_norm(x + r * d, d)) + s.unit_eps);
+            for (int i = 0; i < d; i += 16) store(unit_buf + r * d + i, load(x + r * d + i) * inv);
+        }
+        x = unit_buf;
+    }
+    const float* proj = x;
+    if (w != nullptr) {
+        project(x, rows, d, w, m, s.kind == TRIG ? u : phi);
+        proj = s.kind == TRIG ? u : phi;
+    }
+    if (s.kind == FAVOR) {
+        for (int r = 0; r < rows; ++r) {
+            float* row = phi + r * m;
+            v16 mx = splat(NEG_INF);
+            for (int c = 0; c < m; c += 16) { v16 a = load(row + c); mx = a > mx ? a : mx; }
+            float top = hmax(mx);
+            row_max[r] = top;
+            for (int c = 0; c < m; c += 16) store(row + c, vexp(load(row + c) - top));
+        }
+    } else if (s.kind == ELU) {
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < m; c += 16) {
+                v16 a = load(proj + r * m + c);
+                store(phi + r * m + c, a > 0.0f ? a + 1.0f : vexp(a));
+            }
+    } else {
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < m; c += 16) {
+                v16 sn, cs;
+                vsincos(load(proj + r * m + c), &sn, &cs);
+                store(phi + r * 2 * m + c, sn);
+                store(phi + r * 2 * m + m + c, cs);
+            }
+    }
+}
+
+struct Buffers {
+    float *u, *phi, *vals, *row_max, *weight, *unit;
+    int rows;
+    explicit Buffers(const Spec& s, int dv) {
+        int f = s.kind == TRIG ? 2 * s.m : s.m;
+        rows = block_rows(f);
+        const int ROWS = rows;
+        size_t bytes = sizeof(float) * (ROWS * (s.m + f + dv + 2 + s.d) + 16 * 6);
+        u = static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+        phi = u + ROWS * s.m + 16;
+        vals = phi + ROWS * f + 16;
+        row_max = vals + ROWS * dv + 16;
+        weight = row_max + ROWS + 16;
+        unit = weight + ROWS + 16;
+    }
+    ~Buffers() { std::free(u); }
+};
+
+template <int NV>
+void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
+               int64_t n, int64_t r0, int64_t r1, float* kv, float* ksum, float* log_max) {
+    constexpr int DV = 16 * NV;
+    const int f = s.kind == TRIG ? 2 * s.m : s.m;
+    Buffers buf(s, DV);
+    for (int64_t bh = 0; bh < heads; ++bh) {
+        const float* x = k + bh * n * s.d;
+        const float* vh = v + bh * n * DV;
+        const uint8_t* mask = real == nullptr ? nullptr : real + (bh / h) * n;
+        const float* w = s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m;
+        float* state = kv + bh * f * DV;
+        float* sums = ksum + bh * f;
+        std::memset(state, 0, sizeof(float) * f * DV);
+        std::memset(sums, 0, sizeof(float) * f);
+        float running = NEG_INF;
+        for (int64_t start = r0; start < r1; start += buf.rows) {
+            const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
+            features(s, x + start * s.d, w, rows, buf.u, buf.phi, buf.row_max, buf.unit);
+            float block_max = NEG_INF;
+            for (int r = 0; r < rows; ++r) {
+                bool keep = mask == nullptr || mask[start + r];
+                float c = 0.0f;
+                if (s.kind == FAVOR) {
+                    c = buf.row_max[r] - s.norm_coef * squared_norm(x + (start + r) * s.d, s.d);
+                }
+                buf.weight[r] = keep ? c : NEG_INF;
+                if (!keep) std::memset(buf.phi + r * f, 0, sizeof(float) * f);  // padded features may be inf
+                block_max = buf.weight[r] > block_max ? buf.weight[r] : block_max;
+            }
+            if (block_max == NEG_INF) continue;  // no real key in this block
+            if (s.kind == FAVOR && block_max > running) {
+                if (running != NEG_INF) {
+                    float factor = std::exp(running - block_max);
+                    for (int i = 0; i < f * DV; ++i) state[i] *= factor;
+                    for (int i = 0; i < f; ++i) sums[i] *= factor;
+                }
+                running = block_max;
+            }
+            bool unweighted = s.kind != FAVOR && mask == nullptr;  // every weight 1: v as it is
+            for (int r = 0; r < rows; ++r) {
+                float wr = buf.weight[r] == NEG_INF ? 0.0f : (s.kind == FAVOR ? std::exp(buf.weight[r] - running) : 1.0f);
+                buf.weight[r] = wr;
+                if (!unweighted)
+                    for (int c = 0; c < DV; c += 16) store(buf.vals + r * DV + c, load(vh + (start + r) * DV + c) * wr);
+            }
+            for (int c = 0; c < f; c += 64) {  // sums += phi^T w, four vectors of features at a time in registers
+                const int width = f - c < 64 ? f - c : 64;
+                v16 acc[4];
+                for (int j = 0; j < width; j += 16) acc[j / 16] = load(sums + c + j);
+                for (int r = 0; r < rows; ++r)
+                    for (int j = 0; j < width; j += 16) acc[j / 16] += load(buf.phi + r * f + c + j) * buf.weight[r];
+                for (int j = 0; j < width; j += 16) store(sums + c + j, acc[j / 16]);
+            }
+            accumulate<NV>(buf.phi, f, rows, unweighted ? vh + start * DV : buf.vals, state);
+        }
+        if (log_max != nullptr) log_max[bh] = running;
+    }
+}
+
+template <int NV>
+void queries_impl(const Spec& s, const float* q, const float* kv, const float* ksum, const float* offset_kv,
+                  const float* offset_den, int64_t heads, int64_t n, int64_t r0, int64_t r1, float eps, float* out) {
+    constexpr int DV = 16 * NV;
+    const int f = s.kind == TRIG ? 2 * s.m : s.m;
+    Buffers buf(s, DV);
+    for (int64_t bh = 0; bh < heads; ++bh) {
+        const float* x = q + bh * n * s.d;
+        const float* w = s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m;
+        const float* state = kv + bh * f * DV;
+        const float* sums = ksum + bh * f;
+        float* o = out + bh * n * DV;
+        for (int64_t start = r0; start < r1; start += buf.rows) {
+            const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
+            features(s, x + start * s.d, w, rows, buf.u, buf.phi, buf.row_max, buf.unit);
+            float* num = o + start * DV;
+            apply<NV>(buf.phi, f, rows, state, num);
+            for (int r = 0; r < rows; ++r) {
+                v16 acc = {};
+                for (int c = 0; c < f; c += 16) acc += load(buf.phi + r * f + c) * load(sums + c);
+                float den = hsum(acc);
+                if (offset_den != nullptr) den += offset_den[bh];
+                den = den >= 0 ? (den > eps ? den : eps) : (den < -eps ? den : -eps);
+                const float inv = 1.0f / den;
+                for (int c = 0; c < DV; c += 16) {
+                    v16 value = load(num + r * DV + c);
+                    if (offset_kv != nullptr) value += load(offset_kv + bh * DV + c);
+                    store(num + r * DV + c, value * inv);
+                }
+            }
+        }
+    }
+}
+
+Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float norm_coef, int unit, float unit_eps) {
+    return Spec{kind, d, m, w, heads_w, norm_coef, unit, unit_eps};
+}
+
+}  // namespace
+
+extern "C" {
+
+int attnbench_abi() { return 1; }
+
+// Key sums over rows [r0, r1) of every head: kv (heads, F, dv) = sum phi~ v^T, ksum (heads, F) = sum phi~, with
+// phi~ = phi * exp(c - log_max) for FAVOR (c = row max - norm_coef |k|^2; log_max (heads) written), else phi.
+// Padded rows (real[b, j] == 0) contribute nothing. Returns 0, or -1 for an unsupported value width dv.
+int attnbench_keys(int kind, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
+                   int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, float norm_coef, int unit,
+                   float unit_eps, int64_t r0, int64_t r1, float* kv, float* ksum, float* log_max) {
+    Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, unit, unit_eps);
+    switch (dv) {
+        case 16: keys_impl<1>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max); return 0;
+        case 32: keys_impl<2>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max); return 0;
+        case 64: keys_impl<4>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max); return 0;
+        case 128: keys_impl<8>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max); return 0;
+        default: return -1;
+    }
+}
+
+// Outputs of rows [r0, r1): out = (phi kv + offset_kv) / guard(phi ksum + offset_den, eps), offsets optional.
+int attnbench_queries(int kind, const float* q, const float* kv, const float* ksum, const float* offset_kv,
+                      const float* offset_den, int64_t heads, int64_t n, int d, int dv, int m, const float* w,
+                      int64_t heads_w, int unit, float unit_eps, int64_t r0, int64_t r1, float eps, float* out) {
+    Spec s = make_spec(kind, d, m, w, heads_w, 0.0f, unit, unit_eps);
+    switch (dv) {
+        case 16: queries_impl<1>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out); return 0;
+        case 32: queries_impl<2>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out); return 0;
+        case 64: queries_impl<4>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out); return 0;
+        case 128: queries_impl<8>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out); return 0;
+        default: return -1;
+    }
+}
+
+}  // extern "C"

@@ -1,0 +1,137 @@
+"""The fused CPU kernels (baselines/native): the same attention as the exact formula, and a safe fallback."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import baselines.linear_kernel as kernel
+from baselines import native
+from baselines.elu_linear import EluFeatureMap
+from baselines.random_features import RandomFeatureMap
+from baselines.rfa import RfaFeatureMap
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_native = pytest.mark.skipif(native.library() is None, reason=f"native kernels {native.status()}")
+
+
+def _maps(d: int) -> dict[str, kernel.FeatureMap]:
+    maps = {f"random-{kind}": RandomFeatureMap(d, 3, 32, kind, seed=2) for kind in ("favor", "elu", "trig")}
+    maps["elu-linear"] = EluFeatureMap(d)
+    maps["rfa"] = RfaFeatureMap(d, 3, 16, seed=2, tau=1.0, orthogonal=True)
+    return {name: m.eval() for name, m in maps.items()}
+
+
+def exact(feature_map: kernel.FeatureMap, q, k, v, mask):
+    """The O(N^2) formula in float64: w_ij = phi(q_i) . phi(k_j) over real keys, out = w v / w 1."""
+    fm = feature_map.double()
+    try:
+        phi_q = fm.forward_queries(q.double())
+        phi_k = fm.forward_keys(k.double(), mask)
+    finally:
+        feature_map.float()
+    w = phi_q @ phi_k.transpose(-2, -1)
+    if mask is not None:
+        w = w * mask[:, None, None, :]
+    return (w @ v.double()) / w.sum(-1, keepdim=True)
+
+
+def _inputs(seed: int, n: int, d: int, scale: float = 1.0, loud: bool = True):
+    """q, k, v (2, 3, n, d) and a mask padding the last 2/3 of sequence 1, whose keys and values are loud."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (scale * torch.randn(2, 3, n, d, generator=g) for _ in range(3))
+    mask = torch.ones(2, n, dtype=torch.bool)
+    mask[1, n // 3:] = False
+    if loud:
+        k[1, :, n // 3:], v[1, :, n // 3:] = 40.0, -1e6  # padding must contribute nothing
+    return q, k, v, mask
+
+
+@needs_native
+@pytest.mark.parametrize("d", [16, 32, 64])
+@pytest.mark.parametrize("name", ["random-favor", "random-elu", "random-trig", "elu-linear", "rfa"])
+def test_fused_kernel_equals_the_exact_formula(name, d, monkeypatch):
+    calls = []
+    real_keys = native.key_sums
+    monkeypatch.setattr(native, "key_sums", lambda *a: calls.append(1) or real_keys(*a))
+    feature_map = _maps(d)[name]
+    # trig features are not positive: inputs of small norm keep the estimated kernel, the normaliser, away from 0
+    scale = 0.3 if name == "random-trig" else 1.0
+    for loud, m in ((False, None), (True, _inputs(d, 203, d)[3])):
+        q, k, v, _ = _inputs(d, 203, d, scale, loud)
+        out = kernel.chunked_linear_attention(feature_map, q, k, v, m)
+        expected = exact(feature_map, q, k, v, m)
+        assert (out.double() - expected).abs().max() <= 1e-4 * expected.abs().max()
+        torch.testing.assert_close(out, kernel.chunked_linear_attention(feature_map, q, k, v, m, rows=64),
+                                   rtol=1e-4, atol=1e-5)
+    assert calls, "the fused kernel did not run"
+
+
+@needs_native
+def test_favor_key_stabiliser_is_merged_exactly_across_blocks_and_threads():
+    """Key norms growing along the sequence raise the running maximum block after block (and per thread range)."""
+    feature_map = _maps(64)["random-favor"]
+    q, k, v, mask = _inputs(7, 517, 64)
+    k = k * torch.linspace(0.2, 3.0, 517)[:, None]  # exp(|k|^2) spans hundreds of orders of magnitude
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            out = kernel.chunked_linear_attention(feature_map, q, k, v, mask)
+            expected = exact(feature_map, q, k, v, mask)
+            assert torch.isfinite(out).all()
+            assert (out.double() - expected).abs().max() <= 1e-4 * expected.abs().max()
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_native
+def test_a_sequence_of_padding_only_gives_what_the_pytorch_path_gives():
+    feature_map = _maps(32)["random-favor"]
+    q, k, v, mask = _inputs(3, 40, 32)
+    mask[1] = False
+    out = kernel.chunked_linear_attention(feature_map, q, k, v, mask)
+    torch.testing.assert_close(out, kernel.chunked_linear_attention(feature_map, q, k, v, mask, rows=16))
+
+
+@needs_native
+def test_unsupported_shapes_and_dtypes_fall_back_to_pytorch(monkeypatch):
+    monkeypatch.setattr(native, "key_sums", lambda *a: pytest.fail("the fused kernel ran"))
+    feature_map = _maps(24)["random-favor"]  # value width 24: not a multiple of 16
+    q, k, v, mask = _inputs(1, 50, 24)
+    out = kernel.chunked_linear_attention(feature_map, q, k, v, mask)
+    assert (out.double() - exact(feature_map, q, k, v, mask)).abs().max() <= 1e-4
+    softplus = RandomFeatureMap(32, 3, 16, "softplus").eval()  # no fused form
+    q, k, v, mask = _inputs(1, 50, 32)
+    kernel.chunked_linear_attention(softplus, q, k, v, mask)
+    kernel.chunked_linear_attention(_maps(32)["random-favor"].double(), q.double(), k.double(), v.double(), mask)
+
+
+def _status_in_subprocess(**env: str) -> str:
+    code = "from baselines import native; print(native.status())"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                            env={**os.environ, **env})
+    return result.stdout.strip()
+
+
+def test_disabled_or_unbuildable_kernels_report_why(tmp_path):
+    assert _status_in_subprocess(ATTNBENCH_NATIVE="0") == "off: disabled by ATTNBENCH_NATIVE=0"
+    broken = tmp_path / "broken-cxx"
+    broken.write_text("#!/bin/sh\necho 'broken-cxx 1.0'; [ \"$1\" = --version ] || { echo nope >&2; exit 1; }\n")
+    broken.chmod(0o755)
+    status = _status_in_subprocess(CXX=str(broken), ATTNBENCH_CACHE_DIR=str(tmp_path / "cache"))
+    assert status.startswith("off: build failed") and "nope" in status
+    assert not list((tmp_path / "cache").rglob("*.so"))  # nothing half-built left behind
+
+
+@needs_native
+def test_attention_modules_take_the_fused_path_without_gradients():
+    from harness.registry import build_attention
+    q, k, v, mask = _inputs(4, 100, 64)
+    for name in ("performer", "elu-linear", "rfa", "coulomb"):
+        attn = build_attention(name, num_heads=3, head_dim=64).eval()
+        with torch.no_grad():
+            fast = attn(q, k, v, mask)
+        torch.testing.assert_close(fast, attn(q, k, v, mask), rtol=1e-3, atol=1e-4)  # the training path
