@@ -16,12 +16,17 @@ typedef int32_t vi16 __attribute__((vector_size(64)));
 
 namespace {
 
-// rows per block: the block's features (rows x F floats) fill about BLOCK_FLOATS (in L1/L2)
-int block_rows(int f) {
-    static const int floats = [] { const char* e = std::getenv("ATTNBENCH_NATIVE_BLOCK"); return e ? std::atoi(e) : 8192; }();
-    int rows = floats / f / 8 * 8;
-    return rows < 8 ? 8 : rows > 256 ? 256 : rows;
+// rows per block: 32 (the block's features and values stay in L1/L2; 16-128 were measured, 32 was best for
+// both 64 and 256 features); ATTNBENCH_NATIVE_ROWS overrides it for experiments
+int block_rows() {
+    static const int rows = [] {
+        const char* e = std::getenv("ATTNBENCH_NATIVE_ROWS");
+        int r = e ? std::atoi(e) / 8 * 8 : 32;
+        return r < 8 ? 8 : r > 512 ? 512 : r;
+    }();
+    return rows;
 }
+
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 
 enum Kind { FAVOR = 0, ELU = 1, TRIG = 2 };
@@ -82,6 +87,30 @@ inline void vsincos(v16 x, v16* s, v16* c) {
     cos_v = ((q + 1) & 2) != 0 ? -cos_v : cos_v;
     *s = sin_v;
     *c = cos_v;
+}
+
+// software prefetch of the next block's rows, spread over the tiles of the current block's products, so memory
+// streams while the cores compute (the hardware prefetcher sees only the bursts of the feature loop)
+struct Prefetch {
+    const char* next = nullptr;
+    const char* end = nullptr;
+    int per_step = 0;
+    void plan(const float* from, int64_t floats, int steps) {
+        next = reinterpret_cast<const char*>(from);
+        end = next + floats * sizeof(float);
+        int64_t lines = (floats * sizeof(float) + 63) / 64;
+        per_step = static_cast<int>((lines + steps - 1) / (steps > 0 ? steps : 1));
+    }
+    void step() {
+        for (int i = 0; i < per_step && next < end; ++i, next += 64) __builtin_prefetch(next, 0, 3);
+    }
+};
+
+inline void stream(float* p, v16 x) {
+#if defined(__AVX512F__)
+    if ((reinterpret_cast<uintptr_t>(p) & 63) == 0) { __builtin_ia32_movntps512(p, x); return; }
+#endif
+    store(p, x);
 }
 
 // u (RT x 16 NC) = x (RT x D, row stride xs) @ w (D x ., row stride ws), columns from w's first
@@ -145,10 +174,13 @@ inline void accumulate_tile(const float* phi, int m, int rows, const float* vals
 }
 
 template <int NV>
-void accumulate(const float* phi, int m, int rows, const float* vals, float* state) {
-    constexpr int IT = NV >= 8 ? 2 : NV >= 4 ? 4 : 8 / NV;
+constexpr int tile_rows() { return NV >= 8 ? 2 : NV >= 4 ? 4 : 8 / NV; }
+
+template <int NV>
+void accumulate(const float* phi, int m, int rows, const float* vals, float* state, Prefetch* pf) {
+    constexpr int IT = tile_rows<NV>();
     int i = 0;
-    for (; i + IT <= m; i += IT) accumulate_tile<IT, NV>(phi + i, m, rows, vals, state + i * 16 * NV);
+    for (; i + IT <= m; i += IT, pf->step()) accumulate_tile<IT, NV>(phi + i, m, rows, vals, state + i * 16 * NV);
     for (; i < m; ++i) accumulate_tile<1, NV>(phi + i, m, rows, vals, state + i * 16 * NV);
 }
 
@@ -174,10 +206,10 @@ inline void apply_tile(const float* phi, int m, const float* state, float* out) 
 }
 
 template <int NV>
-void apply(const float* phi, int m, int rows, const float* state, float* out) {
-    constexpr int RT = NV >= 8 ? 2 : NV >= 4 ? 4 : 8 / NV;
+void apply(const float* phi, int m, int rows, const float* state, float* out, Prefetch* pf) {
+    constexpr int RT = tile_rows<NV>();
     int r = 0;
-    for (; r + RT <= rows; r += RT) apply_tile<RT, NV>(phi + r * m, m, state, out + r * 16 * NV);
+    for (; r + RT <= rows; r += RT, pf->step()) apply_tile<RT, NV>(phi + r * m, m, state, out + r * 16 * NV);
     for (; r < rows; ++r) apply_tile<1, NV>(phi + r * m, m, state, out + r * 16 * NV);
 }
 
@@ -234,19 +266,20 @@ void features(const Spec& s, const float* x, const float* w, int rows, float* u,
 }
 
 struct Buffers {
-    float *u, *phi, *vals, *row_max, *weight, *unit;
+    float *u, *phi, *vals, *row_max, *weight, *unit, *out;
     int rows;
     explicit Buffers(const Spec& s, int dv) {
         int f = s.kind == TRIG ? 2 * s.m : s.m;
-        rows = block_rows(f);
+        rows = block_rows();
         const int ROWS = rows;
-        size_t bytes = sizeof(float) * (ROWS * (s.m + f + dv + 2 + s.d) + 16 * 6);
+        size_t bytes = sizeof(float) * (ROWS * (s.m + f + 2 * dv + 2 + s.d) + 16 * 7);
         u = static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
         phi = u + ROWS * s.m + 16;
         vals = phi + ROWS * f + 16;
         row_max = vals + ROWS * dv + 16;
         weight = row_max + ROWS + 16;
         unit = weight + ROWS + 16;
+        out = unit + ROWS * s.d + 16;
     }
     ~Buffers() { std::free(u); }
 };
@@ -290,6 +323,10 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
                 }
                 running = block_max;
             }
+            const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
+            Prefetch pf_v, pf_x;
+            pf_x.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, (f + tile_rows<NV>() - 1) / tile_rows<NV>());
+            pf_v.plan(vh + next * DV, next_rows > 0 ? next_rows * DV : 0, 1);
             bool unweighted = s.kind != FAVOR && mask == nullptr;  // every weight 1: v as it is
             for (int r = 0; r < rows; ++r) {
                 float wr = buf.weight[r] == NEG_INF ? 0.0f : (s.kind == FAVOR ? std::exp(buf.weight[r] - running) : 1.0f);
@@ -305,7 +342,9 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
                     for (int j = 0; j < width; j += 16) acc[j / 16] += load(buf.phi + r * f + c + j) * buf.weight[r];
                 for (int j = 0; j < width; j += 16) store(sums + c + j, acc[j / 16]);
             }
-            accumulate<NV>(buf.phi, f, rows, unweighted ? vh + start * DV : buf.vals, state);
+            accumulate<NV>(buf.phi, f, rows, unweighted ? vh + start * DV : buf.vals, state, &pf_x);
+            pf_v.per_step = 1 << 30;
+            pf_v.step();
         }
         if (log_max != nullptr) log_max[bh] = running;
     }
@@ -326,8 +365,12 @@ void queries_impl(const Spec& s, const float* q, const float* kv, const float* k
         for (int64_t start = r0; start < r1; start += buf.rows) {
             const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
             features(s, x + start * s.d, w, rows, buf.u, buf.phi, buf.row_max, buf.unit);
-            float* num = o + start * DV;
-            apply<NV>(buf.phi, f, rows, state, num);
+            const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
+            Prefetch pf;
+            pf.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, (rows + tile_rows<NV>() - 1) / tile_rows<NV>());
+            float* num = buf.out;  // the block's numerators in cache; normalised outputs go to memory by streaming stores
+            apply<NV>(buf.phi, f, rows, state, num, &pf);
+            float* o_block = o + start * DV;
             for (int r = 0; r < rows; ++r) {
                 v16 acc = {};
                 for (int c = 0; c < f; c += 16) acc += load(buf.phi + r * f + c) * load(sums + c);
@@ -338,11 +381,14 @@ void queries_impl(const Spec& s, const float* q, const float* kv, const float* k
                 for (int c = 0; c < DV; c += 16) {
                     v16 value = load(num + r * DV + c);
                     if (offset_kv != nullptr) value += load(offset_kv + bh * DV + c);
-                    store(num + r * DV + c, value * inv);
+                    stream(o_block + r * DV + c, value * inv);
                 }
             }
         }
     }
+#if defined(__AVX512F__)
+    __builtin_ia32_sfence();
+#endif
 }
 
 Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float norm_coef, int unit, float unit_eps) {
