@@ -214,9 +214,10 @@ def chunk_rows(q: Tensor, num_features: int) -> int:
     return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // max(1, b * h * (num_features + 2 * d)) // 16 * 16)
 
 
-def split_rows(n: int, rows: int, device: torch.device) -> list[tuple[int, int]]:
-    """Contiguous ranges of whole blocks, one per CPU thread (one range on GPU or with one thread)."""
-    parts = torch.get_num_threads() if device.type == "cpu" else 1
+def split_rows(n: int, rows: int, device: torch.device, threads: int | None = None) -> list[tuple[int, int]]:
+    """Contiguous ranges of whole blocks, one per CPU thread (`threads`, default torch's count; one range on GPU
+    or with one thread)."""
+    parts = (threads or torch.get_num_threads()) if device.type == "cpu" else 1
     blocks = -(-n // rows)
     per_part = -(-blocks // max(1, min(parts, blocks)))
     return [(start, min(n, start + per_part * rows)) for start in range(0, n, per_part * rows)]
@@ -246,6 +247,19 @@ def run_on_threads(fn: Callable[[int, int], Any], ranges: list[tuple[int, int]])
         return list(_POOL.map(single_threaded, ranges))
     finally:
         torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count set to `count` within, restored after. The fused kernels' own threads run
+    best with none of torch's OpenMP workers about: after a parallel torch operation those spin for a while
+    and take the cores (measured: the next 2-thread kernel call 40-60% slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 _SCRATCH = threading.local()
@@ -423,27 +437,29 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
 def _fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
                             eps: float) -> Tensor:
     """`chunked_linear_attention` through the fused kernel: key sums per thread's range of rows, merged exactly as
-    the blocks' (`_KeyState`), then each range's outputs written in place."""
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    the blocks' (`_KeyState`), then each range's outputs written in place. The small operations in between run
+    on one torch thread (`torch_threads`)."""
     b, h, n, d = v.shape
-    real = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
     ranges = split_rows(n, NATIVE_ROWS, q.device)
+    with torch_threads(1):
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        real = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
 
-    def key_sums(first: int, stop: int) -> _KeyState:
-        state = _KeyState()
-        state.kv, state.ksum, state.log_max = native.key_sums(spec, k, v, real, first, stop)
-        state.scale, state.offset = spec.scale, spec.offset
-        return state
+        def key_sums(first: int, stop: int) -> _KeyState:
+            state = _KeyState()
+            state.kv, state.ksum, state.log_max = native.key_sums(spec, k, v, real, first, stop)
+            state.scale, state.offset = spec.scale, spec.offset
+            return state
 
-    states = run_on_threads(key_sums, ranges)
-    for other in states[1:]:
-        states[0].merge(other)
-    kv, ksum = states[0].finish(v, _padding_weights(v, key_padding_mask))
-    s_kv, s_ksum, offsets = _query_state(kv, ksum, spec.scale, spec.offset)
-    s_kv, s_ksum = s_kv.contiguous(), s_ksum.contiguous()
-    out = torch.empty(b, h, n, d, dtype=v.dtype)
-    run_on_threads(lambda first, stop: native.write_queries(spec, q, s_kv, s_ksum, offsets, first, stop, eps, out),
-                   ranges)
+        states = run_on_threads(key_sums, ranges)
+        for other in states[1:]:
+            states[0].merge(other)
+        kv, ksum = states[0].finish(v, _padding_weights(v, key_padding_mask))
+        s_kv, s_ksum, offsets = _query_state(kv, ksum, spec.scale, spec.offset)
+        s_kv, s_ksum = s_kv.contiguous(), s_ksum.contiguous()
+        out = torch.empty(b, h, n, d, dtype=v.dtype)
+        run_on_threads(lambda first, stop: native.write_queries(spec, q, s_kv, s_ksum, offsets, first, stop, eps,
+                                                                out), ranges)
     return out
 
 

@@ -7,13 +7,15 @@ landmark and the result is exact softmax attention (up to the iterative pinv).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import chunk_rows, run_on_threads, scratch, split_rows
+from baselines import native
+from baselines.linear_kernel import NATIVE_ROWS, chunk_rows, run_on_threads, scratch, split_rows, torch_threads
 from baselines.random_features import seeded_generator
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
@@ -205,15 +207,20 @@ class NystromAttention(nn.Module):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         b, h, n, d = q.shape
         num_landmarks = min(self.cfg.num_landmarks, n)  # more landmarks than positions would stay empty
-        q_land, k_land, valid, real = self._landmarks(q, k, key_padding_mask, num_landmarks)
-        k_land = k_land * d ** -0.5  # the scores' 1/sqrt(d), folded into the small landmark matrices
-        keep = None if valid is None else valid[:, None, None, :]
-        kernel_2 = _masked_softmax(q_land @ k_land.transpose(-2, -1), keep)  # (B, H, L, L)
-        if valid is not None:
-            empty = ~(valid[:, None, :, None] & valid[:, None, None, :])
-            kernel_2 = torch.where(empty, torch.eye(num_landmarks, dtype=q.dtype, device=q.device), kernel_2)
-        precise = torch.promote_types(q.dtype, torch.float32)  # the iteration diverges in half precision
-        pinv = iterative_pinv(kernel_2.to(precise), self.cfg.pinv_iterations).to(q.dtype)
+        fused = not torch.is_grad_enabled() and self._fused(q, k, v, key_padding_mask, num_landmarks)
+        threads = torch.get_num_threads()
+        with torch_threads(1) if fused else contextlib.nullcontext():  # small operations; see `torch_threads`
+            q_land, k_land, valid, real = self._landmarks(q, k, key_padding_mask, num_landmarks, fused and threads > 1)
+            k_land = k_land * d ** -0.5  # the scores' 1/sqrt(d), folded into the small landmark matrices
+            keep = None if valid is None else valid[:, None, None, :]
+            kernel_2 = _masked_softmax(q_land @ k_land.transpose(-2, -1), keep)  # (B, H, L, L)
+            if valid is not None:
+                empty = ~(valid[:, None, :, None] & valid[:, None, None, :])
+                kernel_2 = torch.where(empty, torch.eye(num_landmarks, dtype=q.dtype, device=q.device), kernel_2)
+            precise = torch.promote_types(q.dtype, torch.float32)  # the iteration diverges in half precision
+            pinv = iterative_pinv(kernel_2.to(precise), self.cfg.pinv_iterations).to(q.dtype)
+            if fused and (valid is None or bool(valid.all())):
+                return self._fused_forward(q, k, v, key_padding_mask, q_land * d ** -0.5, k_land, pinv, real, threads)
         if torch.is_grad_enabled():
             keys = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
             kernel_3 = _masked_softmax((q_land * d ** -0.5) @ k.transpose(-2, -1), keys)  # (B, H, L, N)
@@ -228,14 +235,55 @@ class NystromAttention(nn.Module):
             out = out + sequence_conv(*skip) if torch.is_grad_enabled() else sequence_conv(*skip, out=out)
         return out
 
-    def _landmarks(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None,
-                   num_landmarks: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    @staticmethod
+    def _fused(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, num_landmarks: int) -> bool:
+        """Whether the fused CPU kernels can run: float32 on CPU, widths they take and every sequence with a real
+        key (the PyTorch path defines the degenerate cases; `forward` also requires every landmark to have tokens)."""
+        if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in (q, k, v)):
+            return False
+        if v.shape[-1] not in native.VALUE_WIDTHS or num_landmarks % 16:
+            return False
+        if key_padding_mask is not None and not bool(key_padding_mask.any(dim=1).all()):
+            return False
+        return native.library() is not None
+
+    def _fused_forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, q_land: Tensor,
+                       k_land: Tensor, pinv: Tensor, real: Tensor | None, threads: int) -> Tensor:
+        """The inference forward through the fused kernels: softmax(q_land k^T) v by column-stabilised sums per
+        thread's range of keys (merged as `_landmark_attention`'s), then per range of queries softmax(q k_land^T)
+        (pinv that) and the convolution over V, each output row written once."""
+        b, h, n, d = q.shape
+        num_landmarks = q_land.shape[2]
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        mask = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
+        ranges = split_rows(n, NATIVE_ROWS, q.device, threads)
+        landmark_weights = q_land.reshape(b * h, num_landmarks, d).transpose(1, 2).contiguous()
+        parts = run_on_threads(lambda first, stop: native.softmax_columns(k, landmark_weights, v, mask, first, stop),
+                               ranges)
+        acc, total, _ = functools.reduce(_merge_softmax_sums, parts)
+        mixed = (pinv @ (acc / total).view(b, h, num_landmarks, -1)).reshape(b * h, num_landmarks, -1).contiguous()
+        spec = native.NativeSpec("favor", k_land.reshape(b * h, num_landmarks, d).transpose(1, 2).contiguous())
+        ones = torch.ones(b * h, num_landmarks, 1)
+        conv = None
+        if self.conv is not None:
+            conv = ((v if real is None else v * real).contiguous(), self.conv.weight[:, 0, :, 0].contiguous())
+        out = torch.empty(b, h, n, v.shape[-1])
+        run_on_threads(lambda first, stop: native.write_queries(spec, q, mixed, ones, None, first, stop, 1e-6, out,
+                                                                conv), ranges)
+        return out
+
+    def _landmarks(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, num_landmarks: int,
+                   threaded: bool = False) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         """Segment means of q and k (B, H, L, d), which landmarks have tokens (B, L) and the real-token
-        weights (B, 1, N, 1); without padding and with L dividing N: plain reshaped means, both None."""
-        if key_padding_mask is None:
-            q_land, k_land = even_segment_means(q, num_landmarks), even_segment_means(k, num_landmarks)
-            if q_land is not None:
-                return q_land, k_land, None, None
+        weights (B, 1, N, 1); without padding and with L dividing N: plain reshaped means, both None
+        (`threaded`: q's and k's on two threads of `run_on_threads`, for the fused path)."""
+        if key_padding_mask is None and q.shape[2] % num_landmarks == 0:
+            if threaded:
+                q_land, k_land = run_on_threads(lambda i, _: even_segment_means((q, k)[i], num_landmarks),
+                                                [(0, 1), (1, 2)])
+            else:
+                q_land, k_land = even_segment_means(q, num_landmarks), even_segment_means(k, num_landmarks)
+            return q_land, k_land, None, None
         b, n = q.shape[0], q.shape[2]
         mask = torch.ones(b, n, dtype=torch.bool, device=q.device) if key_padding_mask is None else key_padding_mask
         segment, valid = landmark_segments(mask, num_landmarks)

@@ -135,3 +135,40 @@ def test_attention_modules_take_the_fused_path_without_gradients():
         with torch.no_grad():
             fast = attn(q, k, v, mask)
         torch.testing.assert_close(fast, attn(q, k, v, mask), rtol=1e-3, atol=1e-4)  # the training path
+
+
+@needs_native
+@pytest.mark.parametrize("n, landmarks", [(256, 64), (203, 16), (1000, 32)])
+def test_fused_nystromformer_equals_its_pytorch_forward(n, landmarks, monkeypatch):
+    """Column-stabilised landmark sums, softmax over the landmarks, the pinv mix and the convolution over V in the
+    query pass: the same output as the differentiable PyTorch forward, with and without padding, on 1 and 2 threads."""
+    from harness.registry import build_attention
+    calls = []
+    real_columns = native.softmax_columns
+    monkeypatch.setattr(native, "softmax_columns", lambda *a: calls.append(1) or real_columns(*a))
+    attn = build_attention("nystromformer", num_heads=3, head_dim=64, num_landmarks=landmarks).eval()
+    q, k, v, mask = _inputs(n, n, 64)
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for m in (None, mask):
+                with torch.no_grad():
+                    fast = attn(q, k, v, m)
+                expected = attn(q, k, v, m)  # gradients on: the PyTorch path
+                torch.testing.assert_close(fast, expected, rtol=1e-4, atol=1e-4 * expected.abs().max().item())
+    finally:
+        torch.set_num_threads(threads)
+    assert len(calls) == 2 * (1 + 2)  # both masks; one call per thread's range of keys
+
+
+@needs_native
+def test_fused_nystromformer_leaves_degenerate_padding_to_pytorch(monkeypatch):
+    """A sequence without real keys (softmax over nothing) is the PyTorch path's to define."""
+    from harness.registry import build_attention
+    monkeypatch.setattr(native, "softmax_columns", lambda *a: pytest.fail("the fused kernel ran"))
+    attn = build_attention("nystromformer", num_heads=3, head_dim=64, num_landmarks=16).eval()
+    q, k, v, mask = _inputs(2, 64, 64)
+    mask[1] = False
+    with torch.no_grad():
+        assert torch.isfinite(attn(q, k, v, mask)).all()

@@ -33,7 +33,7 @@ SOURCE = Path(__file__).with_name("fused_linear.cpp")
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=fast")
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 1
+ABI = 2
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -109,7 +109,9 @@ def _declare(lib: ctypes.CDLL) -> None:
                                    p, p, p]
     lib.attnbench_queries.restype = i32
     lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i64, i64,
-                                      f32, p]
+                                      f32, p, p, p, i32, i64]
+    lib.attnbench_softmax_columns.restype = i32
+    lib.attnbench_softmax_columns.argtypes = [p, p, p, i64, i64, i64, i32, i32, i32, p, i64, i64, i64, p, p, p]
 
 
 def library() -> ctypes.CDLL | None:
@@ -188,15 +190,36 @@ def key_sums(spec: NativeSpec, k: Tensor, v: Tensor, real: Tensor | None, first:
 
 
 def write_queries(spec: NativeSpec, q: Tensor, kv: Tensor, ksum: Tensor, offsets: tuple[Tensor, Tensor] | None,
-                  first: int, stop: int, eps: float, out: Tensor) -> None:
+                  first: int, stop: int, eps: float, out: Tensor, conv: tuple[Tensor, Tensor] | None = None) -> None:
     """out[:, :, first:stop] = (phi_q kv + offset) / guard(phi_q ksum + offset, eps); kv (B*H, F, Dv), ksum
-    (B*H, F, 1), offsets (B*H, 1, Dv) and (B*H, 1, 1) or None, all contiguous; out (B, H, N, Dv) contiguous."""
+    (B*H, F, 1), offsets (B*H, 1, Dv) and (B*H, 1, 1) or None, all contiguous; out (B, H, N, Dv) contiguous.
+    conv: (values (B, H, N, Dv), weight (H, K)), contiguous, whose centred depthwise convolution along the
+    sequence is added (Nystromformer's skip), or None."""
     b, h, n, d = q.shape
     w = spec.weights
     off_kv, off_den = (None, None) if offsets is None else (offsets[0].contiguous(), offsets[1].contiguous())
+    conv_v, conv_w = (None, None) if conv is None else conv
     code = library().attnbench_queries(
         KINDS[spec.kind], q.data_ptr(), kv.data_ptr(), ksum.data_ptr(), _ptr(off_kv), _ptr(off_den), b * h, n, d,
         out.shape[-1], w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1,
-        int(spec.unit_eps is not None), spec.unit_eps or 0.0, first, stop, eps, out.data_ptr())
+        int(spec.unit_eps is not None), spec.unit_eps or 0.0, first, stop, eps, out.data_ptr(), _ptr(conv_v),
+        _ptr(conv_w), 0 if conv_w is None else conv_w.shape[-1], h)
     if code != 0:
         raise RuntimeError(f"attnbench_queries returned {code}")
+
+
+def softmax_columns(k: Tensor, weights: Tensor, v: Tensor, real: Tensor | None, first: int, stop: int
+                    ) -> list[Tensor]:
+    """Over rows [first, stop) of k, v (B, H, N, .), contiguous float32: for each column l of u = k w (weights
+    (B*H, d, L)), [sum_j e_jl v_j (B*H, L, Dv), sum_j e_jl (B*H, L, 1), max_l (B*H, L, 1)] with e_jl = exp(u_jl - max_l)
+    and max_l the column's maximum over real rows (`real` (B, N) uint8 or None): softmax(w^T k^T) v in pieces that
+    merge across ranges as flash attention's do."""
+    b, h, n, d = k.shape
+    dv, m = v.shape[-1], weights.shape[-1]
+    acc, total, top = torch.empty(b * h, m, dv), torch.empty(b * h, m, 1), torch.empty(b * h, m, 1)
+    code = library().attnbench_softmax_columns(k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, dv, m,
+                                               weights.data_ptr(), weights.shape[0], first, stop, acc.data_ptr(),
+                                               total.data_ptr(), top.data_ptr())
+    if code != 0:
+        raise RuntimeError(f"attnbench_softmax_columns returned {code}")
+    return [acc, total, top]

@@ -343,16 +343,97 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
                 for (int j = 0; j < width; j += 16) store(sums + c + j, acc[j / 16]);
             }
             accumulate<NV>(buf.phi, f, rows, unweighted ? vh + start * DV : buf.vals, state, &pf_x);
-            pf_v.per_step = 1 << 30;
             pf_v.step();
         }
         if (log_max != nullptr) log_max[bh] = running;
     }
 }
 
+// a depthwise convolution along the sequence added to the outputs (Nystromformer's skip over V): out_i +=
+// sum_t w[head][t] v_{i + t - size/2}, zero outside the sequence, as nn.Conv2d(H, H, (size, 1), groups=H)
+struct Conv {
+    const float* v = nullptr;  // (heads, n, dv), or null for none
+    const float* w = nullptr;  // (h, size)
+    int size = 0;
+    int64_t h = 1;
+};
+
+// softmax over the rows of every column: for each column l of u = k w, acc_l = sum_j exp(u_jl - max_l) v_j and
+// total_l = sum_j exp(u_jl - max_l), max_l the column's running maximum over real rows (Nystromformer's landmark
+// queries attending to all keys; as flash attention, with the landmarks as the queries)
+template <int NV>
+void softmax_columns_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, int64_t heads,
+                          int64_t h, int64_t n, int64_t r0, int64_t r1, float* acc, float* total, float* col_max) {
+    constexpr int DV = 16 * NV;
+    const int m = s.m;
+    Buffers buf(s, DV);
+    float* block_max = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * (m + 16) * 2));
+    float* factor = block_max + m + 16;
+    for (int64_t bh = 0; bh < heads; ++bh) {
+        const float* x = k + bh * n * s.d;
+        const float* vh = v + bh * n * DV;
+        const uint8_t* mask = real == nullptr ? nullptr : real + (bh / h) * n;
+        const float* w = s.w + (bh % s.heads_w) * s.d * m;
+        float* state = acc + bh * m * DV;
+        float* sums = total + bh * m;
+        float* running = col_max + bh * m;
+        std::memset(state, 0, sizeof(float) * m * DV);
+        std::memset(sums, 0, sizeof(float) * m);
+        for (int l = 0; l < m; ++l) running[l] = NEG_INF;
+        for (int64_t start = r0; start < r1; start += buf.rows) {
+            const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
+            project(x + start * s.d, rows, s.d, w, m, buf.phi);
+            int real_rows = 0;
+            for (int c = 0; c < m; c += 16) store(block_max + c, splat(NEG_INF));
+            for (int r = 0; r < rows; ++r) {
+                if (mask != nullptr && !mask[start + r]) continue;
+                ++real_rows;
+                for (int c = 0; c < m; c += 16) {
+                    v16 a = load(buf.phi + r * m + c), b = load(block_max + c);
+                    store(block_max + c, a > b ? a : b);
+                }
+            }
+            if (real_rows == 0) continue;
+            v16 raised = {};
+            for (int c = 0; c < m; c += 16) {  // running max and the factor exp(old - new) that rescales the sums
+                v16 before = load(running + c), block = load(block_max + c);
+                v16 top = block > before ? block : before;
+                store(factor + c, before == NEG_INF ? splat(0.0f) : vexp(before - top));
+                raised = top != before ? splat(1.0f) : raised;
+                store(running + c, top);
+            }
+            if (hmax(raised) > 0.0f)
+                for (int l = 0; l < m; ++l) {
+                    sums[l] *= factor[l];
+                    for (int c = 0; c < DV; c += 16) store(state + l * DV + c, load(state + l * DV + c) * factor[l]);
+                }
+            for (int r = 0; r < rows; ++r) {
+                float* row = buf.phi + r * m;
+                if (mask != nullptr && !mask[start + r]) {
+                    std::memset(row, 0, sizeof(float) * m);
+                    continue;
+                }
+                for (int c = 0; c < m; c += 16) {
+                    v16 e = vexp(load(row + c) - load(running + c));
+                    store(row + c, e);
+                    store(sums + c, load(sums + c) + e);
+                }
+            }
+            const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
+            Prefetch pf_x, pf_v;
+            pf_x.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, (m + tile_rows<NV>() - 1) / tile_rows<NV>());
+            pf_v.plan(vh + next * DV, next_rows > 0 ? next_rows * DV : 0, 1);
+            accumulate<NV>(buf.phi, m, rows, vh + start * DV, state, &pf_x);
+            pf_v.step();
+        }
+    }
+    std::free(block_max);
+}
+
 template <int NV>
 void queries_impl(const Spec& s, const float* q, const float* kv, const float* ksum, const float* offset_kv,
-                  const float* offset_den, int64_t heads, int64_t n, int64_t r0, int64_t r1, float eps, float* out) {
+                  const float* offset_den, int64_t heads, int64_t n, int64_t r0, int64_t r1, float eps, float* out,
+                  const Conv& conv) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     Buffers buf(s, DV);
@@ -378,11 +459,22 @@ void queries_impl(const Spec& s, const float* q, const float* kv, const float* k
                 if (offset_den != nullptr) den += offset_den[bh];
                 den = den >= 0 ? (den > eps ? den : eps) : (den < -eps ? den : -eps);
                 const float inv = 1.0f / den;
-                for (int c = 0; c < DV; c += 16) {
-                    v16 value = load(num + r * DV + c);
-                    if (offset_kv != nullptr) value += load(offset_kv + bh * DV + c);
-                    stream(o_block + r * DV + c, value * inv);
+                v16 value[NV];
+                for (int c = 0; c < NV; ++c) {
+                    value[c] = load(num + r * DV + 16 * c);
+                    if (offset_kv != nullptr) value[c] += load(offset_kv + bh * DV + 16 * c);
+                    value[c] *= inv;
                 }
+                if (conv.v != nullptr) {
+                    const int64_t i = start + r, half = conv.size / 2;
+                    const float* taps = conv.w + (bh % conv.h) * conv.size;
+                    const float* vh = conv.v + bh * n * DV;
+                    int t0 = i - half < 0 ? static_cast<int>(half - i) : 0;
+                    int t1 = i - half + conv.size > n ? static_cast<int>(n - i + half) : conv.size;
+                    for (int t = t0; t < t1; ++t)
+                        for (int c = 0; c < NV; ++c) value[c] += taps[t] * load(vh + (i + t - half) * DV + 16 * c);
+                }
+                for (int c = 0; c < NV; ++c) stream(o_block + r * DV + 16 * c, value[c]);
             }
         }
     }
@@ -399,7 +491,7 @@ Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float no
 
 extern "C" {
 
-int attnbench_abi() { return 1; }
+int attnbench_abi() { return 2; }
 
 // Key sums over rows [r0, r1) of every head: kv (heads, F, dv) = sum phi~ v^T, ksum (heads, F) = sum phi~, with
 // phi~ = phi * exp(c - log_max) for FAVOR (c = row max - norm_coef |k|^2; log_max (heads) written), else phi.
@@ -418,15 +510,33 @@ int attnbench_keys(int kind, const float* k, const float* v, const uint8_t* real
 }
 
 // Outputs of rows [r0, r1): out = (phi kv + offset_kv) / guard(phi ksum + offset_den, eps), offsets optional.
+// With conv_v: plus the depthwise convolution of conv_v (heads, n, dv) by conv_w (h, conv_size) (struct Conv).
 int attnbench_queries(int kind, const float* q, const float* kv, const float* ksum, const float* offset_kv,
                       const float* offset_den, int64_t heads, int64_t n, int d, int dv, int m, const float* w,
-                      int64_t heads_w, int unit, float unit_eps, int64_t r0, int64_t r1, float eps, float* out) {
+                      int64_t heads_w, int unit, float unit_eps, int64_t r0, int64_t r1, float eps, float* out,
+                      const float* conv_v, const float* conv_w, int conv_size, int64_t h) {
     Spec s = make_spec(kind, d, m, w, heads_w, 0.0f, unit, unit_eps);
+    Conv conv{conv_v, conv_w, conv_size, h};
     switch (dv) {
-        case 16: queries_impl<1>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out); return 0;
-        case 32: queries_impl<2>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out); return 0;
-        case 64: queries_impl<4>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out); return 0;
-        case 128: queries_impl<8>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out); return 0;
+        case 16: queries_impl<1>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out, conv); return 0;
+        case 32: queries_impl<2>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out, conv); return 0;
+        case 64: queries_impl<4>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out, conv); return 0;
+        case 128: queries_impl<8>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out, conv); return 0;
+        default: return -1;
+    }
+}
+
+// Column softmax sums over rows [r0, r1) (softmax_columns_impl): k (heads, n, d) against w (heads_w, d, m),
+// v (heads, n, dv) -> acc (heads, m, dv), total (heads, m), col_max (heads, m). Padded rows contribute nothing.
+int attnbench_softmax_columns(const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
+                              int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, int64_t r0,
+                              int64_t r1, float* acc, float* total, float* col_max) {
+    Spec s = make_spec(FAVOR, d, m, w, heads_w, 0.0f, 0, 0.0f);
+    switch (dv) {
+        case 16: softmax_columns_impl<1>(s, k, v, real, heads, h, n, r0, r1, acc, total, col_max); return 0;
+        case 32: softmax_columns_impl<2>(s, k, v, real, heads, h, n, r0, r1, acc, total, col_max); return 0;
+        case 64: softmax_columns_impl<4>(s, k, v, real, heads, h, n, r0, r1, acc, total, col_max); return 0;
+        case 128: softmax_columns_impl<8>(s, k, v, real, heads, h, n, r0, r1, acc, total, col_max); return 0;
         default: return -1;
     }
 }
