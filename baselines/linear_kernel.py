@@ -381,10 +381,11 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
     features go into the thread's `scratch` buffer when the map takes `out`. Where the map gives a
     `native_spec` the fused kernel supports, it runs instead (`_fused_linear_attention`).
     """
-    with feature_map.holding_derived():
+    threads = torch.get_num_threads()
+    with feature_map.holding_derived(), torch_threads(1):  # small operations; see `torch_threads`
         spec = feature_map.native_spec(q) if hasattr(feature_map, "native_spec") else None
         if rows is None and native.supports(spec, q, k, v):
-            return _fused_linear_attention(spec, q, k, v, key_padding_mask, eps)
+            return _fused_linear_attention(spec, q, k, v, key_padding_mask, eps, threads)
     b, h, n, d = v.shape
     m = feature_map.num_features
     rows = rows or chunk_rows(q, m)
@@ -435,12 +436,12 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
 
 
 def _fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
-                            eps: float) -> Tensor:
-    """`chunked_linear_attention` through the fused kernel: key sums per thread's range of rows, merged exactly as
-    the blocks' (`_KeyState`), then each range's outputs written in place. The small operations in between run
-    on one torch thread (`torch_threads`)."""
+                            eps: float, threads: int) -> Tensor:
+    """`chunked_linear_attention` through the fused kernel on `threads` threads: key sums per thread's range of
+    rows, merged exactly as the blocks' (`_KeyState`), then each range's outputs written in place. The small
+    operations in between run on one torch thread (`torch_threads`)."""
     b, h, n, d = v.shape
-    ranges = split_rows(n, NATIVE_ROWS, q.device)
+    ranges = split_rows(n, NATIVE_ROWS, q.device, threads)
     with torch_threads(1):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         real = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()

@@ -92,17 +92,19 @@ inline void vsincos(v16 x, v16* s, v16* c) {
 // software prefetch of the next block's rows, spread over the tiles of the current block's products, so memory
 // streams while the cores compute (the hardware prefetcher sees only the bursts of the feature loop)
 struct Prefetch {
-    const char* next = nullptr;
-    const char* end = nullptr;
-    int per_step = 0;
-    void plan(const float* from, int64_t floats, int steps) {
-        next = reinterpret_cast<const char*>(from);
-        end = next + floats * sizeof(float);
+    const char* next[2] = {nullptr, nullptr};
+    const char* end[2] = {nullptr, nullptr};
+    int per_step[2] = {0, 0};
+    // prefetch `floats` floats from `from` (range 0 or 1) over `steps` calls of step()
+    void plan(const float* from, int64_t floats, int steps, int range = 0) {
+        next[range] = reinterpret_cast<const char*>(from);
+        end[range] = next[range] + floats * sizeof(float);
         int64_t lines = (floats * sizeof(float) + 63) / 64;
-        per_step = static_cast<int>((lines + steps - 1) / (steps > 0 ? steps : 1));
+        per_step[range] = static_cast<int>((lines + steps - 1) / (steps > 0 ? steps : 1));
     }
     void step() {
-        for (int i = 0; i < per_step && next < end; ++i, next += 64) __builtin_prefetch(next, 0, 3);
+        for (int r = 0; r < 2; ++r)
+            for (int i = 0; i < per_step[r] && next[r] < end[r]; ++i, next[r] += 64) __builtin_prefetch(next[r], 0, 3);
     }
 };
 
@@ -324,9 +326,10 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
                 running = block_max;
             }
             const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
-            Prefetch pf_v, pf_x;
-            pf_x.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, (f + tile_rows<NV>() - 1) / tile_rows<NV>());
-            pf_v.plan(vh + next * DV, next_rows > 0 ? next_rows * DV : 0, 1);
+            Prefetch pf;  // the next block's k and v rows, over this block's tiles
+            const int tiles = (f + tile_rows<NV>() - 1) / tile_rows<NV>();
+            pf.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, tiles, 0);
+            pf.plan(vh + next * DV, next_rows > 0 ? next_rows * DV : 0, tiles, 1);
             bool unweighted = s.kind != FAVOR && mask == nullptr;  // every weight 1: v as it is
             for (int r = 0; r < rows; ++r) {
                 float wr = buf.weight[r] == NEG_INF ? 0.0f : (s.kind == FAVOR ? std::exp(buf.weight[r] - running) : 1.0f);
@@ -342,8 +345,7 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
                     for (int j = 0; j < width; j += 16) acc[j / 16] += load(buf.phi + r * f + c + j) * buf.weight[r];
                 for (int j = 0; j < width; j += 16) store(sums + c + j, acc[j / 16]);
             }
-            accumulate<NV>(buf.phi, f, rows, unweighted ? vh + start * DV : buf.vals, state, &pf_x);
-            pf_v.step();
+            accumulate<NV>(buf.phi, f, rows, unweighted ? vh + start * DV : buf.vals, state, &pf);
         }
         if (log_max != nullptr) log_max[bh] = running;
     }
@@ -420,11 +422,11 @@ void softmax_columns_impl(const Spec& s, const float* k, const float* v, const u
                 }
             }
             const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
-            Prefetch pf_x, pf_v;
-            pf_x.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, (m + tile_rows<NV>() - 1) / tile_rows<NV>());
-            pf_v.plan(vh + next * DV, next_rows > 0 ? next_rows * DV : 0, 1);
-            accumulate<NV>(buf.phi, m, rows, vh + start * DV, state, &pf_x);
-            pf_v.step();
+            Prefetch pf;
+            const int tiles = (m + tile_rows<NV>() - 1) / tile_rows<NV>();
+            pf.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, tiles, 0);
+            pf.plan(vh + next * DV, next_rows > 0 ? next_rows * DV : 0, tiles, 1);
+            accumulate<NV>(buf.phi, m, rows, vh + start * DV, state, &pf);
         }
     }
     std::free(block_max);
