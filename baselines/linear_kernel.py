@@ -354,17 +354,20 @@ class _KeyState:
             self.kv.add_(kv)
             self.ksum.add_(ksum)
 
-    def finish(self, v: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
-        """phi_k^T v (B*H, M, D) and sum_j phi_k_j (B*H, M, 1), scale and offset applied."""
+    def finish(self, v: Tensor, weights: Tensor | None, value_sum: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """phi_k^T v (B*H, M, D) and sum_j phi_k_j (B*H, M, 1), scale and offset applied; `value_sum` (B*H, 1, D): the
+        real rows' sum of v where the caller has it."""
         kv, ksum = self.kv, self.ksum
         if self.offset != 0.0:
             b, h = v.shape[:2]
             if weights is None:
                 real_v, count = v, float(v.shape[-2])
             else:
-                real_v = v * weights
+                real_v = v * weights if value_sum is None else None
                 count = weights.sum(dim=-2, keepdim=True).expand(b, h, 1, 1).flatten(0, 1)  # (B*H, 1, 1)
-            kv = kv + self.offset * real_v.sum(dim=-2, keepdim=True).flatten(0, 1)
+            if value_sum is None:
+                value_sum = real_v.sum(dim=-2, keepdim=True).flatten(0, 1)
+            kv = kv + self.offset * value_sum
             ksum = ksum + self.offset * count
         return kv * self.scale, ksum * self.scale
 
@@ -446,16 +449,17 @@ def _fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, k
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         real = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
 
-        def key_sums(first: int, stop: int) -> _KeyState:
+        def key_sums(first: int, stop: int) -> tuple[_KeyState, Tensor | None]:
             state = _KeyState()
-            state.kv, state.ksum, state.log_max = native.key_sums(spec, k, v, real, first, stop)
+            state.kv, state.ksum, state.log_max, value_sum = native.key_sums(spec, k, v, real, first, stop)
             state.scale, state.offset = spec.scale, spec.offset
-            return state
+            return state, value_sum
 
         states = run_on_threads(key_sums, ranges)
-        for other in states[1:]:
-            states[0].merge(other)
-        kv, ksum = states[0].finish(v, _padding_weights(v, key_padding_mask))
+        for other, _ in states[1:]:
+            states[0][0].merge(other)
+        value_sum = None if spec.offset == 0.0 else sum(part for _, part in states)
+        kv, ksum = states[0][0].finish(v, _padding_weights(v, key_padding_mask), value_sum)
         s_kv, s_ksum, offsets = _query_state(kv, ksum, spec.scale, spec.offset)
         s_kv, s_ksum = s_kv.contiguous(), s_ksum.contiguous()
         out = torch.empty(b, h, n, d, dtype=v.dtype)

@@ -33,7 +33,7 @@ SOURCE = Path(__file__).with_name("fused_linear.cpp")
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=fast")
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 2
+ABI = 3
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -106,7 +106,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_abi.restype = i32
     lib.attnbench_keys.restype = i32
     lib.attnbench_keys.argtypes = [i32, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, i64, i64,
-                                   p, p, p]
+                                   p, p, p, p]
     lib.attnbench_queries.restype = i32
     lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i64, i64,
                                       f32, p, p, p, i32, i64]
@@ -170,23 +170,25 @@ def _ptr(t: Tensor | None) -> int | None:
 
 
 def key_sums(spec: NativeSpec, k: Tensor, v: Tensor, real: Tensor | None, first: int, stop: int
-             ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Key sums over rows [first, stop) of k, v (B, H, N, .) (contiguous): (B*H, F, Dv), (B*H, F, 1) and, for favor,
-    the log-scale (B*H, 1, 1) they are relative to; `real` (B, N) uint8 or None."""
+             ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """Key sums over rows [first, stop) of k, v (B, H, N, .) (contiguous): (B*H, F, Dv), (B*H, F, 1), for favor the
+    log-scale (B*H, 1, 1) they are relative to, and for a map with an offset the sum of the real rows of v
+    (B*H, 1, Dv); `real` (B, N) uint8 or None."""
     b, h, n, d = k.shape
     dv, f = v.shape[-1], spec.num_features if spec.weights is not None else d
     kv = torch.empty(b * h, f, dv)
     ksum = torch.empty(b * h, f, 1)
     log_max = torch.empty(b * h, 1, 1) if spec.kind == "favor" else None
+    value_sum = torch.empty(b * h, 1, dv) if spec.offset != 0.0 else None
     w = spec.weights
     code = library().attnbench_keys(
         KINDS[spec.kind], k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, dv,
         w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
         int(spec.unit_eps is not None), spec.unit_eps or 0.0, first, stop, kv.data_ptr(), ksum.data_ptr(),
-        _ptr(log_max))
+        _ptr(log_max), _ptr(value_sum))
     if code != 0:
         raise RuntimeError(f"attnbench_keys returned {code}")
-    return kv, ksum, log_max
+    return kv, ksum, log_max, value_sum
 
 
 def write_queries(spec: NativeSpec, q: Tensor, kv: Tensor, ksum: Tensor, offsets: tuple[Tensor, Tensor] | None,

@@ -288,7 +288,7 @@ struct Buffers {
 
 template <int NV>
 void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
-               int64_t n, int64_t r0, int64_t r1, float* kv, float* ksum, float* log_max) {
+               int64_t n, int64_t r0, int64_t r1, float* kv, float* ksum, float* log_max, float* value_sum) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     Buffers buf(s, DV);
@@ -301,6 +301,7 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
         float* sums = ksum + bh * f;
         std::memset(state, 0, sizeof(float) * f * DV);
         std::memset(sums, 0, sizeof(float) * f);
+        if (value_sum != nullptr) std::memset(value_sum + bh * DV, 0, sizeof(float) * DV);
         float running = NEG_INF;
         for (int64_t start = r0; start < r1; start += buf.rows) {
             const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
@@ -332,10 +333,13 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
             pf.plan(vh + next * DV, next_rows > 0 ? next_rows * DV : 0, tiles, 1);
             bool unweighted = s.kind != FAVOR && mask == nullptr;  // every weight 1: v as it is
             for (int r = 0; r < rows; ++r) {
-                float wr = buf.weight[r] == NEG_INF ? 0.0f : (s.kind == FAVOR ? std::exp(buf.weight[r] - running) : 1.0f);
+                const bool keep = buf.weight[r] != NEG_INF;
+                float wr = !keep ? 0.0f : (s.kind == FAVOR ? std::exp(buf.weight[r] - running) : 1.0f);
                 buf.weight[r] = wr;
                 if (!unweighted)
                     for (int c = 0; c < DV; c += 16) store(buf.vals + r * DV + c, load(vh + (start + r) * DV + c) * wr);
+                if (value_sum != nullptr && keep)  // sum of the real rows' v (for a map's offset)
+                    for (int c = 0; c < DV; c += 16) store(value_sum + bh * DV + c, load(value_sum + bh * DV + c) + load(vh + (start + r) * DV + c));
             }
             for (int c = 0; c < f; c += 64) {  // sums += phi^T w, four vectors of features at a time in registers
                 const int width = f - c < 64 ? f - c : 64;
@@ -493,20 +497,21 @@ Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float no
 
 extern "C" {
 
-int attnbench_abi() { return 2; }
+int attnbench_abi() { return 3; }
 
 // Key sums over rows [r0, r1) of every head: kv (heads, F, dv) = sum phi~ v^T, ksum (heads, F) = sum phi~, with
 // phi~ = phi * exp(c - log_max) for FAVOR (c = row max - norm_coef |k|^2; log_max (heads) written), else phi.
-// Padded rows (real[b, j] == 0) contribute nothing. Returns 0, or -1 for an unsupported value width dv.
+// Padded rows (real[b, j] == 0) contribute nothing. value_sum (heads, dv), when given, gets the sum of the real
+// rows of v. Returns 0, or -1 for an unsupported value width dv.
 int attnbench_keys(int kind, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
                    int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, float norm_coef, int unit,
-                   float unit_eps, int64_t r0, int64_t r1, float* kv, float* ksum, float* log_max) {
+                   float unit_eps, int64_t r0, int64_t r1, float* kv, float* ksum, float* log_max, float* value_sum) {
     Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, unit, unit_eps);
     switch (dv) {
-        case 16: keys_impl<1>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max); return 0;
-        case 32: keys_impl<2>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max); return 0;
-        case 64: keys_impl<4>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max); return 0;
-        case 128: keys_impl<8>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max); return 0;
+        case 16: keys_impl<1>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max, value_sum); return 0;
+        case 32: keys_impl<2>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max, value_sum); return 0;
+        case 64: keys_impl<4>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max, value_sum); return 0;
+        case 128: keys_impl<8>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max, value_sum); return 0;
         default: return -1;
     }
 }
