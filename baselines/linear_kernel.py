@@ -42,7 +42,6 @@ from baselines.native import NativeSpec
 CAUSAL_CHUNK = 64  # causal form: exact quadratic inside chunks of this many positions, prefix sums across
 CHUNK_ELEMENTS = 2**21  # chunked kernel (CPU): floats of one block's features, inputs and values (8 MiB)
 MIN_CHUNK_ROWS = 64
-NATIVE_ROWS = 32  # the fused kernel's block; threads take whole blocks
 
 
 @dataclasses.dataclass
@@ -214,10 +213,9 @@ def chunk_rows(q: Tensor, num_features: int) -> int:
     return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // max(1, b * h * (num_features + 2 * d)) // 16 * 16)
 
 
-def split_rows(n: int, rows: int, device: torch.device, threads: int | None = None) -> list[tuple[int, int]]:
-    """Contiguous ranges of whole blocks, one per CPU thread (`threads`, default torch's count; one range on GPU
-    or with one thread)."""
-    parts = (threads or torch.get_num_threads()) if device.type == "cpu" else 1
+def split_rows(n: int, rows: int, device: torch.device) -> list[tuple[int, int]]:
+    """Contiguous ranges of whole blocks, one per CPU thread (one range on GPU or with one thread)."""
+    parts = torch.get_num_threads() if device.type == "cpu" else 1
     blocks = -(-n // rows)
     per_part = -(-blocks // max(1, min(parts, blocks)))
     return [(start, min(n, start + per_part * rows)) for start in range(0, n, per_part * rows)]
@@ -440,31 +438,20 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
 
 def _fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
                             eps: float, threads: int) -> Tensor:
-    """`chunked_linear_attention` through the fused kernel on `threads` threads: key sums per thread's range of
-    rows, merged exactly as the blocks' (`_KeyState`), then each range's outputs written in place. The small
-    operations in between run on one torch thread (`torch_threads`)."""
+    """`chunked_linear_attention` through the fused kernel on `threads` threads (which share out blocks of rows and
+    merge their key sums at the largest of their scales, as `_KeyState` does); the small operations in between run
+    on one torch thread (`torch_threads`)."""
     b, h, n, d = v.shape
-    ranges = split_rows(n, NATIVE_ROWS, q.device, threads)
     with torch_threads(1):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         real = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-
-        def key_sums(first: int, stop: int) -> tuple[_KeyState, Tensor | None]:
-            state = _KeyState()
-            state.kv, state.ksum, state.log_max, value_sum = native.key_sums(spec, k, v, real, first, stop)
-            state.scale, state.offset = spec.scale, spec.offset
-            return state, value_sum
-
-        states = run_on_threads(key_sums, ranges)
-        for other, _ in states[1:]:
-            states[0][0].merge(other)
-        value_sum = None if spec.offset == 0.0 else sum(part for _, part in states)
-        kv, ksum = states[0][0].finish(v, _padding_weights(v, key_padding_mask), value_sum)
+        state = _KeyState()
+        state.kv, state.ksum, state.log_max, value_sum = native.key_sums(spec, k, v, real, threads)
+        state.scale, state.offset = spec.scale, spec.offset
+        kv, ksum = state.finish(v, _padding_weights(v, key_padding_mask), value_sum)
         s_kv, s_ksum, offsets = _query_state(kv, ksum, spec.scale, spec.offset)
-        s_kv, s_ksum = s_kv.contiguous(), s_ksum.contiguous()
         out = torch.empty(b, h, n, d, dtype=v.dtype)
-        run_on_threads(lambda first, stop: native.write_queries(spec, q, s_kv, s_ksum, offsets, first, stop, eps,
-                                                                out), ranges)
+        native.write_queries(spec, q, s_kv.contiguous(), s_ksum.contiguous(), offsets, eps, out, threads=threads)
     return out
 
 

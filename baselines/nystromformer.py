@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from baselines import native
-from baselines.linear_kernel import NATIVE_ROWS, chunk_rows, run_on_threads, scratch, split_rows, torch_threads
+from baselines.linear_kernel import chunk_rows, run_on_threads, scratch, split_rows, torch_threads
 from baselines.random_features import seeded_generator
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
@@ -249,18 +249,15 @@ class NystromAttention(nn.Module):
 
     def _fused_forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, q_land: Tensor,
                        k_land: Tensor, pinv: Tensor, real: Tensor | None, threads: int) -> Tensor:
-        """The inference forward through the fused kernels: softmax(q_land k^T) v by column-stabilised sums per
-        thread's range of keys (merged as `_landmark_attention`'s), then per range of queries softmax(q k_land^T)
-        (pinv that) and the convolution over V, each output row written once."""
+        """The inference forward through the fused kernels on `threads` threads: softmax(q_land k^T) v by
+        column-stabilised sums (merged across threads as `_landmark_attention`'s), then per block of queries
+        softmax(q k_land^T) (pinv that) and the convolution over V, each output row written once."""
         b, h, n, d = q.shape
         num_landmarks = q_land.shape[2]
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         mask = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-        ranges = split_rows(n, NATIVE_ROWS, q.device, threads)
         landmark_weights = q_land.reshape(b * h, num_landmarks, d).transpose(1, 2).contiguous()
-        parts = run_on_threads(lambda first, stop: native.softmax_columns(k, landmark_weights, v, mask, first, stop),
-                               ranges)
-        acc, total, _ = functools.reduce(_merge_softmax_sums, parts)
+        acc, total, _ = native.softmax_columns(k, landmark_weights, v, mask, threads)
         mixed = (pinv @ (acc / total).view(b, h, num_landmarks, -1)).reshape(b * h, num_landmarks, -1).contiguous()
         spec = native.NativeSpec("favor", k_land.reshape(b * h, num_landmarks, d).transpose(1, 2).contiguous())
         ones = torch.ones(b * h, num_landmarks, 1)
@@ -268,8 +265,7 @@ class NystromAttention(nn.Module):
         if self.conv is not None:
             conv = ((v if real is None else v * real).contiguous(), self.conv.weight[:, 0, :, 0].contiguous())
         out = torch.empty(b, h, n, v.shape[-1])
-        run_on_threads(lambda first, stop: native.write_queries(spec, q, mixed, ones, None, first, stop, 1e-6, out,
-                                                                conv), ranges)
+        native.write_queries(spec, q, mixed, ones, None, 1e-6, out, conv, threads)
         return out
 
     def _landmarks(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, num_landmarks: int,

@@ -30,10 +30,10 @@ import torch
 from torch import Tensor
 
 SOURCE = Path(__file__).with_name("fused_linear.cpp")
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=fast")
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-ffp-contract=fast")
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 3
+ABI = 4
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -105,13 +105,13 @@ def _declare(lib: ctypes.CDLL) -> None:
     p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
     lib.attnbench_abi.restype = i32
     lib.attnbench_keys.restype = i32
-    lib.attnbench_keys.argtypes = [i32, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, i64, i64,
+    lib.attnbench_keys.argtypes = [i32, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, i32,
                                    p, p, p, p]
     lib.attnbench_queries.restype = i32
-    lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i64, i64,
+    lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i32,
                                       f32, p, p, p, i32, i64]
     lib.attnbench_softmax_columns.restype = i32
-    lib.attnbench_softmax_columns.argtypes = [p, p, p, i64, i64, i64, i32, i32, i32, p, i64, i64, i64, p, p, p]
+    lib.attnbench_softmax_columns.argtypes = [p, p, p, i64, i64, i64, i32, i32, i32, p, i64, i32, p, p, p]
 
 
 def library() -> ctypes.CDLL | None:
@@ -169,9 +169,10 @@ def _ptr(t: Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def key_sums(spec: NativeSpec, k: Tensor, v: Tensor, real: Tensor | None, first: int, stop: int
+def key_sums(spec: NativeSpec, k: Tensor, v: Tensor, real: Tensor | None, threads: int = 1
              ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-    """Key sums over rows [first, stop) of k, v (B, H, N, .) (contiguous): (B*H, F, Dv), (B*H, F, 1), for favor the
+    """Key sums over the rows of k, v (B, H, N, .) (contiguous), on `threads` threads taking blocks of rows as they
+    finish (`parallel_units` in the source): (B*H, F, Dv), (B*H, F, 1), for favor the
     log-scale (B*H, 1, 1) they are relative to, and for a map with an offset the sum of the real rows of v
     (B*H, 1, Dv); `real` (B, N) uint8 or None."""
     b, h, n, d = k.shape
@@ -184,7 +185,7 @@ def key_sums(spec: NativeSpec, k: Tensor, v: Tensor, real: Tensor | None, first:
     code = library().attnbench_keys(
         KINDS[spec.kind], k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, dv,
         w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
-        int(spec.unit_eps is not None), spec.unit_eps or 0.0, first, stop, kv.data_ptr(), ksum.data_ptr(),
+        int(spec.unit_eps is not None), spec.unit_eps or 0.0, threads, kv.data_ptr(), ksum.data_ptr(),
         _ptr(log_max), _ptr(value_sum))
     if code != 0:
         raise RuntimeError(f"attnbench_keys returned {code}")
@@ -192,8 +193,8 @@ def key_sums(spec: NativeSpec, k: Tensor, v: Tensor, real: Tensor | None, first:
 
 
 def write_queries(spec: NativeSpec, q: Tensor, kv: Tensor, ksum: Tensor, offsets: tuple[Tensor, Tensor] | None,
-                  first: int, stop: int, eps: float, out: Tensor, conv: tuple[Tensor, Tensor] | None = None) -> None:
-    """out[:, :, first:stop] = (phi_q kv + offset) / guard(phi_q ksum + offset, eps); kv (B*H, F, Dv), ksum
+                  eps: float, out: Tensor, conv: tuple[Tensor, Tensor] | None = None, threads: int = 1) -> None:
+    """out = (phi_q kv + offset) / guard(phi_q ksum + offset, eps); kv (B*H, F, Dv), ksum
     (B*H, F, 1), offsets (B*H, 1, Dv) and (B*H, 1, 1) or None, all contiguous; out (B, H, N, Dv) contiguous.
     conv: (values (B, H, N, Dv), weight (H, K)), contiguous, whose centred depthwise convolution along the
     sequence is added (Nystromformer's skip), or None."""
@@ -204,23 +205,22 @@ def write_queries(spec: NativeSpec, q: Tensor, kv: Tensor, ksum: Tensor, offsets
     code = library().attnbench_queries(
         KINDS[spec.kind], q.data_ptr(), kv.data_ptr(), ksum.data_ptr(), _ptr(off_kv), _ptr(off_den), b * h, n, d,
         out.shape[-1], w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1,
-        int(spec.unit_eps is not None), spec.unit_eps or 0.0, first, stop, eps, out.data_ptr(), _ptr(conv_v),
+        int(spec.unit_eps is not None), spec.unit_eps or 0.0, threads, eps, out.data_ptr(), _ptr(conv_v),
         _ptr(conv_w), 0 if conv_w is None else conv_w.shape[-1], h)
     if code != 0:
         raise RuntimeError(f"attnbench_queries returned {code}")
 
 
-def softmax_columns(k: Tensor, weights: Tensor, v: Tensor, real: Tensor | None, first: int, stop: int
-                    ) -> list[Tensor]:
-    """Over rows [first, stop) of k, v (B, H, N, .), contiguous float32: for each column l of u = k w (weights
-    (B*H, d, L)), [sum_j e_jl v_j (B*H, L, Dv), sum_j e_jl (B*H, L, 1), max_l (B*H, L, 1)] with e_jl = exp(u_jl - max_l)
-    and max_l the column's maximum over real rows (`real` (B, N) uint8 or None): softmax(w^T k^T) v in pieces that
-    merge across ranges as flash attention's do."""
+def softmax_columns(k: Tensor, weights: Tensor, v: Tensor, real: Tensor | None, threads: int = 1) -> list[Tensor]:
+    """Over the rows of k, v (B, H, N, .), contiguous float32, on `threads` threads: for each column l of u = k w
+    (weights (B*H, d, L)), [sum_j e_jl v_j (B*H, L, Dv), sum_j e_jl (B*H, L, 1), max_l (B*H, L, 1)] with
+    e_jl = exp(u_jl - max_l) and max_l the column's maximum over real rows (`real` (B, N) uint8 or None):
+    softmax(w^T k^T) v = first / second."""
     b, h, n, d = k.shape
     dv, m = v.shape[-1], weights.shape[-1]
     acc, total, top = torch.empty(b * h, m, dv), torch.empty(b * h, m, 1), torch.empty(b * h, m, 1)
     code = library().attnbench_softmax_columns(k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, dv, m,
-                                               weights.data_ptr(), weights.shape[0], first, stop, acc.data_ptr(),
+                                               weights.data_ptr(), weights.shape[0], threads, acc.data_ptr(),
                                                total.data_ptr(), top.data_ptr())
     if code != 0:
         raise RuntimeError(f"attnbench_softmax_columns returned {code}")

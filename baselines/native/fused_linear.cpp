@@ -9,7 +9,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <limits>
+#include <memory>
+#include <thread>
+#include <vector>
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
@@ -286,72 +290,135 @@ struct Buffers {
     ~Buffers() { std::free(u); }
 };
 
+// the units of work: UNIT_ROWS rows of one (batch, head), taken by the threads one at a time from a shared
+// counter, so a core that runs slower takes fewer (under load this machine's two cores differ by 40%: equal
+// halves waited on the slower one); fn(thread, bh, r0, r1)
+constexpr int64_t UNIT_ROWS = 256;
+
+template <typename Fn>
+void parallel_units(int threads, int64_t heads, int64_t n, Fn&& fn) {
+    const int64_t per_head = (n + UNIT_ROWS - 1) / UNIT_ROWS, units = heads * per_head;
+    if (threads > units) threads = static_cast<int>(units > 0 ? units : 1);
+    std::atomic<int64_t> next{0};
+    auto worker = [&](int t) {
+        for (int64_t u = next.fetch_add(1); u < units; u = next.fetch_add(1)) {
+            const int64_t bh = u / per_head, r0 = (u % per_head) * UNIT_ROWS;
+            fn(t, bh, r0, r0 + UNIT_ROWS < n ? r0 + UNIT_ROWS : n);
+        }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
+    worker(0);
+    for (auto& thread : pool) thread.join();
+}
+
+// per-thread scratch, made by the thread on its first unit
+struct ThreadBuffers {
+    std::vector<std::unique_ptr<Buffers>> held;
+    const Spec& spec;
+    int dv;
+    ThreadBuffers(int threads, const Spec& s, int width) : held(threads), spec(s), dv(width) {}
+    Buffers& operator[](int t) {
+        if (!held[t]) held[t].reset(new Buffers(spec, dv));
+        return *held[t];
+    }
+};
+
+// key sums of rows [r0, r1) of one head into state (F x DV), sums (F), value_sum (DV, or null), relative to
+// exp(running) for FAVOR (raised, with the sums rescaled, when a block's exponents exceed it)
 template <int NV>
-void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
-               int64_t n, int64_t r0, int64_t r1, float* kv, float* ksum, float* log_max, float* value_sum) {
+void keys_range(const Spec& s, Buffers& buf, const float* x, const float* vh, const uint8_t* mask, const float* w,
+                int64_t r0, int64_t r1, float* state, float* sums, float* value_sum, float& running) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
-    Buffers buf(s, DV);
-    for (int64_t bh = 0; bh < heads; ++bh) {
-        const float* x = k + bh * n * s.d;
-        const float* vh = v + bh * n * DV;
-        const uint8_t* mask = real == nullptr ? nullptr : real + (bh / h) * n;
-        const float* w = s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m;
+    for (int64_t start = r0; start < r1; start += buf.rows) {
+        const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
+        features(s, x + start * s.d, w, rows, buf.u, buf.phi, buf.row_max, buf.unit);
+        float block_max = NEG_INF;
+        for (int r = 0; r < rows; ++r) {
+            bool keep = mask == nullptr || mask[start + r];
+            float c = 0.0f;
+            if (s.kind == FAVOR) c = buf.row_max[r] - s.norm_coef * squared_norm(x + (start + r) * s.d, s.d);
+            buf.weight[r] = keep ? c : NEG_INF;
+            if (!keep) std::memset(buf.phi + r * f, 0, sizeof(float) * f);  // padded features may be inf
+            block_max = buf.weight[r] > block_max ? buf.weight[r] : block_max;
+        }
+        if (block_max == NEG_INF) continue;  // no real key in this block
+        if (s.kind == FAVOR && block_max > running) {
+            if (running != NEG_INF) {
+                float factor = std::exp(running - block_max);
+                for (int i = 0; i < f * DV; ++i) state[i] *= factor;
+                for (int i = 0; i < f; ++i) sums[i] *= factor;
+            }
+            running = block_max;
+        }
+        const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
+        Prefetch pf;  // the next block's k and v rows, over this block's tiles
+        const int tiles = (f + tile_rows<NV>() - 1) / tile_rows<NV>();
+        pf.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, tiles, 0);
+        pf.plan(vh + next * DV, next_rows > 0 ? next_rows * DV : 0, tiles, 1);
+        bool unweighted = s.kind != FAVOR && mask == nullptr;  // every weight 1: v as it is
+        for (int r = 0; r < rows; ++r) {
+            const bool keep = buf.weight[r] != NEG_INF;
+            float wr = !keep ? 0.0f : (s.kind == FAVOR ? std::exp(buf.weight[r] - running) : 1.0f);
+            buf.weight[r] = wr;
+            if (!unweighted)
+                for (int c = 0; c < DV; c += 16) store(buf.vals + r * DV + c, load(vh + (start + r) * DV + c) * wr);
+            if (value_sum != nullptr && keep)  // sum of the real rows' v (for a map's offset)
+                for (int c = 0; c < DV; c += 16) store(value_sum + c, load(value_sum + c) + load(vh + (start + r) * DV + c));
+        }
+        for (int c = 0; c < f; c += 64) {  // sums += phi^T w, four vectors of features at a time in registers
+            const int width = f - c < 64 ? f - c : 64;
+            v16 acc[4];
+            for (int j = 0; j < width; j += 16) acc[j / 16] = load(sums + c + j);
+            for (int r = 0; r < rows; ++r)
+                for (int j = 0; j < width; j += 16) acc[j / 16] += load(buf.phi + r * f + c + j) * buf.weight[r];
+            for (int j = 0; j < width; j += 16) store(sums + c + j, acc[j / 16]);
+        }
+        accumulate<NV>(buf.phi, f, rows, unweighted ? vh + start * DV : buf.vals, state, &pf);
+    }
+}
+
+// one thread's sums over the units it took, per head
+struct Partial {
+    std::vector<float> state, sums, value_sum, running;
+    Partial(int64_t heads, int64_t state_size, int64_t sums_size, int64_t dv, int64_t running_size)
+        : state(heads * state_size, 0.0f), sums(heads * sums_size, 0.0f), value_sum(heads * dv, 0.0f),
+          running(heads * running_size, NEG_INF) {}
+};
+
+template <int NV>
+void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
+               int64_t n, int threads, float* kv, float* ksum, float* log_max, float* value_sum) {
+    constexpr int DV = 16 * NV;
+    const int f = s.kind == TRIG ? 2 * s.m : s.m;
+    std::vector<Partial> parts;
+    for (int t = 0; t < threads; ++t) parts.emplace_back(heads, f * DV, f, DV, 1);
+    ThreadBuffers bufs(threads, s, DV);
+    parallel_units(threads, heads, n, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+        Partial& p = parts[t];
+        keys_range<NV>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
+                       s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m, r0, r1,
+                       p.state.data() + bh * f * DV, p.sums.data() + bh * f,
+                       value_sum == nullptr ? nullptr : p.value_sum.data() + bh * DV, p.running[bh]);
+    });
+    for (int64_t bh = 0; bh < heads; ++bh) {  // merge the threads' sums at the largest of their scales
+        float top = NEG_INF;
+        for (const Partial& p : parts) top = p.running[bh] > top ? p.running[bh] : top;
         float* state = kv + bh * f * DV;
         float* sums = ksum + bh * f;
         std::memset(state, 0, sizeof(float) * f * DV);
         std::memset(sums, 0, sizeof(float) * f);
         if (value_sum != nullptr) std::memset(value_sum + bh * DV, 0, sizeof(float) * DV);
-        float running = NEG_INF;
-        for (int64_t start = r0; start < r1; start += buf.rows) {
-            const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
-            features(s, x + start * s.d, w, rows, buf.u, buf.phi, buf.row_max, buf.unit);
-            float block_max = NEG_INF;
-            for (int r = 0; r < rows; ++r) {
-                bool keep = mask == nullptr || mask[start + r];
-                float c = 0.0f;
-                if (s.kind == FAVOR) {
-                    c = buf.row_max[r] - s.norm_coef * squared_norm(x + (start + r) * s.d, s.d);
-                }
-                buf.weight[r] = keep ? c : NEG_INF;
-                if (!keep) std::memset(buf.phi + r * f, 0, sizeof(float) * f);  // padded features may be inf
-                block_max = buf.weight[r] > block_max ? buf.weight[r] : block_max;
-            }
-            if (block_max == NEG_INF) continue;  // no real key in this block
-            if (s.kind == FAVOR && block_max > running) {
-                if (running != NEG_INF) {
-                    float factor = std::exp(running - block_max);
-                    for (int i = 0; i < f * DV; ++i) state[i] *= factor;
-                    for (int i = 0; i < f; ++i) sums[i] *= factor;
-                }
-                running = block_max;
-            }
-            const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
-            Prefetch pf;  // the next block's k and v rows, over this block's tiles
-            const int tiles = (f + tile_rows<NV>() - 1) / tile_rows<NV>();
-            pf.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, tiles, 0);
-            pf.plan(vh + next * DV, next_rows > 0 ? next_rows * DV : 0, tiles, 1);
-            bool unweighted = s.kind != FAVOR && mask == nullptr;  // every weight 1: v as it is
-            for (int r = 0; r < rows; ++r) {
-                const bool keep = buf.weight[r] != NEG_INF;
-                float wr = !keep ? 0.0f : (s.kind == FAVOR ? std::exp(buf.weight[r] - running) : 1.0f);
-                buf.weight[r] = wr;
-                if (!unweighted)
-                    for (int c = 0; c < DV; c += 16) store(buf.vals + r * DV + c, load(vh + (start + r) * DV + c) * wr);
-                if (value_sum != nullptr && keep)  // sum of the real rows' v (for a map's offset)
-                    for (int c = 0; c < DV; c += 16) store(value_sum + bh * DV + c, load(value_sum + bh * DV + c) + load(vh + (start + r) * DV + c));
-            }
-            for (int c = 0; c < f; c += 64) {  // sums += phi^T w, four vectors of features at a time in registers
-                const int width = f - c < 64 ? f - c : 64;
-                v16 acc[4];
-                for (int j = 0; j < width; j += 16) acc[j / 16] = load(sums + c + j);
-                for (int r = 0; r < rows; ++r)
-                    for (int j = 0; j < width; j += 16) acc[j / 16] += load(buf.phi + r * f + c + j) * buf.weight[r];
-                for (int j = 0; j < width; j += 16) store(sums + c + j, acc[j / 16]);
-            }
-            accumulate<NV>(buf.phi, f, rows, unweighted ? vh + start * DV : buf.vals, state, &pf);
+        for (const Partial& p : parts) {
+            if (value_sum != nullptr)
+                for (int c = 0; c < DV; ++c) value_sum[bh * DV + c] += p.value_sum[bh * DV + c];
+            float factor = s.kind != FAVOR ? 1.0f : p.running[bh] == NEG_INF ? 0.0f : std::exp(p.running[bh] - top);
+            if (factor == 0.0f) continue;
+            for (int64_t i = 0; i < f * DV; ++i) state[i] += factor * p.state[bh * f * DV + i];
+            for (int i = 0; i < f; ++i) sums[i] += factor * p.sums[bh * f + i];
         }
-        if (log_max != nullptr) log_max[bh] = running;
+        if (log_max != nullptr) log_max[bh] = top;
     }
 }
 
@@ -368,125 +435,151 @@ struct Conv {
 // total_l = sum_j exp(u_jl - max_l), max_l the column's running maximum over real rows (Nystromformer's landmark
 // queries attending to all keys; as flash attention, with the landmarks as the queries)
 template <int NV>
-void softmax_columns_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, int64_t heads,
-                          int64_t h, int64_t n, int64_t r0, int64_t r1, float* acc, float* total, float* col_max) {
+void softmax_columns_range(const Spec& s, Buffers& buf, const float* x, const float* vh, const uint8_t* mask,
+                           const float* w, int64_t r0, int64_t r1, float* state, float* sums, float* running) {
     constexpr int DV = 16 * NV;
     const int m = s.m;
-    Buffers buf(s, DV);
-    float* block_max = static_cast<float*>(std::aligned_alloc(64, sizeof(float) * (m + 16) * 2));
-    float* factor = block_max + m + 16;
-    for (int64_t bh = 0; bh < heads; ++bh) {
-        const float* x = k + bh * n * s.d;
-        const float* vh = v + bh * n * DV;
-        const uint8_t* mask = real == nullptr ? nullptr : real + (bh / h) * n;
-        const float* w = s.w + (bh % s.heads_w) * s.d * m;
-        float* state = acc + bh * m * DV;
-        float* sums = total + bh * m;
-        float* running = col_max + bh * m;
-        std::memset(state, 0, sizeof(float) * m * DV);
-        std::memset(sums, 0, sizeof(float) * m);
-        for (int l = 0; l < m; ++l) running[l] = NEG_INF;
-        for (int64_t start = r0; start < r1; start += buf.rows) {
-            const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
-            project(x + start * s.d, rows, s.d, w, m, buf.phi);
-            int real_rows = 0;
-            for (int c = 0; c < m; c += 16) store(block_max + c, splat(NEG_INF));
-            for (int r = 0; r < rows; ++r) {
-                if (mask != nullptr && !mask[start + r]) continue;
-                ++real_rows;
-                for (int c = 0; c < m; c += 16) {
-                    v16 a = load(buf.phi + r * m + c), b = load(block_max + c);
-                    store(block_max + c, a > b ? a : b);
-                }
+    float* block_max = buf.unit;  // the column maxima and rescaling factors: 2 m floats of the unit-norm scratch
+    float* factor = buf.unit + m;
+    for (int64_t start = r0; start < r1; start += buf.rows) {
+        const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
+        project(x + start * s.d, rows, s.d, w, m, buf.phi);
+        int real_rows = 0;
+        for (int c = 0; c < m; c += 16) store(block_max + c, splat(NEG_INF));
+        for (int r = 0; r < rows; ++r) {
+            if (mask != nullptr && !mask[start + r]) continue;
+            ++real_rows;
+            for (int c = 0; c < m; c += 16) {
+                v16 a = load(buf.phi + r * m + c), b = load(block_max + c);
+                store(block_max + c, a > b ? a : b);
             }
-            if (real_rows == 0) continue;
-            v16 raised = {};
-            for (int c = 0; c < m; c += 16) {  // running max and the factor exp(old - new) that rescales the sums
-                v16 before = load(running + c), block = load(block_max + c);
-                v16 top = block > before ? block : before;
-                store(factor + c, before == NEG_INF ? splat(0.0f) : vexp(before - top));
-                raised = top != before ? splat(1.0f) : raised;
-                store(running + c, top);
+        }
+        if (real_rows == 0) continue;
+        v16 raised = {};
+        for (int c = 0; c < m; c += 16) {  // running max and the factor exp(old - new) that rescales the sums
+            v16 before = load(running + c), block = load(block_max + c);
+            v16 top = block > before ? block : before;
+            store(factor + c, before == NEG_INF ? splat(0.0f) : vexp(before - top));
+            raised = top != before ? splat(1.0f) : raised;
+            store(running + c, top);
+        }
+        if (hmax(raised) > 0.0f)
+            for (int l = 0; l < m; ++l) {
+                sums[l] *= factor[l];
+                for (int c = 0; c < DV; c += 16) store(state + l * DV + c, load(state + l * DV + c) * factor[l]);
             }
-            if (hmax(raised) > 0.0f)
-                for (int l = 0; l < m; ++l) {
-                    sums[l] *= factor[l];
-                    for (int c = 0; c < DV; c += 16) store(state + l * DV + c, load(state + l * DV + c) * factor[l]);
-                }
-            for (int r = 0; r < rows; ++r) {
-                float* row = buf.phi + r * m;
-                if (mask != nullptr && !mask[start + r]) {
-                    std::memset(row, 0, sizeof(float) * m);
-                    continue;
-                }
-                for (int c = 0; c < m; c += 16) {
-                    v16 e = vexp(load(row + c) - load(running + c));
-                    store(row + c, e);
-                    store(sums + c, load(sums + c) + e);
-                }
+        for (int r = 0; r < rows; ++r) {
+            float* row = buf.phi + r * m;
+            if (mask != nullptr && !mask[start + r]) {
+                std::memset(row, 0, sizeof(float) * m);
+                continue;
             }
-            const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
-            Prefetch pf;
-            const int tiles = (m + tile_rows<NV>() - 1) / tile_rows<NV>();
-            pf.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, tiles, 0);
-            pf.plan(vh + next * DV, next_rows > 0 ? next_rows * DV : 0, tiles, 1);
-            accumulate<NV>(buf.phi, m, rows, vh + start * DV, state, &pf);
+            for (int c = 0; c < m; c += 16) {
+                v16 e = vexp(load(row + c) - load(running + c));
+                store(row + c, e);
+                store(sums + c, load(sums + c) + e);
+            }
+        }
+        const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
+        Prefetch pf;
+        const int tiles = (m + tile_rows<NV>() - 1) / tile_rows<NV>();
+        pf.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, tiles, 0);
+        pf.plan(vh + next * DV, next_rows > 0 ? next_rows * DV : 0, tiles, 1);
+        accumulate<NV>(buf.phi, m, rows, vh + start * DV, state, &pf);
+    }
+}
+
+template <int NV>
+void softmax_columns_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, int64_t heads,
+                          int64_t h, int64_t n, int threads, float* acc, float* total, float* col_max) {
+    constexpr int DV = 16 * NV;
+    const int m = s.m;
+    std::vector<Partial> parts;
+    for (int t = 0; t < threads; ++t) parts.emplace_back(heads, m * DV, m, 0, m);
+    Spec wide = s;  // its unit-norm scratch (rows x d floats) must hold the 2 m floats of column maxima and factors
+    wide.d = s.d > m ? s.d : m;
+    ThreadBuffers bufs(threads, wide, DV);
+    parallel_units(threads, heads, n, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+        Partial& p = parts[t];
+        softmax_columns_range<NV>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV,
+                                  real == nullptr ? nullptr : real + (bh / h) * n, s.w + (bh % s.heads_w) * s.d * m,
+                                  r0, r1, p.state.data() + bh * m * DV, p.sums.data() + bh * m,
+                                  p.running.data() + bh * m);
+    });
+    for (int64_t bh = 0; bh < heads; ++bh)  // merge per column at the largest of the threads' maxima
+        for (int l = 0; l < m; ++l) {
+            const int64_t at = bh * m + l;
+            float top = NEG_INF;
+            for (const Partial& p : parts) top = p.running[at] > top ? p.running[at] : top;
+            float* state = acc + at * DV;
+            std::memset(state, 0, sizeof(float) * DV);
+            total[at] = 0.0f;
+            col_max[at] = top;
+            for (const Partial& p : parts) {
+                if (p.running[at] == NEG_INF) continue;
+                const float factor = std::exp(p.running[at] - top);
+                total[at] += factor * p.sums[at];
+                for (int c = 0; c < DV; ++c) state[c] += factor * p.state[at * DV + c];
+            }
+        }
+}
+
+template <int NV>
+void queries_range(const Spec& s, Buffers& buf, const float* x, const float* w, const float* state, const float* sums,
+                   const float* offset_kv, float offset_den, int64_t n, int64_t bh, int64_t r0, int64_t r1, float eps,
+                   float* o, const Conv& conv) {
+    constexpr int DV = 16 * NV;
+    const int f = s.kind == TRIG ? 2 * s.m : s.m;
+    for (int64_t start = r0; start < r1; start += buf.rows) {
+        const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
+        features(s, x + start * s.d, w, rows, buf.u, buf.phi, buf.row_max, buf.unit);
+        const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
+        Prefetch pf;
+        pf.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, (rows + tile_rows<NV>() - 1) / tile_rows<NV>());
+        float* num = buf.out;  // the block's numerators in cache; normalised outputs go to memory by streaming stores
+        apply<NV>(buf.phi, f, rows, state, num, &pf);
+        float* o_block = o + start * DV;
+        for (int r = 0; r < rows; ++r) {
+            v16 acc = {};
+            for (int c = 0; c < f; c += 16) acc += load(buf.phi + r * f + c) * load(sums + c);
+            float den = hsum(acc) + offset_den;
+            den = den >= 0 ? (den > eps ? den : eps) : (den < -eps ? den : -eps);
+            const float inv = 1.0f / den;
+            v16 value[NV];
+            for (int c = 0; c < NV; ++c) {
+                value[c] = load(num + r * DV + 16 * c);
+                if (offset_kv != nullptr) value[c] += load(offset_kv + 16 * c);
+                value[c] *= inv;
+            }
+            if (conv.v != nullptr) {
+                const int64_t i = start + r, half = conv.size / 2;
+                const float* taps = conv.w + (bh % conv.h) * conv.size;
+                const float* vh = conv.v + bh * n * DV;
+                int t0 = i - half < 0 ? static_cast<int>(half - i) : 0;
+                int t1 = i - half + conv.size > n ? static_cast<int>(n - i + half) : conv.size;
+                for (int t = t0; t < t1; ++t)
+                    for (int c = 0; c < NV; ++c) value[c] += taps[t] * load(vh + (i + t - half) * DV + 16 * c);
+            }
+            for (int c = 0; c < NV; ++c) stream(o_block + r * DV + 16 * c, value[c]);
         }
     }
-    std::free(block_max);
+#if defined(__AVX512F__)
+    __builtin_ia32_sfence();  // the streaming stores visible before the unit counts as done
+#endif
 }
 
 template <int NV>
 void queries_impl(const Spec& s, const float* q, const float* kv, const float* ksum, const float* offset_kv,
-                  const float* offset_den, int64_t heads, int64_t n, int64_t r0, int64_t r1, float eps, float* out,
+                  const float* offset_den, int64_t heads, int64_t n, int threads, float eps, float* out,
                   const Conv& conv) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
-    Buffers buf(s, DV);
-    for (int64_t bh = 0; bh < heads; ++bh) {
-        const float* x = q + bh * n * s.d;
-        const float* w = s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m;
-        const float* state = kv + bh * f * DV;
-        const float* sums = ksum + bh * f;
-        float* o = out + bh * n * DV;
-        for (int64_t start = r0; start < r1; start += buf.rows) {
-            const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
-            features(s, x + start * s.d, w, rows, buf.u, buf.phi, buf.row_max, buf.unit);
-            const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
-            Prefetch pf;
-            pf.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, (rows + tile_rows<NV>() - 1) / tile_rows<NV>());
-            float* num = buf.out;  // the block's numerators in cache; normalised outputs go to memory by streaming stores
-            apply<NV>(buf.phi, f, rows, state, num, &pf);
-            float* o_block = o + start * DV;
-            for (int r = 0; r < rows; ++r) {
-                v16 acc = {};
-                for (int c = 0; c < f; c += 16) acc += load(buf.phi + r * f + c) * load(sums + c);
-                float den = hsum(acc);
-                if (offset_den != nullptr) den += offset_den[bh];
-                den = den >= 0 ? (den > eps ? den : eps) : (den < -eps ? den : -eps);
-                const float inv = 1.0f / den;
-                v16 value[NV];
-                for (int c = 0; c < NV; ++c) {
-                    value[c] = load(num + r * DV + 16 * c);
-                    if (offset_kv != nullptr) value[c] += load(offset_kv + bh * DV + 16 * c);
-                    value[c] *= inv;
-                }
-                if (conv.v != nullptr) {
-                    const int64_t i = start + r, half = conv.size / 2;
-                    const float* taps = conv.w + (bh % conv.h) * conv.size;
-                    const float* vh = conv.v + bh * n * DV;
-                    int t0 = i - half < 0 ? static_cast<int>(half - i) : 0;
-                    int t1 = i - half + conv.size > n ? static_cast<int>(n - i + half) : conv.size;
-                    for (int t = t0; t < t1; ++t)
-                        for (int c = 0; c < NV; ++c) value[c] += taps[t] * load(vh + (i + t - half) * DV + 16 * c);
-                }
-                for (int c = 0; c < NV; ++c) stream(o_block + r * DV + 16 * c, value[c]);
-            }
-        }
-    }
-#if defined(__AVX512F__)
-    __builtin_ia32_sfence();
-#endif
+    ThreadBuffers bufs(threads, s, DV);
+    parallel_units(threads, heads, n, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+        queries_range<NV>(s, bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m,
+                          kv + bh * f * DV, ksum + bh * f, offset_kv == nullptr ? nullptr : offset_kv + bh * DV,
+                          offset_den == nullptr ? 0.0f : offset_den[bh], n, bh, r0, r1, eps, out + bh * n * DV, conv);
+    });
 }
 
 Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float norm_coef, int unit, float unit_eps) {
@@ -497,53 +590,53 @@ Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float no
 
 extern "C" {
 
-int attnbench_abi() { return 3; }
+int attnbench_abi() { return 4; }
 
-// Key sums over rows [r0, r1) of every head: kv (heads, F, dv) = sum phi~ v^T, ksum (heads, F) = sum phi~, with
+// Key sums over the rows of every head, on `threads` threads: kv (heads, F, dv) = sum phi~ v^T, ksum (heads, F) = sum phi~, with
 // phi~ = phi * exp(c - log_max) for FAVOR (c = row max - norm_coef |k|^2; log_max (heads) written), else phi.
 // Padded rows (real[b, j] == 0) contribute nothing. value_sum (heads, dv), when given, gets the sum of the real
 // rows of v. Returns 0, or -1 for an unsupported value width dv.
 int attnbench_keys(int kind, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
                    int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, float norm_coef, int unit,
-                   float unit_eps, int64_t r0, int64_t r1, float* kv, float* ksum, float* log_max, float* value_sum) {
+                   float unit_eps, int threads, float* kv, float* ksum, float* log_max, float* value_sum) {
     Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, unit, unit_eps);
     switch (dv) {
-        case 16: keys_impl<1>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max, value_sum); return 0;
-        case 32: keys_impl<2>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max, value_sum); return 0;
-        case 64: keys_impl<4>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max, value_sum); return 0;
-        case 128: keys_impl<8>(s, k, v, real, heads, h, n, r0, r1, kv, ksum, log_max, value_sum); return 0;
+        case 16: keys_impl<1>(s, k, v, real, heads, h, n, threads, kv, ksum, log_max, value_sum); return 0;
+        case 32: keys_impl<2>(s, k, v, real, heads, h, n, threads, kv, ksum, log_max, value_sum); return 0;
+        case 64: keys_impl<4>(s, k, v, real, heads, h, n, threads, kv, ksum, log_max, value_sum); return 0;
+        case 128: keys_impl<8>(s, k, v, real, heads, h, n, threads, kv, ksum, log_max, value_sum); return 0;
         default: return -1;
     }
 }
 
-// Outputs of rows [r0, r1): out = (phi kv + offset_kv) / guard(phi ksum + offset_den, eps), offsets optional.
+// Outputs of every row, on `threads` threads: out = (phi kv + offset_kv) / guard(phi ksum + offset_den, eps), offsets optional.
 // With conv_v: plus the depthwise convolution of conv_v (heads, n, dv) by conv_w (h, conv_size) (struct Conv).
 int attnbench_queries(int kind, const float* q, const float* kv, const float* ksum, const float* offset_kv,
                       const float* offset_den, int64_t heads, int64_t n, int d, int dv, int m, const float* w,
-                      int64_t heads_w, int unit, float unit_eps, int64_t r0, int64_t r1, float eps, float* out,
+                      int64_t heads_w, int unit, float unit_eps, int threads, float eps, float* out,
                       const float* conv_v, const float* conv_w, int conv_size, int64_t h) {
     Spec s = make_spec(kind, d, m, w, heads_w, 0.0f, unit, unit_eps);
     Conv conv{conv_v, conv_w, conv_size, h};
     switch (dv) {
-        case 16: queries_impl<1>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out, conv); return 0;
-        case 32: queries_impl<2>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out, conv); return 0;
-        case 64: queries_impl<4>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out, conv); return 0;
-        case 128: queries_impl<8>(s, q, kv, ksum, offset_kv, offset_den, heads, n, r0, r1, eps, out, conv); return 0;
+        case 16: queries_impl<1>(s, q, kv, ksum, offset_kv, offset_den, heads, n, threads, eps, out, conv); return 0;
+        case 32: queries_impl<2>(s, q, kv, ksum, offset_kv, offset_den, heads, n, threads, eps, out, conv); return 0;
+        case 64: queries_impl<4>(s, q, kv, ksum, offset_kv, offset_den, heads, n, threads, eps, out, conv); return 0;
+        case 128: queries_impl<8>(s, q, kv, ksum, offset_kv, offset_den, heads, n, threads, eps, out, conv); return 0;
         default: return -1;
     }
 }
 
-// Column softmax sums over rows [r0, r1) (softmax_columns_impl): k (heads, n, d) against w (heads_w, d, m),
+// Column softmax sums over every row, on `threads` threads (softmax_columns_impl): k (heads, n, d) against w (heads_w, d, m),
 // v (heads, n, dv) -> acc (heads, m, dv), total (heads, m), col_max (heads, m). Padded rows contribute nothing.
 int attnbench_softmax_columns(const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
-                              int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, int64_t r0,
-                              int64_t r1, float* acc, float* total, float* col_max) {
+                              int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, int threads,
+                              float* acc, float* total, float* col_max) {
     Spec s = make_spec(FAVOR, d, m, w, heads_w, 0.0f, 0, 0.0f);
     switch (dv) {
-        case 16: softmax_columns_impl<1>(s, k, v, real, heads, h, n, r0, r1, acc, total, col_max); return 0;
-        case 32: softmax_columns_impl<2>(s, k, v, real, heads, h, n, r0, r1, acc, total, col_max); return 0;
-        case 64: softmax_columns_impl<4>(s, k, v, real, heads, h, n, r0, r1, acc, total, col_max); return 0;
-        case 128: softmax_columns_impl<8>(s, k, v, real, heads, h, n, r0, r1, acc, total, col_max); return 0;
+        case 16: softmax_columns_impl<1>(s, k, v, real, heads, h, n, threads, acc, total, col_max); return 0;
+        case 32: softmax_columns_impl<2>(s, k, v, real, heads, h, n, threads, acc, total, col_max); return 0;
+        case 64: softmax_columns_impl<4>(s, k, v, real, heads, h, n, threads, acc, total, col_max); return 0;
+        case 128: softmax_columns_impl<8>(s, k, v, real, heads, h, n, threads, acc, total, col_max); return 0;
         default: return -1;
     }
 }
