@@ -210,7 +210,7 @@ class NystromAttention(nn.Module):
         fused = not torch.is_grad_enabled() and self._fused(q, k, v, key_padding_mask, num_landmarks)
         threads = torch.get_num_threads()
         with torch_threads(1) if fused else contextlib.nullcontext():  # small operations; see `torch_threads`
-            q_land, k_land, valid, real = self._landmarks(q, k, key_padding_mask, num_landmarks, fused and threads > 1)
+            q_land, k_land, valid, real = self._landmarks(q, k, key_padding_mask, num_landmarks, threads if fused else 0)
             k_land = k_land * d ** -0.5  # the scores' 1/sqrt(d), folded into the small landmark matrices
             keep = None if valid is None else valid[:, None, None, :]
             kernel_2 = _masked_softmax(q_land @ k_land.transpose(-2, -1), keep)  # (B, H, L, L)
@@ -269,17 +269,14 @@ class NystromAttention(nn.Module):
         return out
 
     def _landmarks(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, num_landmarks: int,
-                   threaded: bool = False) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+                   threads: int = 0) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         """Segment means of q and k (B, H, L, d), which landmarks have tokens (B, L) and the real-token
         weights (B, 1, N, 1); without padding and with L dividing N: plain reshaped means, both None
-        (`threaded`: q's and k's on two threads of `run_on_threads`, for the fused path)."""
+        (`threads` > 0: the fused path's, computed by the fused kernels on that many threads)."""
         if key_padding_mask is None and q.shape[2] % num_landmarks == 0:
-            if threaded:
-                q_land, k_land = run_on_threads(lambda i, _: even_segment_means((q, k)[i], num_landmarks),
-                                                [(0, 1), (1, 2)])
-            else:
-                q_land, k_land = even_segment_means(q, num_landmarks), even_segment_means(k, num_landmarks)
-            return q_land, k_land, None, None
+            if threads and q.shape[-1] % 16 == 0:
+                return (*native.segment_means(q.contiguous(), k.contiguous(), num_landmarks, threads), None, None)
+            return even_segment_means(q, num_landmarks), even_segment_means(k, num_landmarks), None, None
         b, n = q.shape[0], q.shape[2]
         mask = torch.ones(b, n, dtype=torch.bool, device=q.device) if key_padding_mask is None else key_padding_mask
         segment, valid = landmark_segments(mask, num_landmarks)

@@ -172,3 +172,13 @@ def test_fused_nystromformer_leaves_degenerate_padding_to_pytorch(monkeypatch):
     mask[1] = False
     with torch.no_grad():
         assert torch.isfinite(attn(q, k, v, mask)).all()
+
+
+@needs_native
+def test_segment_means_equal_torch_means():
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 3, 96, 32, generator=g) for _ in range(2))
+    for threads in (1, 3):
+        q_means, k_means = native.segment_means(q, k, 12, threads)
+        torch.testing.assert_close(q_means, q.view(2, 3, 12, 8, 32).mean(dim=3))
+        torch.testing.assert_close(k_means, k.view(2, 3, 12, 8, 32).mean(dim=3))

@@ -33,7 +33,7 @@ SOURCE = Path(__file__).with_name("fused_linear.cpp")
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-ffp-contract=fast")
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 4
+ABI = 5
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -110,6 +110,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_queries.restype = i32
     lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i32,
                                       f32, p, p, p, i32, i64]
+    lib.attnbench_segment_means.restype = i32
+    lib.attnbench_segment_means.argtypes = [p, p, i64, i64, i32, i64, i32, p, p]
     lib.attnbench_softmax_columns.restype = i32
     lib.attnbench_softmax_columns.argtypes = [p, p, p, i64, i64, i64, i32, i32, i32, p, i64, i32, p, p, p]
 
@@ -225,3 +227,13 @@ def softmax_columns(k: Tensor, weights: Tensor, v: Tensor, real: Tensor | None, 
     if code != 0:
         raise RuntimeError(f"attnbench_softmax_columns returned {code}")
     return [acc, total, top]
+
+
+def segment_means(q: Tensor, k: Tensor, segments: int, threads: int = 1) -> tuple[Tensor, Tensor]:
+    """Means of `segments` equal consecutive segments of q and k (B, H, N, d), contiguous float32, N a multiple of
+    segments and d of 16 -> two (B, H, segments, d), in one pass on `threads` threads."""
+    b, h, n, d = q.shape
+    q_means, k_means = torch.empty(b, h, segments, d), torch.empty(b, h, segments, d)
+    library().attnbench_segment_means(q.data_ptr(), k.data_ptr(), b * h, n, d, segments, threads,
+                                      q_means.data_ptr(), k_means.data_ptr())
+    return q_means, k_means

@@ -582,6 +582,25 @@ void queries_impl(const Spec& s, const float* q, const float* kv, const float* k
     });
 }
 
+// means of `segments` equal consecutive segments of rows of each of `heads` (n x d) matrices, for each of two inputs
+// (Nystromformer's landmarks of q and k in one pass on `threads` threads); units of one segment of one head
+void segment_means(const float* a, const float* b, int64_t heads, int64_t n, int d, int64_t segments, int threads,
+                   float* mean_a, float* mean_b) {
+    const int64_t length = n / segments;
+    // one "head" of UNIT_ROWS rows per (input, head, segment): one unit each, its row range unused
+    parallel_units(threads, 2 * heads * segments, UNIT_ROWS, [&](int, int64_t unit, int64_t, int64_t) {
+        const int64_t which = unit / (heads * segments), at = unit % (heads * segments);
+        const float* x = (which == 0 ? a : b) + at * length * d;  // segment `at % segments` of head `at / segments`
+        float* out = (which == 0 ? mean_a : mean_b) + at * d;
+        const float inv = 1.0f / static_cast<float>(length);
+        for (int c = 0; c < d; c += 16) {
+            v16 acc = {};
+            for (int64_t r = 0; r < length; ++r) acc += load(x + r * d + c);
+            store(out + c, acc * inv);
+        }
+    });
+}
+
 Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float norm_coef, int unit, float unit_eps) {
     return Spec{kind, d, m, w, heads_w, norm_coef, unit, unit_eps};
 }
@@ -590,7 +609,7 @@ Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float no
 
 extern "C" {
 
-int attnbench_abi() { return 4; }
+int attnbench_abi() { return 5; }
 
 // Key sums over the rows of every head, on `threads` threads: kv (heads, F, dv) = sum phi~ v^T, ksum (heads, F) = sum phi~, with
 // phi~ = phi * exp(c - log_max) for FAVOR (c = row max - norm_coef |k|^2; log_max (heads) written), else phi.
@@ -639,6 +658,14 @@ int attnbench_softmax_columns(const float* k, const float* v, const uint8_t* rea
         case 128: softmax_columns_impl<8>(s, k, v, real, heads, h, n, threads, acc, total, col_max); return 0;
         default: return -1;
     }
+}
+
+// Means of equal consecutive segments of q and k (heads, n, d) -> (heads, segments, d) each; d a multiple of 16 and
+// segments dividing n. Returns 0.
+int attnbench_segment_means(const float* q, const float* k, int64_t heads, int64_t n, int d, int64_t segments,
+                            int threads, float* q_means, float* k_means) {
+    segment_means(q, k, heads, n, d, segments, threads, q_means, k_means);
+    return 0;
 }
 
 }  // extern "C"
