@@ -455,6 +455,24 @@ def _fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, k
     return out
 
 
+def fused_training_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
+                             eps: float) -> Tensor:
+    """The non-causal kernel with gradients through the fused kernels (`native.KeySums`, `native.QueryOutputs`):
+    the key and query passes are custom autograd functions whose backward recomputes the features block by block;
+    finishing the key state and folding scale and offset in stay differentiable torch operations on small tensors.
+    Equals `factored_linear_attention` up to rounding, in value and gradients."""
+    threads = torch.get_num_threads()
+    with torch_threads(1):  # small operations between the kernels; see `torch_threads`
+        real = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
+        state = _KeyState()
+        state.kv, state.ksum, state.log_max = native.KeySums.apply(k.contiguous(), v.contiguous(), spec, real, threads)
+        state.scale, state.offset = spec.scale, spec.offset
+        kv, ksum = state.finish(v, _padding_weights(v, key_padding_mask))
+        s_kv, s_ksum, offsets = _query_state(kv, ksum, spec.scale, spec.offset)
+        off_kv, off_den = (None, None) if offsets is None else offsets
+        return native.QueryOutputs.apply(q.contiguous(), s_kv, s_ksum, off_kv, off_den, spec, eps, threads)
+
+
 def _query_state(kv: Tensor, ksum: Tensor, scale: float, offset: float) -> tuple:
     """What query values meet: scale kv, scale ksum and, for an offset, offset times their column sums."""
     s_kv, s_ksum = kv * scale, ksum * scale
@@ -490,6 +508,9 @@ class LinearKernelAttention(nn.Module):
         if not self.causal and not torch.is_grad_enabled():
             return chunked_linear_attention(self.feature_map, q, k, v, key_padding_mask, self.eps)
         if not self.causal:
+            spec = self.feature_map.native_spec(q) if hasattr(self.feature_map, "native_spec") else None
+            if native.supports_backward(spec, q, k, v):
+                return fused_training_attention(spec, q, k, v, key_padding_mask, self.eps)
             q_chunk, k_chunk = self.feature_map.query_chunk(q), self.feature_map.key_chunk(k, key_padding_mask)
             return factored_linear_attention(q_chunk, k_chunk, v, key_padding_mask, self.eps)
         phi_q = self.feature_map.forward_queries(q)

@@ -182,3 +182,55 @@ def test_segment_means_equal_torch_means():
         q_means, k_means = native.segment_means(q, k, 12, threads)
         torch.testing.assert_close(q_means, q.view(2, 3, 12, 8, 32).mean(dim=3))
         torch.testing.assert_close(k_means, k.view(2, 3, 12, 8, 32).mean(dim=3))
+
+
+def _gradients(attn, q, k, v, mask, g):
+    q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
+    out = attn(q, k, v, mask)
+    out.backward(g)
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+@needs_native
+@pytest.mark.parametrize("name, options", [("performer", {}), ("elu-linear", {}),
+                                           ("random-features", {"feature_map": "elu"}),
+                                           ("random-features", {"feature_map": "trig"})])
+def test_fused_training_path_equals_autograd_in_value_and_gradients(name, options, monkeypatch):
+    """The fused key and query passes with their hand-written backward against autograd through the factored
+    PyTorch path, with padding, on 1 and 3 threads."""
+    from harness.registry import build_attention
+    attn = build_attention(name, num_heads=3, head_dim=32, **options).eval()
+    scale = 0.3 if options.get("feature_map") == "trig" else 1.0
+    g = torch.randn(2, 3, 300, 32, generator=torch.Generator().manual_seed(1))
+    calls = []
+    real_apply = native.KeySums.apply
+    monkeypatch.setattr(native.KeySums, "apply", lambda *a: calls.append(1) or real_apply(*a))
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            for loud in (False, True):  # loud padding only where it is masked
+                q, k, v, mask = _inputs(9, 300, 32, scale, loud)
+                m = mask if loud else None
+                fused = _gradients(attn, q, k, v, m, g)
+                with monkeypatch.context() as patch:
+                    patch.setattr(native, "supports_backward", lambda *a: False)
+                    reference = _gradients(attn, q, k, v, m, g)
+                for got, expected in zip(fused, reference):
+                    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5 * expected.abs().max().item())
+    finally:
+        torch.set_num_threads(threads)
+    assert len(calls) == 4
+
+
+@needs_native
+def test_maps_with_trainable_projections_keep_autograd(monkeypatch):
+    """RFA (learned sigma, normalised inputs) and the Coulomb kernel while its particles take gradients."""
+    from harness.registry import build_attention
+    monkeypatch.setattr(native.KeySums, "apply", lambda *a: pytest.fail("the fused training path ran"))
+    q, k, v, mask = _inputs(2, 64, 64)
+    for name in ("rfa", "coulomb"):
+        attn = build_attention(name, num_heads=3, head_dim=64)
+        params = [p for p in attn.parameters() if p.requires_grad]
+        attn(q.requires_grad_(), k, v, mask).sum().backward()
+        assert params and all(p.grad is not None for p in params)

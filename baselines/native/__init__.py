@@ -33,7 +33,7 @@ SOURCE = Path(__file__).with_name("fused_linear.cpp")
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-ffp-contract=fast")
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 5
+ABI = 6
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -110,6 +110,12 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_queries.restype = i32
     lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i32,
                                       f32, p, p, p, i32, i64]
+    lib.attnbench_queries_backward.restype = i32
+    lib.attnbench_queries_backward.argtypes = [i32, p, p, p, p, p, p, p, p, p, p, i64, i64, i32, i32, i32, i64, i32,
+                                               f32, p, p, p, p]
+    lib.attnbench_keys_backward.restype = i32
+    lib.attnbench_keys_backward.argtypes = [i32, p, p, p, i64, i64, i64, i32, i32, i32, p, p, i64, f32, p, p, p, p,
+                                            i32, p, p]
     lib.attnbench_segment_means.restype = i32
     lib.attnbench_segment_means.argtypes = [p, p, i64, i64, i32, i64, i32, p, p]
     lib.attnbench_softmax_columns.restype = i32
@@ -237,3 +243,86 @@ def segment_means(q: Tensor, k: Tensor, segments: int, threads: int = 1) -> tupl
     library().attnbench_segment_means(q.data_ptr(), k.data_ptr(), b * h, n, d, segments, threads,
                                       q_means.data_ptr(), k_means.data_ptr())
     return q_means, k_means
+
+
+def supports_backward(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether the fused training path (`fused_training_attention`) can run: the forward's conditions, no input
+    normalising, d == Dv, and a projection that needs no gradient (fixed random features, a frozen kernel)."""
+    if not supports(spec, q, k, v) or spec.unit_eps is not None or q.shape[-1] != v.shape[-1]:
+        return False
+    return spec.weights is None or not spec.weights.requires_grad
+
+
+def _transposed(w: Tensor | None) -> Tensor | None:
+    return None if w is None else w.transpose(-2, -1).contiguous()
+
+
+class KeySums(torch.autograd.Function):
+    """(k, v) -> key sums kv (B*H, F, Dv), ksum (B*H, F, 1) and favor's log-scale (not differentiable), with the
+    fused backward: features recomputed block by block, dk and dv written once."""
+
+    @staticmethod
+    def forward(ctx, k: Tensor, v: Tensor, spec: NativeSpec, real: Tensor | None, threads: int):
+        kv, ksum, log_max, _ = key_sums(spec, k, v, real, threads)
+        ctx.spec, ctx.real, ctx.threads = spec, real, threads
+        ctx.save_for_backward(k, v)
+        ctx.log_max = log_max
+        if log_max is not None:
+            ctx.mark_non_differentiable(log_max)
+        return kv, ksum, log_max
+
+    @staticmethod
+    def backward(ctx, g_kv: Tensor, g_ksum: Tensor, _: Tensor | None):
+        k, v = ctx.saved_tensors
+        spec, b, h, n, d = ctx.spec, *k.shape
+        w = spec.weights
+        g_kv = g_kv.contiguous()
+        g_ksum = g_ksum.reshape(b * h, -1).contiguous()
+        w_t, g_kv_t = _transposed(w), _transposed(g_kv)  # held here: the kernel reads them through raw pointers
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        code = library().attnbench_keys_backward(
+            KINDS[spec.kind], k.data_ptr(), v.data_ptr(), _ptr(ctx.real), b * h, h, n, d, v.shape[-1],
+            w.shape[-1] if w is not None else d, _ptr(w), _ptr(w_t), w.shape[0] if w is not None else 1,
+            spec.norm_coef, _ptr(ctx.log_max), g_kv.data_ptr(), g_kv_t.data_ptr(), g_ksum.data_ptr(),
+            ctx.threads, dk.data_ptr(), dv.data_ptr())
+        if code != 0:
+            raise RuntimeError(f"attnbench_keys_backward returned {code}")
+        return dk, dv, None, None, None
+
+
+class QueryOutputs(torch.autograd.Function):
+    """(q, s_kv, s_ksum, off_kv, off_den) -> (phi_q s_kv + off_kv) / guard(phi_q s_ksum + off_den, eps) as
+    `write_queries`, with the fused backward (features recomputed, dq written once, the state's gradients summed
+    per thread)."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, s_kv: Tensor, s_ksum: Tensor, off_kv: Tensor | None, off_den: Tensor | None,
+                spec: NativeSpec, eps: float, threads: int):
+        b, h, n, _ = q.shape
+        out = torch.empty(b, h, n, s_kv.shape[-1])
+        offsets = None if off_kv is None else (off_kv, off_den)
+        write_queries(spec, q, s_kv.contiguous(), s_ksum.contiguous(), offsets, eps, out, threads=threads)
+        ctx.spec, ctx.eps, ctx.threads, ctx.has_offsets = spec, eps, threads, off_kv is not None
+        ctx.save_for_backward(q, s_kv, s_ksum, off_kv, off_den, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        q, s_kv, s_ksum, off_kv, off_den, out = ctx.saved_tensors
+        spec, b, h, n, d = ctx.spec, *q.shape
+        dv, w = s_kv.shape[-1], spec.weights
+        s_kv, s_ksum, g = s_kv.contiguous(), s_ksum.contiguous(), g.contiguous()
+        off_kv = None if off_kv is None else off_kv.contiguous()
+        off_den = None if off_den is None else off_den.contiguous()
+        w_t, s_kv_t = _transposed(w), _transposed(s_kv)  # held here: the kernel reads them through raw pointers
+        dq = torch.empty_like(q)
+        g_kv, g_ksum, g_off = torch.empty_like(s_kv), torch.empty_like(s_ksum), torch.empty(b * h, dv + 1)
+        code = library().attnbench_queries_backward(
+            KINDS[spec.kind], q.data_ptr(), _ptr(w), _ptr(w_t), s_kv.data_ptr(), s_kv_t.data_ptr(), s_ksum.data_ptr(), _ptr(off_kv), _ptr(off_den), out.data_ptr(),
+            g.data_ptr(), b * h, n, d, dv, w.shape[-1] if w is not None else d, w.shape[0] if w is not None else 1,
+            ctx.threads, ctx.eps, dq.data_ptr(), g_kv.data_ptr(), g_ksum.data_ptr(), g_off.data_ptr())
+        if code != 0:
+            raise RuntimeError(f"attnbench_queries_backward returned {code}")
+        g_off_kv = g_off[:, None, :dv] if ctx.has_offsets else None
+        g_off_den = g_off[:, None, dv:] if ctx.has_offsets else None
+        return dq, g_kv, g_ksum, g_off_kv, g_off_den, None, None, None

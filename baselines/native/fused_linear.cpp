@@ -601,6 +601,192 @@ void segment_means(const float* a, const float* b, int64_t heads, int64_t n, int
     });
 }
 
+// --- backward (training): the same passes in reverse, features recomputed rather than stored ------------------
+
+// g_u (rows x m) from g_phi (rows x F) and the features phi (rows x F) of u: favor exp -> g_phi phi; elu + 1 ->
+// g_phi min(phi, 1); sin/cos -> g_sin cos - g_cos sin
+void feature_grad(const Spec& s, const float* phi, const float* g_phi, int rows, float* g_u) {
+    const int m = s.m;
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < m; c += 16) {
+            if (s.kind == TRIG) {
+                const float* p = phi + r * 2 * m;
+                const float* g = g_phi + r * 2 * m;
+                store(g_u + r * m + c, load(g + c) * load(p + m + c) - load(g + m + c) * load(p + c));
+            } else {
+                v16 p = load(phi + r * m + c);
+                store(g_u + r * m + c, load(g_phi + r * m + c) * (s.kind == FAVOR ? p : (p < 1.0f ? p : splat(1.0f))));
+            }
+        }
+}
+
+struct BackwardBuffers {
+    std::vector<float> u, phi, g_phi, g_u, rows_dv, out_d, scratch;
+    BackwardBuffers(const Spec& s, int dv, int rows)
+        : u(rows * s.m + 16), phi(rows * 2 * s.m + 16), g_phi(rows * 2 * s.m + 16), g_u(rows * s.m + 16),
+          rows_dv(rows * dv + 16), out_d(rows * s.d + 16), scratch(rows * (s.d + 2) + 32) {}
+};
+
+// dx (rows x d) = g_u (rows x m) w^T, w^T given as wt (m x d); without a projection dx = g_u
+template <int ND>
+void input_grad(const Spec& s, const float* g_u, const float* wt, int rows, float* dx) {
+    if (wt == nullptr) {
+        std::memcpy(dx, g_u, sizeof(float) * rows * s.d);
+        return;
+    }
+    Prefetch none;
+    apply<ND>(g_u, s.m, rows, wt, dx, &none);
+}
+
+// query pass backward for rows [r0, r1) of one head: out = (e s_kv + off_kv) / guard(e s_ksum + off_den);
+// dq, and into the thread's sums g_kv (F x DV) = sum e^T g_num, g_ksum (F) = sum e g_den, g_off (DV + 1)
+template <int NV, int ND>
+void queries_backward_range(const Spec& s, BackwardBuffers& b, const float* x, const float* w, const float* wt,
+                            const float* s_kv, const float* s_kv_t, const float* s_ksum, const float* off_kv,
+                            float off_den, const float* out, const float* g, int64_t r0, int64_t r1, float eps,
+                            float* dq, float* g_kv, float* g_ksum, float* g_off) {
+    constexpr int DV = 16 * NV;
+    const int f = s.kind == TRIG ? 2 * s.m : s.m;
+    const int rows_max = block_rows();
+    float* g_den = b.scratch.data();
+    float* unit = b.scratch.data() + rows_max + 16;
+    for (int64_t start = r0; start < r1; start += rows_max) {
+        const int rows = static_cast<int>(r1 - start < rows_max ? r1 - start : rows_max);
+        features(s, x + start * s.d, w, rows, b.u.data(), b.phi.data(), unit, unit);
+        float* g_num = b.rows_dv.data();
+        for (int r = 0; r < rows; ++r) {
+            v16 acc = {};
+            for (int c = 0; c < f; c += 16) acc += load(b.phi.data() + r * f + c) * load(s_ksum + c);
+            float den = hsum(acc) + off_den;
+            const bool clamped = den >= 0 ? den <= eps : den >= -eps;  // the guard's gradient is 0 where it clamps
+            den = den >= 0 ? (den > eps ? den : eps) : (den < -eps ? den : -eps);
+            const float inv = 1.0f / den;
+            v16 dot = {};
+            for (int c = 0; c < DV; c += 16) {
+                v16 gr = load(g + (start + r) * DV + c);
+                store(g_num + r * DV + c, gr * inv);
+                dot += gr * load(out + (start + r) * DV + c);
+            }
+            g_den[r] = clamped ? 0.0f : -hsum(dot) * inv;
+        }
+        // g_e = g_num s_kv^T + g_den s_ksum^T
+        project(g_num, rows, DV, s_kv_t, f, b.g_phi.data());
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < f; c += 16)
+                store(b.g_phi.data() + r * f + c, load(b.g_phi.data() + r * f + c) + load(s_ksum + c) * g_den[r]);
+        Prefetch none;
+        accumulate<NV>(b.phi.data(), f, rows, g_num, g_kv, &none);
+        for (int r = 0; r < rows; ++r) {
+            for (int c = 0; c < f; c += 16) store(g_ksum + c, load(g_ksum + c) + load(b.phi.data() + r * f + c) * g_den[r]);
+            for (int c = 0; c < DV; c += 16) store(g_off + c, load(g_off + c) + load(g_num + r * DV + c));
+            g_off[DV] += g_den[r];
+        }
+        feature_grad(s, b.phi.data(), b.g_phi.data(), rows, b.g_u.data());
+        input_grad<ND>(s, b.g_u.data(), wt, rows, dq + start * s.d);
+    }
+}
+
+// key pass backward for rows [r0, r1) of one head: kv = sum phi~ v^T, ksum = sum phi~ (phi~ = phi w, w the favor
+// row weight exp(row max - norm_coef |k|^2 - log_max), 0 for padding) -> dk, dv from g_kv (F x DV), g_ksum (F)
+template <int NV, int ND>
+void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, const float* vh, const uint8_t* mask,
+                         const float* w, const float* wt, float log_max, const float* g_kv, const float* g_kv_t,
+                         const float* g_ksum, int64_t r0, int64_t r1, float* dk, float* dv) {
+    constexpr int DV = 16 * NV;
+    const int f = s.kind == TRIG ? 2 * s.m : s.m;
+    const int rows_max = block_rows();
+    float* weight = b.scratch.data();
+    float* unit = b.scratch.data() + rows_max + 16;
+    float* row_max = b.rows_dv.data();  // rows floats, before rows_dv holds anything else
+    std::vector<float> g_w(rows_max);
+    for (int64_t start = r0; start < r1; start += rows_max) {
+        const int rows = static_cast<int>(r1 - start < rows_max ? r1 - start : rows_max);
+        features(s, x + start * s.d, w, rows, b.u.data(), b.phi.data(), row_max, unit);
+        for (int r = 0; r < rows; ++r) {
+            const bool keep = mask == nullptr || mask[start + r];
+            float wr = keep ? 1.0f : 0.0f;
+            if (keep && s.kind == FAVOR)
+                wr = std::exp(row_max[r] - s.norm_coef * squared_norm(x + (start + r) * s.d, s.d) - log_max);
+            weight[r] = wr;
+            if (!keep) std::memset(b.phi.data() + r * f, 0, sizeof(float) * f);
+        }
+        // g_phi~ = v g_kv^T + g_ksum; dv = phi~ g_kv (phi~ = phi w: the weight applied to the product's rows)
+        project(vh + start * DV, rows, DV, g_kv_t, f, b.g_phi.data());
+        Prefetch none;
+        apply<NV>(b.phi.data(), f, rows, g_kv, dv + start * DV, &none);
+        for (int r = 0; r < rows; ++r) {
+            for (int c = 0; c < DV; c += 16) store(dv + (start + r) * DV + c, load(dv + (start + r) * DV + c) * weight[r]);
+            v16 gw = {};
+            for (int c = 0; c < f; c += 16) {
+                v16 gp = load(b.g_phi.data() + r * f + c) + load(g_ksum + c);
+                gw += gp * load(b.phi.data() + r * f + c);
+                store(b.g_phi.data() + r * f + c, gp * weight[r]);  // g_phi = w g_phi~
+            }
+            g_w[r] = hsum(gw);  // dL/dw = g_phi~ . phi
+        }
+        feature_grad(s, b.phi.data(), b.g_phi.data(), rows, b.g_u.data());
+        input_grad<ND>(s, b.g_u.data(), wt, rows, dk + start * s.d);
+        if (s.kind == FAVOR)  // through the row weight: dw/dk = w (-2 norm_coef k)
+            for (int r = 0; r < rows; ++r) {
+                const float a = -2.0f * s.norm_coef * g_w[r] * weight[r];
+                const float* xr = x + (start + r) * s.d;
+                for (int c = 0; c < s.d; c += 16) store(dk + (start + r) * s.d + c, load(dk + (start + r) * s.d + c) + load(xr + c) * a);
+            }
+        if (mask != nullptr)
+            for (int r = 0; r < rows; ++r)
+                if (!mask[start + r]) std::memset(dk + (start + r) * s.d, 0, sizeof(float) * s.d);
+    }
+}
+
+template <int NV, int ND>
+void queries_backward_impl(const Spec& s, const float* q, const float* wt, const float* s_kv, const float* s_kv_t,
+                           const float* s_ksum, const float* off_kv, const float* off_den, const float* out,
+                           const float* g, int64_t heads, int64_t n, int threads, float eps, float* dq, float* g_kv,
+                           float* g_ksum, float* g_off) {
+    constexpr int DV = 16 * NV;
+    const int f = s.kind == TRIG ? 2 * s.m : s.m;
+    std::vector<Partial> parts;
+    for (int t = 0; t < threads; ++t) parts.emplace_back(heads, f * DV, f, DV + 1, 0);
+    std::vector<std::unique_ptr<BackwardBuffers>> bufs(threads);
+    parallel_units(threads, heads, n, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+        if (!bufs[t]) bufs[t].reset(new BackwardBuffers(s, DV, block_rows()));
+        Partial& p = parts[t];
+        const int64_t hw = bh % s.heads_w;
+        queries_backward_range<NV, ND>(
+            s, *bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + hw * s.d * s.m,
+            wt == nullptr ? nullptr : wt + hw * s.m * s.d, s_kv + bh * f * DV, s_kv_t + bh * DV * f, s_ksum + bh * f,
+            off_kv == nullptr ? nullptr : off_kv + bh * DV, off_den == nullptr ? 0.0f : off_den[bh],
+            out + bh * n * DV, g + bh * n * DV, r0, r1, eps, dq + bh * n * s.d, p.state.data() + bh * f * DV,
+            p.sums.data() + bh * f, p.value_sum.data() + bh * (DV + 1));
+    });
+    std::memset(g_kv, 0, sizeof(float) * heads * f * DV);
+    std::memset(g_ksum, 0, sizeof(float) * heads * f);
+    std::memset(g_off, 0, sizeof(float) * heads * (DV + 1));
+    for (const Partial& p : parts) {
+        for (size_t i = 0; i < p.state.size(); ++i) g_kv[i] += p.state[i];
+        for (size_t i = 0; i < p.sums.size(); ++i) g_ksum[i] += p.sums[i];
+        for (size_t i = 0; i < p.value_sum.size(); ++i) g_off[i] += p.value_sum[i];
+    }
+}
+
+template <int NV, int ND>
+void keys_backward_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, const float* wt,
+                        const float* log_max, const float* g_kv, const float* g_kv_t, const float* g_ksum,
+                        int64_t heads, int64_t h, int64_t n, int threads, float* dk, float* dv) {
+    constexpr int DV = 16 * NV;
+    const int f = s.kind == TRIG ? 2 * s.m : s.m;
+    std::vector<std::unique_ptr<BackwardBuffers>> bufs(threads);
+    parallel_units(threads, heads, n, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+        if (!bufs[t]) bufs[t].reset(new BackwardBuffers(s, DV, block_rows()));
+        const int64_t hw = bh % s.heads_w;
+        keys_backward_range<NV, ND>(
+            s, *bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
+            s.w == nullptr ? nullptr : s.w + hw * s.d * s.m, wt == nullptr ? nullptr : wt + hw * s.m * s.d,
+            log_max == nullptr ? 0.0f : log_max[bh], g_kv + bh * f * DV, g_kv_t + bh * DV * f, g_ksum + bh * f,
+            r0, r1, dk + bh * n * s.d, dv + bh * n * DV);
+    });
+}
+
 Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float norm_coef, int unit, float unit_eps) {
     return Spec{kind, d, m, w, heads_w, norm_coef, unit, unit_eps};
 }
@@ -609,7 +795,7 @@ Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float no
 
 extern "C" {
 
-int attnbench_abi() { return 5; }
+int attnbench_abi() { return 6; }
 
 // Key sums over the rows of every head, on `threads` threads: kv (heads, F, dv) = sum phi~ v^T, ksum (heads, F) = sum phi~, with
 // phi~ = phi * exp(c - log_max) for FAVOR (c = row max - norm_coef |k|^2; log_max (heads) written), else phi.
@@ -666,6 +852,43 @@ int attnbench_segment_means(const float* q, const float* k, int64_t heads, int64
                             int threads, float* q_means, float* k_means) {
     segment_means(q, k, heads, n, d, segments, threads, q_means, k_means);
     return 0;
+}
+
+// Backward of attnbench_queries (no unit normalising, no convolution), for d == dv: dq (heads, n, d) and the
+// gradients of s_kv (heads, F, dv), s_ksum (heads, F) and the offsets (heads, dv + 1: off_kv then off_den).
+// s_kv_t: s_kv transposed (heads, dv, F); wt: w transposed (heads_w, m, d) or null. Returns -1 if unsupported.
+int attnbench_queries_backward(int kind, const float* q, const float* w, const float* wt, const float* s_kv,
+                               const float* s_kv_t, const float* s_ksum, const float* off_kv, const float* off_den,
+                               const float* out, const float* g, int64_t heads, int64_t n, int d, int dv, int m,
+                               int64_t heads_w, int threads, float eps, float* dq, float* g_kv, float* g_ksum,
+                               float* g_off) {
+    if (d != dv) return -1;
+    Spec s = make_spec(kind, d, m, w, heads_w, 0.0f, 0, 0.0f);
+    switch (dv) {
+        case 16: queries_backward_impl<1, 1>(s, q, wt, s_kv, s_kv_t, s_ksum, off_kv, off_den, out, g, heads, n, threads, eps, dq, g_kv, g_ksum, g_off); return 0;
+        case 32: queries_backward_impl<2, 2>(s, q, wt, s_kv, s_kv_t, s_ksum, off_kv, off_den, out, g, heads, n, threads, eps, dq, g_kv, g_ksum, g_off); return 0;
+        case 64: queries_backward_impl<4, 4>(s, q, wt, s_kv, s_kv_t, s_ksum, off_kv, off_den, out, g, heads, n, threads, eps, dq, g_kv, g_ksum, g_off); return 0;
+        case 128: queries_backward_impl<8, 8>(s, q, wt, s_kv, s_kv_t, s_ksum, off_kv, off_den, out, g, heads, n, threads, eps, dq, g_kv, g_ksum, g_off); return 0;
+        default: return -1;
+    }
+}
+
+// Backward of attnbench_keys (no unit normalising), for d == dv: dk (heads, n, d), dv (heads, n, dv) from the
+// gradients of kv (heads, F, dv) and ksum (heads, F); log_max (heads) as the forward returned it (favor), g_kv_t
+// g_kv transposed (heads, dv, F), wt w transposed (heads_w, m, d) or null. Returns -1 if unsupported.
+int attnbench_keys_backward(int kind, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
+                            int64_t n, int d, int dv, int m, const float* w, const float* wt, int64_t heads_w,
+                            float norm_coef, const float* log_max, const float* g_kv, const float* g_kv_t,
+                            const float* g_ksum, int threads, float* dk, float* dv_out) {
+    if (d != dv) return -1;
+    Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, 0, 0.0f);
+    switch (dv) {
+        case 16: keys_backward_impl<1, 1>(s, k, v, real, wt, log_max, g_kv, g_kv_t, g_ksum, heads, h, n, threads, dk, dv_out); return 0;
+        case 32: keys_backward_impl<2, 2>(s, k, v, real, wt, log_max, g_kv, g_kv_t, g_ksum, heads, h, n, threads, dk, dv_out); return 0;
+        case 64: keys_backward_impl<4, 4>(s, k, v, real, wt, log_max, g_kv, g_kv_t, g_ksum, heads, h, n, threads, dk, dv_out); return 0;
+        case 128: keys_backward_impl<8, 8>(s, k, v, real, wt, log_max, g_kv, g_kv_t, g_ksum, heads, h, n, threads, dk, dv_out); return 0;
+        default: return -1;
+    }
 }
 
 }  // extern "C"
