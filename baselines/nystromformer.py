@@ -129,8 +129,56 @@ def sequence_conv(v: Tensor, weight: Tensor, block: int = CONV_BLOCK, out: Tenso
     Rendered as one batched matrix product per sequence and head: each block of `block` outputs is a banded
     (block, block + K - 1) Toeplitz matrix times the window of the zero-padded sequence it reads (overlapping
     windows as a strided view, no copies). Several times faster on CPU than the convolution routine here;
-    accumulating into `out` block by block saves the stacked result and the separate sum.
+    accumulating into `out` block by block saves the stacked result and the separate sum. Differentiable
+    through `_SequenceConv`'s backward (autograd through the strided windows scattered the gradient element by
+    element and zero-filled a full copy per sequence and head: most of a training step's time).
     """
+    if out is None and torch.is_grad_enabled() and (v.requires_grad or weight.requires_grad):
+        return _SequenceConv.apply(v, weight, block)
+    with torch.no_grad():
+        return _banded_conv(v, weight, block, out)
+
+
+class _SequenceConv(torch.autograd.Function):
+    """`sequence_conv` with its backward in the same banded products: for v the transposed convolution (the taps
+    reversed), for the weight per-tap sums of g_i . v_{i+t-K/2} (`conv_weight_grad`)."""
+
+    @staticmethod
+    def forward(ctx, v: Tensor, weight: Tensor, block: int) -> Tensor:
+        ctx.save_for_backward(v, weight)
+        ctx.block = block
+        return _banded_conv(v, weight, block)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        v, weight = ctx.saved_tensors
+        g = g.contiguous()
+        dv = _banded_conv(g, weight.flip(-1), ctx.block) if ctx.needs_input_grad[0] else None
+        dw = conv_weight_grad(g, v, weight.shape[-1], ctx.block) if ctx.needs_input_grad[1] else None
+        return dv, dw, None
+
+
+def conv_weight_grad(g: Tensor, v: Tensor, size: int, block: int = CONV_BLOCK) -> Tensor:
+    """d/dweight of sum(g * sequence_conv(v, weight)): dw[h, t] = sum over batch, i and channels of
+    g[b, h, i] . v[b, h, i + t - size // 2] (zero outside): (H, size). Per block of outputs, g_block windows^T is a
+    (block, block + size - 1) matrix whose t-th diagonal holds tap t's share."""
+    b, h, n, d = v.shape
+    blocks = -(-n // block)
+    width = block + size - 1
+    padded = nn.functional.pad(v, (0, 0, size // 2, size - 1 - size // 2 + blocks * block - n))
+    g_blocks = nn.functional.pad(g, (0, 0, 0, blocks * block - n))
+    dw = v.new_zeros(h, size)
+    for i in range(b):
+        for head in range(h):
+            sequence = padded[i, head]
+            windows = sequence.as_strided((blocks, width, d), (block * sequence.stride(0), sequence.stride(0), 1))
+            band = torch.bmm(g_blocks[i, head].view(blocks, block, d), windows.transpose(1, 2)).sum(dim=0)
+            dw[head] += band.as_strided((block, size), (width + 1, 1)).sum(dim=0)  # band[r, r + t] summed over r
+    return dw
+
+
+def _banded_conv(v: Tensor, weight: Tensor, block: int, out: Tensor | None = None) -> Tensor:
+    """`sequence_conv` itself (no autograd of its own)."""
     b, h, n, d = v.shape
     size = weight.shape[-1]
     blocks = -(-n // block)

@@ -101,6 +101,21 @@ def test_sequence_conv_equals_torch_depthwise_convolution(n, size):
         torch.testing.assert_close(sequence_conv(v, conv.weight[:, 0, :, 0], out=base.clone()), base + expected)
 
 
+@pytest.mark.parametrize("n, size", [(1, 3), (70, 33), (200, 5), (64, 33)])
+def test_sequence_conv_gradients_equal_torch_depthwise_convolution(n, size):
+    """The hand-written backward (transposed convolution for v, diagonal sums for the taps) against autograd
+    through nn.Conv2d."""
+    g = torch.Generator().manual_seed(n)
+    v = torch.randn(2, 3, n, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(2, 3, n, 4, generator=g, dtype=torch.float64)
+    conv = torch.nn.Conv2d(3, 3, (size, 1), padding=(size // 2, 0), groups=3, bias=False).double()
+    expected = torch.autograd.grad(conv(v), (v, conv.weight), upstream)
+    weight = conv.weight[:, 0, :, 0]
+    got = torch.autograd.grad(sequence_conv(v, weight), (v, conv.weight), upstream)
+    torch.testing.assert_close(got[0], expected[0])
+    torch.testing.assert_close(got[1], expected[1])
+
+
 def test_unpadded_fast_landmarks_equal_the_masked_route():
     q, k, v = _inputs(64, seed=2)
     attn = build_attention("nystromformer", head_dim=8, num_heads=2, num_landmarks=8).double()
