@@ -119,32 +119,40 @@ inline void stream(float* p, v16 x) {
     store(p, x);
 }
 
-// u (RT x 16 NC) = x (RT x D, row stride xs) @ w (D x ., row stride ws), columns from w's first
+// the one register-tiled product: c (RT x 16 NC, row stride cs) = a @ b, plus c's values when `add`; a (RT x k)
+// read as a[r * ar + i * ak] (so a transposed operand costs nothing), b (k x 16 NC, row stride bs). RT and NC are
+// compile-time, so the RT x NC accumulators stay in vector registers (4 x 4 of the 32 with AVX-512)
 template <int RT, int NC>
-inline void project_tile(const float* x, int64_t xs, int d, const float* w, int64_t ws, float* u, int64_t us) {
+inline void tile(const float* a, int64_t ar, int64_t ak, int k, const float* b, int64_t bs, float* c, int64_t cs,
+                 bool add) {
     v16 acc[RT][NC] = {};
-    for (int kk = 0; kk < d; ++kk) {
-        v16 wv[NC];
+    if (add)
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) wv[c] = load(w + kk * ws + 16 * c);
+        for (int r = 0; r < RT; ++r)
+#pragma GCC unroll 8
+            for (int j = 0; j < NC; ++j) acc[r][j] = load(c + r * cs + 16 * j);
+    for (int i = 0; i < k; ++i) {
+        v16 bv[NC];
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; ++j) bv[j] = load(b + i * bs + 16 * j);
 #pragma GCC unroll 8
         for (int r = 0; r < RT; ++r) {
-            float a = x[r * xs + kk];
+            float x = a[r * ar + i * ak];
 #pragma GCC unroll 8
-            for (int c = 0; c < NC; ++c) acc[r][c] += a * wv[c];
+            for (int j = 0; j < NC; ++j) acc[r][j] += x * bv[j];
         }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < RT; ++r)
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) store(u + r * us + 16 * c, acc[r][c]);
+        for (int j = 0; j < NC; ++j) store(c + r * cs + 16 * j, acc[r][j]);
 }
 
 template <int RT>
 void project_rows(const float* x, int d, const float* w, int m, float* u) {
     int c = 0;
-    for (; c + 64 <= m; c += 64) project_tile<RT, 4>(x, d, d, w + c, m, u + c, m);
-    for (; c < m; c += 16) project_tile<RT, 1>(x, d, d, w + c, m, u + c, m);
+    for (; c + 64 <= m; c += 64) tile<RT, 4>(x, d, 1, d, w + c, m, u + c, m, false);
+    for (; c < m; c += 16) tile<RT, 1>(x, d, 1, d, w + c, m, u + c, m, false);
 }
 
 // u (rows x m) = x (rows x d) @ w (d x m)
@@ -154,69 +162,25 @@ void project(const float* x, int rows, int d, const float* w, int m, float* u) {
     for (; r < rows; ++r) project_rows<1>(x + r * d, d, w, m, u + r * m);
 }
 
-// state (m x 16 NV) += phi^T (m x rows) @ vals (rows x 16 NV): IT feature rows of the state per tile
-template <int IT, int NV>
-inline void accumulate_tile(const float* phi, int m, int rows, const float* vals, float* state) {
-    v16 acc[IT][NV];
-#pragma GCC unroll 8
-    for (int i = 0; i < IT; ++i)
-#pragma GCC unroll 8
-        for (int c = 0; c < NV; ++c) acc[i][c] = load(state + i * 16 * NV + 16 * c);
-    for (int r = 0; r < rows; ++r) {
-        v16 vv[NV];
-#pragma GCC unroll 8
-        for (int c = 0; c < NV; ++c) vv[c] = load(vals + r * 16 * NV + 16 * c);
-#pragma GCC unroll 8
-        for (int i = 0; i < IT; ++i) {
-            float a = phi[r * m + i];
-#pragma GCC unroll 8
-            for (int c = 0; c < NV; ++c) acc[i][c] += a * vv[c];
-        }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < IT; ++i)
-#pragma GCC unroll 8
-        for (int c = 0; c < NV; ++c) store(state + i * 16 * NV + 16 * c, acc[i][c]);
-}
-
 template <int NV>
 constexpr int tile_rows() { return NV >= 8 ? 2 : NV >= 4 ? 4 : 8 / NV; }
 
+// state (m x 16 NV) += phi^T (m x rows) @ vals (rows x 16 NV): phi read transposed, tile_rows feature rows a tile
 template <int NV>
 void accumulate(const float* phi, int m, int rows, const float* vals, float* state, Prefetch* pf) {
-    constexpr int IT = tile_rows<NV>();
+    constexpr int IT = tile_rows<NV>(), DV = 16 * NV;
     int i = 0;
-    for (; i + IT <= m; i += IT, pf->step()) accumulate_tile<IT, NV>(phi + i, m, rows, vals, state + i * 16 * NV);
-    for (; i < m; ++i) accumulate_tile<1, NV>(phi + i, m, rows, vals, state + i * 16 * NV);
+    for (; i + IT <= m; i += IT, pf->step()) tile<IT, NV>(phi + i, 1, m, rows, vals, DV, state + i * DV, DV, true);
+    for (; i < m; ++i) tile<1, NV>(phi + i, 1, m, rows, vals, DV, state + i * DV, DV, true);
 }
 
-// out (RT x 16 NV) = phi (RT x m) @ state (m x 16 NV)
-template <int RT, int NV>
-inline void apply_tile(const float* phi, int m, const float* state, float* out) {
-    v16 acc[RT][NV] = {};
-    for (int i = 0; i < m; ++i) {
-        v16 sv[NV];
-#pragma GCC unroll 8
-        for (int c = 0; c < NV; ++c) sv[c] = load(state + i * 16 * NV + 16 * c);
-#pragma GCC unroll 8
-        for (int r = 0; r < RT; ++r) {
-            float a = phi[r * m + i];
-#pragma GCC unroll 8
-            for (int c = 0; c < NV; ++c) acc[r][c] += a * sv[c];
-        }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < RT; ++r)
-#pragma GCC unroll 8
-        for (int c = 0; c < NV; ++c) store(out + r * 16 * NV + 16 * c, acc[r][c]);
-}
-
+// out (rows x 16 NV) = phi (rows x m) @ state (m x 16 NV)
 template <int NV>
 void apply(const float* phi, int m, int rows, const float* state, float* out, Prefetch* pf) {
-    constexpr int RT = tile_rows<NV>();
+    constexpr int RT = tile_rows<NV>(), DV = 16 * NV;
     int r = 0;
-    for (; r + RT <= rows; r += RT, pf->step()) apply_tile<RT, NV>(phi + r * m, m, state, out + r * 16 * NV);
-    for (; r < rows; ++r) apply_tile<1, NV>(phi + r * m, m, state, out + r * 16 * NV);
+    for (; r + RT <= rows; r += RT, pf->step()) tile<RT, NV>(phi + r * m, m, 1, m, state, DV, out + r * DV, DV, false);
+    for (; r < rows; ++r) tile<1, NV>(phi + r * m, m, 1, m, state, DV, out + r * DV, DV, false);
 }
 
 struct Spec {
