@@ -258,7 +258,8 @@ class NystromAttention(nn.Module):
         fused = not torch.is_grad_enabled() and self._fused(q, k, v, key_padding_mask, num_landmarks)
         threads = torch.get_num_threads()
         with torch_threads(1) if fused else contextlib.nullcontext():  # small operations; see `torch_threads`
-            q_land, k_land, valid, real = self._landmarks(q, k, key_padding_mask, num_landmarks, threads if fused else 0)
+            q_land, k_land, valid, real = self._landmarks(q, k, key_padding_mask, num_landmarks,
+                                                          threads if fused else 0)
             k_land = k_land * d ** -0.5  # the scores' 1/sqrt(d), folded into the small landmark matrices
             keep = None if valid is None else valid[:, None, None, :]
             kernel_2 = _masked_softmax(q_land @ k_land.transpose(-2, -1), keep)  # (B, H, L, L)

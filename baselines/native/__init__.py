@@ -318,7 +318,8 @@ class QueryOutputs(torch.autograd.Function):
         dq = torch.empty_like(q)
         g_kv, g_ksum, g_off = torch.empty_like(s_kv), torch.empty_like(s_ksum), torch.empty(b * h, dv + 1)
         code = library().attnbench_queries_backward(
-            KINDS[spec.kind], q.data_ptr(), _ptr(w), _ptr(w_t), s_kv.data_ptr(), s_kv_t.data_ptr(), s_ksum.data_ptr(), _ptr(off_kv), _ptr(off_den), out.data_ptr(),
+            KINDS[spec.kind], q.data_ptr(), _ptr(w), _ptr(w_t), s_kv.data_ptr(), s_kv_t.data_ptr(), s_ksum.data_ptr(),
+            _ptr(off_kv), _ptr(off_den), out.data_ptr(),
             g.data_ptr(), b * h, n, d, dv, w.shape[-1] if w is not None else d, w.shape[0] if w is not None else 1,
             ctx.threads, ctx.eps, dq.data_ptr(), g_kv.data_ptr(), g_ksum.data_ptr(), g_off.data_ptr())
         if code != 0:

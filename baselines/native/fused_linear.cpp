@@ -13,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 typedef float v16 __attribute__((vector_size(64)));
@@ -83,7 +84,8 @@ inline void vsincos(v16 x, v16* s, v16* c) {
     v16 r = ((x - j * 1.5703125f) - j * 4.837512969970703125e-4f) - j * 7.54978995489188216e-8f;
     v16 z = r * r;
     v16 ps = ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f) * z * r + r;
-    v16 pc = ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z - 0.5f * z + 1.0f;
+    v16 pc = ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f) * z * z;
+    pc = pc - 0.5f * z + 1.0f;
     vi16 q = __builtin_convertvector(j, vi16) & 3;
     v16 sin_v = (q & 1) != 0 ? pc : ps;
     v16 cos_v = (q & 1) != 0 ? ps : pc;
@@ -329,7 +331,8 @@ void keys_range(const Spec& s, Buffers& buf, const float* x, const float* vh, co
             if (!unweighted)
                 for (int c = 0; c < DV; c += 16) store(buf.vals + r * DV + c, load(vh + (start + r) * DV + c) * wr);
             if (value_sum != nullptr && keep)  // sum of the real rows' v (for a map's offset)
-                for (int c = 0; c < DV; c += 16) store(value_sum + c, load(value_sum + c) + load(vh + (start + r) * DV + c));
+                for (int c = 0; c < DV; c += 16)
+                    store(value_sum + c, load(value_sum + c) + load(vh + (start + r) * DV + c));
         }
         for (int c = 0; c < f; c += 64) {  // sums += phi^T w, four vectors of features at a time in registers
             const int width = f - c < 64 ? f - c : 64;
@@ -641,7 +644,8 @@ void queries_backward_range(const Spec& s, BackwardBuffers& b, const float* x, c
         Prefetch none;
         accumulate<NV>(b.phi.data(), f, rows, g_num, g_kv, &none);
         for (int r = 0; r < rows; ++r) {
-            for (int c = 0; c < f; c += 16) store(g_ksum + c, load(g_ksum + c) + load(b.phi.data() + r * f + c) * g_den[r]);
+            for (int c = 0; c < f; c += 16)
+                store(g_ksum + c, load(g_ksum + c) + load(b.phi.data() + r * f + c) * g_den[r]);
             for (int c = 0; c < DV; c += 16) store(g_off + c, load(g_off + c) + load(g_num + r * DV + c));
             g_off[DV] += g_den[r];
         }
@@ -679,7 +683,8 @@ void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, cons
         Prefetch none;
         apply<NV>(b.phi.data(), f, rows, g_kv, dv + start * DV, &none);
         for (int r = 0; r < rows; ++r) {
-            for (int c = 0; c < DV; c += 16) store(dv + (start + r) * DV + c, load(dv + (start + r) * DV + c) * weight[r]);
+            float* dv_row = dv + (start + r) * DV;
+            for (int c = 0; c < DV; c += 16) store(dv_row + c, load(dv_row + c) * weight[r]);
             v16 gw = {};
             for (int c = 0; c < f; c += 16) {
                 v16 gp = load(b.g_phi.data() + r * f + c) + load(g_ksum + c);
@@ -694,7 +699,8 @@ void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, cons
             for (int r = 0; r < rows; ++r) {
                 const float a = -2.0f * s.norm_coef * g_w[r] * weight[r];
                 const float* xr = x + (start + r) * s.d;
-                for (int c = 0; c < s.d; c += 16) store(dk + (start + r) * s.d + c, load(dk + (start + r) * s.d + c) + load(xr + c) * a);
+                float* dk_row = dk + (start + r) * s.d;
+                for (int c = 0; c < s.d; c += 16) store(dk_row + c, load(dk_row + c) + load(xr + c) * a);
             }
         if (mask != nullptr)
             for (int r = 0; r < rows; ++r)
@@ -755,30 +761,40 @@ Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float no
     return Spec{kind, d, m, w, heads_w, norm_coef, unit, unit_eps};
 }
 
+// fn(std::integral_constant<int, NV>) for a value width dv = 16 NV of 16, 32, 64 or 128: 0, or -1 for another width
+template <typename Fn>
+int by_width(int dv, Fn&& fn) {
+    switch (dv) {
+        case 16: fn(std::integral_constant<int, 1>{}); return 0;
+        case 32: fn(std::integral_constant<int, 2>{}); return 0;
+        case 64: fn(std::integral_constant<int, 4>{}); return 0;
+        case 128: fn(std::integral_constant<int, 8>{}); return 0;
+        default: return -1;
+    }
+}
+
 }  // namespace
 
 extern "C" {
 
 int attnbench_abi() { return 6; }
 
-// Key sums over the rows of every head, on `threads` threads: kv (heads, F, dv) = sum phi~ v^T, ksum (heads, F) = sum phi~, with
-// phi~ = phi * exp(c - log_max) for FAVOR (c = row max - norm_coef |k|^2; log_max (heads) written), else phi.
+// Key sums over the rows of every head, on `threads` threads: kv (heads, F, dv) = sum phi~ v^T, ksum (heads, F) =
+// sum phi~, with phi~ = phi * exp(c - log_max) for FAVOR (c = row max - norm_coef |k|^2; log_max (heads) written), else phi.
 // Padded rows (real[b, j] == 0) contribute nothing. value_sum (heads, dv), when given, gets the sum of the real
 // rows of v. Returns 0, or -1 for an unsupported value width dv.
 int attnbench_keys(int kind, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
                    int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, float norm_coef, int unit,
                    float unit_eps, int threads, float* kv, float* ksum, float* log_max, float* value_sum) {
     Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, unit, unit_eps);
-    switch (dv) {
-        case 16: keys_impl<1>(s, k, v, real, heads, h, n, threads, kv, ksum, log_max, value_sum); return 0;
-        case 32: keys_impl<2>(s, k, v, real, heads, h, n, threads, kv, ksum, log_max, value_sum); return 0;
-        case 64: keys_impl<4>(s, k, v, real, heads, h, n, threads, kv, ksum, log_max, value_sum); return 0;
-        case 128: keys_impl<8>(s, k, v, real, heads, h, n, threads, kv, ksum, log_max, value_sum); return 0;
-        default: return -1;
-    }
+    return by_width(dv, [&](auto nv) {
+        using N = decltype(nv);
+        keys_impl<N::value>(s, k, v, real, heads, h, n, threads, kv, ksum, log_max, value_sum);
+    });
 }
 
-// Outputs of every row, on `threads` threads: out = (phi kv + offset_kv) / guard(phi ksum + offset_den, eps), offsets optional.
+// Outputs of every row, on `threads` threads: out = (phi kv + offset_kv) / guard(phi ksum + offset_den, eps),
+// offsets optional.
 // With conv_v: plus the depthwise convolution of conv_v (heads, n, dv) by conv_w (h, conv_size) (struct Conv).
 int attnbench_queries(int kind, const float* q, const float* kv, const float* ksum, const float* offset_kv,
                       const float* offset_den, int64_t heads, int64_t n, int d, int dv, int m, const float* w,
@@ -786,28 +802,22 @@ int attnbench_queries(int kind, const float* q, const float* kv, const float* ks
                       const float* conv_v, const float* conv_w, int conv_size, int64_t h) {
     Spec s = make_spec(kind, d, m, w, heads_w, 0.0f, unit, unit_eps);
     Conv conv{conv_v, conv_w, conv_size, h};
-    switch (dv) {
-        case 16: queries_impl<1>(s, q, kv, ksum, offset_kv, offset_den, heads, n, threads, eps, out, conv); return 0;
-        case 32: queries_impl<2>(s, q, kv, ksum, offset_kv, offset_den, heads, n, threads, eps, out, conv); return 0;
-        case 64: queries_impl<4>(s, q, kv, ksum, offset_kv, offset_den, heads, n, threads, eps, out, conv); return 0;
-        case 128: queries_impl<8>(s, q, kv, ksum, offset_kv, offset_den, heads, n, threads, eps, out, conv); return 0;
-        default: return -1;
-    }
+    return by_width(dv, [&](auto nv) {
+        using N = decltype(nv);
+        queries_impl<N::value>(s, q, kv, ksum, offset_kv, offset_den, heads, n, threads, eps, out, conv);
+    });
 }
 
-// Column softmax sums over every row, on `threads` threads (softmax_columns_impl): k (heads, n, d) against w (heads_w, d, m),
-// v (heads, n, dv) -> acc (heads, m, dv), total (heads, m), col_max (heads, m). Padded rows contribute nothing.
+// Column softmax sums over every row, on `threads` threads (softmax_columns_impl): k (heads, n, d) against
+// w (heads_w, d, m), v (heads, n, dv) -> acc (heads, m, dv), total (heads, m), col_max (heads, m). Padded rows contribute nothing.
 int attnbench_softmax_columns(const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
                               int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, int threads,
                               float* acc, float* total, float* col_max) {
     Spec s = make_spec(FAVOR, d, m, w, heads_w, 0.0f, 0, 0.0f);
-    switch (dv) {
-        case 16: softmax_columns_impl<1>(s, k, v, real, heads, h, n, threads, acc, total, col_max); return 0;
-        case 32: softmax_columns_impl<2>(s, k, v, real, heads, h, n, threads, acc, total, col_max); return 0;
-        case 64: softmax_columns_impl<4>(s, k, v, real, heads, h, n, threads, acc, total, col_max); return 0;
-        case 128: softmax_columns_impl<8>(s, k, v, real, heads, h, n, threads, acc, total, col_max); return 0;
-        default: return -1;
-    }
+    return by_width(dv, [&](auto nv) {
+        using N = decltype(nv);
+        softmax_columns_impl<N::value>(s, k, v, real, heads, h, n, threads, acc, total, col_max);
+    });
 }
 
 // Means of equal consecutive segments of q and k (heads, n, d) -> (heads, segments, d) each; d a multiple of 16 and
@@ -828,13 +838,11 @@ int attnbench_queries_backward(int kind, const float* q, const float* w, const f
                                float* g_off) {
     if (d != dv) return -1;
     Spec s = make_spec(kind, d, m, w, heads_w, 0.0f, 0, 0.0f);
-    switch (dv) {
-        case 16: queries_backward_impl<1, 1>(s, q, wt, s_kv, s_kv_t, s_ksum, off_kv, off_den, out, g, heads, n, threads, eps, dq, g_kv, g_ksum, g_off); return 0;
-        case 32: queries_backward_impl<2, 2>(s, q, wt, s_kv, s_kv_t, s_ksum, off_kv, off_den, out, g, heads, n, threads, eps, dq, g_kv, g_ksum, g_off); return 0;
-        case 64: queries_backward_impl<4, 4>(s, q, wt, s_kv, s_kv_t, s_ksum, off_kv, off_den, out, g, heads, n, threads, eps, dq, g_kv, g_ksum, g_off); return 0;
-        case 128: queries_backward_impl<8, 8>(s, q, wt, s_kv, s_kv_t, s_ksum, off_kv, off_den, out, g, heads, n, threads, eps, dq, g_kv, g_ksum, g_off); return 0;
-        default: return -1;
-    }
+    return by_width(dv, [&](auto nv) {
+        using N = decltype(nv);
+        queries_backward_impl<N::value, N::value>(s, q, wt, s_kv, s_kv_t, s_ksum, off_kv, off_den, out, g, heads, n,
+                                                  threads, eps, dq, g_kv, g_ksum, g_off);
+    });
 }
 
 // Backward of attnbench_keys (no unit normalising), for d == dv: dk (heads, n, d), dv (heads, n, dv) from the
@@ -846,13 +854,11 @@ int attnbench_keys_backward(int kind, const float* k, const float* v, const uint
                             const float* g_ksum, int threads, float* dk, float* dv_out) {
     if (d != dv) return -1;
     Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, 0, 0.0f);
-    switch (dv) {
-        case 16: keys_backward_impl<1, 1>(s, k, v, real, wt, log_max, g_kv, g_kv_t, g_ksum, heads, h, n, threads, dk, dv_out); return 0;
-        case 32: keys_backward_impl<2, 2>(s, k, v, real, wt, log_max, g_kv, g_kv_t, g_ksum, heads, h, n, threads, dk, dv_out); return 0;
-        case 64: keys_backward_impl<4, 4>(s, k, v, real, wt, log_max, g_kv, g_kv_t, g_ksum, heads, h, n, threads, dk, dv_out); return 0;
-        case 128: keys_backward_impl<8, 8>(s, k, v, real, wt, log_max, g_kv, g_kv_t, g_ksum, heads, h, n, threads, dk, dv_out); return 0;
-        default: return -1;
-    }
+    return by_width(dv, [&](auto nv) {
+        using N = decltype(nv);
+        keys_backward_impl<N::value, N::value>(s, k, v, real, wt, log_max, g_kv, g_kv_t, g_ksum, heads, h, n, threads,
+                                               dk, dv_out);
+    });
 }
 
 }  // extern "C"
