@@ -5,12 +5,15 @@ out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps)
 (sums over j <= i in the causal form). Masking (padded keys contribute nothing), the normaliser
 guard, the random-feature redraw schedule and speed live here, once.
 
-Three renderings of the same formula:
+Four renderings of the same formula:
 - `linear_attention(phi_q, phi_k, v)`: from materialised features (B, H, N, M); differentiable, also
   causal. Used for the causal form with gradients.
 - `factored_linear_attention(q_chunk, k_chunk, v)`: the same, non-causal, from features in factored form
-  (see below) without materialising them: the training path.
-- `chunked_linear_attention(feature_map, q, k, v)`: without gradients (inference), non-causal. Walks
+  (see below) without materialising them: the training path in PyTorch.
+- `fused_training_attention(spec, q, k, v)`: with gradients, non-causal, through the fused CPU kernels
+  (`baselines.native`) where the map gives a `native_spec` and its projection takes no gradient.
+- `chunked_linear_attention(feature_map, q, k, v)`: without gradients (inference), non-causal; through the
+  fused CPU kernels where the map gives a `native_spec` they support, otherwise in PyTorch as follows. Walks
   the sequence in blocks of rows whose (rows, M) feature block stays in cache: key features of a block
   -> accumulate phi_k^T v and sum phi_k; then query features of a block -> phi_q @ state. Never holds
   an (N, M) tensor, so memory is O(N D + M D) and every feature element is touched while in cache.
