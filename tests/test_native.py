@@ -234,3 +234,65 @@ def test_maps_with_trainable_projections_keep_autograd(monkeypatch):
         params = [p for p in attn.parameters() if p.requires_grad]
         attn(q.requires_grad_(), k, v, mask).sum().backward()
         assert params and all(p.grad is not None for p in params)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64" or native.library() is None, reason="an x86-64 build check")
+def test_a_build_without_avx512_computes_the_same(tmp_path):
+    """The vector-extension source also builds for AVX2 only (x86-64-v3: 64-byte vectors split in two, no
+    streaming-store intrinsic) and gives the same attention, forward and trained."""
+    code = """
+import torch
+from baselines import native
+native.FLAGS = tuple("-march=x86-64-v3" if f == "-march=native" else f for f in native.FLAGS)
+assert native.status().startswith("on"), native.status()
+from harness.registry import build_attention
+g = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(2, 3, 200, 64, generator=g) for _ in range(3))
+attn = build_attention("performer", num_heads=3, head_dim=64).eval()
+with torch.no_grad():
+    fast = attn(q, k, v)
+qq = q.clone().requires_grad_()
+out = attn(qq, k, v)
+out.sum().backward()
+native.supports_backward = lambda *a: False
+q2 = q.clone().requires_grad_()
+reference = attn(q2, k, v)
+reference.sum().backward()
+scale = reference.abs().max().item()
+torch.testing.assert_close(fast, reference.detach(), rtol=1e-4, atol=1e-4 * scale)
+torch.testing.assert_close(out, reference, rtol=1e-4, atol=1e-4 * scale)
+torch.testing.assert_close(qq.grad, q2.grad, rtol=1e-4, atol=1e-4 * q2.grad.abs().max().item())
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "ATTNBENCH_CACHE_DIR": str(tmp_path)})
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+@needs_native
+@pytest.mark.parametrize("name", ["performer", "elu-linear", "nystromformer"])
+def test_results_are_bitwise_the_same_for_every_thread_count_and_run(name):
+    """Threads take units of work as they finish, but every sum is split into groups fixed by the length alone
+    and merged in order: outputs (and the fused training path's gradients) are identical on 1, 2 and 3 threads
+    and across repeats. Nystromformer's training step is torch's, whose reductions differ with the thread count:
+    its gradients are compared at the same count only."""
+    from harness.registry import build_attention
+    attn = build_attention(name, num_heads=3, head_dim=64).eval()
+    q, k, v, mask = _inputs(5, 1000, 64)
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(2))
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for count in (1, 2, 3, 2):
+            torch.set_num_threads(count)
+            with torch.no_grad():
+                forward = attn(q, k, v, mask)
+            results.append((forward, *_gradients(attn, q, k, v, mask, g)))
+    finally:
+        torch.set_num_threads(threads)
+    for index, other in enumerate(results[1:], start=1):
+        for position, (a, b) in enumerate(zip(results[0], other)):
+            if name != "nystromformer" or position == 0:
+                assert torch.equal(a, b), (index, position)
+    for a, b in zip(results[1], results[3]):  # both on 2 threads
+        assert torch.equal(a, b)

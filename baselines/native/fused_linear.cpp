@@ -256,20 +256,20 @@ struct Buffers {
     ~Buffers() { std::free(u); }
 };
 
-// the units of work: UNIT_ROWS rows of one (batch, head), taken by the threads one at a time from a shared
+// the units of work: `unit_rows` rows of one (batch, head), taken by the threads one at a time from a shared
 // counter, so a core that runs slower takes fewer (under load this machine's two cores differ by 40%: equal
 // halves waited on the slower one); fn(thread, bh, r0, r1)
 constexpr int64_t UNIT_ROWS = 256;
 
 template <typename Fn>
-void parallel_units(int threads, int64_t heads, int64_t n, Fn&& fn) {
-    const int64_t per_head = (n + UNIT_ROWS - 1) / UNIT_ROWS, units = heads * per_head;
+void parallel_units(int threads, int64_t heads, int64_t n, int64_t unit_rows, Fn&& fn) {
+    const int64_t per_head = (n + unit_rows - 1) / unit_rows, units = heads * per_head;
     if (threads > units) threads = static_cast<int>(units > 0 ? units : 1);
     std::atomic<int64_t> next{0};
     auto worker = [&](int t) {
         for (int64_t u = next.fetch_add(1); u < units; u = next.fetch_add(1)) {
-            const int64_t bh = u / per_head, r0 = (u % per_head) * UNIT_ROWS;
-            fn(t, bh, r0, r0 + UNIT_ROWS < n ? r0 + UNIT_ROWS : n);
+            const int64_t bh = u / per_head, r0 = (u % per_head) * unit_rows;
+            fn(t, bh, r0, r0 + unit_rows < n ? r0 + unit_rows : n);
         }
     };
     std::vector<std::thread> pool;
@@ -346,12 +346,25 @@ void keys_range(const Spec& s, Buffers& buf, const float* x, const float* vh, co
     }
 }
 
-// one thread's sums over the units it took, per head
+// Reductions (key sums and their like) are deterministic whatever the threads do: each head's rows fall into at
+// most GROUPS consecutive groups, fixed by n alone, each summed into its own slot by whichever thread takes it,
+// and the slots are merged in order. Results are thus the same for every thread count and schedule.
+constexpr int64_t GROUPS = 8;
+
+struct Groups {
+    int64_t rows, count;  // rows per group (whole 32-row blocks), groups per head
+    explicit Groups(int64_t n) : rows(((n + GROUPS - 1) / GROUPS + 31) / 32 * 32), count((n + rows - 1) / rows) {
+        if (count < 1) count = 1;
+    }
+    int64_t slot(int64_t bh, int64_t r0) const { return bh * count + r0 / rows; }
+};
+
+// per-slot partial sums
 struct Partial {
     std::vector<float> state, sums, value_sum, running;
-    Partial(int64_t heads, int64_t state_size, int64_t sums_size, int64_t dv, int64_t running_size)
-        : state(heads * state_size, 0.0f), sums(heads * sums_size, 0.0f), value_sum(heads * dv, 0.0f),
-          running(heads * running_size, NEG_INF) {}
+    Partial(int64_t slots, int64_t state_size, int64_t sums_size, int64_t dv, int64_t running_size)
+        : state(slots * state_size, 0.0f), sums(slots * sums_size, 0.0f), value_sum(slots * dv, 0.0f),
+          running(slots * running_size, NEG_INF) {}
 };
 
 template <int NV>
@@ -359,31 +372,32 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
                int64_t n, int threads, float* kv, float* ksum, float* log_max, float* value_sum) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
-    std::vector<Partial> parts;
-    for (int t = 0; t < threads; ++t) parts.emplace_back(heads, f * DV, f, DV, 1);
+    const Groups groups(n);
+    Partial p(heads * groups.count, f * DV, f, DV, 1);
     ThreadBuffers bufs(threads, s, DV);
-    parallel_units(threads, heads, n, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
-        Partial& p = parts[t];
+    parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+        const int64_t at = groups.slot(bh, r0);
         keys_range<NV>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
                        s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m, r0, r1,
-                       p.state.data() + bh * f * DV, p.sums.data() + bh * f,
-                       value_sum == nullptr ? nullptr : p.value_sum.data() + bh * DV, p.running[bh]);
+                       p.state.data() + at * f * DV, p.sums.data() + at * f,
+                       value_sum == nullptr ? nullptr : p.value_sum.data() + at * DV, p.running[at]);
     });
-    for (int64_t bh = 0; bh < heads; ++bh) {  // merge the threads' sums at the largest of their scales
+    for (int64_t bh = 0; bh < heads; ++bh) {  // merge the groups' sums in order, at the largest of their scales
         float top = NEG_INF;
-        for (const Partial& p : parts) top = p.running[bh] > top ? p.running[bh] : top;
+        for (int64_t at = bh * groups.count; at < (bh + 1) * groups.count; ++at)
+            top = p.running[at] > top ? p.running[at] : top;
         float* state = kv + bh * f * DV;
         float* sums = ksum + bh * f;
         std::memset(state, 0, sizeof(float) * f * DV);
         std::memset(sums, 0, sizeof(float) * f);
         if (value_sum != nullptr) std::memset(value_sum + bh * DV, 0, sizeof(float) * DV);
-        for (const Partial& p : parts) {
+        for (int64_t at = bh * groups.count; at < (bh + 1) * groups.count; ++at) {
             if (value_sum != nullptr)
-                for (int c = 0; c < DV; ++c) value_sum[bh * DV + c] += p.value_sum[bh * DV + c];
-            float factor = s.kind != FAVOR ? 1.0f : p.running[bh] == NEG_INF ? 0.0f : std::exp(p.running[bh] - top);
+                for (int c = 0; c < DV; ++c) value_sum[bh * DV + c] += p.value_sum[at * DV + c];
+            float factor = s.kind != FAVOR ? 1.0f : p.running[at] == NEG_INF ? 0.0f : std::exp(p.running[at] - top);
             if (factor == 0.0f) continue;
-            for (int64_t i = 0; i < f * DV; ++i) state[i] += factor * p.state[bh * f * DV + i];
-            for (int i = 0; i < f; ++i) sums[i] += factor * p.sums[bh * f + i];
+            for (int64_t i = 0; i < f * DV; ++i) state[i] += factor * p.state[at * f * DV + i];
+            for (int i = 0; i < f; ++i) sums[i] += factor * p.sums[at * f + i];
         }
         if (log_max != nullptr) log_max[bh] = top;
     }
@@ -461,31 +475,35 @@ void softmax_columns_impl(const Spec& s, const float* k, const float* v, const u
                           int64_t h, int64_t n, int threads, float* acc, float* total, float* col_max) {
     constexpr int DV = 16 * NV;
     const int m = s.m;
-    std::vector<Partial> parts;
-    for (int t = 0; t < threads; ++t) parts.emplace_back(heads, m * DV, m, 0, m);
+    const Groups groups(n);
+    Partial p(heads * groups.count, m * DV, m, 0, m);
     Spec wide = s;  // its unit-norm scratch (rows x d floats) must hold the 2 m floats of column maxima and factors
     wide.d = s.d > m ? s.d : m;
     ThreadBuffers bufs(threads, wide, DV);
-    parallel_units(threads, heads, n, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
-        Partial& p = parts[t];
+    parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+        const int64_t at = groups.slot(bh, r0);
         softmax_columns_range<NV>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV,
                                   real == nullptr ? nullptr : real + (bh / h) * n, s.w + (bh % s.heads_w) * s.d * m,
-                                  r0, r1, p.state.data() + bh * m * DV, p.sums.data() + bh * m,
-                                  p.running.data() + bh * m);
+                                  r0, r1, p.state.data() + at * m * DV, p.sums.data() + at * m,
+                                  p.running.data() + at * m);
     });
-    for (int64_t bh = 0; bh < heads; ++bh)  // merge per column at the largest of the threads' maxima
+    for (int64_t bh = 0; bh < heads; ++bh)  // merge per column, groups in order, at the largest of their maxima
         for (int l = 0; l < m; ++l) {
-            const int64_t at = bh * m + l;
+            const int64_t out = bh * m + l;
             float top = NEG_INF;
-            for (const Partial& p : parts) top = p.running[at] > top ? p.running[at] : top;
-            float* state = acc + at * DV;
+            for (int64_t g = 0; g < groups.count; ++g) {
+                const float r = p.running[(bh * groups.count + g) * m + l];
+                top = r > top ? r : top;
+            }
+            float* state = acc + out * DV;
             std::memset(state, 0, sizeof(float) * DV);
-            total[at] = 0.0f;
-            col_max[at] = top;
-            for (const Partial& p : parts) {
+            total[out] = 0.0f;
+            col_max[out] = top;
+            for (int64_t g = 0; g < groups.count; ++g) {
+                const int64_t at = (bh * groups.count + g) * m + l;
                 if (p.running[at] == NEG_INF) continue;
                 const float factor = std::exp(p.running[at] - top);
-                total[at] += factor * p.sums[at];
+                total[out] += factor * p.sums[at];
                 for (int c = 0; c < DV; ++c) state[c] += factor * p.state[at * DV + c];
             }
         }
@@ -542,7 +560,7 @@ void queries_impl(const Spec& s, const float* q, const float* kv, const float* k
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     ThreadBuffers bufs(threads, s, DV);
-    parallel_units(threads, heads, n, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+    parallel_units(threads, heads, n, UNIT_ROWS, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         queries_range<NV>(s, bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m,
                           kv + bh * f * DV, ksum + bh * f, offset_kv == nullptr ? nullptr : offset_kv + bh * DV,
                           offset_den == nullptr ? 0.0f : offset_den[bh], n, bh, r0, r1, eps, out + bh * n * DV, conv);
@@ -554,8 +572,8 @@ void queries_impl(const Spec& s, const float* q, const float* kv, const float* k
 void segment_means(const float* a, const float* b, int64_t heads, int64_t n, int d, int64_t segments, int threads,
                    float* mean_a, float* mean_b) {
     const int64_t length = n / segments;
-    // one "head" of UNIT_ROWS rows per (input, head, segment): one unit each, its row range unused
-    parallel_units(threads, 2 * heads * segments, UNIT_ROWS, [&](int, int64_t unit, int64_t, int64_t) {
+    // one "head" of one row per (input, head, segment): one unit each, its row range unused
+    parallel_units(threads, 2 * heads * segments, 1, 1, [&](int, int64_t unit, int64_t, int64_t) {
         const int64_t which = unit / (heads * segments), at = unit % (heads * segments);
         const float* x = (which == 0 ? a : b) + at * length * d;  // segment `at % segments` of head `at / segments`
         float* out = (which == 0 ? mean_a : mean_b) + at * d;
@@ -715,28 +733,28 @@ void queries_backward_impl(const Spec& s, const float* q, const float* wt, const
                            float* g_ksum, float* g_off) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
-    std::vector<Partial> parts;
-    for (int t = 0; t < threads; ++t) parts.emplace_back(heads, f * DV, f, DV + 1, 0);
+    const Groups groups(n);
+    Partial p(heads * groups.count, f * DV, f, DV + 1, 0);
     std::vector<std::unique_ptr<BackwardBuffers>> bufs(threads);
-    parallel_units(threads, heads, n, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+    parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         if (!bufs[t]) bufs[t].reset(new BackwardBuffers(s, DV, block_rows()));
-        Partial& p = parts[t];
-        const int64_t hw = bh % s.heads_w;
+        const int64_t at = groups.slot(bh, r0), hw = bh % s.heads_w;
         queries_backward_range<NV, ND>(
             s, *bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + hw * s.d * s.m,
             wt == nullptr ? nullptr : wt + hw * s.m * s.d, s_kv + bh * f * DV, s_kv_t + bh * DV * f, s_ksum + bh * f,
             off_kv == nullptr ? nullptr : off_kv + bh * DV, off_den == nullptr ? 0.0f : off_den[bh],
-            out + bh * n * DV, g + bh * n * DV, r0, r1, eps, dq + bh * n * s.d, p.state.data() + bh * f * DV,
-            p.sums.data() + bh * f, p.value_sum.data() + bh * (DV + 1));
+            out + bh * n * DV, g + bh * n * DV, r0, r1, eps, dq + bh * n * s.d, p.state.data() + at * f * DV,
+            p.sums.data() + at * f, p.value_sum.data() + at * (DV + 1));
     });
     std::memset(g_kv, 0, sizeof(float) * heads * f * DV);
     std::memset(g_ksum, 0, sizeof(float) * heads * f);
     std::memset(g_off, 0, sizeof(float) * heads * (DV + 1));
-    for (const Partial& p : parts) {
-        for (size_t i = 0; i < p.state.size(); ++i) g_kv[i] += p.state[i];
-        for (size_t i = 0; i < p.sums.size(); ++i) g_ksum[i] += p.sums[i];
-        for (size_t i = 0; i < p.value_sum.size(); ++i) g_off[i] += p.value_sum[i];
-    }
+    for (int64_t bh = 0; bh < heads; ++bh)  // the groups' sums in order
+        for (int64_t at = bh * groups.count; at < (bh + 1) * groups.count; ++at) {
+            for (int64_t i = 0; i < f * DV; ++i) g_kv[bh * f * DV + i] += p.state[at * f * DV + i];
+            for (int i = 0; i < f; ++i) g_ksum[bh * f + i] += p.sums[at * f + i];
+            for (int i = 0; i < DV + 1; ++i) g_off[bh * (DV + 1) + i] += p.value_sum[at * (DV + 1) + i];
+        }
 }
 
 template <int NV, int ND>
@@ -746,7 +764,7 @@ void keys_backward_impl(const Spec& s, const float* k, const float* v, const uin
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     std::vector<std::unique_ptr<BackwardBuffers>> bufs(threads);
-    parallel_units(threads, heads, n, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+    parallel_units(threads, heads, n, UNIT_ROWS, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         if (!bufs[t]) bufs[t].reset(new BackwardBuffers(s, DV, block_rows()));
         const int64_t hw = bh % s.heads_w;
         keys_backward_range<NV, ND>(
@@ -780,7 +798,8 @@ extern "C" {
 int attnbench_abi() { return 6; }
 
 // Key sums over the rows of every head, on `threads` threads: kv (heads, F, dv) = sum phi~ v^T, ksum (heads, F) =
-// sum phi~, with phi~ = phi * exp(c - log_max) for FAVOR (c = row max - norm_coef |k|^2; log_max (heads) written), else phi.
+// sum phi~, with phi~ = phi * exp(c - log_max) for FAVOR (c = row max - norm_coef |k|^2; log_max (heads)
+// written), else phi.
 // Padded rows (real[b, j] == 0) contribute nothing. value_sum (heads, dv), when given, gets the sum of the real
 // rows of v. Returns 0, or -1 for an unsupported value width dv.
 int attnbench_keys(int kind, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
@@ -809,7 +828,8 @@ int attnbench_queries(int kind, const float* q, const float* kv, const float* ks
 }
 
 // Column softmax sums over every row, on `threads` threads (softmax_columns_impl): k (heads, n, d) against
-// w (heads_w, d, m), v (heads, n, dv) -> acc (heads, m, dv), total (heads, m), col_max (heads, m). Padded rows contribute nothing.
+// w (heads_w, d, m), v (heads, n, dv) -> acc (heads, m, dv), total (heads, m), col_max (heads, m). Padded rows
+// contribute nothing.
 int attnbench_softmax_columns(const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
                               int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, int threads,
                               float* acc, float* total, float* col_max) {
