@@ -347,14 +347,15 @@ void keys_range(const Spec& s, Buffers& buf, const float* x, const float* vh, co
 }
 
 // Reductions (key sums and their like) are deterministic whatever the threads do: each head's rows fall into at
-// most GROUPS consecutive groups, fixed by n alone, each summed into its own slot by whichever thread takes it,
+// most GROUPS consecutive groups of at least MIN_GROUP_ROWS rows, fixed by n alone, each summed into its own slot by whichever thread takes it,
 // and the slots are merged in order. Results are thus the same for every thread count and schedule.
-constexpr int64_t GROUPS = 8;
+constexpr int64_t GROUPS = 16, MIN_GROUP_ROWS = 256;
 
 struct Groups {
-    int64_t rows, count;  // rows per group (whole 32-row blocks), groups per head
-    explicit Groups(int64_t n) : rows(((n + GROUPS - 1) / GROUPS + 31) / 32 * 32), count((n + rows - 1) / rows) {
-        if (count < 1) count = 1;
+    int64_t rows, count;  // rows per group (whole 32-row blocks, at least MIN_GROUP_ROWS), groups per head
+    explicit Groups(int64_t n) : rows(((n + GROUPS - 1) / GROUPS + 31) / 32 * 32), count(1) {
+        rows = rows < MIN_GROUP_ROWS ? MIN_GROUP_ROWS : rows;
+        count = n > 0 ? (n + rows - 1) / rows : 1;
     }
     int64_t slot(int64_t bh, int64_t r0) const { return bh * count + r0 / rows; }
 };
