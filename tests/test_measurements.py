@@ -216,3 +216,18 @@ def test_fidelity_on_trained_inputs_is_deterministic():
 def test_unknown_measurement_option_says_what_is_valid():
     with pytest.raises(Exception, match="valid options"):
         run_cell(tiny_cell("robustness", options={"severity": [0.1]}))
+
+
+def test_a_training_step_keeps_a_learned_kernel_frozen_as_phase_b_does():
+    """The efficiency measurement's training step of the Coulomb attention is a phase-B step: its particles, moved
+    only by phase A, take no gradient (and so the attention may run its fused training path)."""
+    import inspect
+
+    from harness.measurements.efficiency import attention_call
+    step = attention_call("coulomb", {"feature_map": "favor", "num_features": 16}, 1, 2, 64, 16, "train",
+                          "float32", "cpu", 0)
+    step()
+    module = inspect.getclosurevars(step).nonlocals["module"]
+    assert not module.feature_map.omega.requires_grad and module.feature_map.omega.grad is None
+    inputs = inspect.getclosurevars(step).nonlocals["q"]
+    assert inputs.grad is not None and torch.isfinite(inputs.grad).all()

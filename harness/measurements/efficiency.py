@@ -89,6 +89,9 @@ def attention_call(name: str, options: dict[str, Any], batch: int, heads: int, n
                 return module(q, k, v)
         return forward
     module.train()
+    phase_a = getattr(module, "learning_phase_parameters", None)
+    for p in phase_a() if callable(phase_a) else []:  # as in phase B: a kernel learned in phase A stays frozen
+        p.requires_grad_(False)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     grad_out = torch.randn(batch, heads, n, d, generator=generator, device=device, dtype=DTYPES[dtype])
 
