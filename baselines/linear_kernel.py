@@ -10,10 +10,10 @@ Four renderings of the same formula:
   causal. Used for the causal form with gradients.
 - `factored_linear_attention(q_chunk, k_chunk, v)`: the same, non-causal, from features in factored form
   (see below) without materialising them: the training path in PyTorch.
-- `fused_training_attention(spec, q, k, v)`: with gradients, non-causal, through the fused CPU kernels
-  (`baselines.native`) where the map gives a `native_spec` and its projection takes no gradient.
-- `chunked_linear_attention(feature_map, q, k, v)`: without gradients (inference), non-causal; through the
-  fused CPU kernels where the map gives a `native_spec` they support, otherwise in PyTorch as follows. Walks
+- `fused_linear_attention(spec, q, k, v)`: non-causal, through the fused CPU kernels (`baselines.native`)
+  where the map gives a `native_spec`: without gradients, and with them where its projection takes none.
+- `chunked_linear_attention(feature_map, q, k, v)`: without gradients (inference), non-causal; the fused
+  kernels where they support the map, otherwise in PyTorch as follows. Walks
   the sequence in blocks of rows whose (rows, M) feature block stays in cache: key features of a block
   -> accumulate phi_k^T v and sum phi_k; then query features of a block -> phi_q @ state. Never holds
   an (N, M) tensor, so memory is O(N D + M D) and every feature element is touched while in cache.
@@ -383,13 +383,13 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
     up to rounding; `rows` per block (default `chunk_rows`). On CPU the sequence is split into one range of
     blocks per thread (`run_on_threads`): key sums per range, merged, then each range's queries. A block's
     features go into the thread's `scratch` buffer when the map takes `out`. Where the map gives a
-    `native_spec` the fused kernel supports, it runs instead (`_fused_linear_attention`).
+    `native_spec` the fused kernel supports, it runs instead (`fused_linear_attention`).
     """
     threads = torch.get_num_threads()
-    with feature_map.holding_derived(), torch_threads(1):  # small operations; see `torch_threads`
+    with feature_map.holding_derived(), torch_threads(1):  # the map's derived weights too; see `torch_threads`
         spec = feature_map.native_spec(q) if hasattr(feature_map, "native_spec") else None
         if rows is None and native.supports(spec, q, k, v):
-            return _fused_linear_attention(spec, q, k, v, key_padding_mask, eps, threads)
+            return fused_linear_attention(spec, q, k, v, key_padding_mask, eps, threads)
     b, h, n, d = v.shape
     m = feature_map.num_features
     rows = rows or chunk_rows(q, m)
@@ -439,41 +439,26 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
     return out
 
 
-def _fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
-                            eps: float, threads: int) -> Tensor:
-    """`chunked_linear_attention` through the fused kernel on `threads` threads (which share out blocks of rows and
-    merge their key sums at the largest of their scales, as `_KeyState` does); the small operations in between run
-    on one torch thread (`torch_threads`)."""
-    b, h, n, d = v.shape
+def fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
+                           eps: float, threads: int | None = None) -> Tensor:
+    """The non-causal kernel through the fused CPU kernels (`native.KeySums`, `native.QueryOutputs`), with or
+    without gradients: the key and query passes run on `threads` threads (default: torch's count), which share
+    out groups of rows and merge their sums in a fixed order; their backward recomputes the features block by
+    block. Finishing the key state and folding scale and offset in stay torch operations on small tensors, run on one
+    torch thread (`torch_threads`). Equals `factored_linear_attention` up to rounding, in value and gradients."""
+    threads = threads or torch.get_num_threads()
     with torch_threads(1):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         real = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
         state = _KeyState()
-        state.kv, state.ksum, state.log_max, value_sum = native.key_sums(spec, k, v, real, threads)
+        state.kv, state.ksum, state.log_max, value_sum = native.KeySums.apply(k, v, spec, real, threads)
         state.scale, state.offset = spec.scale, spec.offset
+        if torch.is_grad_enabled() and v.requires_grad:  # the kernel's sum of v carries no gradient
+            value_sum = None
         kv, ksum = state.finish(v, _padding_weights(v, key_padding_mask), value_sum)
         s_kv, s_ksum, offsets = _query_state(kv, ksum, spec.scale, spec.offset)
-        out = torch.empty(b, h, n, d, dtype=v.dtype)
-        native.write_queries(spec, q, s_kv.contiguous(), s_ksum.contiguous(), offsets, eps, out, threads=threads)
-    return out
-
-
-def fused_training_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
-                             eps: float) -> Tensor:
-    """The non-causal kernel with gradients through the fused kernels (`native.KeySums`, `native.QueryOutputs`):
-    the key and query passes are custom autograd functions whose backward recomputes the features block by block;
-    finishing the key state and folding scale and offset in stay differentiable torch operations on small tensors.
-    Equals `factored_linear_attention` up to rounding, in value and gradients."""
-    threads = torch.get_num_threads()
-    with torch_threads(1):  # small operations between the kernels; see `torch_threads`
-        real = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-        state = _KeyState()
-        state.kv, state.ksum, state.log_max = native.KeySums.apply(k.contiguous(), v.contiguous(), spec, real, threads)
-        state.scale, state.offset = spec.scale, spec.offset
-        kv, ksum = state.finish(v, _padding_weights(v, key_padding_mask))
-        s_kv, s_ksum, offsets = _query_state(kv, ksum, spec.scale, spec.offset)
         off_kv, off_den = (None, None) if offsets is None else offsets
-        return native.QueryOutputs.apply(q.contiguous(), s_kv, s_ksum, off_kv, off_den, spec, eps, threads)
+        return native.QueryOutputs.apply(q, s_kv, s_ksum, off_kv, off_den, spec, eps, threads)
 
 
 def _query_state(kv: Tensor, ksum: Tensor, scale: float, offset: float) -> tuple:
@@ -513,7 +498,7 @@ class LinearKernelAttention(nn.Module):
         if not self.causal:
             spec = self.feature_map.native_spec(q) if hasattr(self.feature_map, "native_spec") else None
             if native.supports_backward(spec, q, k, v):
-                return fused_training_attention(spec, q, k, v, key_padding_mask, self.eps)
+                return fused_linear_attention(spec, q, k, v, key_padding_mask, self.eps)
             q_chunk, k_chunk = self.feature_map.query_chunk(q), self.feature_map.key_chunk(k, key_padding_mask)
             return factored_linear_attention(q_chunk, k_chunk, v, key_padding_mask, self.eps)
         phi_q = self.feature_map.forward_queries(q)

@@ -246,7 +246,7 @@ def segment_means(q: Tensor, k: Tensor, segments: int, threads: int = 1) -> tupl
 
 
 def supports_backward(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """Whether the fused training path (`fused_training_attention`) can run: the forward's conditions, no input
+    """Whether the fused path with gradients (`fused_linear_attention`) can run: the forward's conditions, no input
     normalising, d == Dv, and a projection that needs no gradient (fixed random features, a frozen kernel)."""
     if not supports(spec, q, k, v) or spec.unit_eps is not None or q.shape[-1] != v.shape[-1]:
         return False
@@ -258,21 +258,21 @@ def _transposed(w: Tensor | None) -> Tensor | None:
 
 
 class KeySums(torch.autograd.Function):
-    """(k, v) -> key sums kv (B*H, F, Dv), ksum (B*H, F, 1) and favor's log-scale (not differentiable), with the
-    fused backward: features recomputed block by block, dk and dv written once."""
+    """(k, v) -> `key_sums`: kv (B*H, F, Dv), ksum (B*H, F, 1), and, not differentiable, favor's log-scale and the
+    real rows' sum of v (for use without gradients); with the fused backward: features recomputed block by
+    block, dk and dv written once."""
 
     @staticmethod
     def forward(ctx, k: Tensor, v: Tensor, spec: NativeSpec, real: Tensor | None, threads: int):
-        kv, ksum, log_max, _ = key_sums(spec, k, v, real, threads)
+        kv, ksum, log_max, value_sum = key_sums(spec, k, v, real, threads)
         ctx.spec, ctx.real, ctx.threads = spec, real, threads
         ctx.save_for_backward(k, v)
         ctx.log_max = log_max
-        if log_max is not None:
-            ctx.mark_non_differentiable(log_max)
-        return kv, ksum, log_max
+        ctx.mark_non_differentiable(*(t for t in (log_max, value_sum) if t is not None))
+        return kv, ksum, log_max, value_sum
 
     @staticmethod
-    def backward(ctx, g_kv: Tensor, g_ksum: Tensor, _: Tensor | None):
+    def backward(ctx, g_kv: Tensor, g_ksum: Tensor, *_: Tensor | None):
         k, v = ctx.saved_tensors
         spec, b, h, n, d = ctx.spec, *k.shape
         w = spec.weights
