@@ -268,7 +268,7 @@ class RandomFeatureMap(FeatureMap):
         if self.kind not in ("favor", "elu", "trig"):
             return None
         d, m = x.shape[-1], self.omega.shape[-2]
-        weights = self.derived("native", lambda: (self.omega.to(x.dtype) * d ** -0.25).transpose(-2, -1).contiguous())
+        weights = self.derived("native", lambda: projection_weights(self.omega, 1, d ** -0.25, x.dtype).contiguous())
         favor = self.kind == "favor"
         return NativeSpec(self.kind, weights, m ** -0.5, FAVOR_EPS if favor else 0.0, d ** -0.5 / 2 if favor else 0.0)
 

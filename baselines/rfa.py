@@ -42,18 +42,18 @@ class RfaFeatureMap(FeatureMap):
     def native_spec(self, x: Tensor) -> NativeSpec:
         """sin/cos of unit-normalised x projected on sigma omega / tau, (H, d, M)."""
         omega = self.train_omega if self.training else self.omega
-        weights = self.derived("native", lambda: (self.sigma[:, None, None] * omega / self.tau).to(x.dtype)
-                               .transpose(-2, -1).contiguous())
+        weights = self.derived("native", lambda: self._projection(omega, 1, x.dtype).contiguous())
         return NativeSpec("trig", weights, omega.shape[1] ** -0.5, unit_eps=NORM_EPS)
+
+    def _projection(self, omega: Tensor, batch: int, dtype: torch.dtype) -> Tensor:
+        """sigma omega / tau laid out for `batch` (`projection_weights`): (B*H, d, M)."""
+        return projection_weights(self.sigma[:, None, None] * omega / self.tau, batch, dtype=dtype)
 
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         omega = self.train_omega if self.training else self.omega
-
-        def weights() -> Tensor:  # sigma omega / tau, (B*H, d, M)
-            return projection_weights(self.sigma[:, None, None] * omega / self.tau, x.shape[0], dtype=x.dtype)
-
+        weights = self.derived("weights", lambda: self._projection(omega, x.shape[0], x.dtype))
         unit = x / (x.norm(dim=-1, keepdim=True) + NORM_EPS)
-        return FeatureChunk(trig_features(unit, self.derived("weights", weights), out), omega.shape[1] ** -0.5)
+        return FeatureChunk(trig_features(unit, weights, out), omega.shape[1] ** -0.5)
 
     def cost(self, n: int, d: int) -> dict[str, float]:
         """FLOPs per (batch, head) of the features of n queries and n keys (norm, divide, project, sin, cos)."""
