@@ -92,4 +92,5 @@ def machine_provenance(device: str, command: str | None = None) -> dict[str, Any
             "python": platform.python_version(), "torch": torch.__version__, "packages": package_versions(),
             "platform": platform.platform(), "machine": platform.machine(), "cpu": cpu_model(),
             "cpu_count": os.cpu_count(), "device": device_name(device), "threads": torch.get_num_threads(),
-            "native_kernels": native.status(), "hostname": socket.gethostname(), "command": command if command is not None else " ".join(sys.argv)}
+            "native_kernels": native.status(), "hostname": socket.gethostname(),
+            "command": command if command is not None else " ".join(sys.argv)}

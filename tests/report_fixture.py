@@ -20,7 +20,7 @@ def provenance(seed: int, device: str = "cpu") -> dict[str, Any]:
     return {"attnbench_version": "0.1.0", "git_commit": "0bf2ea5deadbeef", "git_dirty": False,
             "python": "3.11.9", "torch": "2.13.0", "packages": {"numpy": "2.4.6"},
             "platform": "Linux-6.1-x86_64", "machine": "x86_64", "cpu": "Test CPU @ 2.0GHz", "device": device,
-            "threads": 2, "hostname": "testhost", "started_at": "2026-11-29T10:00:00Z",
+            "threads": 2, "native_kernels": "on (g++ -O3 -march=native)", "hostname": "testhost", "started_at": "2026-11-29T10:00:00Z",
             "finished_at": "2026-11-29T10:01:00Z", "seconds": 60.0, "seed": seed,
             "command": "attnbench run smoke"}
 

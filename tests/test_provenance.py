@@ -27,3 +27,11 @@ def test_without_git_the_commit_comes_from_the_environment(monkeypatch):
         assert provenance.git_state() == (None, None)
     finally:
         provenance.git_state.cache_clear()
+
+
+def test_provenance_says_whether_the_fused_kernels_ran(monkeypatch):
+    from baselines import native
+    assert provenance.machine_provenance("cpu")["native_kernels"] == native.status()
+    monkeypatch.setattr(native, "_LIB", None)
+    monkeypatch.setattr(native, "_REASON", "disabled by ATTNBENCH_NATIVE=0")
+    assert provenance.machine_provenance("cpu")["native_kernels"] == "off: disabled by ATTNBENCH_NATIVE=0"

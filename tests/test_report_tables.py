@@ -150,6 +150,7 @@ def test_failed_skipped_unreadable_cells_are_listed(tmp_path: Path) -> None:
     assert prov["cells"]["failed"] == 1 and prov["seeds"] == [0, 1, 2] and prov["git_commit"] == ["0bf2ea5deadbeef"]
     assert prov["cells"]["not run"] == 1 and prov["not_run_cell_ids"] == ["ffffffffffffffff"]
     assert prov["suite"] == ["smoke"]
+    assert prov["native_kernels"] == ["on (g++ -O3 -march=native)"]
 
 
 def test_every_format_written_and_parses(tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from baselines import native
 from harness.measurements import register_measurement
 from harness.measurements.common import attention_label
 from harness.measurements.cost import point_cost
@@ -243,8 +242,7 @@ def measure_efficiency(cell: dict[str, Any], options: EfficiencyOptions, *, devi
         allocator = (retain_freed_memory() if options.allocator == "retain" and torch.device(device).type == "cpu"
                      else {"policy": "system"})
         machine = measure_machine(device, threads=options.threads, matmul_size=_matmul_size(options, device),
-                                  copy_mb=options.copy_mb) | {"allocator": allocator,
-                                                              "native_kernels": native.status()}
+                                  copy_mb=options.copy_mb) | {"allocator": allocator}
         points = [_new_point(cell, options, n, b, h, mode, device, machine)
                   for n in options.seq_lens for b in options.batch_sizes for h in options.heads
                   for mode in options.modes]

@@ -210,8 +210,7 @@ def _machine_probe(cells: pd.DataFrame) -> dict[str, Any] | None:
             "matmul_gflops_around_points": span([r["probe_matmul_gflops"] for r in points]),
             "copy_gb_per_s_around_points": span([r["probe_copy_gb_per_s"] for r in points]),
             "method": first.get("method"), "matmul_size": first.get("matmul_size"),
-            "allocator": (first.get("allocator") or {}).get("policy", "system"),
-            "native_kernels": first.get("native_kernels", "n/a")}
+            "allocator": (first.get("allocator") or {}).get("policy", "system")}
 
 
 def run_provenance(results: Results) -> list[dict[str, Any]]:
@@ -233,7 +232,8 @@ def run_provenance(results: Results) -> list[dict[str, Any]]:
             "git_commit": values("git_commit"), "git_dirty": values("git_dirty"),
             "attnbench_version": values("attnbench_version"), "python": values("python"), "torch": values("torch"),
             "packages": packages, "platform": values("platform"), "machine": values("machine"), "cpu": values("cpu"),
-            "device": values("device"), "threads": values("threads"), "hostname": values("hostname"),
+            "device": values("device"), "threads": values("threads"), "native_kernels": values("native_kernels"),
+            "hostname": values("hostname"),
             "command": values("command"), "seeds": sorted({int(s) for s in cells["seed"].dropna()}),
             "started_at": min(values("started_at"), default=None),
             "finished_at": max(values("finished_at"), default=None),
