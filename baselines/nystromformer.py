@@ -288,13 +288,9 @@ class NystromAttention(nn.Module):
     def _fused(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, num_landmarks: int) -> bool:
         """Whether the fused CPU kernels can run: float32 on CPU, widths they take and every sequence with a real
         key (the PyTorch path defines the degenerate cases; `forward` also requires every landmark to have tokens)."""
-        if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in (q, k, v)):
+        if num_landmarks % 16 or key_padding_mask is not None and not bool(key_padding_mask.any(dim=1).all()):
             return False
-        if v.shape[-1] not in native.VALUE_WIDTHS or num_landmarks % 16:
-            return False
-        if key_padding_mask is not None and not bool(key_padding_mask.any(dim=1).all()):
-            return False
-        return native.library() is not None
+        return native.takes(q, k, v, value_width=v.shape[-1])
 
     def _fused_forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, q_land: Tensor,
                        k_land: Tensor, pinv: Tensor, real: Tensor | None, threads: int) -> Tensor:

@@ -157,20 +157,25 @@ def status() -> str:
     return f"on ({_compiler()} {' '.join(FLAGS[:2])})"
 
 
+def takes(*tensors: Tensor, value_width: int) -> bool:
+    """Whether the kernels can run on these tensors at all: float32 on CPU, a value width they are built for, and
+    the library built."""
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
+        return False
+    return value_width in VALUE_WIDTHS and library() is not None
+
+
 def supports(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) -> bool:
     """Whether the fused kernel can run this call (else the PyTorch path does)."""
     if spec is None or spec.kind not in KINDS:
         return False
-    tensors = [q, k, v] + ([spec.weights] if spec.weights is not None else [])
-    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
+    d, w = q.shape[-1], spec.weights
+    if w is None:
+        if spec.kind != "elu" or d % 16:
+            return False
+    elif w.shape[-1] % 16 or w.shape[-2] != d or not w.is_contiguous():
         return False
-    d, dv = q.shape[-1], v.shape[-1]
-    m = spec.weights.shape[-1] if spec.weights is not None else d
-    if dv not in VALUE_WIDTHS or m % 16 or (spec.weights is None and spec.kind != "elu"):
-        return False
-    if spec.weights is not None and (spec.weights.shape[-2] != d or not spec.weights.is_contiguous()):
-        return False
-    return library() is not None
+    return takes(q, k, v, *([] if w is None else [w]), value_width=v.shape[-1])
 
 
 def _ptr(t: Tensor | None) -> int | None:
