@@ -606,11 +606,12 @@ void feature_grad(const Spec& s, const float* phi, const float* g_phi, int rows,
         }
 }
 
+// a thread's block scratch for the backward passes (no input normalising there, so no unit-norm buffer)
 struct BackwardBuffers {
-    std::vector<float> u, phi, g_phi, g_u, rows_dv, out_d, scratch;
+    std::vector<float> u, phi, g_phi, g_u, rows_dv, row_max, row_a, row_b;
     BackwardBuffers(const Spec& s, int dv, int rows)
         : u(rows * s.m + 16), phi(rows * 2 * s.m + 16), g_phi(rows * 2 * s.m + 16), g_u(rows * s.m + 16),
-          rows_dv(rows * dv + 16), out_d(rows * s.d + 16), scratch(rows * (s.d + 2) + 32) {}
+          rows_dv(rows * dv + 16), row_max(rows + 16), row_a(rows + 16), row_b(rows + 16) {}
 };
 
 // dx (rows x d) = g_u (rows x m) w^T, w^T given as wt (m x d); without a projection dx = g_u
@@ -634,11 +635,10 @@ void queries_backward_range(const Spec& s, BackwardBuffers& b, const float* x, c
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const int rows_max = block_rows();
-    float* g_den = b.scratch.data();
-    float* unit = b.scratch.data() + rows_max + 16;
+    float* g_den = b.row_a.data();
     for (int64_t start = r0; start < r1; start += rows_max) {
         const int rows = static_cast<int>(r1 - start < rows_max ? r1 - start : rows_max);
-        features(s, x + start * s.d, w, rows, b.u.data(), b.phi.data(), unit, unit);
+        features(s, x + start * s.d, w, rows, b.u.data(), b.phi.data(), b.row_max.data(), nullptr);
         float* g_num = b.rows_dv.data();
         for (int r = 0; r < rows; ++r) {
             v16 acc = {};
@@ -682,13 +682,10 @@ void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, cons
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const int rows_max = block_rows();
-    float* weight = b.scratch.data();
-    float* unit = b.scratch.data() + rows_max + 16;
-    float* row_max = b.rows_dv.data();  // rows floats, before rows_dv holds anything else
-    std::vector<float> g_w(rows_max);
+    float *weight = b.row_a.data(), *g_w = b.row_b.data(), *row_max = b.row_max.data();
     for (int64_t start = r0; start < r1; start += rows_max) {
         const int rows = static_cast<int>(r1 - start < rows_max ? r1 - start : rows_max);
-        features(s, x + start * s.d, w, rows, b.u.data(), b.phi.data(), row_max, unit);
+        features(s, x + start * s.d, w, rows, b.u.data(), b.phi.data(), row_max, nullptr);
         for (int r = 0; r < rows; ++r) {
             const bool keep = mask == nullptr || mask[start + r];
             float wr = keep ? 1.0f : 0.0f;
