@@ -9,7 +9,7 @@ from torch import nn
 
 from harness.measurements import SkipCell, measurement_names, run_cell
 from harness.measurements.cost import forward_cost, point_cost
-from harness.measurements.fidelity import exact_attention
+from harness.measurements.fidelity import exact_attention, uniform_attention
 from harness.measurements.robustness import normalized_auc
 from harness.registry import AttentionConfig, build_attention, register_attention
 
@@ -203,6 +203,25 @@ def test_fidelity_softmax_is_exact_and_more_features_help():
     assert (few["num_features"], many["num_features"]) == (4, 256)
     assert many["rel_error"] < few["rel_error"]
     assert set(performer["metrics"]) == {"rel_error_random@64/m4", "rel_error_random@64/m256"}
+
+
+def test_uniform_attention_is_softmax_with_zero_logits_over_real_keys():
+    g = torch.Generator().manual_seed(0)
+    v = torch.randn(2, 3, 10, 4, generator=g)
+    mask = torch.ones(2, 10, dtype=torch.bool)
+    mask[1, 7:] = False
+    zeros = torch.zeros(2, 3, 10, 4)  # q = 0: every logit 0, softmax uniform over the real keys
+    torch.testing.assert_close(uniform_attention(v, mask), exact_attention(zeros, zeros, v, mask))
+
+
+def test_fidelity_places_each_estimate_between_uniform_and_exact():
+    options = {"inputs": ["random"], "seq_lens": [64], "heads": 2, "head_dim": 16, "random_std": 0.5}
+    exact = run_cell(tiny_cell("fidelity", "softmax", options=options))["details"]["rows"][0]
+    assert exact["from_uniform"] == pytest.approx(1.0, abs=1e-5)  # exact is exactly as far from U as E is
+    assert 0 < exact["uniform_rel_error"] < 1
+    elu = run_cell(tiny_cell("fidelity", "elu-linear", options=options))["details"]["rows"][0]
+    assert elu["uniform_rel_error"] == pytest.approx(exact["uniform_rel_error"])  # same inputs, same U
+    assert elu["from_uniform"] > 0.05  # elu + 1 features depend on q and k: not collapsed
 
 
 def test_fidelity_on_trained_inputs_is_deterministic():

@@ -10,7 +10,7 @@ pytest.importorskip("performer_pytorch", reason="optional extra 'peers' not inst
 pytest.importorskip("nystrom_attention", reason="optional extra 'peers' not installed (pip install 'attnbench[peers]')")
 
 from harness.errors import UserError  # noqa: E402
-from harness.measurements.fidelity import exact_attention  # noqa: E402
+from harness.measurements.fidelity import FidelityOptions, exact_attention, measure_fidelity  # noqa: E402
 from harness.registry import build_attention  # noqa: E402
 
 
@@ -35,6 +35,19 @@ def test_performer_pytorch_uses_our_projection_and_agrees_where_eps_is_negligibl
     q, k, v = _inputs(2, 1, 200, 16, std=0.1)  # features far above both eps (theirs 1e-4, ours 1e-6)
     with torch.no_grad():
         assert _relative(ours(q, k, v), theirs(q, k, v)) < 5e-5
+
+
+def test_performer_pytorch_collapses_to_uniform_attention_at_unit_logit_variance():
+    """Theirs adds eps = 1e-4 to every feature and stabilises keys by max w.x alone: at unit-variance logits the key
+    features fall far below eps, the output nears the mean of V and the error nears uniform attention's; ours keeps
+    the kernel (unbiased, noisier). The peers suite's fidelity setting."""
+    options = FidelityOptions(inputs=["random"], seq_lens=[1024], batch=1, heads=4, head_dim=64, random_std=1.0)
+    rows = {name: measure_fidelity({"attention": {"name": name, "options": {}}, "seed": 0, "task": {"name": "none"}},
+                                   options)["details"]["rows"][0]
+            for name in ("performer", "baselines.peers:PerformerPytorch")}
+    theirs, ours = rows["baselines.peers:PerformerPytorch"], rows["performer"]
+    assert theirs["from_uniform"] < 0.1 < 1.0 < ours["from_uniform"]
+    assert abs(theirs["rel_error"] - theirs["uniform_rel_error"]) < 0.01
 
 
 def test_performer_pytorch_is_given_unscaled_inputs_once():

@@ -16,7 +16,8 @@ from harness.report import write_leaderboard, write_report
 from harness.report.formats import latex_escape, to_latex, to_markdown, write_table
 from harness.report.load import detail_rows, load_runs, run_provenance
 from harness.report.stats import metric_direction, summarize, t_quantile_975
-from harness.report.measurement_tables import coulomb_table, efficiency_frame, kernel_table, robustness_tables
+from harness.report.measurement_tables import (coulomb_table, efficiency_frame, fidelity_table, kernel_table,
+                                               robustness_tables)
 from harness.report.tables import all_tables, leaderboard_table, task_table
 from report_fixture import make_fake_run, write_cell
 
@@ -238,6 +239,17 @@ def test_sparse_and_failed_runs_still_give_a_report(tmp_path: Path) -> None:
                details={"rows": [{"seq_len": 64, "inputs": "random", "num_features": None, "rel_error": 0.1}]})
     out = write_report(tmp_path / "b")
     assert {p.name for p in (out / "tables").glob("*.csv")} == {"efficiency.csv", "fidelity.csv"}
+
+
+def test_fidelity_table_flags_estimates_near_uniform_attention(tmp_path: Path) -> None:
+    for label, away in (("floor", 0.06), ("kernel", 0.8)):
+        write_cell(tmp_path, label=label, task="none", measurement="fidelity",
+                   details={"rows": [{"seq_len": 64, "inputs": "random", "num_features": None, "rel_error": 0.5,
+                                      "uniform_rel_error": 0.5, "from_uniform": away}]})
+    table = fidelity_table(load_runs([tmp_path]))
+    shown = dict(zip(table.text["label"], table.text["from uniform"]))
+    assert shown == {"floor": "0.060 (≈ uniform)", "kernel": "0.800"}
+    assert list(table.text["uniform's error"]) == ["0.500", "0.500"]
 
 
 def test_metric_directions() -> None:

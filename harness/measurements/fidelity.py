@@ -1,7 +1,13 @@
 """Kernel fidelity: each attention's output against exact softmax attention on the same inputs.
 
 Errors are over real (unpadded) query positions: relative Frobenius error ||A - E||_F / ||E||_F (all
-layers' outputs together for trained inputs) and max |A - E|, where E is softmax(q k^T / sqrt(d)) v computed in float64. Inputs:
+layers' outputs together for trained inputs) and max |A - E|, where E is softmax(q k^T / sqrt(d)) v computed in float64.
+Beside them, with U uniform attention (every output the mean of the real values, weights that ignore q and k):
+- the relative error of U itself, ||U - E|| / ||E||: the level an approximation must beat to carry information
+  from the kernel (on random inputs the exact weights are near uniform, so it is low there);
+- how far A is from U in units of E's distance, ||A - U|| / ||E - U||: near 0 means A has collapsed to uniform
+  attention (a feature floor swamping the kernel), near 1 as far from uniform as exact attention.
+Inputs:
 - "random": q, k ~ N(0, random_std^2), v ~ N(0, 1), shape (batch, heads, N, head_dim), per N;
 - "trained": the q, k, v and padding mask every attention layer received (forward pre-hooks) on
   one test batch of a softmax model briefly trained on the cell's task with the cell's model.
@@ -61,6 +67,15 @@ def error_terms(approx: Tensor, exact: Tensor, query_mask: Tensor | None = None)
         keep = query_mask[:, None, :, None].to(diff.dtype)
         diff, exact = diff * keep, exact * keep
     return float(diff.pow(2).sum()), float(exact.pow(2).sum()), float(diff.abs().max())
+
+
+def uniform_attention(v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+    """Every query's output the mean of the real values, in float64: attention whose weights ignore q and k."""
+    v = v.double()
+    if key_padding_mask is None:
+        return v.mean(dim=2, keepdim=True).expand_as(v)
+    keep = key_padding_mask[:, None, :, None].to(v.dtype)
+    return ((v * keep).sum(dim=2, keepdim=True) / keep.sum(dim=2, keepdim=True).clamp_min(1)).expand_as(v)
 
 
 def _approximate(name: str, options: dict[str, Any], q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
@@ -135,12 +150,19 @@ def measure_fidelity(cell: dict[str, Any], options: FidelityOptions, *, device: 
 
 def _row(name: str, options: dict[str, Any], layers: list[tuple[Tensor, Tensor, Tensor, Tensor | None]],
          max_length: int, seed: int, source: str, budget: int | None) -> dict[str, Any]:
-    """Errors pooled over layers: relative Frobenius error of all layers' outputs together, max over layers."""
-    diff_sq = exact_sq = max_abs = 0.0
+    """Errors pooled over layers: relative Frobenius error of all layers' outputs together, max over layers; the
+    same relative error of uniform attention on the same inputs."""
+    diff_sq = exact_sq = max_abs = uniform_sq = from_uniform_sq = 0.0
     for q, k, v, mask in layers:
         approx = _approximate(name, options, q, k, v, mask, max(max_length, q.shape[2]), seed)
-        d_sq, e_sq, m_abs = error_terms(approx, exact_attention(q, k, v, mask), mask)
+        exact = exact_attention(q, k, v, mask)
+        d_sq, e_sq, m_abs = error_terms(approx, exact, mask)
         diff_sq, exact_sq, max_abs = diff_sq + d_sq, exact_sq + e_sq, max(max_abs, m_abs)
+        uniform = uniform_attention(v, mask)
+        uniform_sq += error_terms(uniform, exact, mask)[0]
+        from_uniform_sq += error_terms(approx, uniform, mask)[0]
     return {"seq_len": layers[0][0].shape[2], "num_features": budget, "inputs": source, "layers": len(layers),
             "rel_error": math.sqrt(diff_sq / exact_sq), "max_abs_error": max_abs,
+            "uniform_rel_error": math.sqrt(uniform_sq / exact_sq),
+            "from_uniform": math.sqrt(from_uniform_sq / uniform_sq) if uniform_sq > 0 else math.nan,
             "input_std": float(torch.cat([layer[0].flatten() for layer in layers]).std())}

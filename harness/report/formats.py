@@ -11,11 +11,11 @@ LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", 
                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                  "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}",
                  "±": r"$\pm$", "—": "--", "–": "--", "×": r"$\times$", "σ": r"$\sigma$", "λ": r"$\lambda$",
-                 "≥": r"$\geq$", "≤": r"$\leq$", "·": r"$\cdot$"}
+                 "≈": r"$\approx$", "≥": r"$\geq$", "≤": r"$\leq$", "·": r"$\cdot$"}
 
 
 def latex_escape(text: str) -> str:
-    """Escape LaTeX specials (and map ±, —, ×, σ, λ to math) so any label compiles."""
+    """Escape LaTeX specials (and map ±, —, ×, ≈, σ, λ to math) so any label compiles."""
     return "".join(LATEX_SPECIAL.get(ch, ch) for ch in str(text))
 
 
