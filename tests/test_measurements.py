@@ -144,6 +144,26 @@ def test_efficiency_cell_rows_memory_and_roofline():
     assert bool(above_one) == bool(result["details"]["notes"])
 
 
+def test_efficiency_rounds_interleave_the_points_and_pool_their_calls(monkeypatch):
+    """Three rounds: each pass visits every point in order, its calls pooled; the bound uses probes next to passes."""
+    from harness.measurements import efficiency
+
+    order, probes = [], iter(range(1, 100))
+    real_time_repeated = efficiency.time_repeated
+
+    def traced(fn, **kwargs):
+        order.append(fn)
+        return real_time_repeated(fn, **kwargs)
+    monkeypatch.setattr(efficiency, "time_repeated", traced)
+    monkeypatch.setattr(efficiency, "_probe", lambda *a: {"matmul_gflops": float(next(probes)), "copy_gb_per_s": 1.0})
+    options = EFFICIENCY_FAST | {"memory": False, "modes": ["forward"], "rounds": 3, "min_repeats": 3}
+    rows = run_cell(tiny_cell("efficiency", "elu-linear", options=options))["details"]["rows"]
+    assert len(order) == 6 and order[:2] == order[2:4] == order[4:]  # 2 points x 3 rounds, interleaved
+    assert all(r["rounds"] == 3 and r["repeats"] >= 3 and r["min_ms"] <= r["q25_ms"] <= r["median_ms"] for r in rows)
+    # probe 1 precedes the first pass, probe j + 1 follows pass j: point 0's passes are 1, 3, 5 -> best probe 6
+    assert [r["probe_matmul_gflops"] for r in rows] == [6.0, 7.0]
+
+
 def test_efficiency_records_oom_and_length_cap_rows_in_process():
     options = EFFICIENCY_FAST | {"memory": False, "modes": ["forward"], "seq_lens": [16, 32, 64],
                                  "length_caps": {"test-oom": 32}}

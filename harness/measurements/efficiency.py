@@ -3,13 +3,15 @@
 For each (sequence length, batch, heads, mode) point, random q, k, v (B, H, N, D) go through the
 attention built with `build_attention` (max_length = N). Order of work: every point's peak memory
 is measured first (CPU: a fresh subprocess per point, which also guards the run against a point
-that does not fit), then every surviving point is warmed up, then each is timed. Points above a
+that does not fit), then every surviving point is warmed up, then all are timed, in `rounds` interleaved
+passes over the points whose calls are pooled (a slow spell of a shared machine then falls on every point
+alike rather than on one length; time: the median call, also its quartiles and fastest). Points above a
 length cap, or whose roofline bound alone exceeds the per-point budget, are skipped with a reason;
 out-of-memory and time-outs are rows with their status. Peak memory is what one call needs above
 its inputs and the built module (training: the forward activations, backward and input gradients).
 FLOPs and bytes for the roofline come from `harness.measurements.cost`; the machine's rates from a
-probe at the start of the run (provenance) and, by default, again around each timed point, whose
-bound uses the better of those two readings (`probe_each_point`).
+probe at the start of the run (provenance) and, by default, again between timed passes; each point's
+bound uses the best reading next to any of its passes (`probe_each_point`).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
+import numpy as np
 import torch
 
 from harness.measurements import register_measurement
@@ -49,6 +52,9 @@ class EfficiencyOptions:
     min_time_s: float = option(0.3, "time each point for at least this long")
     min_repeats: int = option(3, "and at least this many calls")
     max_repeats: int = option(50, "but at most this many calls")
+    rounds: int = option(1, "time the points in this many interleaved passes (each a share of min_time_s and the "
+                            "repeats; calls pooled), so that a shared machine's slow spells fall on every length "
+                            "and mode alike instead of on whichever point they overlap")
     point_budget_s: float = option(60.0, "per-point budget: one call longer than this is a time-out")
     memory: bool = option(True, "measure peak memory (CPU: one subprocess per point, which also keeps a point "
                                 "that does not fit from killing the run; False runs every point in-process)")
@@ -70,6 +76,7 @@ class EfficiencyOptions:
         require(self.threads >= 1, f"threads={self.threads} must be at least 1")
         require(self.min_repeats >= 1 and self.max_repeats >= self.min_repeats,
                 f"need 1 <= min_repeats ({self.min_repeats}) <= max_repeats ({self.max_repeats})")
+        require(self.rounds >= 1, f"rounds={self.rounds} must be at least 1")
 
 
 def attention_call(name: str, options: dict[str, Any], batch: int, heads: int, n: int, d: int, mode: str,
@@ -122,7 +129,7 @@ def _new_point(cell: dict[str, Any], options: EfficiencyOptions, n: int, b: int,
     d = options.head_dim
     row: dict[str, Any] = {"seq_len": n, "batch": b, "heads": h, "head_dim": d, "mode": mode, "dtype": options.dtype,
                            "status": "ok", "reason": None, "median_ms": None, "q25_ms": None, "q75_ms": None,
-                           "repeats": 0, "tokens_per_s": None, "peak_mem_bytes": None, "mem_method": None,
+                           "min_ms": None, "repeats": 0, "tokens_per_s": None, "peak_mem_bytes": None, "mem_method": None,
                            "flops": None, "bytes": None, "gflops_per_s": None, "roofline_ms": None,
                            "roofline_fraction": None}
     args = (name, attn_options, b, h, n, d, mode, options.dtype, device, cell["seed"])
@@ -179,29 +186,51 @@ def _matmul_size(options: EfficiencyOptions, device: str) -> int:
     return options.matmul_size or (8192 if torch.device(device).type == "cuda" else 2048)
 
 
-def _time(point: Point, options: EfficiencyOptions, device: str) -> None:
-    try:
-        before = _probe(options, device) if options.probe_each_point else None
-        timing = time_repeated(point.fn, device=device, min_time_s=options.min_time_s,
-                               min_repeats=options.min_repeats, max_repeats=options.max_repeats,
-                               budget_s=options.point_budget_s)
-        after = _probe(options, device) if options.probe_each_point else None
-    except OOM_ERRORS as err:
-        _fail(point, "oom", f"{type(err).__name__}: {err}"[:300])
-        _release(device)
-        return
+def _time(points: list[Point], options: EfficiencyOptions, device: str, progress: Progress | None) -> None:
+    """Time every open point in `rounds` interleaved passes, calls pooled per point; with probe_each_point the
+    machine is probed before the first call and after every timing, and each point's bound comes from the best
+    probe next to any of its passes."""
+    rounds = options.rounds
+    share = {"min_time_s": options.min_time_s / rounds, "min_repeats": -(-options.min_repeats // rounds),
+             "max_repeats": max(1, options.max_repeats // rounds)}
+    times: dict[int, list[float]] = {i: [] for i in range(len(points))}
+    rates: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
+    last = _probe(options, device) if options.probe_each_point else None
+    for r in range(rounds):
+        for i, point in enumerate(points):
+            if point.open:
+                try:
+                    timing = time_repeated(point.fn, device=device, budget_s=options.point_budget_s, **share)
+                    after = _probe(options, device) if options.probe_each_point else None
+                except OOM_ERRORS as err:
+                    _fail(point, "oom", f"{type(err).__name__}: {err}"[:300])
+                    _release(device)
+                    continue
+                times[i] += timing.times_ms
+                rates[i] += [last, after] if last is not None else []
+                last = after
+            if progress is not None:
+                progress("time", r * len(points) + i + 1, rounds * len(points))
+    for i, point in enumerate(points):
+        if point.open:
+            _finish(point, times[i], rates[i], rounds)
+
+
+def _finish(point: Point, times: list[float], probes: list[dict[str, Any]], rounds: int) -> None:
+    """The point's row from its pooled call times (ms) and the probes next to its passes."""
     row = point.row
-    row |= {"median_ms": timing.median_ms, "q25_ms": timing.q25_ms, "q75_ms": timing.q75_ms,
-            "repeats": timing.repeats, "tokens_per_s": row["batch"] * row["seq_len"] / (timing.median_ms / 1e3)}
-    if before is not None:
-        rates = {"matmul_gflops": max(before["matmul_gflops"], after["matmul_gflops"]),
-                 "copy_gb_per_s": max(before["copy_gb_per_s"], after["copy_gb_per_s"])}
+    q25, median, q75 = (float(x) for x in np.percentile(times, [25, 50, 75]))
+    row |= {"median_ms": median, "q25_ms": q25, "q75_ms": q75, "min_ms": min(times), "repeats": len(times),
+            "rounds": rounds, "tokens_per_s": row["batch"] * row["seq_len"] / (median / 1e3)}
+    if probes:
+        rates = {"matmul_gflops": max(p["matmul_gflops"] for p in probes),
+                 "copy_gb_per_s": max(p["copy_gb_per_s"] for p in probes)}
         row |= {"probe_matmul_gflops": rates["matmul_gflops"], "probe_copy_gb_per_s": rates["copy_gb_per_s"]}
         if row["flops"] is not None:
             row["roofline_ms"] = _bound_s(row, rates) * 1e3
     if row["flops"] is not None:
-        row["gflops_per_s"] = row["flops"] / (timing.median_ms / 1e3) / 1e9
-        row["roofline_fraction"] = row["roofline_ms"] / timing.median_ms
+        row["gflops_per_s"] = row["flops"] / (median / 1e3) / 1e9
+        row["roofline_fraction"] = row["roofline_ms"] / median
     point.fn = None
 
 
@@ -246,13 +275,13 @@ def measure_efficiency(cell: dict[str, Any], options: EfficiencyOptions, *, devi
         points = [_new_point(cell, options, n, b, h, mode, device, machine)
                   for n in options.seq_lens for b in options.batch_sizes for h in options.heads
                   for mode in options.modes]
-        stages = ([_measure_memory] if options.memory else []) + [_warm_up, _time]
-        for stage in stages:
+        for stage in ([_measure_memory] if options.memory else []) + [_warm_up]:
             for i, point in enumerate(points):
                 if point.open:
                     stage(point, options, device)
                 if progress is not None:
                     progress(stage.__name__.strip("_").replace("_", " "), i + 1, len(points))
+        _time(points, options, device, progress)
     finally:
         torch.set_num_threads(threads_before)
     rows = [p.row for p in points]
