@@ -269,6 +269,41 @@ print("ok")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
+@pytest.mark.skipif(native.library() is None, reason="the fused kernels are not built here")
+def test_openmp_and_std_thread_builds_agree_bitwise_and_share_torchs_runtime(tmp_path):
+    """The OpenMP build runs on the libgomp torch loaded (one copy in the process); the std::thread fallback
+    (a compiler without -fopenmp) gives bitwise the same outputs and gradients (the sums' groups are fixed by the
+    length, not by the threads)."""
+    code = """
+import sys, torch
+from baselines import native
+if sys.argv[1] == "threads":
+    native.OPENMP = "-fno-openmp"
+assert native.status().startswith("on"), native.status()
+assert native.library().attnbench_openmp() == (sys.argv[1] == "openmp")
+gomp = {line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line}
+assert len(gomp) <= 1, gomp
+from harness.registry import build_attention
+torch.set_num_threads(2)
+g = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(2, 3, 700, 64, generator=g) for _ in range(3))
+attn = build_attention("performer", num_heads=3, head_dim=64)
+qq = q.clone().requires_grad_()
+attn(qq, k, v).sum().backward()
+with torch.no_grad():
+    fast = attn.eval()(q, k, v)
+torch.save((fast, qq.grad), sys.argv[2])
+"""
+    outputs = {}
+    for build in ("openmp", "threads"):
+        outputs[build] = tmp_path / f"{build}.pt"
+        result = subprocess.run([sys.executable, "-c", code, build, str(outputs[build])], capture_output=True,
+                                text=True, cwd=ROOT, env={**os.environ, "ATTNBENCH_CACHE_DIR": str(tmp_path)})
+        assert result.returncode == 0, result.stderr[-2000:]
+    (fast, grad), (fast_t, grad_t) = (torch.load(outputs[b]) for b in ("openmp", "threads"))
+    assert torch.equal(fast, fast_t) and torch.equal(grad, grad_t)
+
+
 @needs_native
 @pytest.mark.parametrize("name", ["performer", "elu-linear", "nystromformer"])
 def test_results_are_bitwise_the_same_for_every_thread_count_and_run(name):

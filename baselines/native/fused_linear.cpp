@@ -15,6 +15,9 @@
 #include <thread>
 #include <type_traits>
 #include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
@@ -272,10 +275,15 @@ void parallel_units(int threads, int64_t heads, int64_t n, int64_t unit_rows, Fn
             fn(t, bh, r0, r0 + unit_rows < n ? r0 + unit_rows : n);
         }
     };
+#ifdef _OPENMP  // on the OpenMP runtime torch loaded (same soname): its worker pool, no second set of threads
+#pragma omp parallel num_threads(threads)
+    worker(omp_get_thread_num());
+#else
     std::vector<std::thread> pool;
     for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
     worker(0);
     for (auto& thread : pool) thread.join();
+#endif
 }
 
 // per-thread scratch, made by the thread on its first unit
@@ -793,7 +801,16 @@ int by_width(int dv, Fn&& fn) {
 
 extern "C" {
 
-int attnbench_abi() { return 6; }
+int attnbench_abi() { return 7; }
+
+// 1 when built with OpenMP (parallel regions on the loaded OpenMP runtime), 0 with std::threads
+int attnbench_openmp() {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 // Key sums over the rows of every head, on `threads` threads: kv (heads, F, dv) = sum phi~ v^T, ksum (heads, F) =
 // sum phi~, with phi~ = phi * exp(c - log_max) for FAVOR (c = row max - norm_coef |k|^2; log_max (heads)
