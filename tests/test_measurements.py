@@ -160,8 +160,8 @@ def test_efficiency_rounds_interleave_the_points_and_pool_their_calls(monkeypatc
     rows = run_cell(tiny_cell("efficiency", "elu-linear", options=options))["details"]["rows"]
     assert len(order) == 6 and order[:2] == order[2:4] == order[4:]  # 2 points x 3 rounds, interleaved
     assert all(r["rounds"] == 3 and r["repeats"] >= 3 and r["min_ms"] <= r["q25_ms"] <= r["median_ms"] for r in rows)
-    # probe 1 precedes the first pass, probe j + 1 follows pass j: point 0's passes are 1, 3, 5 -> best probe 6
-    assert [r["probe_matmul_gflops"] for r in rows] == [6.0, 7.0]
+    # probe j precedes pass j and probe j + 1 follows it; point 0 has passes 1, 3, 5: better probes 2, 4, 6 -> 4
+    assert [r["probe_matmul_gflops"] for r in rows] == [4.0, 5.0]
 
 
 def test_efficiency_records_oom_and_length_cap_rows_in_process():

@@ -11,7 +11,8 @@ out-of-memory and time-outs are rows with their status. Peak memory is what one 
 its inputs and the built module (training: the forward activations, backward and input gradients).
 FLOPs and bytes for the roofline come from `harness.measurements.cost`; the machine's rates from a
 probe at the start of the run (provenance) and, by default, again between timed passes; each point's
-bound uses the best reading next to any of its passes (`probe_each_point`).
+bound uses, per pass, the better reading of the probes before and after it, and the median of that over
+passes (`probe_each_point`).
 """
 from __future__ import annotations
 
@@ -67,8 +68,9 @@ class EfficiencyOptions:
                   "tensor; system: the allocator as it is. Applies to every attention alike; peak memory is "
                   "measured in fresh subprocesses either way")
     probe_each_point: bool = option(True, "probe the matmul rate and copy bandwidth again right before and after "
-                                          "each point is timed, its roofline bound from the better of the two (a "
-                                          "shared machine's speed drifts during a run); False: the run's one probe")
+                                          "each timed pass, its roofline bound from the better of the two (median "
+                                          "over passes; a shared machine's speed drifts during a run); False: the "
+                                          "run's one probe")
 
     def __post_init__(self) -> None:
         for name in ("seq_lens", "batch_sizes", "heads", "modes"):
@@ -116,6 +118,7 @@ class Point:
     row: dict[str, Any]
     args: tuple
     fn: Callable[[], Any] | None = None
+    call_s: float = 0.0  # the last warm-up call's seconds
 
     @property
     def open(self) -> bool:
@@ -166,7 +169,7 @@ def _warm_up(point: Point, options: EfficiencyOptions, device: str) -> None:
     try:
         point.fn = attention_call(*point.args)
         for _ in range(options.warmup):
-            seconds = call_seconds(point.fn, device)
+            seconds = point.call_s = call_seconds(point.fn, device)
             if seconds > options.point_budget_s:
                 _fail(point, "timeout", f"one call took {seconds:.3g} s, over the per-point budget "
                                         f"{options.point_budget_s:g} s (point_budget_s)")
@@ -189,8 +192,11 @@ def _matmul_size(options: EfficiencyOptions, device: str) -> int:
 def _time(points: list[Point], options: EfficiencyOptions, device: str, progress: Progress | None) -> None:
     """Time every open point in `rounds` interleaved passes, calls pooled per point; with probe_each_point the
     machine is probed before the first call and after every timing, and each point's bound comes from the best
-    probe next to any of its passes."""
+    probes next to its passes (per pass the better of the one before and the one after, as with one round; then
+the median over passes, so that more passes do not mean more chances at a lucky reading). With several rounds a pass of a short call begins with one untimed call (the
+    probe before it has flushed the caches)."""
     rounds = options.rounds
+    rewarm_below_s = 0.25 * options.min_time_s / rounds
     share = {"min_time_s": options.min_time_s / rounds, "min_repeats": -(-options.min_repeats // rounds),
              "max_repeats": max(1, options.max_repeats // rounds)}
     times: dict[int, list[float]] = {i: [] for i in range(len(points))}
@@ -200,6 +206,8 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
         for i, point in enumerate(points):
             if point.open:
                 try:
+                    if rounds > 1 and point.call_s < rewarm_below_s:  # caches and threads warm again after a probe
+                        call_seconds(point.fn, device)
                     timing = time_repeated(point.fn, device=device, budget_s=options.point_budget_s, **share)
                     after = _probe(options, device) if options.probe_each_point else None
                 except OOM_ERRORS as err:
@@ -222,9 +230,10 @@ def _finish(point: Point, times: list[float], probes: list[dict[str, Any]], roun
     q25, median, q75 = (float(x) for x in np.percentile(times, [25, 50, 75]))
     row |= {"median_ms": median, "q25_ms": q25, "q75_ms": q75, "min_ms": min(times), "repeats": len(times),
             "rounds": rounds, "tokens_per_s": row["batch"] * row["seq_len"] / (median / 1e3)}
-    if probes:
-        rates = {"matmul_gflops": max(p["matmul_gflops"] for p in probes),
-                 "copy_gb_per_s": max(p["copy_gb_per_s"] for p in probes)}
+    if probes:  # per pass the better of the probes before and after it, then the median over passes
+        passes = list(zip(probes[::2], probes[1::2]))
+        rates = {key: float(np.median([max(before[key], after[key]) for before, after in passes]))
+                 for key in ("matmul_gflops", "copy_gb_per_s")}
         row |= {"probe_matmul_gflops": rates["matmul_gflops"], "probe_copy_gb_per_s": rates["copy_gb_per_s"]}
         if row["flops"] is not None:
             row["roofline_ms"] = _bound_s(row, rates) * 1e3
