@@ -266,8 +266,11 @@ class NystromAttention(nn.Module):
             if valid is not None:
                 empty = ~(valid[:, None, :, None] & valid[:, None, None, :])
                 kernel_2 = torch.where(empty, torch.eye(num_landmarks, dtype=q.dtype, device=q.device), kernel_2)
-            precise = torch.promote_types(q.dtype, torch.float32)  # the iteration diverges in half precision
-            pinv = iterative_pinv(kernel_2.to(precise), self.cfg.pinv_iterations).to(q.dtype)
+            if fused:  # float32: one call instead of some thirty small torch operations
+                pinv = native.iterative_pinv(kernel_2.contiguous(), self.cfg.pinv_iterations, threads)
+            else:
+                precise = torch.promote_types(q.dtype, torch.float32)  # the iteration diverges in half precision
+                pinv = iterative_pinv(kernel_2.to(precise), self.cfg.pinv_iterations).to(q.dtype)
             if fused and (valid is None or bool(valid.all())):
                 return self._fused_forward(q, k, v, key_padding_mask, q_land * d ** -0.5, k_land, pinv, real, threads)
         if torch.is_grad_enabled():

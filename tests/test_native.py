@@ -331,3 +331,18 @@ def test_results_are_bitwise_the_same_for_every_thread_count_and_run(name):
                 assert torch.equal(a, b), (index, position)
     for a, b in zip(results[1], results[3]):  # both on 2 threads
         assert torch.equal(a, b)
+
+
+@needs_native
+def test_iterative_pinv_matches_the_torch_iteration_and_converges_to_the_pseudo_inverse():
+    """Nystromformer's Newton-Schulz pseudo-inverse in one call: the same iterates as the torch rendering (to
+    rounding), and, iterated on, the Moore-Penrose inverse that torch.linalg.pinv computes by SVD."""
+    from baselines.nystromformer import iterative_pinv
+    g = torch.Generator().manual_seed(0)
+    a = torch.softmax(2 * torch.randn(2, 3, 64, 64, generator=g), dim=-1)  # row-stochastic, as kernel_2
+    for iterations in (1, 6):
+        fast = native.iterative_pinv(a.contiguous(), iterations, threads=2)
+        torch.testing.assert_close(fast, iterative_pinv(a, iterations), rtol=1e-4, atol=1e-5)
+    exact = torch.linalg.pinv(a.double())
+    converged = native.iterative_pinv(a.contiguous(), 40, threads=2).double()
+    assert float((converged - exact).norm() / exact.norm()) < 1e-3

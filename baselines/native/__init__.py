@@ -41,7 +41,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 7
+ABI = 8
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -136,6 +136,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_keys_backward.restype = i32
     lib.attnbench_keys_backward.argtypes = [i32, p, p, p, i64, i64, i64, i32, i32, i32, p, p, i64, f32, p, p, p, p,
                                             i32, p, p]
+    lib.attnbench_pinv.restype = i32
+    lib.attnbench_pinv.argtypes = [p, i64, i32, i32, i32, p]
     lib.attnbench_segment_means.restype = i32
     lib.attnbench_segment_means.argtypes = [p, p, i64, i64, i32, i64, i32, p, p]
     lib.attnbench_softmax_columns.restype = i32
@@ -269,6 +271,15 @@ def segment_means(q: Tensor, k: Tensor, segments: int, threads: int = 1) -> tupl
     library().attnbench_segment_means(q.data_ptr(), k.data_ptr(), b * h, n, d, segments, threads,
                                       q_means.data_ptr(), k_means.data_ptr())
     return q_means, k_means
+
+
+def iterative_pinv(a: Tensor, iterations: int, threads: int = 1) -> Tensor:
+    """Nystromformer's iterative pseudo-inverse (`baselines.nystromformer.iterative_pinv`) of each matrix of a
+    (..., L, L), contiguous float32, L a multiple of 16, one matrix a unit on `threads` threads."""
+    size = a.shape[-1]
+    z = torch.empty_like(a)
+    library().attnbench_pinv(a.data_ptr(), a.numel() // (size * size), size, iterations, threads, z.data_ptr())
+    return z
 
 
 def supports_backward(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) -> bool:

@@ -595,6 +595,43 @@ void segment_means(const float* a, const float* b, int64_t heads, int64_t n, int
     });
 }
 
+// Newton-Schulz iterative pseudo-inverse of each of `heads` (size x size) matrices, size a multiple of 16
+// (Nystromformer's, as baselines.nystromformer.iterative_pinv): z = a^T / (max row sum |a| * max column sum |a|),
+// then `iterations` times z = z (13 I - az (15 I - az (7 I - az))) / 4 with az = a z; one head a unit
+void iterative_pinv(const float* a, int64_t heads, int size, int iterations, int threads, float* z_out) {
+    const int64_t area = static_cast<int64_t>(size) * size;
+    parallel_units(threads, heads, 1, 1, [&](int, int64_t head, int64_t, int64_t) {
+        const float* x = a + head * area;
+        float* z = z_out + head * area;
+        std::vector<float> az(area), t(area), u(area);
+        float row_top = 0.0f, col_top = 0.0f;
+        for (int i = 0; i < size; ++i) {
+            float row = 0.0f, col = 0.0f;
+            for (int j = 0; j < size; ++j) row += std::fabs(x[i * size + j]), col += std::fabs(x[j * size + i]);
+            row_top = row > row_top ? row : row_top;
+            col_top = col > col_top ? col : col_top;
+        }
+        const float inv_scale = 1.0f / (row_top * col_top);
+        for (int i = 0; i < size; ++i)
+            for (int j = 0; j < size; ++j) z[i * size + j] = x[j * size + i] * inv_scale;
+        auto minus_from_identity = [&](float c, float* m) {  // m = c I - m
+            for (int64_t e = 0; e < area; ++e) m[e] = -m[e];
+            for (int i = 0; i < size; ++i) m[i * size + i] += c;
+        };
+        for (int it = 0; it < iterations; ++it) {
+            project(x, size, size, z, size, az.data());          // az = a z
+            std::memcpy(t.data(), az.data(), sizeof(float) * area);
+            minus_from_identity(7.0f, t.data());                  // t = 7 I - az
+            project(az.data(), size, size, t.data(), size, u.data());
+            minus_from_identity(15.0f, u.data());                 // u = 15 I - az t
+            project(az.data(), size, size, u.data(), size, t.data());
+            minus_from_identity(13.0f, t.data());                 // t = 13 I - az u
+            for (int64_t e = 0; e < area; ++e) u[e] = 0.25f * z[e];
+            project(u.data(), size, size, t.data(), size, z);     // z = (z / 4) t
+        }
+    });
+}
+
 // --- backward (training): the same passes in reverse, features recomputed rather than stored ------------------
 
 // g_u (rows x m) from g_phi (rows x F) and the features phi (rows x F) of u: favor exp -> g_phi phi; elu + 1 ->
@@ -801,7 +838,7 @@ int by_width(int dv, Fn&& fn) {
 
 extern "C" {
 
-int attnbench_abi() { return 7; }
+int attnbench_abi() { return 8; }
 
 // 1 when built with OpenMP (parallel regions on the loaded OpenMP runtime), 0 with std::threads
 int attnbench_openmp() {
@@ -857,6 +894,12 @@ int attnbench_softmax_columns(const float* k, const float* v, const uint8_t* rea
 
 // Means of equal consecutive segments of q and k (heads, n, d) -> (heads, segments, d) each; d a multiple of 16 and
 // segments dividing n. Returns 0.
+// Iterative pseudo-inverse of each of `heads` (size x size) matrices a into z; size a multiple of 16. Returns 0.
+int attnbench_pinv(const float* a, int64_t heads, int size, int iterations, int threads, float* z) {
+    iterative_pinv(a, heads, size, iterations, threads, z);
+    return 0;
+}
+
 int attnbench_segment_means(const float* q, const float* k, int64_t heads, int64_t n, int d, int64_t segments,
                             int threads, float* q_means, float* k_means) {
     segment_means(q, k, heads, n, d, segments, threads, q_means, k_means);
