@@ -24,14 +24,19 @@ CONV_BLOCK = 16  # outputs per Toeplitz block of the sequence convolution
 
 
 
-def iterative_pinv(a: Tensor, iterations: int = 6) -> Tensor:
+def iterative_pinv(a: Tensor, iterations: int = 6, threads: int = 0) -> Tensor:
     """Newton-Schulz-type pseudo-inverse (the reference's 3rd-order scheme): (..., L, L) -> (..., L, L).
 
-    Initial Z = A^T / (max row sum * max column sum), computed for each matrix separately.
+    Initial Z = A^T / (max row sum * max column sum), computed for each matrix separately. threads > 0: the steps
+    in one fused call (`native.PinvSteps`, float32 on CPU, L a multiple of 16; otherwise the torch loop), the same
+    iterates and gradients to rounding without some thirty small operations each way.
     """
     magnitude = a.abs()
     scale = magnitude.sum(-1).amax(-1) * magnitude.sum(-2).amax(-1)  # (...,) per matrix
     z = a.transpose(-2, -1) / scale[..., None, None]
+    if threads and a.dtype == torch.float32 and a.device.type == "cpu" and a.shape[-1] % 16 == 0 \
+            and native.library() is not None:
+        return native.PinvSteps.apply(a, z, iterations, threads)
     eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
     for _ in range(iterations):
         az = a @ z
@@ -266,11 +271,8 @@ class NystromAttention(nn.Module):
             if valid is not None:
                 empty = ~(valid[:, None, :, None] & valid[:, None, None, :])
                 kernel_2 = torch.where(empty, torch.eye(num_landmarks, dtype=q.dtype, device=q.device), kernel_2)
-            if fused:  # float32: one call instead of some thirty small torch operations
-                pinv = native.iterative_pinv(kernel_2.contiguous(), self.cfg.pinv_iterations, threads)
-            else:
-                precise = torch.promote_types(q.dtype, torch.float32)  # the iteration diverges in half precision
-                pinv = iterative_pinv(kernel_2.to(precise), self.cfg.pinv_iterations).to(q.dtype)
+            precise = torch.promote_types(q.dtype, torch.float32)  # the iteration diverges in half precision
+            pinv = iterative_pinv(kernel_2.to(precise), self.cfg.pinv_iterations, threads).to(q.dtype)
             if fused and (valid is None or bool(valid.all())):
                 return self._fused_forward(q, k, v, key_padding_mask, q_land * d ** -0.5, k_land, pinv, real, threads)
         if torch.is_grad_enabled():

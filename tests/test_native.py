@@ -334,15 +334,21 @@ def test_results_are_bitwise_the_same_for_every_thread_count_and_run(name):
 
 
 @needs_native
-def test_iterative_pinv_matches_the_torch_iteration_and_converges_to_the_pseudo_inverse():
-    """Nystromformer's Newton-Schulz pseudo-inverse in one call: the same iterates as the torch rendering (to
-    rounding), and, iterated on, the Moore-Penrose inverse that torch.linalg.pinv computes by SVD."""
+def test_fused_pinv_steps_match_the_torch_iteration_in_value_and_gradient():
+    """Nystromformer's Newton-Schulz pseudo-inverse through `native.PinvSteps`: the torch loop's iterates and
+    gradients (to rounding), and, iterated on, the Moore-Penrose inverse that torch.linalg.pinv computes by SVD."""
     from baselines.nystromformer import iterative_pinv
     g = torch.Generator().manual_seed(0)
     a = torch.softmax(2 * torch.randn(2, 3, 64, 64, generator=g), dim=-1)  # row-stochastic, as kernel_2
+    out_grad = torch.randn(2, 3, 64, 64, generator=g)
     for iterations in (1, 6):
-        fast = native.iterative_pinv(a.contiguous(), iterations, threads=2)
-        torch.testing.assert_close(fast, iterative_pinv(a, iterations), rtol=1e-4, atol=1e-5)
+        fast_a, slow_a = a.clone().requires_grad_(), a.clone().requires_grad_()
+        fast, slow = iterative_pinv(fast_a, iterations, threads=2), iterative_pinv(slow_a, iterations)
+        assert fast.grad_fn is not None and "PinvSteps" in type(fast.grad_fn).__name__
+        torch.testing.assert_close(fast, slow, rtol=1e-4, atol=1e-5)
+        fast.backward(out_grad)
+        slow.backward(out_grad)
+        torch.testing.assert_close(fast_a.grad, slow_a.grad, rtol=1e-4, atol=1e-4 * float(slow_a.grad.abs().max()))
     exact = torch.linalg.pinv(a.double())
-    converged = native.iterative_pinv(a.contiguous(), 40, threads=2).double()
+    converged = iterative_pinv(a, 40, threads=2).double()
     assert float((converged - exact).norm() / exact.norm()) < 1e-3

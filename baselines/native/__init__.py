@@ -41,7 +41,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 8
+ABI = 9
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -137,7 +137,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_keys_backward.argtypes = [i32, p, p, p, i64, i64, i64, i32, i32, i32, p, p, i64, f32, p, p, p, p,
                                             i32, p, p]
     lib.attnbench_pinv.restype = i32
-    lib.attnbench_pinv.argtypes = [p, i64, i32, i32, i32, p]
+    lib.attnbench_pinv.argtypes = [p, i64, i32, i32, i32, i32, p, p]
+    lib.attnbench_pinv_backward.restype = i32
+    lib.attnbench_pinv_backward.argtypes = [p, p, p, i64, i32, i32, i32, p, p]
     lib.attnbench_segment_means.restype = i32
     lib.attnbench_segment_means.argtypes = [p, p, i64, i64, i32, i64, i32, p, p]
     lib.attnbench_softmax_columns.restype = i32
@@ -273,13 +275,31 @@ def segment_means(q: Tensor, k: Tensor, segments: int, threads: int = 1) -> tupl
     return q_means, k_means
 
 
-def iterative_pinv(a: Tensor, iterations: int, threads: int = 1) -> Tensor:
-    """Nystromformer's iterative pseudo-inverse (`baselines.nystromformer.iterative_pinv`) of each matrix of a
-    (..., L, L), contiguous float32, L a multiple of 16, one matrix a unit on `threads` threads."""
-    size = a.shape[-1]
-    z = torch.empty_like(a)
-    library().attnbench_pinv(a.data_ptr(), a.numel() // (size * size), size, iterations, threads, z.data_ptr())
-    return z
+class PinvSteps(torch.autograd.Function):
+    """(a, z0) -> the iterative pseudo-inverse's `iterations` steps from z0 (the start stays a torch operation,
+    so its max-based scale takes autograd's gradient), a (..., L, L) float32 with L a multiple of 16; the backward
+    goes through the steps in reverse, recomputing each from the stored step inputs."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, z0: Tensor, iterations: int, threads: int):
+        size = a.shape[-1]
+        heads = a.numel() // (size * size)
+        a, z = a.contiguous(), z0.contiguous().clone()
+        store = torch.empty(heads, iterations, size, size)
+        library().attnbench_pinv(a.data_ptr(), heads, size, iterations, 1, threads, z.data_ptr(), store.data_ptr())
+        ctx.save_for_backward(a, store)
+        ctx.iterations, ctx.threads = iterations, threads
+        return z
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        a, store = ctx.saved_tensors
+        size = a.shape[-1]
+        g = g.contiguous()
+        da, dz0 = torch.empty_like(a), torch.empty_like(a)
+        library().attnbench_pinv_backward(a.data_ptr(), store.data_ptr(), g.data_ptr(), a.numel() // (size * size),
+                                          size, ctx.iterations, ctx.threads, da.data_ptr(), dz0.data_ptr())
+        return da, dz0, None, None
 
 
 def supports_backward(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) -> bool:

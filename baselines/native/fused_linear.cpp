@@ -595,41 +595,102 @@ void segment_means(const float* a, const float* b, int64_t heads, int64_t n, int
     });
 }
 
-// Newton-Schulz iterative pseudo-inverse of each of `heads` (size x size) matrices, size a multiple of 16
-// (Nystromformer's, as baselines.nystromformer.iterative_pinv): z = a^T / (max row sum |a| * max column sum |a|),
-// then `iterations` times z = z (13 I - az (15 I - az (7 I - az))) / 4 with az = a z; one head a unit
-void iterative_pinv(const float* a, int64_t heads, int size, int iterations, int threads, float* z_out) {
-    const int64_t area = static_cast<int64_t>(size) * size;
-    parallel_units(threads, heads, 1, 1, [&](int, int64_t head, int64_t, int64_t) {
-        const float* x = a + head * area;
-        float* z = z_out + head * area;
-        std::vector<float> az(area), t(area), u(area);
-        float row_top = 0.0f, col_top = 0.0f;
-        for (int i = 0; i < size; ++i) {
-            float row = 0.0f, col = 0.0f;
-            for (int j = 0; j < size; ++j) row += std::fabs(x[i * size + j]), col += std::fabs(x[j * size + i]);
-            row_top = row > row_top ? row : row_top;
-            col_top = col > col_top ? col : col_top;
-        }
-        const float inv_scale = 1.0f / (row_top * col_top);
+// --- Nystromformer's Newton-Schulz pseudo-inverse (as baselines.nystromformer.iterative_pinv) ------------------
+// z = a^T / (max row sum |a| * max column sum |a|), then `iterations` times z = z (13 I - az (15 I - az (7 I - az))) / 4
+// with az = a z; matrices (size x size), size a multiple of 16, one head a unit
+
+struct Square {  // products of (size x size) row-major matrices
+    int size;
+    int64_t area;
+    explicit Square(int n) : size(n), area(static_cast<int64_t>(n) * n) {}
+    void mul(const float* x, const float* y, float* out) const { project(x, size, size, y, size, out); }
+    void transpose(const float* x, float* out) const {
         for (int i = 0; i < size; ++i)
-            for (int j = 0; j < size; ++j) z[i * size + j] = x[j * size + i] * inv_scale;
-        auto minus_from_identity = [&](float c, float* m) {  // m = c I - m
-            for (int64_t e = 0; e < area; ++e) m[e] = -m[e];
-            for (int i = 0; i < size; ++i) m[i * size + i] += c;
-        };
-        for (int it = 0; it < iterations; ++it) {
-            project(x, size, size, z, size, az.data());          // az = a z
-            std::memcpy(t.data(), az.data(), sizeof(float) * area);
-            minus_from_identity(7.0f, t.data());                  // t = 7 I - az
-            project(az.data(), size, size, t.data(), size, u.data());
-            minus_from_identity(15.0f, u.data());                 // u = 15 I - az t
-            project(az.data(), size, size, u.data(), size, t.data());
-            minus_from_identity(13.0f, t.data());                 // t = 13 I - az u
-            for (int64_t e = 0; e < area; ++e) u[e] = 0.25f * z[e];
-            project(u.data(), size, size, t.data(), size, z);     // z = (z / 4) t
-        }
-    });
+            for (int j = 0; j < size; ++j) out[j * size + i] = x[i * size + j];
+    }
+    void minus_from_identity(float c, const float* x, float* out) const {  // out = c I - x
+        for (int64_t e = 0; e < area; ++e) out[e] = -x[e];
+        for (int i = 0; i < size; ++i) out[i * size + i] += c;
+    }
+    void add(const float* x, float* out) const { for (int64_t e = 0; e < area; ++e) out[e] += x[e]; }
+};
+
+// the step's intermediates from a and z: p = a z, t1 = 7 I - p, t2 = 15 I - p t1, t3 = 13 I - p t2 (u: scratch)
+void pinv_step_parts(const Square& sq, const float* a, const float* z, float* p, float* t1, float* t2, float* t3,
+                     float* u) {
+    sq.mul(a, z, p);
+    sq.minus_from_identity(7.0f, p, t1);
+    sq.mul(p, t1, u);
+    sq.minus_from_identity(15.0f, u, t2);
+    sq.mul(p, t2, u);
+    sq.minus_from_identity(13.0f, u, t3);
+}
+
+// iterations from z (in place, the start given); `store`, when given, gets every step's input z (iterations x area)
+void pinv_steps(const Square& sq, const float* a, float* z, int iterations, float* store) {
+    std::vector<float> p(sq.area), t1(sq.area), t2(sq.area), t3(sq.area), u(sq.area);
+    for (int it = 0; it < iterations; ++it) {
+        if (store != nullptr) std::memcpy(store + it * sq.area, z, sizeof(float) * sq.area);
+        pinv_step_parts(sq, a, z, p.data(), t1.data(), t2.data(), t3.data(), u.data());
+        for (int64_t e = 0; e < sq.area; ++e) u[e] = 0.25f * z[e];
+        sq.mul(u.data(), t3.data(), z);
+    }
+}
+
+void pinv_start(const Square& sq, const float* x, float* z) {
+    const int size = sq.size;
+    float row_top = 0.0f, col_top = 0.0f;
+    for (int i = 0; i < size; ++i) {
+        float row = 0.0f, col = 0.0f;
+        for (int j = 0; j < size; ++j) row += std::fabs(x[i * size + j]), col += std::fabs(x[j * size + i]);
+        row_top = row > row_top ? row : row_top;
+        col_top = col > col_top ? col : col_top;
+    }
+    const float inv_scale = 1.0f / (row_top * col_top);
+    for (int i = 0; i < size; ++i)
+        for (int j = 0; j < size; ++j) z[i * size + j] = x[j * size + i] * inv_scale;
+}
+
+// reverse mode through the steps: g (dL/dz after the last step) -> da (dL/da through the steps) and dz0
+// (dL/dz at the start), from the stored step inputs; each step's p, t1, t2, t3 recomputed, then the chain rule
+// through z' = z t3 / 4, t3 = 13 I - p t2, t2 = 15 I - p t1, t1 = 7 I - p, p = a z, line by line below
+void pinv_steps_backward(const Square& sq, const float* a, const float* store, const float* g, int iterations,
+                         float* da, float* dz0) {
+    const int64_t area = sq.area;
+    std::vector<float> buf(14 * area);
+    float *p = &buf[0], *t1 = &buf[area], *t2 = &buf[2 * area], *t3 = &buf[3 * area], *u = &buf[4 * area];
+    float *gz = &buf[5 * area], *dz = &buf[6 * area], *dp = &buf[7 * area], *dx = &buf[8 * area];
+    float *dy = &buf[9 * area], *tr = &buf[10 * area], *pt = &buf[11 * area], *at = &buf[12 * area];
+    float* zt = &buf[13 * area];
+    std::memcpy(gz, g, sizeof(float) * area);
+    std::memset(da, 0, sizeof(float) * area);
+    sq.transpose(a, at);
+    for (int it = iterations - 1; it >= 0; --it) {
+        const float* z = store + it * area;
+        pinv_step_parts(sq, a, z, p, t1, t2, t3, u);
+        sq.transpose(p, pt);
+        sq.transpose(z, zt);
+        sq.transpose(t3, tr);
+        sq.mul(gz, tr, dz);                                    // dz = g t3^T / 4 (scaled below)
+        for (int64_t e = 0; e < area; ++e) dz[e] *= 0.25f;
+        sq.mul(zt, gz, dx);                                    // dt3 = z^T g / 4; dv = -dt3
+        for (int64_t e = 0; e < area; ++e) dx[e] *= -0.25f;    // dx = dv
+        sq.transpose(t2, tr);
+        sq.mul(dx, tr, dp);                                    // dp = dv t2^T
+        sq.mul(pt, dx, dy);                                    // dt2 = p^T dv; du = -dt2
+        for (int64_t e = 0; e < area; ++e) dy[e] = -dy[e];     // dy = du
+        sq.transpose(t1, tr);
+        sq.mul(dy, tr, u);                                     // dp += du t1^T
+        sq.add(u, dp);
+        sq.mul(pt, dy, u);                                     // dt1 = p^T du; dp -= dt1
+        for (int64_t e = 0; e < area; ++e) dp[e] -= u[e];
+        sq.mul(at, dp, u);                                     // dz += a^T dp
+        sq.add(u, dz);
+        sq.mul(dp, zt, u);                                     // da += dp z^T
+        sq.add(u, da);
+        std::memcpy(gz, dz, sizeof(float) * area);
+    }
+    std::memcpy(dz0, gz, sizeof(float) * area);
 }
 
 // --- backward (training): the same passes in reverse, features recomputed rather than stored ------------------
@@ -838,7 +899,7 @@ int by_width(int dv, Fn&& fn) {
 
 extern "C" {
 
-int attnbench_abi() { return 8; }
+int attnbench_abi() { return 9; }
 
 // 1 when built with OpenMP (parallel regions on the loaded OpenMP runtime), 0 with std::threads
 int attnbench_openmp() {
@@ -894,9 +955,29 @@ int attnbench_softmax_columns(const float* k, const float* v, const uint8_t* rea
 
 // Means of equal consecutive segments of q and k (heads, n, d) -> (heads, segments, d) each; d a multiple of 16 and
 // segments dividing n. Returns 0.
-// Iterative pseudo-inverse of each of `heads` (size x size) matrices a into z; size a multiple of 16. Returns 0.
-int attnbench_pinv(const float* a, int64_t heads, int size, int iterations, int threads, float* z) {
-    iterative_pinv(a, heads, size, iterations, threads, z);
+// Iterative pseudo-inverse of each of `heads` (size x size) matrices a into z, size a multiple of 16: from the
+// scaled transpose (start == 0), or from the given z (start == 1; `store`, when given, keeps each step's input,
+// heads x iterations x area, for attnbench_pinv_backward). Returns 0.
+int attnbench_pinv(const float* a, int64_t heads, int size, int iterations, int start, int threads, float* z,
+                   float* store) {
+    const Square sq(size);
+    parallel_units(threads, heads, 1, 1, [&](int, int64_t head, int64_t, int64_t) {
+        const float* x = a + head * sq.area;
+        float* zh = z + head * sq.area;
+        if (start == 0) pinv_start(sq, x, zh);
+        pinv_steps(sq, x, zh, iterations, store == nullptr ? nullptr : store + head * iterations * sq.area);
+    });
+    return 0;
+}
+
+// Gradients of attnbench_pinv's steps (start == 1): g (heads x area) -> da, dz0 (heads x area each). Returns 0.
+int attnbench_pinv_backward(const float* a, const float* store, const float* g, int64_t heads, int size,
+                            int iterations, int threads, float* da, float* dz0) {
+    const Square sq(size);
+    parallel_units(threads, heads, 1, 1, [&](int, int64_t head, int64_t, int64_t) {
+        pinv_steps_backward(sq, a + head * sq.area, store + head * iterations * sq.area, g + head * sq.area,
+                            iterations, da + head * sq.area, dz0 + head * sq.area);
+    });
     return 0;
 }
 
