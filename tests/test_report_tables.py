@@ -242,14 +242,16 @@ def test_sparse_and_failed_runs_still_give_a_report(tmp_path: Path) -> None:
 
 
 def test_fidelity_table_flags_estimates_near_uniform_attention(tmp_path: Path) -> None:
-    for label, away in (("floor", 0.06), ("kernel", 0.8)):
+    for label, error, away in (("floor", 0.4, 0.06), ("kernel", 0.5, 0.8), ("noisy", 0.6, 1.5)):
         write_cell(tmp_path, label=label, task="none", measurement="fidelity",
-                   details={"rows": [{"seq_len": 64, "inputs": "random", "num_features": None, "rel_error": 0.5,
-                                      "uniform_rel_error": 0.5, "from_uniform": away}]})
+                   details={"rows": [{"seq_len": 64, "inputs": "random", "num_features": None, "rel_error": error,
+                                      "uniform_rel_error": 0.45, "from_uniform": away}]})
     table = fidelity_table(load_runs([tmp_path]))
     shown = dict(zip(table.text["label"], table.text["from uniform"]))
-    assert shown == {"floor": "0.060 (≈ uniform)", "kernel": "0.800"}
-    assert list(table.text["uniform's error"]) == ["0.500", "0.500"]
+    assert shown == {"floor": "0.060 (≈ uniform)", "kernel": "0.800", "noisy": "1.500"}
+    assert list(table.text["uniform's error"]) == ["0.450"] * 3
+    bold = dict(zip(table.text["label"], table.best["relative error"]))
+    assert bold == {"floor": False, "kernel": True, "noisy": False}  # the collapsed estimate is not the best
 
 
 def test_metric_directions() -> None:
