@@ -252,9 +252,10 @@ def run_on_threads(fn: Callable[[int, int], Any], ranges: list[tuple[int, int]])
 
 @contextlib.contextmanager
 def torch_threads(count: int) -> Iterator[None]:
-    """torch's intra-op thread count set to `count` within, restored after. The fused kernels' own threads run
-    best with none of torch's OpenMP workers about: after a parallel torch operation those spin for a while
-    and take the cores (measured: the next 2-thread kernel call 40-60% slower)."""
+    """torch's intra-op thread count set to `count` within, restored after. For the small operations around the
+    fused kernels: too small to gain from threads, and in a build of the kernels without OpenMP (own threads,
+    not torch's pool) torch's workers, spinning for a while after a parallel operation, would take the cores
+    from the next kernel call (measured: 40-60% slower)."""
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:
