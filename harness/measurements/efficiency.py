@@ -132,8 +132,8 @@ def _new_point(cell: dict[str, Any], options: EfficiencyOptions, n: int, b: int,
     d = options.head_dim
     row: dict[str, Any] = {"seq_len": n, "batch": b, "heads": h, "head_dim": d, "mode": mode, "dtype": options.dtype,
                            "status": "ok", "reason": None, "median_ms": None, "q25_ms": None, "q75_ms": None,
-                           "min_ms": None, "repeats": 0, "tokens_per_s": None, "peak_mem_bytes": None, "mem_method": None,
-                           "flops": None, "bytes": None, "gflops_per_s": None, "roofline_ms": None,
+                           "min_ms": None, "repeats": 0, "tokens_per_s": None, "peak_mem_bytes": None,
+                           "mem_method": None, "flops": None, "bytes": None, "gflops_per_s": None, "roofline_ms": None,
                            "roofline_fraction": None}
     args = (name, attn_options, b, h, n, d, mode, options.dtype, device, cell["seed"])
     cost = point_cost(build_attention(name, head_dim=d, num_heads=h, max_length=n, seed=cell["seed"], **attn_options),
@@ -190,11 +190,11 @@ def _matmul_size(options: EfficiencyOptions, device: str) -> int:
 
 
 def _time(points: list[Point], options: EfficiencyOptions, device: str, progress: Progress | None) -> None:
-    """Time every open point in `rounds` interleaved passes, calls pooled per point; with probe_each_point the
-    machine is probed before the first call and after every timing, and each point's bound comes from the best
-    probes next to its passes (per pass the better of the one before and the one after, as with one round; then
-the median over passes, so that more passes do not mean more chances at a lucky reading). With several rounds a pass of a short call begins with one untimed call (the
-    probe before it has flushed the caches)."""
+    """Time every open point in `rounds` interleaved passes, calls pooled per point. With probe_each_point the
+    machine is probed before the first pass and after every pass; a point's bound takes, per pass, the better of
+    the probes before and after it (as with one round), then the median over its passes, so that more passes do
+    not mean more chances at a lucky reading. With several rounds a pass of a short call begins with one untimed
+    call (the probe before it has flushed the caches)."""
     rounds = options.rounds
     rewarm_below_s = 0.25 * options.min_time_s / rounds
     share = {"min_time_s": options.min_time_s / rounds, "min_repeats": -(-options.min_repeats // rounds),
