@@ -109,8 +109,8 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
     rows = detail_rows(results, "efficiency")
     if rows.empty:
         return rows
-    for col in ("median_ms", "q25_ms", "q75_ms", "tokens_per_s", "peak_mem_bytes", "roofline_fraction",
-                "gflops_per_s", "roofline_ms", "batch", "heads", "head_dim", "reason", "mode"):
+    for col in ("median_ms", "q25_ms", "q75_ms", "min_ms", "rounds", "tokens_per_s", "peak_mem_bytes",
+                "roofline_fraction", "gflops_per_s", "roofline_ms", "batch", "heads", "head_dim", "reason", "mode"):
         if col not in rows:
             rows[col] = np.nan
     rows["mode"] = ["forward" if not isinstance(m, str) else m for m in rows["mode"]]
@@ -124,8 +124,8 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
         rec["status"] = "ok" if bad.empty else str(bad["status"].iloc[0])
         reasons = [str(r) for r in bad["reason"] if isinstance(r, str)]
         rec["reason"] = reasons[0] if reasons else None
-        for col in ("median_ms", "q25_ms", "q75_ms", "tokens_per_s", "peak_mem_bytes", "roofline_fraction",
-                    "gflops_per_s", "roofline_ms"):
+        for col in ("median_ms", "q25_ms", "q75_ms", "min_ms", "rounds", "tokens_per_s", "peak_mem_bytes",
+                    "roofline_fraction", "gflops_per_s", "roofline_ms"):
             rec[col] = float(pd.to_numeric(ok[col], errors="coerce").mean()) if not ok.empty else np.nan
         rec["repeats_seeds"] = len(ok)
         out.append(rec)
@@ -178,7 +178,10 @@ def efficiency_table(results: Results) -> Table | None:
     groups = group_keys(eff, ["run", "mode", "seq_len", "batch", "heads", "head_dim"])
     best = best_mask(numeric, directions, groups).reindex(columns=text.columns, fill_value=False)
     refs = ", ".join(f"{run}: {lab}" for run, lab in sorted(_softmax_reference(eff).items()))
-    notes = ["Time: median over repeats (q25–q75), mean over seeds. speed × softmax = softmax time / time "
+    rounds = pd.to_numeric(eff["rounds"], errors="coerce").max()
+    pooled = (f", pooled from {rounds:.0f} interleaved passes over each cell's shapes"
+              if finite(rounds) and rounds > 1 else "")
+    notes = [f"Time: median (q25–q75) of the calls{pooled}; mean over seeds. speed × softmax = softmax time / time "
              "(> 1 is faster); memory × softmax = peak memory / softmax peak memory (< 1 is smaller); both "
              f"against softmax measured in the same run, same shape (reference: {refs or 'none in run'}). "
              "GFLOP/s: counted FLOPs / time; bound ms: the roofline bound, max(FLOPs / matmul rate, bytes / copy "
