@@ -41,7 +41,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 9
+ABI = 10
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -137,7 +137,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_keys_backward.argtypes = [i32, p, p, p, i64, i64, i64, i32, i32, i32, p, p, i64, f32, p, p, p, p,
                                             i32, p, p]
     lib.attnbench_pinv.restype = i32
-    lib.attnbench_pinv.argtypes = [p, i64, i32, i32, i32, i32, p, p]
+    lib.attnbench_pinv.argtypes = [p, i64, i32, i32, i32, p, p]
     lib.attnbench_pinv_backward.restype = i32
     lib.attnbench_pinv_backward.argtypes = [p, p, p, i64, i32, i32, i32, p, p]
     lib.attnbench_segment_means.restype = i32
@@ -286,7 +286,7 @@ class PinvSteps(torch.autograd.Function):
         heads = a.numel() // (size * size)
         a, z = a.contiguous(), z0.contiguous().clone()
         store = torch.empty(heads, iterations, size, size)
-        library().attnbench_pinv(a.data_ptr(), heads, size, iterations, 1, threads, z.data_ptr(), store.data_ptr())
+        library().attnbench_pinv(a.data_ptr(), heads, size, iterations, threads, z.data_ptr(), store.data_ptr())
         ctx.save_for_backward(a, store)
         ctx.iterations, ctx.threads = iterations, threads
         return z

@@ -596,8 +596,9 @@ void segment_means(const float* a, const float* b, int64_t heads, int64_t n, int
 }
 
 // --- Nystromformer's Newton-Schulz pseudo-inverse (as baselines.nystromformer.iterative_pinv) ------------------
-// z = a^T / (max row sum |a| * max column sum |a|), then `iterations` times z = z (13 I - az (15 I - az (7 I - az))) / 4
-// with az = a z; matrices (size x size), size a multiple of 16, one head a unit
+// from a given start z (torch computes it, so that its max-based scale keeps autograd's gradient), `iterations`
+// times z = z (13 I - az (15 I - az (7 I - az))) / 4 with az = a z; matrices (size x size), size a multiple of 16,
+// one head a unit
 
 struct Square {  // products of (size x size) row-major matrices
     int size;
@@ -635,20 +636,6 @@ void pinv_steps(const Square& sq, const float* a, float* z, int iterations, floa
         for (int64_t e = 0; e < sq.area; ++e) u[e] = 0.25f * z[e];
         sq.mul(u.data(), t3.data(), z);
     }
-}
-
-void pinv_start(const Square& sq, const float* x, float* z) {
-    const int size = sq.size;
-    float row_top = 0.0f, col_top = 0.0f;
-    for (int i = 0; i < size; ++i) {
-        float row = 0.0f, col = 0.0f;
-        for (int j = 0; j < size; ++j) row += std::fabs(x[i * size + j]), col += std::fabs(x[j * size + i]);
-        row_top = row > row_top ? row : row_top;
-        col_top = col > col_top ? col : col_top;
-    }
-    const float inv_scale = 1.0f / (row_top * col_top);
-    for (int i = 0; i < size; ++i)
-        for (int j = 0; j < size; ++j) z[i * size + j] = x[j * size + i] * inv_scale;
 }
 
 // reverse mode through the steps: g (dL/dz after the last step) -> da (dL/da through the steps) and dz0
@@ -899,7 +886,7 @@ int by_width(int dv, Fn&& fn) {
 
 extern "C" {
 
-int attnbench_abi() { return 9; }
+int attnbench_abi() { return 10; }
 
 // 1 when built with OpenMP (parallel regions on the loaded OpenMP runtime), 0 with std::threads
 int attnbench_openmp() {
@@ -955,22 +942,19 @@ int attnbench_softmax_columns(const float* k, const float* v, const uint8_t* rea
 
 // Means of equal consecutive segments of q and k (heads, n, d) -> (heads, segments, d) each; d a multiple of 16 and
 // segments dividing n. Returns 0.
-// Iterative pseudo-inverse of each of `heads` (size x size) matrices a into z, size a multiple of 16: from the
-// scaled transpose (start == 0), or from the given z (start == 1; `store`, when given, keeps each step's input,
-// heads x iterations x area, for attnbench_pinv_backward). Returns 0.
-int attnbench_pinv(const float* a, int64_t heads, int size, int iterations, int start, int threads, float* z,
-                   float* store) {
+// The iterative pseudo-inverse's steps for each of `heads` (size x size) matrices a, size a multiple of 16, from the
+// start in z (in place); `store`, when given, keeps each step's input (heads x iterations x area) for
+// attnbench_pinv_backward. Returns 0.
+int attnbench_pinv(const float* a, int64_t heads, int size, int iterations, int threads, float* z, float* store) {
     const Square sq(size);
     parallel_units(threads, heads, 1, 1, [&](int, int64_t head, int64_t, int64_t) {
-        const float* x = a + head * sq.area;
-        float* zh = z + head * sq.area;
-        if (start == 0) pinv_start(sq, x, zh);
-        pinv_steps(sq, x, zh, iterations, store == nullptr ? nullptr : store + head * iterations * sq.area);
+        pinv_steps(sq, a + head * sq.area, z + head * sq.area, iterations,
+                   store == nullptr ? nullptr : store + head * iterations * sq.area);
     });
     return 0;
 }
 
-// Gradients of attnbench_pinv's steps (start == 1): g (heads x area) -> da, dz0 (heads x area each). Returns 0.
+// Gradients of attnbench_pinv's steps: g (heads x area) -> da, dz0 (heads x area each). Returns 0.
 int attnbench_pinv_backward(const float* a, const float* store, const float* g, int64_t heads, int size,
                             int iterations, int threads, float* da, float* dz0) {
     const Square sq(size);
