@@ -286,14 +286,16 @@ void parallel_units(int threads, int64_t heads, int64_t n, int64_t unit_rows, Fn
 #endif
 }
 
-// per-thread scratch, made by the thread on its first unit
+// per-thread scratch of type B (Buffers, BackwardBuffers: made from the spec and the value width), made by the
+// thread on its first unit
+template <typename B>
 struct ThreadBuffers {
-    std::vector<std::unique_ptr<Buffers>> held;
+    std::vector<std::unique_ptr<B>> held;
     const Spec& spec;
     int dv;
     ThreadBuffers(int threads, const Spec& s, int width) : held(threads), spec(s), dv(width) {}
-    Buffers& operator[](int t) {
-        if (!held[t]) held[t].reset(new Buffers(spec, dv));
+    B& operator[](int t) {
+        if (!held[t]) held[t].reset(new B(spec, dv));
         return *held[t];
     }
 };
@@ -383,7 +385,7 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const Groups groups(n);
     Partial p(heads * groups.count, f * DV, f, DV, 1);
-    ThreadBuffers bufs(threads, s, DV);
+    ThreadBuffers<Buffers> bufs(threads, s, DV);
     parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         const int64_t at = groups.slot(bh, r0);
         keys_range<NV>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
@@ -488,7 +490,7 @@ void softmax_columns_impl(const Spec& s, const float* k, const float* v, const u
     Partial p(heads * groups.count, m * DV, m, 0, m);
     Spec wide = s;  // its unit-norm scratch (rows x d floats) must hold the 2 m floats of column maxima and factors
     wide.d = s.d > m ? s.d : m;
-    ThreadBuffers bufs(threads, wide, DV);
+    ThreadBuffers<Buffers> bufs(threads, wide, DV);
     parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         const int64_t at = groups.slot(bh, r0);
         softmax_columns_range<NV>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV,
@@ -568,7 +570,7 @@ void queries_impl(const Spec& s, const float* q, const float* kv, const float* k
                   const Conv& conv) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
-    ThreadBuffers bufs(threads, s, DV);
+    ThreadBuffers<Buffers> bufs(threads, s, DV);
     parallel_units(threads, heads, n, UNIT_ROWS, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         queries_range<NV>(s, bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m,
                           kv + bh * f * DV, ksum + bh * f, offset_kv == nullptr ? nullptr : offset_kv + bh * DV,
@@ -702,7 +704,7 @@ void feature_grad(const Spec& s, const float* phi, const float* g_phi, int rows,
 // a thread's block scratch for the backward passes (no input normalising there, so no unit-norm buffer)
 struct BackwardBuffers {
     std::vector<float> u, phi, g_phi, g_u, rows_dv, row_max, row_a, row_b;
-    BackwardBuffers(const Spec& s, int dv, int rows)
+    BackwardBuffers(const Spec& s, int dv, int rows = block_rows())
         : u(rows * s.m + 16), phi(rows * 2 * s.m + 16), g_phi(rows * 2 * s.m + 16), g_u(rows * s.m + 16),
           rows_dv(rows * dv + 16), row_max(rows + 16), row_a(rows + 16), row_b(rows + 16) {}
 };
@@ -826,12 +828,11 @@ void queries_backward_impl(const Spec& s, const float* q, const float* wt, const
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const Groups groups(n);
     Partial p(heads * groups.count, f * DV, f, DV + 1, 0);
-    std::vector<std::unique_ptr<BackwardBuffers>> bufs(threads);
+    ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
     parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
-        if (!bufs[t]) bufs[t].reset(new BackwardBuffers(s, DV, block_rows()));
         const int64_t at = groups.slot(bh, r0), hw = bh % s.heads_w;
         queries_backward_range<NV, ND>(
-            s, *bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + hw * s.d * s.m,
+            s, bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + hw * s.d * s.m,
             wt == nullptr ? nullptr : wt + hw * s.m * s.d, s_kv + bh * f * DV, s_kv_t + bh * DV * f, s_ksum + bh * f,
             off_kv == nullptr ? nullptr : off_kv + bh * DV, off_den == nullptr ? 0.0f : off_den[bh],
             out + bh * n * DV, g + bh * n * DV, r0, r1, eps, dq + bh * n * s.d, p.state.data() + at * f * DV,
@@ -854,12 +855,11 @@ void keys_backward_impl(const Spec& s, const float* k, const float* v, const uin
                         int64_t heads, int64_t h, int64_t n, int threads, float* dk, float* dv) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
-    std::vector<std::unique_ptr<BackwardBuffers>> bufs(threads);
+    ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
     parallel_units(threads, heads, n, UNIT_ROWS, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
-        if (!bufs[t]) bufs[t].reset(new BackwardBuffers(s, DV, block_rows()));
         const int64_t hw = bh % s.heads_w;
         keys_backward_range<NV, ND>(
-            s, *bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
+            s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
             s.w == nullptr ? nullptr : s.w + hw * s.d * s.m, wt == nullptr ? nullptr : wt + hw * s.m * s.d,
             log_max == nullptr ? 0.0f : log_max[bh], g_kv + bh * f * DV, g_kv_t + bh * DV * f, g_ksum + bh * f,
             r0, r1, dk + bh * n * s.d, dv + bh * n * DV);
