@@ -260,15 +260,16 @@ class RandomFeatureMap(FeatureMap):
 
     def _weights(self, x: Tensor) -> Tensor:
         """omega^T d^{-1/4} laid out for x's batch (`projection_weights`), shared by the blocks of a kernel call."""
-        return self.derived("weights",
-                            lambda: projection_weights(self.omega, x.shape[0], x.shape[-1] ** -0.25, x.dtype))
+        return self.derived("weights", lambda: projection_weights(self.omega, x.shape[0], x.shape[-1] ** -0.25, x.dtype),
+                            self.omega, key=(x.shape[0], x.shape[-1], x.dtype))
 
     def native_spec(self, x: Tensor) -> NativeSpec | None:
         """favor, elu and trig run fused: omega^T d^{-1/4} as (H, d, M), the maps' scale, eps and |x'|^2 / 2."""
         if self.kind not in ("favor", "elu", "trig"):
             return None
         d, m = x.shape[-1], self.omega.shape[-2]
-        weights = self.derived("native", lambda: projection_weights(self.omega, 1, d ** -0.25, x.dtype).contiguous())
+        weights = self.derived("native", lambda: projection_weights(self.omega, 1, d ** -0.25, x.dtype).contiguous(),
+                               self.omega, key=(d, x.dtype))
         favor = self.kind == "favor"
         return NativeSpec(self.kind, weights, m ** -0.5, FAVOR_EPS if favor else 0.0, d ** -0.5 / 2 if favor else 0.0)
 

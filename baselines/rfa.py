@@ -42,7 +42,8 @@ class RfaFeatureMap(FeatureMap):
     def native_spec(self, x: Tensor) -> NativeSpec:
         """sin/cos of unit-normalised x projected on sigma omega / tau, (H, d, M)."""
         omega = self.train_omega if self.training else self.omega
-        weights = self.derived("native", lambda: self._projection(omega, 1, x.dtype).contiguous())
+        weights = self.derived("native", lambda: self._projection(omega, 1, x.dtype).contiguous(), self.sigma, omega,
+                               key=x.dtype)
         return NativeSpec("trig", weights, omega.shape[1] ** -0.5, unit_eps=NORM_EPS)
 
     def _projection(self, omega: Tensor, batch: int, dtype: torch.dtype) -> Tensor:
@@ -51,7 +52,8 @@ class RfaFeatureMap(FeatureMap):
 
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         omega = self.train_omega if self.training else self.omega
-        weights = self.derived("weights", lambda: self._projection(omega, x.shape[0], x.dtype))
+        weights = self.derived("weights", lambda: self._projection(omega, x.shape[0], x.dtype), self.sigma, omega,
+                               key=(x.shape[0], x.dtype))
         unit = x / (x.norm(dim=-1, keepdim=True) + NORM_EPS)
         return FeatureChunk(trig_features(unit, weights, out), omega.shape[1] ** -0.5)
 

@@ -204,3 +204,35 @@ def test_factored_training_path_equals_the_materialised_one_with_gradients(index
         grads.append((out.detach(), q.grad, k.grad, v.grad))
     for fast, slow in zip(*grads):
         torch.testing.assert_close(fast, slow)
+
+
+def test_derived_weights_are_kept_across_calls_until_their_source_changes():
+    from baselines.random_features import RandomFeatureMap
+    fm = RandomFeatureMap(8, 2, 16, "favor", seed=0).eval()
+    x = torch.randn(1, 2, 5, 8)
+    first = fm.native_spec(x).weights
+    assert fm.native_spec(x).weights is first  # kept: no copy per call
+    fm.new_feature_map()  # a redraw writes the omegas in place
+    redrawn = fm.native_spec(x).weights
+    assert redrawn is not first and not torch.equal(redrawn, first)
+    assert fm.native_spec(x.double()).weights.dtype == torch.float64  # the key: another dtype is another value
+    fm.load_state_dict(RandomFeatureMap(8, 2, 16, "favor", seed=3).state_dict())
+    torch.testing.assert_close(fm.native_spec(x).weights, fm.omega.transpose(-2, -1) * 8 ** -0.25)
+    fm.omega.data = fm.omega.detach() * 2  # new storage
+    torch.testing.assert_close(fm.native_spec(x).weights, fm.omega.transpose(-2, -1) * 8 ** -0.25)
+
+
+def test_derived_weights_that_carry_a_gradient_are_made_afresh():
+    from baselines.rfa import RfaFeatureMap
+    fm = RfaFeatureMap(8, 2, 4, seed=0, tau=1.0, orthogonal=True).eval()
+    x = torch.randn(1, 2, 5, 8)
+    with torch.no_grad():
+        kept = fm.native_spec(x).weights
+        assert fm.native_spec(x).weights is kept
+    traced = fm.native_spec(x).weights  # sigma takes gradients: a fresh, differentiable tensor
+    assert traced is not kept and traced.requires_grad
+    traced.sum().backward()
+    assert fm.sigma.grad is not None
+    with torch.no_grad():
+        fm.sigma.mul_(2)  # an optimizer step
+        torch.testing.assert_close(fm.native_spec(x).weights, 2 * kept)

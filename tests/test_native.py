@@ -54,8 +54,8 @@ def _inputs(seed: int, n: int, d: int, scale: float = 1.0, loud: bool = True):
 @pytest.mark.parametrize("name", ["random-favor", "random-elu", "random-trig", "elu-linear", "rfa"])
 def test_fused_kernel_equals_the_exact_formula(name, d, monkeypatch):
     calls = []
-    real_keys = native.key_sums
-    monkeypatch.setattr(native, "key_sums", lambda *a: calls.append(1) or real_keys(*a))
+    real_attention = native.attention
+    monkeypatch.setattr(native, "attention", lambda *a: calls.append(1) or real_attention(*a))
     feature_map = _maps(d)[name]
     # trig features are not positive: inputs of small norm keep the estimated kernel, the normaliser, away from 0
     scale = 0.3 if name == "random-trig" else 1.0
@@ -88,6 +88,22 @@ def test_favor_key_stabiliser_is_merged_exactly_across_blocks_and_threads():
 
 
 @needs_native
+@pytest.mark.parametrize("name", ["random-favor", "random-elu", "random-trig", "rfa"])
+def test_the_one_call_forward_equals_the_two_passes_with_the_state_finished_in_torch(name):
+    feature_map = _maps(32)[name]
+    q, k, v, mask = _inputs(2, 77, 32, 0.3 if name == "random-trig" else 1.0)
+    mask[0, 50:] = False
+    for m in (None, mask):
+        with feature_map.holding_derived():
+            spec = feature_map.native_spec(q)
+        with torch.no_grad():
+            one_call = kernel.fused_linear_attention(spec, q, k, v, m, 1e-6, threads=2)
+        two_passes = kernel.fused_linear_attention(spec, q, k, v.requires_grad_(), m, 1e-6, threads=2)
+        v.requires_grad_(False)
+        torch.testing.assert_close(one_call, two_passes.detach(), rtol=1e-5, atol=1e-6)
+
+
+@needs_native
 def test_a_sequence_of_padding_only_gives_what_the_pytorch_path_gives():
     feature_map = _maps(32)["random-favor"]
     q, k, v, mask = _inputs(3, 40, 32)
@@ -98,7 +114,8 @@ def test_a_sequence_of_padding_only_gives_what_the_pytorch_path_gives():
 
 @needs_native
 def test_unsupported_shapes_and_dtypes_fall_back_to_pytorch(monkeypatch):
-    monkeypatch.setattr(native, "key_sums", lambda *a: pytest.fail("the fused kernel ran"))
+    for name in ("key_sums", "attention"):
+        monkeypatch.setattr(native, name, lambda *a: pytest.fail("the fused kernel ran"))
     feature_map = _maps(24)["random-favor"]  # value width 24: not a multiple of 16
     q, k, v, mask = _inputs(1, 50, 24)
     out = kernel.chunked_linear_attention(feature_map, q, k, v, mask)

@@ -41,7 +41,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 10
+ABI = 11
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -127,6 +127,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_keys.restype = i32
     lib.attnbench_keys.argtypes = [i32, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, i32,
                                    p, p, p, p]
+    lib.attnbench_attention.restype = i32
+    lib.attnbench_attention.argtypes = [i32, p, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, f32, f32,
+                                        f32, i32, p]
     lib.attnbench_queries.restype = i32
     lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i32,
                                       f32, p, p, p, i32, i64]
@@ -228,6 +231,23 @@ def key_sums(spec: NativeSpec, k: Tensor, v: Tensor, real: Tensor | None, thread
     if code != 0:
         raise RuntimeError(f"attnbench_keys returned {code}")
     return kv, ksum, log_max, value_sum
+
+
+def attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None, eps: float,
+              threads: int = 1) -> Tensor:
+    """The whole non-causal attention without gradients in one call: `key_sums`, the state finished with the map's
+    scale and offset, `write_queries`; q, k (B, H, N, d), v (B, H, N, Dv) contiguous, `real` (B, N) uint8 or None
+    -> (B, H, N, Dv)."""
+    b, h, n, d = q.shape
+    w = spec.weights
+    out = torch.empty(b, h, n, v.shape[-1])
+    code = library().attnbench_attention(
+        KINDS[spec.kind], q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, v.shape[-1],
+        w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
+        int(spec.unit_eps is not None), spec.unit_eps or 0.0, spec.scale, spec.offset, eps, threads, out.data_ptr())
+    if code != 0:
+        raise RuntimeError(f"attnbench_attention returned {code}")
+    return out
 
 
 def write_queries(spec: NativeSpec, q: Tensor, kv: Tensor, ksum: Tensor, offsets: tuple[Tensor, Tensor] | None,

@@ -578,6 +578,50 @@ void queries_impl(const Spec& s, const float* q, const float* kv, const float* k
     });
 }
 
+// The whole non-causal attention without gradients: key sums (keys_impl), the state finished with the features'
+// scale and offset (phi = scale (f + offset)) as linear_kernel's _KeyState.finish and _query_state do, then every
+// query row (queries_impl); `real` (b, n) or null. One call instead of two and a dozen small torch operations
+// between them.
+template <int NV>
+void attention_impl(const Spec& s, const float* q, const float* k, const float* v, const uint8_t* real, int64_t heads,
+                    int64_t h, int64_t n, int threads, float scale, float offset, float eps, float* out) {
+    constexpr int DV = 16 * NV;
+    const int64_t f = s.kind == TRIG ? 2 * s.m : s.m;
+    std::vector<float> kv(heads * f * DV), ksum(heads * f), value_sum(offset != 0.0f ? heads * DV : 0);
+    std::vector<float> off_kv(offset != 0.0f ? heads * DV : 0), off_den(offset != 0.0f ? heads : 0);
+    keys_impl<NV>(s, k, v, real, heads, h, n, threads, kv.data(), ksum.data(), nullptr,
+                  offset != 0.0f ? value_sum.data() : nullptr);
+    for (int64_t bh = 0; bh < heads; ++bh) {  // kv = scale^2 (kv + offset value_sum), ksum alike with the key count
+        float* state = kv.data() + bh * f * DV;
+        float* sums = ksum.data() + bh * f;
+        float count = static_cast<float>(n);
+        if (real != nullptr) {
+            int64_t c = 0;
+            for (int64_t j = 0; j < n; ++j) c += real[(bh / h) * n + j] != 0;
+            count = static_cast<float>(c);
+        }
+        const float* vs = offset != 0.0f ? value_sum.data() + bh * DV : nullptr;
+        for (int64_t i = 0; i < f; ++i) {
+            for (int c = 0; c < DV; ++c) {
+                float x = vs == nullptr ? state[i * DV + c] : state[i * DV + c] + offset * vs[c];
+                state[i * DV + c] = x * scale * scale;
+            }
+            sums[i] = (vs == nullptr ? sums[i] : sums[i] + offset * count) * scale * scale;
+        }
+        if (offset == 0.0f) continue;
+        for (int c = 0; c < DV; ++c) {  // offset times the column sums
+            float acc = 0.0f;
+            for (int64_t i = 0; i < f; ++i) acc += state[i * DV + c];
+            off_kv[bh * DV + c] = offset * acc;
+        }
+        float acc = 0.0f;
+        for (int64_t i = 0; i < f; ++i) acc += sums[i];
+        off_den[bh] = offset * acc;
+    }
+    queries_impl<NV>(s, q, kv.data(), ksum.data(), offset != 0.0f ? off_kv.data() : nullptr,
+                     offset != 0.0f ? off_den.data() : nullptr, heads, n, threads, eps, out, Conv{});
+}
+
 // means of `segments` equal consecutive segments of rows of each of `heads` (n x d) matrices, for each of two inputs
 // (Nystromformer's landmarks of q and k in one pass on `threads` threads); units of one segment of one head
 void segment_means(const float* a, const float* b, int64_t heads, int64_t n, int d, int64_t segments, int threads,
@@ -886,7 +930,7 @@ int by_width(int dv, Fn&& fn) {
 
 extern "C" {
 
-int attnbench_abi() { return 10; }
+int attnbench_abi() { return 11; }
 
 // 1 when built with OpenMP (parallel regions on the loaded OpenMP runtime), 0 with std::threads
 int attnbench_openmp() {
@@ -924,6 +968,19 @@ int attnbench_queries(int kind, const float* q, const float* kv, const float* ks
     return by_width(dv, [&](auto nv) {
         using N = decltype(nv);
         queries_impl<N::value>(s, q, kv, ksum, offset_kv, offset_den, heads, n, threads, eps, out, conv);
+    });
+}
+
+// The whole attention without gradients, on `threads` threads (attention_impl): out (heads, n, dv) from q, k
+// (heads, n, d), v (heads, n, dv), features phi = scale (f + offset), guard eps. Returns 0, or -1 for an
+// unsupported value width dv.
+int attnbench_attention(int kind, const float* q, const float* k, const float* v, const uint8_t* real, int64_t heads,
+                        int64_t h, int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, float norm_coef,
+                        int unit, float unit_eps, float scale, float offset, float eps, int threads, float* out) {
+    Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, unit, unit_eps);
+    return by_width(dv, [&](auto nv) {
+        using N = decltype(nv);
+        attention_impl<N::value>(s, q, k, v, real, heads, h, n, threads, scale, offset, eps, out);
     });
 }
 
