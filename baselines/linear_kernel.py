@@ -459,27 +459,16 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
 
 def fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
                            eps: float, threads: int | None = None) -> Tensor:
-    """The non-causal kernel through the fused CPU kernels, with or without gradients: the key and query passes run
-    on `threads` threads (default: torch's count), which share out groups of rows and merge their sums in a fixed
-    order. Without gradients, one call does it all (`native.attention`). With them, the passes are
-    `native.KeySums` and `native.QueryOutputs`, whose backward recomputes the features block by block; finishing
-    the key state and folding scale and offset in stay torch operations on small tensors, run on one torch thread
-    (`torch_threads`). Equals `factored_linear_attention` up to rounding, in value and gradients."""
+    """The non-causal kernel through the fused CPU kernels, with or without gradients, in one call each way
+    (`native.attention`, `native.Attention`): the key and query passes run on `threads` threads (default: torch's
+    count), which share out groups of rows and merge their sums in a fixed order. Equals
+    `factored_linear_attention` up to rounding, in value and gradients."""
     threads = threads or torch.get_num_threads()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     real = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))):
         return native.attention(spec, q, k, v, real, eps, threads)
-    with torch_threads(1):
-        state = _KeyState()
-        state.kv, state.ksum, state.log_max, value_sum = native.KeySums.apply(k, v, spec, real, threads)
-        state.scale, state.offset = spec.scale, spec.offset
-        if torch.is_grad_enabled() and v.requires_grad:  # the kernel's sum of v carries no gradient
-            value_sum = None
-        kv, ksum = state.finish(v, _padding_weights(v, key_padding_mask), value_sum)
-        s_kv, s_ksum, offsets = _query_state(kv, ksum, spec.scale, spec.offset)
-        off_kv, off_den = (None, None) if offsets is None else offsets
-        return native.QueryOutputs.apply(q, s_kv, s_ksum, off_kv, off_den, spec, eps, threads)
+    return native.Attention.apply(q, k, v, spec, real, eps, threads)
 
 
 def _query_state(kv: Tensor, ksum: Tensor, scale: float, offset: float) -> tuple:

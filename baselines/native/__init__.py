@@ -41,7 +41,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 11
+ABI = 12
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -124,21 +124,15 @@ def _declare(lib: ctypes.CDLL) -> None:
     p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
     lib.attnbench_abi.restype = i32
     lib.attnbench_openmp.restype = i32
-    lib.attnbench_keys.restype = i32
-    lib.attnbench_keys.argtypes = [i32, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, i32,
-                                   p, p, p, p]
     lib.attnbench_attention.restype = i32
     lib.attnbench_attention.argtypes = [i32, p, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, f32, f32,
-                                        f32, i32, p]
+                                        f32, i32, p, p]
+    lib.attnbench_attention_backward.restype = i32
+    lib.attnbench_attention_backward.argtypes = [i32, p, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, f32, f32,
+                                                 f32, i32, p, p, p, p, p, p]
     lib.attnbench_queries.restype = i32
     lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i32,
                                       f32, p, p, p, i32, i64]
-    lib.attnbench_queries_backward.restype = i32
-    lib.attnbench_queries_backward.argtypes = [i32, p, p, p, p, p, p, p, p, p, p, i64, i64, i32, i32, i32, i64, i32,
-                                               f32, p, p, p, p]
-    lib.attnbench_keys_backward.restype = i32
-    lib.attnbench_keys_backward.argtypes = [i32, p, p, p, i64, i64, i64, i32, i32, i32, p, p, i64, f32, p, p, p, p,
-                                            i32, p, p]
     lib.attnbench_pinv.restype = i32
     lib.attnbench_pinv.argtypes = [p, i64, i32, i32, i32, p, p]
     lib.attnbench_pinv_backward.restype = i32
@@ -210,44 +204,26 @@ def _ptr(t: Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
-def key_sums(spec: NativeSpec, k: Tensor, v: Tensor, real: Tensor | None, threads: int = 1
-             ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-    """Key sums over the rows of k, v (B, H, N, .) (contiguous), on `threads` threads taking blocks of rows as they
-    finish (`parallel_units` in the source): (B*H, F, Dv), (B*H, F, 1), for favor the
-    log-scale (B*H, 1, 1) they are relative to, and for a map with an offset the sum of the real rows of v
-    (B*H, 1, Dv); `real` (B, N) uint8 or None."""
-    b, h, n, d = k.shape
-    dv, f = v.shape[-1], spec.num_features if spec.weights is not None else d
-    kv = torch.empty(b * h, f, dv)
-    ksum = torch.empty(b * h, f, 1)
-    log_max = torch.empty(b * h, 1, 1) if spec.kind == "favor" else None
-    value_sum = torch.empty(b * h, 1, dv) if spec.offset != 0.0 else None
-    w = spec.weights
-    code = library().attnbench_keys(
-        KINDS[spec.kind], k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, dv,
-        w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
-        int(spec.unit_eps is not None), spec.unit_eps or 0.0, threads, kv.data_ptr(), ksum.data_ptr(),
-        _ptr(log_max), _ptr(value_sum))
-    if code != 0:
-        raise RuntimeError(f"attnbench_keys returned {code}")
-    return kv, ksum, log_max, value_sum
-
-
 def attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None, eps: float,
-              threads: int = 1) -> Tensor:
-    """The whole non-causal attention without gradients in one call: `key_sums`, the state finished with the map's
-    scale and offset, `write_queries`; q, k (B, H, N, d), v (B, H, N, Dv) contiguous, `real` (B, N) uint8 or None
-    -> (B, H, N, Dv)."""
+              threads: int = 1, saved: list[Tensor | None] | None = None) -> Tensor:
+    """The whole non-causal attention in one call: the key sums, the state finished with the map's scale and
+    offset, the query rows; q, k (B, H, N, d), v (B, H, N, Dv) contiguous, `real` (B, N) uint8 or None
+    -> (B, H, N, Dv). `saved`: `Attention`'s buffers for the backward (training), or None."""
     b, h, n, d = q.shape
     w = spec.weights
     out = torch.empty(b, h, n, v.shape[-1])
     code = library().attnbench_attention(
         KINDS[spec.kind], q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, v.shape[-1],
         w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
-        int(spec.unit_eps is not None), spec.unit_eps or 0.0, spec.scale, spec.offset, eps, threads, out.data_ptr())
+        int(spec.unit_eps is not None), spec.unit_eps or 0.0, spec.scale, spec.offset, eps, threads, out.data_ptr(),
+        None if saved is None else _pointers(saved))
     if code != 0:
         raise RuntimeError(f"attnbench_attention returned {code}")
     return out
+
+
+def _pointers(tensors: list[Tensor | None]) -> ctypes.Array:
+    return (ctypes.c_void_p * len(tensors))(*(_ptr(t) for t in tensors))
 
 
 def write_queries(spec: NativeSpec, q: Tensor, kv: Tensor, ksum: Tensor, offsets: tuple[Tensor, Tensor] | None,
@@ -330,77 +306,42 @@ def supports_backward(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) 
     return spec.weights is None or not spec.weights.requires_grad
 
 
-def _transposed(w: Tensor | None) -> Tensor | None:
-    return None if w is None else w.transpose(-2, -1).contiguous()
+# the backward reads the features the forward kept, instead of recomputing them (a projection and an exp per
+# element), where both tensors of them take at most this many bytes: 8 MiB at 1024 tokens and 32 MiB at 4096 with
+# 4 heads of 256 features, where it saved 7-9% of a training step; longer sequences keep the memory linear and small
+KEEP_FEATURES_BYTES = 64 << 20
 
 
-class KeySums(torch.autograd.Function):
-    """(k, v) -> `key_sums`: kv (B*H, F, Dv), ksum (B*H, F, 1), and, not differentiable, favor's log-scale and the
-    real rows' sum of v (for use without gradients); with the fused backward: features recomputed block by
-    block, dk and dv written once."""
-
-    @staticmethod
-    def forward(ctx, k: Tensor, v: Tensor, spec: NativeSpec, real: Tensor | None, threads: int):
-        kv, ksum, log_max, value_sum = key_sums(spec, k, v, real, threads)
-        ctx.spec, ctx.real, ctx.threads = spec, real, threads
-        ctx.save_for_backward(k, v)
-        ctx.log_max = log_max
-        ctx.mark_non_differentiable(*(t for t in (log_max, value_sum) if t is not None))
-        return kv, ksum, log_max, value_sum
+class Attention(torch.autograd.Function):
+    """(q, k, v) -> `attention` with its fused backward (`attnbench_attention_backward`): the query pass's, the
+    finished state's and the key pass's gradients in one call, dq, dk and dv each written once; the features kept
+    from the forward where they fit in KEEP_FEATURES_BYTES, else recomputed block by block."""
 
     @staticmethod
-    def backward(ctx, g_kv: Tensor, g_ksum: Tensor, *_: Tensor | None):
-        k, v = ctx.saved_tensors
-        spec, b, h, n, d = ctx.spec, *k.shape
-        w = spec.weights
-        g_kv = g_kv.contiguous()
-        g_ksum = g_ksum.reshape(b * h, -1).contiguous()
-        w_t, g_kv_t = _transposed(w), _transposed(g_kv)  # held here: the kernel reads them through raw pointers
-        dk, dv = torch.empty_like(k), torch.empty_like(v)
-        code = library().attnbench_keys_backward(
-            KINDS[spec.kind], k.data_ptr(), v.data_ptr(), _ptr(ctx.real), b * h, h, n, d, v.shape[-1],
-            w.shape[-1] if w is not None else d, _ptr(w), _ptr(w_t), w.shape[0] if w is not None else 1,
-            spec.norm_coef, _ptr(ctx.log_max), g_kv.data_ptr(), g_kv_t.data_ptr(), g_ksum.data_ptr(),
-            ctx.threads, dk.data_ptr(), dv.data_ptr())
-        if code != 0:
-            raise RuntimeError(f"attnbench_keys_backward returned {code}")
-        return dk, dv, None, None, None
-
-
-class QueryOutputs(torch.autograd.Function):
-    """(q, s_kv, s_ksum, off_kv, off_den) -> (phi_q s_kv + off_kv) / guard(phi_q s_ksum + off_den, eps) as
-    `write_queries`, with the fused backward (features recomputed, dq written once, the state's gradients summed
-    per thread)."""
-
-    @staticmethod
-    def forward(ctx, q: Tensor, s_kv: Tensor, s_ksum: Tensor, off_kv: Tensor | None, off_den: Tensor | None,
-                spec: NativeSpec, eps: float, threads: int):
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, spec: NativeSpec, real: Tensor | None, eps: float, threads: int):
         b, h, n, _ = q.shape
-        out = torch.empty(b, h, n, s_kv.shape[-1])
-        offsets = None if off_kv is None else (off_kv, off_den)
-        write_queries(spec, q, s_kv.contiguous(), s_ksum.contiguous(), offsets, eps, out, threads=threads)
-        ctx.spec, ctx.eps, ctx.threads, ctx.has_offsets = spec, eps, threads, off_kv is not None
-        ctx.save_for_backward(q, s_kv, s_ksum, off_kv, off_den, out)
+        heads, f, dv = b * h, spec.num_features if spec.weights is not None else q.shape[-1], v.shape[-1]
+        keep = 2 * heads * n * f * 4 <= KEEP_FEATURES_BYTES
+        saved = [torch.empty(heads, f, dv), torch.empty(heads, f), torch.empty(heads, dv), torch.empty(heads),
+                 torch.empty(heads) if spec.kind == "favor" else None,
+                 torch.empty(heads, n, f) if keep else None, torch.empty(heads, n, f) if keep else None,
+                 torch.empty(heads, n) if keep else None]
+        out = attention(spec, q, k, v, real, eps, threads, saved)
+        ctx.spec, ctx.real, ctx.eps, ctx.threads, ctx.saved = spec, real, eps, threads, saved
+        ctx.save_for_backward(q, k, v, out)
         return out
 
     @staticmethod
     def backward(ctx, g: Tensor):
-        q, s_kv, s_ksum, off_kv, off_den, out = ctx.saved_tensors
-        spec, b, h, n, d = ctx.spec, *q.shape
-        dv, w = s_kv.shape[-1], spec.weights
-        s_kv, s_ksum, g = s_kv.contiguous(), s_ksum.contiguous(), g.contiguous()
-        off_kv = None if off_kv is None else off_kv.contiguous()
-        off_den = None if off_den is None else off_den.contiguous()
-        w_t, s_kv_t = _transposed(w), _transposed(s_kv)  # held here: the kernel reads them through raw pointers
-        dq = torch.empty_like(q)
-        g_kv, g_ksum, g_off = torch.empty_like(s_kv), torch.empty_like(s_ksum), torch.empty(b * h, dv + 1)
-        code = library().attnbench_queries_backward(
-            KINDS[spec.kind], q.data_ptr(), _ptr(w), _ptr(w_t), s_kv.data_ptr(), s_kv_t.data_ptr(), s_ksum.data_ptr(),
-            _ptr(off_kv), _ptr(off_den), out.data_ptr(),
-            g.data_ptr(), b * h, n, d, dv, w.shape[-1] if w is not None else d, w.shape[0] if w is not None else 1,
-            ctx.threads, ctx.eps, dq.data_ptr(), g_kv.data_ptr(), g_ksum.data_ptr(), g_off.data_ptr())
+        q, k, v, out = ctx.saved_tensors
+        spec, (b, h, n, d), w = ctx.spec, q.shape, ctx.spec.weights
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        g = g.contiguous()  # held here: the kernel reads it through a raw pointer
+        code = library().attnbench_attention_backward(
+            KINDS[spec.kind], q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(ctx.real), b * h, h, n, d, v.shape[-1],
+            w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
+            spec.scale, spec.offset, ctx.eps, ctx.threads, out.data_ptr(), g.data_ptr(),
+            _pointers(ctx.saved), dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
         if code != 0:
-            raise RuntimeError(f"attnbench_queries_backward returned {code}")
-        g_off_kv = g_off[:, None, :dv] if ctx.has_offsets else None
-        g_off_den = g_off[:, None, dv:] if ctx.has_offsets else None
-        return dq, g_kv, g_ksum, g_off_kv, g_off_den, None, None, None
+            raise RuntimeError(f"attnbench_attention_backward returned {code}")
+        return dq, dk, dv, None, None, None, None

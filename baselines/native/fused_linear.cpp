@@ -301,10 +301,12 @@ struct ThreadBuffers {
 };
 
 // key sums of rows [r0, r1) of one head into state (F x DV), sums (F), value_sum (DV, or null), relative to
-// exp(running) for FAVOR (raised, with the sums rescaled, when a block's exponents exceed it)
+// exp(running) for FAVOR (raised, with the sums rescaled, when a block's exponents exceed it); the head's features
+// (n x F, padded rows 0) and row maxima (n) go to keep_phi and keep_row_max too when given (training)
 template <int NV>
 void keys_range(const Spec& s, Buffers& buf, const float* x, const float* vh, const uint8_t* mask, const float* w,
-                int64_t r0, int64_t r1, float* state, float* sums, float* value_sum, float& running) {
+                int64_t r0, int64_t r1, float* state, float* sums, float* value_sum, float& running, float* keep_phi,
+                float* keep_row_max) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     for (int64_t start = r0; start < r1; start += buf.rows) {
@@ -318,6 +320,10 @@ void keys_range(const Spec& s, Buffers& buf, const float* x, const float* vh, co
             buf.weight[r] = keep ? c : NEG_INF;
             if (!keep) std::memset(buf.phi + r * f, 0, sizeof(float) * f);  // padded features may be inf
             block_max = buf.weight[r] > block_max ? buf.weight[r] : block_max;
+        }
+        if (keep_phi != nullptr) {
+            std::memcpy(keep_phi + start * f, buf.phi, sizeof(float) * rows * f);
+            std::memcpy(keep_row_max + start, buf.row_max, sizeof(float) * rows);
         }
         if (block_max == NEG_INF) continue;  // no real key in this block
         if (s.kind == FAVOR && block_max > running) {
@@ -380,7 +386,8 @@ struct Partial {
 
 template <int NV>
 void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
-               int64_t n, int threads, float* kv, float* ksum, float* log_max, float* value_sum) {
+               int64_t n, int threads, float* kv, float* ksum, float* log_max, float* value_sum,
+               float* keep_phi = nullptr, float* keep_row_max = nullptr) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const Groups groups(n);
@@ -391,7 +398,9 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
         keys_range<NV>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
                        s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m, r0, r1,
                        p.state.data() + at * f * DV, p.sums.data() + at * f,
-                       value_sum == nullptr ? nullptr : p.value_sum.data() + at * DV, p.running[at]);
+                       value_sum == nullptr ? nullptr : p.value_sum.data() + at * DV, p.running[at],
+                       keep_phi == nullptr ? nullptr : keep_phi + bh * n * f,
+                       keep_row_max == nullptr ? nullptr : keep_row_max + bh * n);
     });
     for (int64_t bh = 0; bh < heads; ++bh) {  // merge the groups' sums in order, at the largest of their scales
         float top = NEG_INF;
@@ -523,12 +532,13 @@ void softmax_columns_impl(const Spec& s, const float* k, const float* v, const u
 template <int NV>
 void queries_range(const Spec& s, Buffers& buf, const float* x, const float* w, const float* state, const float* sums,
                    const float* offset_kv, float offset_den, int64_t n, int64_t bh, int64_t r0, int64_t r1, float eps,
-                   float* o, const Conv& conv) {
+                   float* o, const Conv& conv, float* keep_phi) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     for (int64_t start = r0; start < r1; start += buf.rows) {
         const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
         features(s, x + start * s.d, w, rows, buf.u, buf.phi, buf.row_max, buf.unit);
+        if (keep_phi != nullptr) std::memcpy(keep_phi + start * f, buf.phi, sizeof(float) * rows * f);
         const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
         Prefetch pf;
         pf.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, (rows + tile_rows<NV>() - 1) / tile_rows<NV>());
@@ -567,33 +577,48 @@ void queries_range(const Spec& s, Buffers& buf, const float* x, const float* w, 
 template <int NV>
 void queries_impl(const Spec& s, const float* q, const float* kv, const float* ksum, const float* offset_kv,
                   const float* offset_den, int64_t heads, int64_t n, int threads, float eps, float* out,
-                  const Conv& conv) {
+                  const Conv& conv, float* keep_phi = nullptr) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     ThreadBuffers<Buffers> bufs(threads, s, DV);
     parallel_units(threads, heads, n, UNIT_ROWS, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         queries_range<NV>(s, bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m,
                           kv + bh * f * DV, ksum + bh * f, offset_kv == nullptr ? nullptr : offset_kv + bh * DV,
-                          offset_den == nullptr ? 0.0f : offset_den[bh], n, bh, r0, r1, eps, out + bh * n * DV, conv);
+                          offset_den == nullptr ? 0.0f : offset_den[bh], n, bh, r0, r1, eps, out + bh * n * DV, conv,
+                          keep_phi == nullptr ? nullptr : keep_phi + bh * n * f);
     });
 }
 
-// The whole non-causal attention without gradients: key sums (keys_impl), the state finished with the features'
-// scale and offset (phi = scale (f + offset)) as linear_kernel's _KeyState.finish and _query_state do, then every
-// query row (queries_impl); `real` (b, n) or null. One call instead of two and a dozen small torch operations
-// between them.
+// What the training forward keeps for the backward: the finished state (s_kv (heads, F, DV), s_ksum (heads, F),
+// off_kv (heads, DV), off_den (heads): as the queries meet it) and FAVOR's log-scales (heads); and, when not null,
+// the features phi_q, phi_k (heads, n, F) and the keys' row maxima (heads, n), so the backward need not recompute
+// them
+struct Saved {
+    float *s_kv = nullptr, *s_ksum = nullptr, *off_kv = nullptr, *off_den = nullptr, *log_max = nullptr;
+    float *phi_q = nullptr, *phi_k = nullptr, *row_max_k = nullptr;
+};
+
+// The whole non-causal attention: key sums (keys_impl), the state finished with the features' scale and offset
+// (phi = scale (f + offset)) as linear_kernel's _KeyState.finish and _query_state do, then every query row
+// (queries_impl); `real` (b, n) or null; `saved` given for training. One call instead of two and a dozen small
+// torch operations between them.
 template <int NV>
 void attention_impl(const Spec& s, const float* q, const float* k, const float* v, const uint8_t* real, int64_t heads,
-                    int64_t h, int64_t n, int threads, float scale, float offset, float eps, float* out) {
+                    int64_t h, int64_t n, int threads, float scale, float offset, float eps, float* out,
+                    const Saved& saved) {
     constexpr int DV = 16 * NV;
     const int64_t f = s.kind == TRIG ? 2 * s.m : s.m;
-    std::vector<float> kv(heads * f * DV), ksum(heads * f), value_sum(offset != 0.0f ? heads * DV : 0);
-    std::vector<float> off_kv(offset != 0.0f ? heads * DV : 0), off_den(offset != 0.0f ? heads : 0);
-    keys_impl<NV>(s, k, v, real, heads, h, n, threads, kv.data(), ksum.data(), nullptr,
-                  offset != 0.0f ? value_sum.data() : nullptr);
+    const bool own = saved.s_kv == nullptr;
+    std::vector<float> local(own ? heads * (f * DV + f + DV + 1) : 0), value_sum(offset != 0.0f ? heads * DV : 0);
+    float* kv = own ? local.data() : saved.s_kv;
+    float* ksum = own ? kv + heads * f * DV : saved.s_ksum;
+    float* off_kv = own ? ksum + heads * f : saved.off_kv;
+    float* off_den = own ? off_kv + heads * DV : saved.off_den;
+    keys_impl<NV>(s, k, v, real, heads, h, n, threads, kv, ksum, saved.log_max,
+                  offset != 0.0f ? value_sum.data() : nullptr, saved.phi_k, saved.row_max_k);
     for (int64_t bh = 0; bh < heads; ++bh) {  // kv = scale^2 (kv + offset value_sum), ksum alike with the key count
-        float* state = kv.data() + bh * f * DV;
-        float* sums = ksum.data() + bh * f;
+        float* state = kv + bh * f * DV;
+        float* sums = ksum + bh * f;
         float count = static_cast<float>(n);
         if (real != nullptr) {
             int64_t c = 0;
@@ -608,7 +633,6 @@ void attention_impl(const Spec& s, const float* q, const float* k, const float* 
             }
             sums[i] = (vs == nullptr ? sums[i] : sums[i] + offset * count) * scale * scale;
         }
-        if (offset == 0.0f) continue;
         for (int c = 0; c < DV; ++c) {  // offset times the column sums
             float acc = 0.0f;
             for (int64_t i = 0; i < f; ++i) acc += state[i * DV + c];
@@ -618,8 +642,8 @@ void attention_impl(const Spec& s, const float* q, const float* k, const float* 
         for (int64_t i = 0; i < f; ++i) acc += sums[i];
         off_den[bh] = offset * acc;
     }
-    queries_impl<NV>(s, q, kv.data(), ksum.data(), offset != 0.0f ? off_kv.data() : nullptr,
-                     offset != 0.0f ? off_den.data() : nullptr, heads, n, threads, eps, out, Conv{});
+    queries_impl<NV>(s, q, kv, ksum, offset != 0.0f ? off_kv : nullptr, offset != 0.0f ? off_den : nullptr, heads, n,
+                     threads, eps, out, Conv{}, saved.phi_q);
 }
 
 // means of `segments` equal consecutive segments of rows of each of `heads` (n x d) matrices, for each of two inputs
@@ -765,23 +789,25 @@ void input_grad(const Spec& s, const float* g_u, const float* wt, int rows, floa
 }
 
 // query pass backward for rows [r0, r1) of one head: out = (e s_kv + off_kv) / guard(e s_ksum + off_den);
-// dq, and into the thread's sums g_kv (F x DV) = sum e^T g_num, g_ksum (F) = sum e g_den, g_off (DV + 1)
+// dq, and into the thread's sums g_kv (F x DV) = sum e^T g_num, g_ksum (F) = sum e g_den, g_off (DV + 1); the
+// features e are read from kept (the head's, n x F) when the forward kept them, else recomputed
 template <int NV, int ND>
 void queries_backward_range(const Spec& s, BackwardBuffers& b, const float* x, const float* w, const float* wt,
                             const float* s_kv, const float* s_kv_t, const float* s_ksum, const float* off_kv,
                             float off_den, const float* out, const float* g, int64_t r0, int64_t r1, float eps,
-                            float* dq, float* g_kv, float* g_ksum, float* g_off) {
+                            float* dq, float* g_kv, float* g_ksum, float* g_off, const float* kept) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const int rows_max = block_rows();
     float* g_den = b.row_a.data();
     for (int64_t start = r0; start < r1; start += rows_max) {
         const int rows = static_cast<int>(r1 - start < rows_max ? r1 - start : rows_max);
-        features(s, x + start * s.d, w, rows, b.u.data(), b.phi.data(), b.row_max.data(), nullptr);
+        const float* phi = kept != nullptr ? kept + start * f : b.phi.data();
+        if (kept == nullptr) features(s, x + start * s.d, w, rows, b.u.data(), b.phi.data(), b.row_max.data(), nullptr);
         float* g_num = b.rows_dv.data();
         for (int r = 0; r < rows; ++r) {
             v16 acc = {};
-            for (int c = 0; c < f; c += 16) acc += load(b.phi.data() + r * f + c) * load(s_ksum + c);
+            for (int c = 0; c < f; c += 16) acc += load(phi + r * f + c) * load(s_ksum + c);
             float den = hsum(acc) + off_den;
             const bool clamped = den >= 0 ? den <= eps : den >= -eps;  // the guard's gradient is 0 where it clamps
             den = den >= 0 ? (den > eps ? den : eps) : (den < -eps ? den : -eps);
@@ -800,55 +826,59 @@ void queries_backward_range(const Spec& s, BackwardBuffers& b, const float* x, c
             for (int c = 0; c < f; c += 16)
                 store(b.g_phi.data() + r * f + c, load(b.g_phi.data() + r * f + c) + load(s_ksum + c) * g_den[r]);
         Prefetch none;
-        accumulate<NV>(b.phi.data(), f, rows, g_num, g_kv, &none);
+        accumulate<NV>(phi, f, rows, g_num, g_kv, &none);
         for (int r = 0; r < rows; ++r) {
             for (int c = 0; c < f; c += 16)
-                store(g_ksum + c, load(g_ksum + c) + load(b.phi.data() + r * f + c) * g_den[r]);
+                store(g_ksum + c, load(g_ksum + c) + load(phi + r * f + c) * g_den[r]);
             for (int c = 0; c < DV; c += 16) store(g_off + c, load(g_off + c) + load(g_num + r * DV + c));
             g_off[DV] += g_den[r];
         }
-        feature_grad(s, b.phi.data(), b.g_phi.data(), rows, b.g_u.data());
+        feature_grad(s, phi, b.g_phi.data(), rows, b.g_u.data());
         input_grad<ND>(s, b.g_u.data(), wt, rows, dq + start * s.d);
     }
 }
 
 // key pass backward for rows [r0, r1) of one head: kv = sum phi~ v^T, ksum = sum phi~ (phi~ = phi w, w the favor
-// row weight exp(row max - norm_coef |k|^2 - log_max), 0 for padding) -> dk, dv from g_kv (F x DV), g_ksum (F)
+// row weight exp(row max - norm_coef |k|^2 - log_max), 0 for padding) -> dk, dv from g_kv (F x DV), g_ksum (F);
+// phi and the row maxima read from kept, kept_row_max (the head's) when the forward kept them, else recomputed
 template <int NV, int ND>
 void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, const float* vh, const uint8_t* mask,
                          const float* w, const float* wt, float log_max, const float* g_kv, const float* g_kv_t,
-                         const float* g_ksum, int64_t r0, int64_t r1, float* dk, float* dv) {
+                         const float* g_ksum, int64_t r0, int64_t r1, float* dk, float* dv, const float* kept,
+                         const float* kept_row_max) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const int rows_max = block_rows();
     float *weight = b.row_a.data(), *g_w = b.row_b.data(), *row_max = b.row_max.data();
     for (int64_t start = r0; start < r1; start += rows_max) {
         const int rows = static_cast<int>(r1 - start < rows_max ? r1 - start : rows_max);
-        features(s, x + start * s.d, w, rows, b.u.data(), b.phi.data(), row_max, nullptr);
+        const float* phi = kept != nullptr ? kept + start * f : b.phi.data();
+        const float* maxima = kept != nullptr ? kept_row_max + start : row_max;
+        if (kept == nullptr) features(s, x + start * s.d, w, rows, b.u.data(), b.phi.data(), row_max, nullptr);
         for (int r = 0; r < rows; ++r) {
             const bool keep = mask == nullptr || mask[start + r];
             float wr = keep ? 1.0f : 0.0f;
             if (keep && s.kind == FAVOR)
-                wr = std::exp(row_max[r] - s.norm_coef * squared_norm(x + (start + r) * s.d, s.d) - log_max);
+                wr = std::exp(maxima[r] - s.norm_coef * squared_norm(x + (start + r) * s.d, s.d) - log_max);
             weight[r] = wr;
-            if (!keep) std::memset(b.phi.data() + r * f, 0, sizeof(float) * f);
+            if (!keep && kept == nullptr) std::memset(b.phi.data() + r * f, 0, sizeof(float) * f);  // kept: zeroed
         }
         // g_phi~ = v g_kv^T + g_ksum; dv = phi~ g_kv (phi~ = phi w: the weight applied to the product's rows)
         project(vh + start * DV, rows, DV, g_kv_t, f, b.g_phi.data());
         Prefetch none;
-        apply<NV>(b.phi.data(), f, rows, g_kv, dv + start * DV, &none);
+        apply<NV>(phi, f, rows, g_kv, dv + start * DV, &none);
         for (int r = 0; r < rows; ++r) {
             float* dv_row = dv + (start + r) * DV;
             for (int c = 0; c < DV; c += 16) store(dv_row + c, load(dv_row + c) * weight[r]);
             v16 gw = {};
             for (int c = 0; c < f; c += 16) {
                 v16 gp = load(b.g_phi.data() + r * f + c) + load(g_ksum + c);
-                gw += gp * load(b.phi.data() + r * f + c);
+                gw += gp * load(phi + r * f + c);
                 store(b.g_phi.data() + r * f + c, gp * weight[r]);  // g_phi = w g_phi~
             }
             g_w[r] = hsum(gw);  // dL/dw = g_phi~ . phi
         }
-        feature_grad(s, b.phi.data(), b.g_phi.data(), rows, b.g_u.data());
+        feature_grad(s, phi, b.g_phi.data(), rows, b.g_u.data());
         input_grad<ND>(s, b.g_u.data(), wt, rows, dk + start * s.d);
         if (s.kind == FAVOR)  // through the row weight: dw/dk = w (-2 norm_coef k)
             for (int r = 0; r < rows; ++r) {
@@ -867,7 +897,7 @@ template <int NV, int ND>
 void queries_backward_impl(const Spec& s, const float* q, const float* wt, const float* s_kv, const float* s_kv_t,
                            const float* s_ksum, const float* off_kv, const float* off_den, const float* out,
                            const float* g, int64_t heads, int64_t n, int threads, float eps, float* dq, float* g_kv,
-                           float* g_ksum, float* g_off) {
+                           float* g_ksum, float* g_off, const float* kept) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const Groups groups(n);
@@ -880,7 +910,7 @@ void queries_backward_impl(const Spec& s, const float* q, const float* wt, const
             wt == nullptr ? nullptr : wt + hw * s.m * s.d, s_kv + bh * f * DV, s_kv_t + bh * DV * f, s_ksum + bh * f,
             off_kv == nullptr ? nullptr : off_kv + bh * DV, off_den == nullptr ? 0.0f : off_den[bh],
             out + bh * n * DV, g + bh * n * DV, r0, r1, eps, dq + bh * n * s.d, p.state.data() + at * f * DV,
-            p.sums.data() + at * f, p.value_sum.data() + at * (DV + 1));
+            p.sums.data() + at * f, p.value_sum.data() + at * (DV + 1), kept == nullptr ? nullptr : kept + bh * n * f);
     });
     std::memset(g_kv, 0, sizeof(float) * heads * f * DV);
     std::memset(g_ksum, 0, sizeof(float) * heads * f);
@@ -896,7 +926,8 @@ void queries_backward_impl(const Spec& s, const float* q, const float* wt, const
 template <int NV, int ND>
 void keys_backward_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, const float* wt,
                         const float* log_max, const float* g_kv, const float* g_kv_t, const float* g_ksum,
-                        int64_t heads, int64_t h, int64_t n, int threads, float* dk, float* dv) {
+                        int64_t heads, int64_t h, int64_t n, int threads, float* dk, float* dv, const float* kept,
+                        const float* kept_row_max) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
@@ -906,8 +937,59 @@ void keys_backward_impl(const Spec& s, const float* k, const float* v, const uin
             s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
             s.w == nullptr ? nullptr : s.w + hw * s.d * s.m, wt == nullptr ? nullptr : wt + hw * s.m * s.d,
             log_max == nullptr ? 0.0f : log_max[bh], g_kv + bh * f * DV, g_kv_t + bh * DV * f, g_ksum + bh * f,
-            r0, r1, dk + bh * n * s.d, dv + bh * n * DV);
+            r0, r1, dk + bh * n * s.d, dv + bh * n * DV, kept == nullptr ? nullptr : kept + bh * n * f,
+            kept_row_max == nullptr ? nullptr : kept_row_max + bh * n);
     });
+}
+
+// out (count x cols x rows) = each of `count` (rows x cols) matrices of a, transposed
+void transpose_each(const float* a, int64_t count, int64_t rows, int64_t cols, float* out) {
+    for (int64_t e = 0; e < count; ++e, a += rows * cols, out += rows * cols)
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = a[i * cols + j];
+}
+
+// Backward of attention_impl for d == DV: the query pass's (dq and the gradients of the finished state), the
+// finish's (s_kv = scale^2 (kv + offset sum_j v_j), off_kv = offset sum_i s_kv_i, and alike for the sums), then the
+// key pass's (dk, dv), plus the gradient of sum_j v_j on every real row of v
+template <int NV>
+void attention_backward_impl(const Spec& s, const float* q, const float* k, const float* v, const uint8_t* real,
+                             int64_t heads, int64_t h, int64_t n, int threads, float scale, float offset, float eps,
+                             const float* out, const float* g, const Saved& saved, float* dq, float* dk, float* dv) {
+    constexpr int DV = 16 * NV;
+    const int64_t f = s.kind == TRIG ? 2 * s.m : s.m;
+    std::vector<float> wt(s.w == nullptr ? 0 : s.heads_w * s.d * s.m), state_t(heads * DV * f);
+    std::vector<float> g_kv(heads * f * DV), g_ksum(heads * f), g_off(heads * (DV + 1)), g_vsum(heads * DV);
+    if (s.w != nullptr) transpose_each(s.w, s.heads_w, s.d, s.m, wt.data());
+    const float* wt_or_null = s.w == nullptr ? nullptr : wt.data();
+    transpose_each(saved.s_kv, heads, f, DV, state_t.data());
+    queries_backward_impl<NV, NV>(s, q, wt_or_null, saved.s_kv, state_t.data(), saved.s_ksum,
+                                  offset != 0.0f ? saved.off_kv : nullptr, offset != 0.0f ? saved.off_den : nullptr,
+                                  out, g, heads, n, threads, eps, dq, g_kv.data(), g_ksum.data(), g_off.data(),
+                                  saved.phi_q);
+    const float c2 = scale * scale;
+    for (int64_t bh = 0; bh < heads; ++bh) {  // through the finish: g_kv = scale^2 (g_s_kv + offset g_off_kv), ...
+        float* gk = g_kv.data() + bh * f * DV;
+        const float* go = g_off.data() + bh * (DV + 1);
+        float* gv = g_vsum.data() + bh * DV;
+        for (int64_t i = 0; i < f; ++i) {
+            for (int c = 0; c < DV; ++c) {
+                gk[i * DV + c] = c2 * (gk[i * DV + c] + offset * go[c]);
+                gv[c] += offset * gk[i * DV + c];
+            }
+            g_ksum[bh * f + i] = c2 * (g_ksum[bh * f + i] + offset * go[DV]);
+        }
+    }
+    transpose_each(g_kv.data(), heads, f, DV, state_t.data());
+    keys_backward_impl<NV, NV>(s, k, v, real, wt_or_null, saved.log_max, g_kv.data(), state_t.data(), g_ksum.data(),
+                               heads, h, n, threads, dk, dv, saved.phi_k, saved.row_max_k);
+    if (offset == 0.0f) return;
+    for (int64_t bh = 0; bh < heads; ++bh)  // sum_j v_j over the real rows: its gradient on each
+        for (int64_t j = 0; j < n; ++j) {
+            if (real != nullptr && real[(bh / h) * n + j] == 0) continue;
+            float* row = dv + (bh * n + j) * DV;
+            for (int c = 0; c < DV; ++c) row[c] += g_vsum[bh * DV + c];
+        }
 }
 
 Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float norm_coef, int unit, float unit_eps) {
@@ -930,7 +1012,7 @@ int by_width(int dv, Fn&& fn) {
 
 extern "C" {
 
-int attnbench_abi() { return 11; }
+int attnbench_abi() { return 12; }
 
 // 1 when built with OpenMP (parallel regions on the loaded OpenMP runtime), 0 with std::threads
 int attnbench_openmp() {
@@ -939,21 +1021,6 @@ int attnbench_openmp() {
 #else
     return 0;
 #endif
-}
-
-// Key sums over the rows of every head, on `threads` threads: kv (heads, F, dv) = sum phi~ v^T, ksum (heads, F) =
-// sum phi~, with phi~ = phi * exp(c - log_max) for FAVOR (c = row max - norm_coef |k|^2; log_max (heads)
-// written), else phi.
-// Padded rows (real[b, j] == 0) contribute nothing. value_sum (heads, dv), when given, gets the sum of the real
-// rows of v. Returns 0, or -1 for an unsupported value width dv.
-int attnbench_keys(int kind, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
-                   int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, float norm_coef, int unit,
-                   float unit_eps, int threads, float* kv, float* ksum, float* log_max, float* value_sum) {
-    Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, unit, unit_eps);
-    return by_width(dv, [&](auto nv) {
-        using N = decltype(nv);
-        keys_impl<N::value>(s, k, v, real, heads, h, n, threads, kv, ksum, log_max, value_sum);
-    });
 }
 
 // Outputs of every row, on `threads` threads: out = (phi kv + offset_kv) / guard(phi ksum + offset_den, eps),
@@ -971,16 +1038,36 @@ int attnbench_queries(int kind, const float* q, const float* kv, const float* ks
     });
 }
 
-// The whole attention without gradients, on `threads` threads (attention_impl): out (heads, n, dv) from q, k
-// (heads, n, d), v (heads, n, dv), features phi = scale (f + offset), guard eps. Returns 0, or -1 for an
-// unsupported value width dv.
+// The whole attention, on `threads` threads (attention_impl): out (heads, n, dv) from q, k (heads, n, d), v (heads,
+// n, dv), features phi = scale (f + offset), guard eps. For training, `saved` (8 pointers, struct Saved's order) gets
+// what attnbench_attention_backward needs; null for none. Returns 0, or -1 for an unsupported value width dv.
 int attnbench_attention(int kind, const float* q, const float* k, const float* v, const uint8_t* real, int64_t heads,
                         int64_t h, int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, float norm_coef,
-                        int unit, float unit_eps, float scale, float offset, float eps, int threads, float* out) {
+                        int unit, float unit_eps, float scale, float offset, float eps, int threads, float* out,
+                        float** saved) {
     Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, unit, unit_eps);
+    Saved keep;
+    if (saved != nullptr)
+        keep = Saved{saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[6], saved[7]};
     return by_width(dv, [&](auto nv) {
         using N = decltype(nv);
-        attention_impl<N::value>(s, q, k, v, real, heads, h, n, threads, scale, offset, eps, out);
+        attention_impl<N::value>(s, q, k, v, real, heads, h, n, threads, scale, offset, eps, out, keep);
+    });
+}
+
+// Gradients of attnbench_attention (no unit normalising, d == dv, a projection taking none): dq, dk, dv from g
+// (heads, n, dv), the forward's out and `saved`. Returns 0, or -1 if unsupported.
+int attnbench_attention_backward(int kind, const float* q, const float* k, const float* v, const uint8_t* real,
+                                 int64_t heads, int64_t h, int64_t n, int d, int dv, int m, const float* w,
+                                 int64_t heads_w, float norm_coef, float scale, float offset, float eps, int threads,
+                                 const float* out, const float* g, float** saved, float* dq, float* dk, float* dv_out) {
+    if (d != dv) return -1;
+    Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, 0, 0.0f);
+    const Saved keep{saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[6], saved[7]};
+    return by_width(dv, [&](auto nv) {
+        using N = decltype(nv);
+        attention_backward_impl<N::value>(s, q, k, v, real, heads, h, n, threads, scale, offset, eps, out, g, keep, dq,
+                                          dk, dv_out);
     });
 }
 
@@ -1026,39 +1113,6 @@ int attnbench_segment_means(const float* q, const float* k, int64_t heads, int64
                             int threads, float* q_means, float* k_means) {
     segment_means(q, k, heads, n, d, segments, threads, q_means, k_means);
     return 0;
-}
-
-// Backward of attnbench_queries (no unit normalising, no convolution), for d == dv: dq (heads, n, d) and the
-// gradients of s_kv (heads, F, dv), s_ksum (heads, F) and the offsets (heads, dv + 1: off_kv then off_den).
-// s_kv_t: s_kv transposed (heads, dv, F); wt: w transposed (heads_w, m, d) or null. Returns -1 if unsupported.
-int attnbench_queries_backward(int kind, const float* q, const float* w, const float* wt, const float* s_kv,
-                               const float* s_kv_t, const float* s_ksum, const float* off_kv, const float* off_den,
-                               const float* out, const float* g, int64_t heads, int64_t n, int d, int dv, int m,
-                               int64_t heads_w, int threads, float eps, float* dq, float* g_kv, float* g_ksum,
-                               float* g_off) {
-    if (d != dv) return -1;
-    Spec s = make_spec(kind, d, m, w, heads_w, 0.0f, 0, 0.0f);
-    return by_width(dv, [&](auto nv) {
-        using N = decltype(nv);
-        queries_backward_impl<N::value, N::value>(s, q, wt, s_kv, s_kv_t, s_ksum, off_kv, off_den, out, g, heads, n,
-                                                  threads, eps, dq, g_kv, g_ksum, g_off);
-    });
-}
-
-// Backward of attnbench_keys (no unit normalising), for d == dv: dk (heads, n, d), dv (heads, n, dv) from the
-// gradients of kv (heads, F, dv) and ksum (heads, F); log_max (heads) as the forward returned it (favor), g_kv_t
-// g_kv transposed (heads, dv, F), wt w transposed (heads_w, m, d) or null. Returns -1 if unsupported.
-int attnbench_keys_backward(int kind, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
-                            int64_t n, int d, int dv, int m, const float* w, const float* wt, int64_t heads_w,
-                            float norm_coef, const float* log_max, const float* g_kv, const float* g_kv_t,
-                            const float* g_ksum, int threads, float* dk, float* dv_out) {
-    if (d != dv) return -1;
-    Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, 0, 0.0f);
-    return by_width(dv, [&](auto nv) {
-        using N = decltype(nv);
-        keys_backward_impl<N::value, N::value>(s, k, v, real, wt, log_max, g_kv, g_kv_t, g_ksum, heads, h, n, threads,
-                                               dk, dv_out);
-    });
 }
 
 }  // extern "C"
