@@ -259,9 +259,10 @@ class RandomFeatureMap(FeatureMap):
                                      draw=int(self.draw)))
 
     def _weights(self, x: Tensor) -> Tensor:
-        """omega^T d^{-1/4} laid out for x's batch (`projection_weights`), shared by the blocks of a kernel call."""
-        return self.derived("weights", lambda: projection_weights(self.omega, x.shape[0], x.shape[-1] ** -0.25, x.dtype),
-                            self.omega, key=(x.shape[0], x.shape[-1], x.dtype))
+        """omega^T d^{-1/4} laid out for x's batch (`projection_weights`), kept while the omegas are unchanged."""
+        batch, d = x.shape[0], x.shape[-1]
+        return self.derived("weights", lambda: projection_weights(self.omega, batch, d ** -0.25, x.dtype), self.omega,
+                            key=(batch, d, x.dtype))
 
     def native_spec(self, x: Tensor) -> NativeSpec | None:
         """favor, elu and trig run fused: omega^T d^{-1/4} as (H, d, M), the maps' scale, eps and |x'|^2 / 2."""

@@ -363,8 +363,9 @@ void keys_range(const Spec& s, Buffers& buf, const float* x, const float* vh, co
 }
 
 // Reductions (key sums and their like) are deterministic whatever the threads do: each head's rows fall into at
-// most GROUPS consecutive groups of at least MIN_GROUP_ROWS rows, fixed by n alone, each summed into its own slot by whichever thread takes it,
-// and the slots are merged in order. Results are thus the same for every thread count and schedule.
+// most GROUPS consecutive groups of at least MIN_GROUP_ROWS rows, fixed by n alone, each summed into its own slot
+// by whichever thread takes it, and each head's slots are merged in order. Results are thus the same for every
+// thread count and schedule.
 constexpr int64_t GROUPS = 16, MIN_GROUP_ROWS = 256;
 
 struct Groups {
@@ -402,7 +403,8 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
                        keep_phi == nullptr ? nullptr : keep_phi + bh * n * f,
                        keep_row_max == nullptr ? nullptr : keep_row_max + bh * n);
     });
-    for (int64_t bh = 0; bh < heads; ++bh) {  // merge the groups' sums in order, at the largest of their scales
+    // merge the groups' sums in order, at the largest of their scales: a head a unit
+    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
         float top = NEG_INF;
         for (int64_t at = bh * groups.count; at < (bh + 1) * groups.count; ++at)
             top = p.running[at] > top ? p.running[at] : top;
@@ -420,7 +422,7 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
             for (int i = 0; i < f; ++i) sums[i] += factor * p.sums[at * f + i];
         }
         if (log_max != nullptr) log_max[bh] = top;
-    }
+    });
 }
 
 // a depthwise convolution along the sequence added to the outputs (Nystromformer's skip over V): out_i +=
@@ -915,12 +917,14 @@ void queries_backward_impl(const Spec& s, const float* q, const float* wt, const
     std::memset(g_kv, 0, sizeof(float) * heads * f * DV);
     std::memset(g_ksum, 0, sizeof(float) * heads * f);
     std::memset(g_off, 0, sizeof(float) * heads * (DV + 1));
-    for (int64_t bh = 0; bh < heads; ++bh)  // the groups' sums in order
+    // the groups' sums in order, a head a unit
+    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
         for (int64_t at = bh * groups.count; at < (bh + 1) * groups.count; ++at) {
             for (int64_t i = 0; i < f * DV; ++i) g_kv[bh * f * DV + i] += p.state[at * f * DV + i];
             for (int i = 0; i < f; ++i) g_ksum[bh * f + i] += p.sums[at * f + i];
             for (int i = 0; i < DV + 1; ++i) g_off[bh * (DV + 1) + i] += p.value_sum[at * (DV + 1) + i];
         }
+    });
 }
 
 template <int NV, int ND>
