@@ -842,12 +842,13 @@ void queries_backward_range(const Spec& s, BackwardBuffers& b, const float* x, c
 
 // key pass backward for rows [r0, r1) of one head: kv = sum phi~ v^T, ksum = sum phi~ (phi~ = phi w, w the favor
 // row weight exp(row max - norm_coef |k|^2 - log_max), 0 for padding) -> dk, dv from g_kv (F x DV), g_ksum (F);
-// phi and the row maxima read from kept, kept_row_max (the head's) when the forward kept them, else recomputed
+// phi and the row maxima read from kept, kept_row_max (the head's) when the forward kept them, else recomputed;
+// add_v (DV), when given, is added to dv on every real row (the gradient of a sum of the real rows of v)
 template <int NV, int ND>
 void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, const float* vh, const uint8_t* mask,
                          const float* w, const float* wt, float log_max, const float* g_kv, const float* g_kv_t,
                          const float* g_ksum, int64_t r0, int64_t r1, float* dk, float* dv, const float* kept,
-                         const float* kept_row_max) {
+                         const float* kept_row_max, const float* add_v) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const int rows_max = block_rows();
@@ -872,6 +873,8 @@ void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, cons
         for (int r = 0; r < rows; ++r) {
             float* dv_row = dv + (start + r) * DV;
             for (int c = 0; c < DV; c += 16) store(dv_row + c, load(dv_row + c) * weight[r]);
+            if (add_v != nullptr && (mask == nullptr || mask[start + r]))
+                for (int c = 0; c < DV; c += 16) store(dv_row + c, load(dv_row + c) + load(add_v + c));
             v16 gw = {};
             for (int c = 0; c < f; c += 16) {
                 v16 gp = load(b.g_phi.data() + r * f + c) + load(g_ksum + c);
@@ -931,7 +934,7 @@ template <int NV, int ND>
 void keys_backward_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, const float* wt,
                         const float* log_max, const float* g_kv, const float* g_kv_t, const float* g_ksum,
                         int64_t heads, int64_t h, int64_t n, int threads, float* dk, float* dv, const float* kept,
-                        const float* kept_row_max) {
+                        const float* kept_row_max, const float* add_v) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
@@ -942,38 +945,39 @@ void keys_backward_impl(const Spec& s, const float* k, const float* v, const uin
             s.w == nullptr ? nullptr : s.w + hw * s.d * s.m, wt == nullptr ? nullptr : wt + hw * s.m * s.d,
             log_max == nullptr ? 0.0f : log_max[bh], g_kv + bh * f * DV, g_kv_t + bh * DV * f, g_ksum + bh * f,
             r0, r1, dk + bh * n * s.d, dv + bh * n * DV, kept == nullptr ? nullptr : kept + bh * n * f,
-            kept_row_max == nullptr ? nullptr : kept_row_max + bh * n);
+            kept_row_max == nullptr ? nullptr : kept_row_max + bh * n, add_v == nullptr ? nullptr : add_v + bh * DV);
     });
 }
 
-// out (count x cols x rows) = each of `count` (rows x cols) matrices of a, transposed
-void transpose_each(const float* a, int64_t count, int64_t rows, int64_t cols, float* out) {
-    for (int64_t e = 0; e < count; ++e, a += rows * cols, out += rows * cols)
-        for (int64_t i = 0; i < rows; ++i)
-            for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = a[i * cols + j];
+// out (cols x rows) = a (rows x cols) transposed
+void transpose(const float* a, int64_t rows, int64_t cols, float* out) {
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = a[i * cols + j];
 }
 
 // Backward of attention_impl for d == DV: the query pass's (dq and the gradients of the finished state), the
 // finish's (s_kv = scale^2 (kv + offset sum_j v_j), off_kv = offset sum_i s_kv_i, and alike for the sums), then the
-// key pass's (dk, dv), plus the gradient of sum_j v_j on every real row of v
+// key pass's (dk, dv, with the gradient of sum_j v_j added on every real row); the small steps a head a unit
 template <int NV>
 void attention_backward_impl(const Spec& s, const float* q, const float* k, const float* v, const uint8_t* real,
                              int64_t heads, int64_t h, int64_t n, int threads, float scale, float offset, float eps,
                              const float* out, const float* g, const Saved& saved, float* dq, float* dk, float* dv) {
     constexpr int DV = 16 * NV;
-    const int64_t f = s.kind == TRIG ? 2 * s.m : s.m;
-    std::vector<float> wt(s.w == nullptr ? 0 : s.heads_w * s.d * s.m), state_t(heads * DV * f);
+    const int64_t f = s.kind == TRIG ? 2 * s.m : s.m, dm = static_cast<int64_t>(s.d) * s.m;
+    std::vector<float> wt(s.w == nullptr ? 0 : s.heads_w * dm), state_t(heads * DV * f);
     std::vector<float> g_kv(heads * f * DV), g_ksum(heads * f), g_off(heads * (DV + 1)), g_vsum(heads * DV);
-    if (s.w != nullptr) transpose_each(s.w, s.heads_w, s.d, s.m, wt.data());
     const float* wt_or_null = s.w == nullptr ? nullptr : wt.data();
-    transpose_each(saved.s_kv, heads, f, DV, state_t.data());
+    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
+        if (s.w != nullptr && bh < s.heads_w) transpose(s.w + bh * dm, s.d, s.m, wt.data() + bh * dm);
+        transpose(saved.s_kv + bh * f * DV, f, DV, state_t.data() + bh * DV * f);
+    });
     queries_backward_impl<NV, NV>(s, q, wt_or_null, saved.s_kv, state_t.data(), saved.s_ksum,
                                   offset != 0.0f ? saved.off_kv : nullptr, offset != 0.0f ? saved.off_den : nullptr,
                                   out, g, heads, n, threads, eps, dq, g_kv.data(), g_ksum.data(), g_off.data(),
                                   saved.phi_q);
     const float c2 = scale * scale;
-    for (int64_t bh = 0; bh < heads; ++bh) {  // through the finish: g_kv = scale^2 (g_s_kv + offset g_off_kv), ...
-        float* gk = g_kv.data() + bh * f * DV;
+    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
+        float* gk = g_kv.data() + bh * f * DV;  // g_kv = scale^2 (g_s_kv + offset g_off_kv), and alike for the sums
         const float* go = g_off.data() + bh * (DV + 1);
         float* gv = g_vsum.data() + bh * DV;
         for (int64_t i = 0; i < f; ++i) {
@@ -983,17 +987,11 @@ void attention_backward_impl(const Spec& s, const float* q, const float* k, cons
             }
             g_ksum[bh * f + i] = c2 * (g_ksum[bh * f + i] + offset * go[DV]);
         }
-    }
-    transpose_each(g_kv.data(), heads, f, DV, state_t.data());
+        transpose(gk, f, DV, state_t.data() + bh * DV * f);
+    });
     keys_backward_impl<NV, NV>(s, k, v, real, wt_or_null, saved.log_max, g_kv.data(), state_t.data(), g_ksum.data(),
-                               heads, h, n, threads, dk, dv, saved.phi_k, saved.row_max_k);
-    if (offset == 0.0f) return;
-    for (int64_t bh = 0; bh < heads; ++bh)  // sum_j v_j over the real rows: its gradient on each
-        for (int64_t j = 0; j < n; ++j) {
-            if (real != nullptr && real[(bh / h) * n + j] == 0) continue;
-            float* row = dv + (bh * n + j) * DV;
-            for (int c = 0; c < DV; ++c) row[c] += g_vsum[bh * DV + c];
-        }
+                               heads, h, n, threads, dk, dv, saved.phi_k, saved.row_max_k,
+                               offset != 0.0f ? g_vsum.data() : nullptr);
 }
 
 Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float norm_coef, int unit, float unit_eps) {
