@@ -1,13 +1,18 @@
-"""Fused CPU kernels for the chunked (inference) linear-attention path, compiled on first use.
+"""Fused CPU kernels for non-causal linear attention, forward and backward, compiled on first use.
 
 `fused_linear.cpp` computes, for a range of rows of every (batch, head), the features of a block of rows in
 registers and caches (projection, favor's exp, elu + 1, sin/cos) and at once either accumulates the key sums
 phi^T [v, 1] or writes phi S / phi s for the queries: one pass over q, k and v where the PyTorch rendering
-makes five to seven passes over the (N, M) features. It is plain C++ with GCC vector extensions and no
-PyTorch headers, built by the system compiler (`$CXX`, else g++ or c++) with -O3 -march=native in about a
-second, cached under `$ATTNBENCH_CACHE_DIR` (default ~/.cache/attnbench) by a hash of the source, the
-compiler and the CPU, and called through ctypes (which releases the GIL, so the kernel's threads run in
-parallel).
+makes five to seven passes over the (N, M) features. A whole attention is one call each way: `attention` (key
+sums, the state finished with the map's scale and offset, the query rows) and, for training, the autograd
+Function `Attention`, whose backward runs the query pass's, the finished state's and the key pass's gradients
+in one call as well (at 1024 tokens the dozen small torch operations between two calls had taken a fifth of
+Performer's forward).
+
+It is plain C++ with GCC vector extensions and no PyTorch headers, built by the system compiler (`$CXX`,
+else g++ or c++) with -O3 -march=native in about a second, cached under `$ATTNBENCH_CACHE_DIR` (default
+~/.cache/attnbench) by a hash of the source, the compiler and the CPU, and called through ctypes (which
+releases the GIL, so the kernel's threads run in parallel).
 
 Threads: built with -fopenmp where the compiler has it, the kernels' parallel regions run on the OpenMP
 runtime torch has already loaded (libgomp.so.1: the dynamic loader hands the kernels torch's copy), so
@@ -16,8 +21,8 @@ each parallel torch operation, took the cores from them: a Performer training st
 14.5 instead of 23.9 ms (median, the two builds alternated in one process). Without OpenMP the kernels
 start std::threads per call.
 
-Without a compiler, on other devices or dtypes, with gradients, or with ATTNBENCH_NATIVE=0, the PyTorch
-path runs instead; `status()` says which, and runs record it in their provenance. Both paths compute the
+Without a compiler, on other devices or dtypes, with gradients through the projection (RFA's learned scale,
+Coulomb particles in phase A), or with ATTNBENCH_NATIVE=0, the PyTorch path runs instead; `status()` says which, and runs record it in their provenance. Both paths compute the
 same function (tests compare them to rounding).
 """
 from __future__ import annotations
@@ -308,7 +313,8 @@ def supports_backward(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) 
 
 # the backward reads the features the forward kept, instead of recomputing them (a projection and an exp per
 # element), where both tensors of them take at most this many bytes: 8 MiB at 1024 tokens and 32 MiB at 4096 with
-# 4 heads of 256 features, where it saved 7-9% of a training step; longer sequences keep the memory linear and small
+# 4 heads of 256 features, where it saved 4-6% of a training step (A/B in one process). At 16384 (128 MiB) it saved
+# nothing measurable, so longer sequences recompute them and keep the memory small
 KEEP_FEATURES_BYTES = 64 << 20
 
 
