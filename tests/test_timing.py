@@ -24,6 +24,12 @@ def _raise_memory_error_in_setup():
     raise MemoryError("simulated in setup")
 
 
+def _allocate_in_turn(sizes: list[int]):
+    """Setup: the k-th call (the warm-up is call 0) allocates sizes[k] float32 values."""
+    calls = iter(sizes)
+    return lambda: torch.ones(next(calls))
+
+
 def _sleep(seconds: float):
     return lambda: time.sleep(seconds)
 
@@ -55,6 +61,15 @@ def test_peak_memory_sees_a_large_allocation_and_not_a_small_one():
     assert large.method == "cpu-subprocess-vmhwm"
     assert 190e6 <= large.peak_bytes <= 260e6
     assert small.peak_bytes < 40e6
+
+
+def test_peak_memory_is_the_median_of_the_measured_calls():
+    """One measured call's peak alone is at the mercy of the allocator; the median of three is not."""
+    if timing.MEMORY_CALLS != 3 or not timing._reset_peak_rss():
+        pytest.skip("needs a resettable peak-RSS counter and three measured calls")
+    reading = timing.peak_memory(_allocate_in_turn, ([1_000, 100_000_000, 10_000_000, 10_000_000],))  # 400, 40, 40 MB
+    assert reading.status == "ok"
+    assert 30e6 < reading.peak_bytes < 60e6
 
 
 def test_peak_memory_records_out_of_memory_and_timeouts():
