@@ -373,20 +373,17 @@ class _KeyState:
             self.kv.add_(kv)
             self.ksum.add_(ksum)
 
-    def finish(self, v: Tensor, weights: Tensor | None, value_sum: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """phi_k^T v (B*H, M, D) and sum_j phi_k_j (B*H, M, 1), scale and offset applied; `value_sum` (B*H, 1, D): the
-        real rows' sum of v where the caller has it."""
+    def finish(self, v: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
+        """phi_k^T v (B*H, M, D) and sum_j phi_k_j (B*H, M, 1), scale and offset applied."""
         kv, ksum = self.kv, self.ksum
         if self.offset != 0.0:
             b, h = v.shape[:2]
             if weights is None:
                 real_v, count = v, float(v.shape[-2])
             else:
-                real_v = v * weights if value_sum is None else None
+                real_v = v * weights
                 count = weights.sum(dim=-2, keepdim=True).expand(b, h, 1, 1).flatten(0, 1)  # (B*H, 1, 1)
-            if value_sum is None:
-                value_sum = real_v.sum(dim=-2, keepdim=True).flatten(0, 1)
-            kv = kv + self.offset * value_sum
+            kv = kv + self.offset * real_v.sum(dim=-2, keepdim=True).flatten(0, 1)
             ksum = ksum + self.offset * count
         return kv * self.scale, ksum * self.scale
 
