@@ -22,8 +22,9 @@ each parallel torch operation, took the cores from them: a Performer training st
 start std::threads per call.
 
 Without a compiler, on other devices or dtypes, with gradients through the projection (RFA's learned scale,
-Coulomb particles in phase A), or with ATTNBENCH_NATIVE=0, the PyTorch path runs instead; `status()` says which, and runs record it in their provenance. Both paths compute the
-same function (tests compare them to rounding).
+Coulomb particles in phase A), or with ATTNBENCH_NATIVE=0, the PyTorch path runs instead; `status()` says
+which, and runs record it in their provenance. Both paths compute the same function (tests compare them to
+rounding).
 """
 from __future__ import annotations
 
@@ -328,6 +329,7 @@ class Attention(torch.autograd.Function):
         b, h, n, _ = q.shape
         heads, f, dv = b * h, spec.num_features if spec.weights is not None else q.shape[-1], v.shape[-1]
         keep = 2 * heads * n * f * 4 <= KEEP_FEATURES_BYTES
+        # struct Saved's order: s_kv, s_ksum, off_kv, off_den, log_max; phi_q, phi_k, the keys' row maxima
         saved = [torch.empty(heads, f, dv), torch.empty(heads, f), torch.empty(heads, dv), torch.empty(heads),
                  torch.empty(heads) if spec.kind == "favor" else None,
                  torch.empty(heads, n, f) if keep else None, torch.empty(heads, n, f) if keep else None,
