@@ -1,7 +1,8 @@
 """The timing, memory and machine-limit probe behind the efficiency measurement.
 
 - `time_repeated(fn)`: repeat a warmed-up call until a minimum time; median and quartiles in ms.
-  CUDA: timed with events around each call, synchronised.
+  CUDA: timed with events around each call, synchronised. `time_alternating(fn_a, fn_b)`: two calls
+  in alternation, for a comparison that a shared machine's slow spells cannot tilt.
 - `peak_memory(setup, args)`: peak memory of one call, measured, not computed. CUDA: after one
   warm-up call, the allocator's peak after `reset_peak_memory_stats` above what was allocated just
   before the measured call.
@@ -100,6 +101,39 @@ def time_repeated(fn: Callable[[], Any], *, device: str = "cpu", min_time_s: flo
         elapsed = time.perf_counter() - started
         if (elapsed >= min_time_s and len(times) >= min_repeats) or elapsed >= budget_s:
             break
+    return _timing(times)
+
+
+def time_alternating(fn_a: Callable[[], Any], fn_b: Callable[[], Any], *, device: str = "cpu",
+                     min_time_s: float = 0.3, min_repeats: int = 3, max_repeats: int = 100,
+                     budget_s: float = float("inf")) -> tuple[Timing, Timing]:
+    """Time two warmed-up calls in alternation, A B then B A, pair after pair, until `min_time_s` and
+    `min_repeats` pairs are reached, or `max_repeats` pairs or the budget: each pair's two calls lie next to each
+    other in time, so a shared machine's slow spell slows both (compare them pair by pair, `pair_ratios`), and
+    neither always runs first."""
+    synchronize(device)
+    times_a: list[float] = []
+    times_b: list[float] = []
+    started = time.perf_counter()
+    while len(times_a) < max_repeats:
+        if len(times_a) % 2 == 0:
+            times_a.append(_one_call_ms(fn_a, device))
+            times_b.append(_one_call_ms(fn_b, device))
+        else:
+            times_b.append(_one_call_ms(fn_b, device))
+            times_a.append(_one_call_ms(fn_a, device))
+        elapsed = time.perf_counter() - started
+        if (elapsed >= min_time_s and len(times_a) >= min_repeats) or elapsed >= budget_s:
+            break
+    return _timing(times_a), _timing(times_b)
+
+
+def pair_ratios(times_a: list[float], times_b: list[float]) -> np.ndarray:
+    """b / a of each pair of alternated calls (`time_alternating`): > 1 where A was the faster."""
+    return np.asarray(times_b, dtype=float) / np.asarray(times_a, dtype=float)
+
+
+def _timing(times: list[float]) -> Timing:
     q25, median, q75 = np.percentile(times, [25, 50, 75])
     return Timing(float(median), float(q25), float(q75), len(times), times)
 

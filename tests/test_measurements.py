@@ -164,6 +164,35 @@ def test_efficiency_rounds_interleave_the_points_and_pool_their_calls(monkeypatc
     assert [r["probe_matmul_gflops"] for r in rows] == [4.0, 5.0]
 
 
+def test_efficiency_paired_times_two_attentions_call_by_call(monkeypatch):
+    """A paired attention is timed in alternation at every point; the same attention under another label gives a
+    ratio near 1, and the row carries both medians and the ratio's quartiles."""
+    from harness.measurements import efficiency
+
+    alternated = []
+    real = efficiency.time_alternating
+    monkeypatch.setattr(efficiency, "time_alternating", lambda *a, **k: alternated.append(1) or real(*a, **k))
+    options = EFFICIENCY_FAST | {"memory": False, "modes": ["forward"], "seq_lens": [64], "min_time_s": 0.05,
+                                 "min_repeats": 20, "paired": {"elu-linear": {"name": "elu-linear", "label": "twin"}}}
+    result = run_cell(tiny_cell("efficiency", "elu-linear", options=options))
+    (row,) = result["details"]["rows"]
+    assert alternated and row["paired_label"] == "twin" and row["paired_median_ms"] > 0
+    assert row["paired_ratio_q25"] <= row["paired_ratio"] <= row["paired_ratio_q75"]
+    assert 0.5 < row["paired_ratio"] < 2.0  # the same work on both sides
+    assert result["metrics"]["forward_paired_ratio@64"] == row["paired_ratio"]
+
+
+def test_efficiency_paired_option_rejects_bad_entries():
+    from harness.errors import UserError
+    from harness.measurements.efficiency import EfficiencyOptions
+    with pytest.raises(UserError, match="must be an attention name"):
+        EfficiencyOptions(paired={"performer": 42})
+    with pytest.raises(UserError, match="no-such-attention"):
+        EfficiencyOptions(paired={"performer": "no-such-attention"})
+    with pytest.raises(UserError, match="num_feature"):
+        EfficiencyOptions(paired={"performer": {"name": "performer", "options": {"num_feature": 4}}})
+
+
 def test_efficiency_records_oom_and_length_cap_rows_in_process():
     options = EFFICIENCY_FAST | {"memory": False, "modes": ["forward"], "seq_lens": [16, 32, 64],
                                  "length_caps": {"test-oom": 32}}

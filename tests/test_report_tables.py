@@ -119,6 +119,21 @@ def test_efficiency_ratios_against_softmax_of_the_same_run(tmp_path: Path) -> No
     assert table.name == "efficiency" and "OOM" in set(table.text["time ms (q25–q75)"])
 
 
+def test_paired_table_lists_the_alternated_timings(tmp_path: Path) -> None:
+    row = {"seq_len": 64, "batch": 1, "heads": 2, "head_dim": 8, "mode": "forward", "status": "ok", "reason": None,
+           "median_ms": 2.0, "q25_ms": 2.0, "q75_ms": 2.0, "tokens_per_s": 1.0, "peak_mem_bytes": 1.0,
+           "paired_label": "theirs", "paired_median_ms": 5.0, "paired_ratio": 2.4, "paired_ratio_q25": 2.2,
+           "paired_ratio_q75": 2.6}
+    write_cell(tmp_path, label="ours", attention="performer", task="none", measurement="efficiency",
+               details={"rows": [row]})
+    write_cell(tmp_path, label="plain", attention="softmax", task="none", measurement="efficiency",
+               details={"rows": [{k: v for k, v in row.items() if not k.startswith("paired")}]})
+    tables = {t.name: t for t in all_tables(load_runs([tmp_path]))}
+    text = tables["paired"].text
+    assert list(text["label"]) == ["ours"] and list(text["paired with"]) == ["theirs"]
+    assert text["paired / this (q25–q75)"].iloc[0] == "2.40 (2.20–2.60)"
+
+
 def test_robustness_coulomb_kernel_tables_from_fake_run(tmp_path: Path) -> None:
     results = load_runs([make_fake_run(tmp_path / "run", tasks=("sst2",), labels=("softmax", "kernel-favor"))])
     raw = detail_rows(results, "robustness")

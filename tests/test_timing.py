@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -52,6 +53,17 @@ def test_time_repeated_honours_repeat_limits():
     calls.clear()
     result = timing.time_repeated(lambda: calls.append(1), min_time_s=0.0, min_repeats=4)
     assert result.repeats == len(calls) == 4
+
+
+def test_time_alternating_swaps_the_order_pair_by_pair_and_compares_pairs():
+    calls = []
+    a, b = (lambda: calls.append("a")), (lambda: calls.append("b"))
+    ta, tb = timing.time_alternating(a, b, min_time_s=0.0, min_repeats=4, max_repeats=4)
+    assert "".join(calls) == "abbaabba" and ta.repeats == tb.repeats == 4
+    fast, slow = _sleep(0.002), _sleep(0.006)
+    ta, tb = timing.time_alternating(fast, slow, min_time_s=0.0, min_repeats=9, max_repeats=9)
+    ratios = timing.pair_ratios(ta.times_ms, tb.times_ms)
+    assert len(ratios) == 9 and 2.0 < float(np.median(ratios)) < 4.0  # 6 ms against 2 ms, oversleep aside
 
 
 def test_peak_memory_sees_a_large_allocation_and_not_a_small_one():

@@ -27,8 +27,9 @@ from harness.measurements import register_measurement
 from harness.measurements.common import attention_label
 from harness.measurements.cost import point_cost
 from harness.options import option, require
-from harness.registry import build_attention
-from harness.timing import OOM_ERRORS, call_seconds, measure_machine, peak_memory, retain_freed_memory, time_repeated
+from harness.registry import ATTENTIONS, build_attention
+from harness.timing import (OOM_ERRORS, call_seconds, measure_machine, pair_ratios, peak_memory, retain_freed_memory,
+                            time_alternating, time_repeated)
 from harness.train import Progress
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -67,6 +68,10 @@ class EfficiencyOptions:
                   "do; see harness.timing.retain_freed_memory), so calls do not fault in fresh pages for every large "
                   "tensor; system: the allocator as it is. Applies to every attention alike; peak memory is "
                   "measured in fresh subprocesses either way")
+    paired: dict = option({}, "per attention label or name, another attention (a name, or {name, options, label}) "
+                              "timed call by call in alternation with it at every point (A B, then B A): rows get "
+                              "its median time and the median over pairs of its time / this time, a comparison "
+                              "that a shared machine's slow spells cannot tilt (cells timed minutes apart can be)")
     probe_each_point: bool = option(True, "probe the matmul rate and copy bandwidth again right before and after "
                                           "each timed pass, its roofline bound from the better of the two (median "
                                           "over passes; a shared machine's speed drifts during a run); False: the "
@@ -79,6 +84,12 @@ class EfficiencyOptions:
         require(self.min_repeats >= 1 and self.max_repeats >= self.min_repeats,
                 f"need 1 <= min_repeats ({self.min_repeats}) <= max_repeats ({self.max_repeats})")
         require(self.rounds >= 1, f"rounds={self.rounds} must be at least 1")
+        for label, other in self.paired.items():
+            spec = {"name": other} if isinstance(other, str) else other
+            require(isinstance(spec, dict) and isinstance(spec.get("name"), str)
+                    and set(spec) <= {"name", "options", "label"},
+                    f"paired[{label!r}]={other!r} must be an attention name or {{name, options, label}}")
+            ATTENTIONS.make_config(spec["name"], **(spec.get("options") or {}))  # unknown names, options: errors now
 
 
 def attention_call(name: str, options: dict[str, Any], batch: int, heads: int, n: int, d: int, mode: str,
@@ -119,6 +130,7 @@ class Point:
     args: tuple
     fn: Callable[[], Any] | None = None
     call_s: float = 0.0  # the last warm-up call's seconds
+    twin: "Point | None" = None  # the attention timed in alternation with this one (option paired)
 
     @property
     def open(self) -> bool:
@@ -147,7 +159,16 @@ def _new_point(cell: dict[str, Any], options: EfficiencyOptions, n: int, b: int,
     elif row["roofline_ms"] is not None and row["roofline_ms"] / 1e3 > options.point_budget_s:
         row |= {"status": "skipped", "reason": f"its roofline bound {row['roofline_ms'] / 1e3:.3g} s alone exceeds "
                                                f"the per-point budget {options.point_budget_s:g} s (point_budget_s)"}
-    return Point(row, args)
+    point = Point(row, args)
+    other = options.paired.get(label, options.paired.get(name))
+    if other is not None:
+        spec = {"name": other} if isinstance(other, str) else other
+        other_label = spec.get("label") or spec["name"]
+        row |= {"paired_label": other_label, "paired_median_ms": None, "paired_ratio": None,
+                "paired_ratio_q25": None, "paired_ratio_q75": None}
+        point.twin = Point({"status": "ok", "reason": None},
+                           (spec["name"], spec.get("options") or {}, *args[2:]))
+    return point
 
 
 def _fail(point: Point, status: str, reason: str) -> None:
@@ -166,6 +187,10 @@ def _measure_memory(point: Point, options: EfficiencyOptions, device: str) -> No
 
 
 def _warm_up(point: Point, options: EfficiencyOptions, device: str) -> None:
+    if point.twin is not None:
+        _warm_up(point.twin, options, device)
+        if not point.twin.open:
+            point.row["paired_reason"] = f"{point.row['paired_label']}: {point.twin.row['reason']}"
     try:
         point.fn = attention_call(*point.args)
         for _ in range(options.warmup):
@@ -200,6 +225,7 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
     share = {"min_time_s": options.min_time_s / rounds, "min_repeats": -(-options.min_repeats // rounds),
              "max_repeats": max(1, options.max_repeats // rounds)}
     times: dict[int, list[float]] = {i: [] for i in range(len(points))}
+    twin_times: dict[int, list[float]] = {i: [] for i in range(len(points))}
     rates: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
     last = _probe(options, device) if options.probe_each_point else None
     for r in range(rounds):
@@ -208,7 +234,13 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
                 try:
                     if rounds > 1 and point.call_s < rewarm_below_s:  # caches and threads warm again after a probe
                         call_seconds(point.fn, device)
-                    timing = time_repeated(point.fn, device=device, budget_s=options.point_budget_s, **share)
+                    twin = point.twin if point.twin is not None and point.twin.open else None
+                    if twin is None:
+                        timing = time_repeated(point.fn, device=device, budget_s=options.point_budget_s, **share)
+                    else:
+                        timing, other = time_alternating(point.fn, twin.fn, device=device,
+                                                         budget_s=options.point_budget_s, **share)
+                        twin_times[i] += other.times_ms
                     after = _probe(options, device) if options.probe_each_point else None
                 except OOM_ERRORS as err:
                     _fail(point, "oom", f"{type(err).__name__}: {err}"[:300])
@@ -222,6 +254,13 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
     for i, point in enumerate(points):
         if point.open:
             _finish(point, times[i], rates[i], rounds)
+            if twin_times[i]:
+                ratios = pair_ratios(times[i], twin_times[i])
+                q25, median, q75 = (float(x) for x in np.percentile(ratios, [25, 50, 75]))
+                point.row |= {"paired_median_ms": float(np.median(twin_times[i])), "paired_ratio": median,
+                              "paired_ratio_q25": q25, "paired_ratio_q75": q75}
+            if point.twin is not None:
+                point.twin.fn = None
 
 
 def _finish(point: Point, times: list[float], probes: list[dict[str, Any]], rounds: int) -> None:
@@ -267,6 +306,8 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, float]:
             metrics[f"{r['mode']}_peak_mem_bytes@{at}"] = float(r["peak_mem_bytes"])
         if r["roofline_fraction"] is not None:
             metrics[f"{r['mode']}_roofline_fraction@{at}"] = r["roofline_fraction"]
+        if r.get("paired_ratio") is not None:
+            metrics[f"{r['mode']}_paired_ratio@{at}"] = r["paired_ratio"]
     return metrics
 
 

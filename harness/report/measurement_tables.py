@@ -191,6 +191,34 @@ def efficiency_table(results: Results) -> Table | None:
                  key_columns=5 if many_runs else 4)
 
 
+def paired_table(results: Results) -> Table | None:
+    """Attentions timed call by call in alternation with another (efficiency option `paired`): both times and
+    the median over pairs of the other's time / this one's."""
+    rows = detail_rows(results, "efficiency")
+    if rows.empty or "paired_label" not in rows or rows["paired_label"].isna().all():
+        return None
+    rows = rows[rows["paired_label"].notna()].copy()
+    for col in ("paired_ratio", "paired_ratio_q25", "paired_ratio_q75", "paired_median_ms", "median_ms"):
+        rows[col] = pd.to_numeric(rows[col] if col in rows else np.nan, errors="coerce")
+    keys = ["run", "label", "paired_label", "mode", "seq_len", "batch", "heads", "head_dim"]
+    data = (rows.groupby(keys, sort=True)[["median_ms", "paired_median_ms", "paired_ratio", "paired_ratio_q25",
+                                           "paired_ratio_q75"]].mean().reset_index())
+    many_runs = data["run"].nunique() > 1
+    text = pd.DataFrame([({"run": r.run} if many_runs else {}) | {
+        "label": r.label, "paired with": r.paired_label, "mode": r.mode, "seq_len": fmt(r.seq_len, 0),
+        "B×H×d": "×".join(fmt(v, 0) for v in (r.batch, r.heads, r.head_dim)),
+        "time ms": fmt(r.median_ms), "paired ms": fmt(r.paired_median_ms),
+        "paired / this (q25–q75)": (f"{fmt(r.paired_ratio, 2)} ({fmt(r.paired_ratio_q25, 2)}–"
+                                    f"{fmt(r.paired_ratio_q75, 2)})" if finite(r.paired_ratio) else DASH)}
+        for r in data.itertuples()])
+    best = pd.DataFrame(False, index=text.index, columns=text.columns)
+    notes = ["Each pair of calls ran back to back, A B then B A, so a slow spell of the machine slows both. "
+             "paired / this: the median over pairs of the paired attention's time / this one's (> 1: this one is "
+             "faster), with its quartiles; the times are the medians of each attention's calls in those pairs. "
+             "Mean over seeds."]
+    return Table("paired", "Paired timing", data, text, best, notes, key_columns=6 if many_runs else 5)
+
+
 def fidelity_table(results: Results) -> Table | None:
     """Relative error of each approximation against exact softmax attention."""
     rows = detail_rows(results, "fidelity")

@@ -10,7 +10,7 @@ import pandas as pd
 
 from harness.report.load import Results, metric_frame, not_ok
 from harness.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table, kernel_table,
-                                               robustness_tables)
+                                               paired_table, robustness_tables)
 from harness.report.stats import metric_direction, rank, summarize
 from harness.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary, slug
 
@@ -154,8 +154,8 @@ def all_tables(results: Results) -> list[Table]:
     tasks = sorted(set(results.cells.loc[results.cells["measurement"] == "accuracy", "task"].dropna()))
     tables: list[Table | None] = [leaderboard_table(results) if tasks else None]
     tables += [task_table(results, t) for t in tasks]
-    tables += [*robustness_tables(results), efficiency_table(results), fidelity_table(results),
-               coulomb_table(results), kernel_table(results)]
+    tables += [*robustness_tables(results), efficiency_table(results), paired_table(results),
+               fidelity_table(results), coulomb_table(results), kernel_table(results)]
     other = results.ok[~results.ok["measurement"].isin(BUILTIN_MEASUREMENTS)]  # plug-in measurements
     tables += [task_table(results, str(task), str(m))
                for (m, task), _ in other.groupby(["measurement", "task"], sort=True)]
