@@ -71,7 +71,8 @@ class EfficiencyOptions:
     paired: dict = option({}, "per attention label or name, another attention (a name, or {name, options, label}) "
                               "timed call by call in alternation with it at every point (A B, then B A): rows get "
                               "its median time and the median over pairs of its time / this time, a comparison "
-                              "that a shared machine's slow spells cannot tilt (cells timed minutes apart can be)")
+                              "that a shared machine's slow spells cannot tilt (cells timed minutes apart can be); "
+                              "the row's own times then come from the alternated calls too")
     probe_each_point: bool = option(True, "probe the matmul rate and copy bandwidth again right before and after "
                                           "each timed pass, its roofline bound from the better of the two (median "
                                           "over passes; a shared machine's speed drifts during a run); False: the "
@@ -232,9 +233,10 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
         for i, point in enumerate(points):
             if point.open:
                 try:
-                    if rounds > 1 and point.call_s < rewarm_below_s:  # caches and threads warm again after a probe
-                        call_seconds(point.fn, device)
                     twin = point.twin if point.twin is not None and point.twin.open else None
+                    for each in [point] + ([twin] if twin is not None else []):
+                        if rounds > 1 and each.call_s < rewarm_below_s:  # caches, threads warm again after a probe
+                            call_seconds(each.fn, device)
                     if twin is None:
                         timing = time_repeated(point.fn, device=device, budget_s=options.point_budget_s, **share)
                     else:
