@@ -635,11 +635,12 @@ void attention_impl(const Spec& s, const float* q, const float* k, const float* 
             }
             sums[i] = (vs == nullptr ? sums[i] : sums[i] + offset * count) * scale * scale;
         }
-        for (int c = 0; c < DV; ++c) {  // offset times the column sums
-            float acc = 0.0f;
-            for (int64_t i = 0; i < f; ++i) acc += state[i * DV + c];
-            off_kv[bh * DV + c] = offset * acc;
-        }
+        // offset times the column sums, each still summed over i in order, but a row of 16 NV columns at a time
+        // (a loop over i per column was one chain of dependent additions: 0.15 ms of a 2.4 ms call at 1024 tokens)
+        v16 column[NV] = {};
+        for (int64_t i = 0; i < f; ++i)
+            for (int c = 0; c < NV; ++c) column[c] += load(state + i * DV + 16 * c);
+        for (int c = 0; c < NV; ++c) store(off_kv + bh * DV + 16 * c, column[c] * offset);
         float acc = 0.0f;
         for (int64_t i = 0; i < f; ++i) acc += sums[i];
         off_den[bh] = offset * acc;
