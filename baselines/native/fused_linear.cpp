@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <atomic>
 #include <limits>
 #include <memory>
@@ -377,12 +378,25 @@ struct Groups {
     int64_t slot(int64_t bh, int64_t r0) const { return bh * count + r0 / rows; }
 };
 
-// per-slot partial sums
+// per-slot partial sums. Each slot is cleared by the unit that fills it, on that unit's thread (cleared up front,
+// a megabyte of slots at 1024 tokens had taken a serial pass before the threads started); all of them up front only
+// where no unit runs (an empty sequence)
 struct Partial {
-    std::vector<float> state, sums, value_sum, running;
-    Partial(int64_t slots, int64_t state_size, int64_t sums_size, int64_t dv, int64_t running_size)
-        : state(slots * state_size, 0.0f), sums(slots * sums_size, 0.0f), value_sum(slots * dv, 0.0f),
-          running(slots * running_size, NEG_INF) {}
+    int64_t state_size, sums_size, dv, running_size;
+    std::unique_ptr<float[]> state, sums, value_sum, running;
+    Partial(int64_t slots, int64_t state_floats, int64_t sums_floats, int64_t dv_floats, int64_t running_floats,
+            bool clear_all)
+        : state_size(state_floats), sums_size(sums_floats), dv(dv_floats), running_size(running_floats),
+          state(new float[slots * state_floats]), sums(new float[slots * sums_floats]),
+          value_sum(new float[slots * dv_floats]), running(new float[slots * running_floats]) {
+        for (int64_t at = 0; clear_all && at < slots; ++at) clear(at);
+    }
+    void clear(int64_t at) {
+        std::fill_n(state.get() + at * state_size, state_size, 0.0f);
+        std::fill_n(sums.get() + at * sums_size, sums_size, 0.0f);
+        std::fill_n(value_sum.get() + at * dv, dv, 0.0f);
+        std::fill_n(running.get() + at * running_size, running_size, NEG_INF);
+    }
 };
 
 template <int NV>
@@ -392,14 +406,15 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const Groups groups(n);
-    Partial p(heads * groups.count, f * DV, f, DV, 1);
+    Partial p(heads * groups.count, f * DV, f, DV, 1, n == 0);
     ThreadBuffers<Buffers> bufs(threads, s, DV);
     parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         const int64_t at = groups.slot(bh, r0);
+        p.clear(at);
         keys_range<NV>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
                        s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m, r0, r1,
-                       p.state.data() + at * f * DV, p.sums.data() + at * f,
-                       value_sum == nullptr ? nullptr : p.value_sum.data() + at * DV, p.running[at],
+                       p.state.get() + at * f * DV, p.sums.get() + at * f,
+                       value_sum == nullptr ? nullptr : p.value_sum.get() + at * DV, p.running[at],
                        keep_phi == nullptr ? nullptr : keep_phi + bh * n * f,
                        keep_row_max == nullptr ? nullptr : keep_row_max + bh * n);
     });
@@ -498,16 +513,17 @@ void softmax_columns_impl(const Spec& s, const float* k, const float* v, const u
     constexpr int DV = 16 * NV;
     const int m = s.m;
     const Groups groups(n);
-    Partial p(heads * groups.count, m * DV, m, 0, m);
+    Partial p(heads * groups.count, m * DV, m, 0, m, n == 0);
     Spec wide = s;  // its unit-norm scratch (rows x d floats) must hold the 2 m floats of column maxima and factors
     wide.d = s.d > m ? s.d : m;
     ThreadBuffers<Buffers> bufs(threads, wide, DV);
     parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         const int64_t at = groups.slot(bh, r0);
+        p.clear(at);
         softmax_columns_range<NV>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV,
                                   real == nullptr ? nullptr : real + (bh / h) * n, s.w + (bh % s.heads_w) * s.d * m,
-                                  r0, r1, p.state.data() + at * m * DV, p.sums.data() + at * m,
-                                  p.running.data() + at * m);
+                                  r0, r1, p.state.get() + at * m * DV, p.sums.get() + at * m,
+                                  p.running.get() + at * m);
     });
     for (int64_t bh = 0; bh < heads; ++bh)  // merge per column, groups in order, at the largest of their maxima
         for (int l = 0; l < m; ++l) {
@@ -907,16 +923,17 @@ void queries_backward_impl(const Spec& s, const float* q, const float* wt, const
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const Groups groups(n);
-    Partial p(heads * groups.count, f * DV, f, DV + 1, 0);
+    Partial p(heads * groups.count, f * DV, f, DV + 1, 0, n == 0);
     ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
     parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         const int64_t at = groups.slot(bh, r0), hw = bh % s.heads_w;
+        p.clear(at);
         queries_backward_range<NV, ND>(
             s, bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + hw * s.d * s.m,
             wt == nullptr ? nullptr : wt + hw * s.m * s.d, s_kv + bh * f * DV, s_kv_t + bh * DV * f, s_ksum + bh * f,
             off_kv == nullptr ? nullptr : off_kv + bh * DV, off_den == nullptr ? 0.0f : off_den[bh],
-            out + bh * n * DV, g + bh * n * DV, r0, r1, eps, dq + bh * n * s.d, p.state.data() + at * f * DV,
-            p.sums.data() + at * f, p.value_sum.data() + at * (DV + 1), kept == nullptr ? nullptr : kept + bh * n * f);
+            out + bh * n * DV, g + bh * n * DV, r0, r1, eps, dq + bh * n * s.d, p.state.get() + at * f * DV,
+            p.sums.get() + at * f, p.value_sum.get() + at * (DV + 1), kept == nullptr ? nullptr : kept + bh * n * f);
     });
     std::memset(g_kv, 0, sizeof(float) * heads * f * DV);
     std::memset(g_ksum, 0, sizeof(float) * heads * f);
