@@ -689,15 +689,18 @@ void segment_means(const float* a, const float* b, int64_t heads, int64_t n, int
 // times z = z (13 I - az (15 I - az (7 I - az))) / 4 with az = a z; matrices (size x size), size a multiple of 16,
 // one head a unit
 
+// out (cols x rows) = a (rows x cols) transposed
+void transpose_matrix(const float* a, int64_t rows, int64_t cols, float* out) {
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = a[i * cols + j];
+}
+
 struct Square {  // products of (size x size) row-major matrices
     int size;
     int64_t area;
     explicit Square(int n) : size(n), area(static_cast<int64_t>(n) * n) {}
     void mul(const float* x, const float* y, float* out) const { project(x, size, size, y, size, out); }
-    void transpose(const float* x, float* out) const {
-        for (int i = 0; i < size; ++i)
-            for (int j = 0; j < size; ++j) out[j * size + i] = x[i * size + j];
-    }
+    void transpose(const float* x, float* out) const { transpose_matrix(x, size, size, out); }
     void minus_from_identity(float c, const float* x, float* out) const {  // out = c I - x
         for (int64_t e = 0; e < area; ++e) out[e] = -x[e];
         for (int i = 0; i < size; ++i) out[i * size + i] += c;
@@ -967,12 +970,6 @@ void keys_backward_impl(const Spec& s, const float* k, const float* v, const uin
     });
 }
 
-// out (cols x rows) = a (rows x cols) transposed
-void transpose(const float* a, int64_t rows, int64_t cols, float* out) {
-    for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = a[i * cols + j];
-}
-
 // Backward of attention_impl for d == DV: the query pass's (dq and the gradients of the finished state), the
 // finish's (s_kv = scale^2 (kv + offset sum_j v_j), off_kv = offset sum_i s_kv_i, and alike for the sums), then the
 // key pass's (dk, dv, with the gradient of sum_j v_j added on every real row); the small steps a head a unit
@@ -986,8 +983,8 @@ void attention_backward_impl(const Spec& s, const float* q, const float* k, cons
     std::vector<float> g_kv(heads * f * DV), g_ksum(heads * f), g_off(heads * (DV + 1)), g_vsum(heads * DV);
     const float* wt_or_null = s.w == nullptr ? nullptr : wt.data();
     parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
-        if (s.w != nullptr && bh < s.heads_w) transpose(s.w + bh * dm, s.d, s.m, wt.data() + bh * dm);
-        transpose(saved.s_kv + bh * f * DV, f, DV, state_t.data() + bh * DV * f);
+        if (s.w != nullptr && bh < s.heads_w) transpose_matrix(s.w + bh * dm, s.d, s.m, wt.data() + bh * dm);
+        transpose_matrix(saved.s_kv + bh * f * DV, f, DV, state_t.data() + bh * DV * f);
     });
     queries_backward_impl<NV, NV>(s, q, wt_or_null, saved.s_kv, state_t.data(), saved.s_ksum,
                                   offset != 0.0f ? saved.off_kv : nullptr, offset != 0.0f ? saved.off_den : nullptr,
@@ -1005,7 +1002,7 @@ void attention_backward_impl(const Spec& s, const float* q, const float* k, cons
             }
             g_ksum[bh * f + i] = c2 * (g_ksum[bh * f + i] + offset * go[DV]);
         }
-        transpose(gk, f, DV, state_t.data() + bh * DV * f);
+        transpose_matrix(gk, f, DV, state_t.data() + bh * DV * f);
     });
     keys_backward_impl<NV, NV>(s, k, v, real, wt_or_null, saved.log_max, g_kv.data(), state_t.data(), g_ksum.data(),
                                heads, h, n, threads, dk, dv, saved.phi_k, saved.row_max_k,
