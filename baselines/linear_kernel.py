@@ -47,6 +47,11 @@ CHUNK_ELEMENTS = 2**21  # chunked kernel (CPU): floats of one block's features, 
 MIN_CHUNK_ROWS = 64
 
 
+def no_grad_recorded(*tensors: Tensor) -> bool:
+    """Whether autograd records nothing through these tensors (grad mode off, or none requires grad)."""
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
 @dataclasses.dataclass
 class FeatureChunk:
     """Features of a block of rows in factored form: phi = scale * (values * row_weights * exp(log_scale - L) + offset).
@@ -98,7 +103,7 @@ class FeatureMap(nn.Module):
         (held here, so its address is not reused) and version counter (which every in-place write, optimizer step,
         `load_state_dict` and redraw moves). Writes through `.data` escape the counter; assigning `.data` does not.
         Spares each call the layout copy of the weights (about 0.1 ms, a twentieth of a short call)."""
-        if sources and not (torch.is_grad_enabled() and any(t.requires_grad for t in sources)):
+        if sources and no_grad_recorded(*sources):
             stamp = (key, *((t.device, t.data_ptr(), t._version) for t in sources))
             held = (self._kept or {}).get(name)
             if held is not None and held[0] == stamp:
@@ -463,7 +468,7 @@ def fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, ke
     threads = threads or torch.get_num_threads()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     real = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-    if not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))):
+    if no_grad_recorded(q, k, v):
         return native.attention(spec, q, k, v, real, eps, threads)
     return native.Attention.apply(q, k, v, spec, real, eps, threads)
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, scratch
+from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, no_grad_recorded, scratch
 from baselines.native import NativeSpec
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
@@ -101,10 +101,6 @@ def project(x: Tensor, weights: Tensor, out: Tensor | None = None) -> Tensor:
     return out
 
 
-def _no_grad(*tensors: Tensor) -> bool:
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
-
-
 class _EluPlusOne(torch.autograd.Function):
     """elu(u) + 1 whose backward needs only the output: d phi / du = min(phi, 1) (exp(u) = phi below 0, 1 above;
     1 at 0, as elu). Autograd through clamp and relu would keep u and mask it twice, several times slower."""
@@ -124,7 +120,7 @@ class _EluPlusOne(torch.autograd.Function):
 def elu_plus_one(u: Tensor, out: Tensor | None = None) -> Tensor:
     """elu(u) + 1 = exp(min(u, 0)) + max(u, 0): about twice as fast as torch's elu on CPU; into `out` (or in
     place of u when out is u) where no gradient is recorded; differentiable, with elu's derivative."""
-    if not _no_grad(u):
+    if not no_grad_recorded(u):
         return _EluPlusOne.apply(u)
     if out is None:
         return u.clamp_max(0.0).exp_().add_(u.clamp_min(0.0))
@@ -135,7 +131,7 @@ def elu_plus_one(u: Tensor, out: Tensor | None = None) -> Tensor:
 def sin_cos(u: Tensor, out: Tensor | None = None) -> Tensor:
     """[sin(u), cos(u)] along the last axis: (..., M) -> (..., 2M); written into one buffer (`out` when given)
     where no gradient is recorded, concatenated otherwise."""
-    if not _no_grad(u):
+    if not no_grad_recorded(u):
         return torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
     out = u.new_empty(*u.shape[:-1], 2 * u.shape[-1]) if out is None else out
     m = u.shape[-1]
@@ -166,7 +162,7 @@ def _favor_chunk(x: Tensor, weights: Tensor, scale: float, is_query: bool,
     """
     u = project(x, weights, out)
     row_max = u.detach().amax(dim=-1, keepdim=True)  # (B, H, C, 1)
-    values = u.sub_(row_max).exp_() if _no_grad(u) else (u - row_max).exp()
+    values = u.sub_(row_max).exp_() if no_grad_recorded(u) else (u - row_max).exp()
     if is_query:
         return FeatureChunk(values, scale, FAVOR_EPS)
     d = x.shape[-1]
