@@ -133,9 +133,15 @@ def pair_ratios(times_a: list[float], times_b: list[float]) -> np.ndarray:
     return np.asarray(times_b, dtype=float) / np.asarray(times_a, dtype=float)
 
 
+def quartiles(values: Any) -> tuple[float, float, float]:
+    """(q25, median, q75) of some numbers."""
+    q25, median, q75 = np.percentile(values, [25, 50, 75])
+    return float(q25), float(median), float(q75)
+
+
 def _timing(times: list[float]) -> Timing:
-    q25, median, q75 = np.percentile(times, [25, 50, 75])
-    return Timing(float(median), float(q25), float(q75), len(times), times)
+    q25, median, q75 = quartiles(times)
+    return Timing(median, q25, q75, len(times), times)
 
 
 # --- peak memory ------------------------------------------------------------------------------

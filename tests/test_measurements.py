@@ -187,7 +187,7 @@ def test_efficiency_paired_option_rejects_bad_entries():
     from harness.measurements.efficiency import EfficiencyOptions
     with pytest.raises(UserError, match="must be an attention name"):
         EfficiencyOptions(paired={"performer": 42})
-    with pytest.raises(UserError, match="no-such-attention"):
+    with pytest.raises(UserError, match=r"paired\[.performer.\]: unknown attention .no-such-attention"):
         EfficiencyOptions(paired={"performer": "no-such-attention"})
     with pytest.raises(UserError, match="num_feature"):
         EfficiencyOptions(paired={"performer": {"name": "performer", "options": {"num_feature": 4}}})

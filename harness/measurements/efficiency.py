@@ -23,13 +23,14 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
+from harness.errors import ConfigError, UserError
 from harness.measurements import register_measurement
 from harness.measurements.common import attention_label
 from harness.measurements.cost import point_cost
 from harness.options import option, require
 from harness.registry import ATTENTIONS, build_attention
-from harness.timing import (OOM_ERRORS, call_seconds, measure_machine, pair_ratios, peak_memory, retain_freed_memory,
-                            time_alternating, time_repeated)
+from harness.timing import (OOM_ERRORS, call_seconds, measure_machine, pair_ratios, peak_memory, quartiles,
+                            retain_freed_memory, time_alternating, time_repeated)
 from harness.train import Progress
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -86,11 +87,19 @@ class EfficiencyOptions:
                 f"need 1 <= min_repeats ({self.min_repeats}) <= max_repeats ({self.max_repeats})")
         require(self.rounds >= 1, f"rounds={self.rounds} must be at least 1")
         for label, other in self.paired.items():
-            spec = {"name": other} if isinstance(other, str) else other
+            spec = _paired_spec(other)
             require(isinstance(spec, dict) and isinstance(spec.get("name"), str)
                     and set(spec) <= {"name", "options", "label"},
                     f"paired[{label!r}]={other!r} must be an attention name or {{name, options, label}}")
-            ATTENTIONS.make_config(spec["name"], **(spec.get("options") or {}))  # unknown names, options: errors now
+            try:  # an unknown name or option fails when the suite loads, not minutes into the run
+                ATTENTIONS.make_config(spec["name"], **(spec.get("options") or {}))
+            except UserError as err:
+                raise ConfigError(f"paired[{label!r}]: {err}") from None
+
+
+def _paired_spec(other: Any) -> Any:
+    """An entry of the option `paired` as {name, ...}: a bare name becomes {name}."""
+    return {"name": other} if isinstance(other, str) else other
 
 
 def attention_call(name: str, options: dict[str, Any], batch: int, heads: int, n: int, d: int, mode: str,
@@ -163,7 +172,7 @@ def _new_point(cell: dict[str, Any], options: EfficiencyOptions, n: int, b: int,
     point = Point(row, args)
     other = options.paired.get(label, options.paired.get(name))
     if other is not None:
-        spec = {"name": other} if isinstance(other, str) else other
+        spec = _paired_spec(other)
         other_label = spec.get("label") or spec["name"]
         row |= {"paired_label": other_label, "paired_median_ms": None, "paired_ratio": None,
                 "paired_ratio_q25": None, "paired_ratio_q75": None}
@@ -257,8 +266,7 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
         if point.open:
             _finish(point, times[i], rates[i], rounds)
             if twin_times[i]:
-                ratios = pair_ratios(times[i], twin_times[i])
-                q25, median, q75 = (float(x) for x in np.percentile(ratios, [25, 50, 75]))
+                q25, median, q75 = quartiles(pair_ratios(times[i], twin_times[i]))
                 point.row |= {"paired_median_ms": float(np.median(twin_times[i])), "paired_ratio": median,
                               "paired_ratio_q25": q25, "paired_ratio_q75": q75}
             if point.twin is not None:
@@ -268,7 +276,7 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
 def _finish(point: Point, times: list[float], probes: list[dict[str, Any]], rounds: int) -> None:
     """The point's row from its pooled call times (ms) and the probes next to its passes."""
     row = point.row
-    q25, median, q75 = (float(x) for x in np.percentile(times, [25, 50, 75]))
+    q25, median, q75 = quartiles(times)
     row |= {"median_ms": median, "q25_ms": q25, "q75_ms": q75, "min_ms": min(times), "repeats": len(times),
             "rounds": rounds, "tokens_per_s": row["batch"] * row["seq_len"] / (median / 1e3)}
     if probes:  # per pass the better of the probes before and after it, then the median over passes
