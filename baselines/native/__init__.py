@@ -47,7 +47,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 12
+ABI = 13
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -145,6 +145,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_pinv_backward.argtypes = [p, p, p, i64, i32, i32, i32, p, p]
     lib.attnbench_segment_means.restype = i32
     lib.attnbench_segment_means.argtypes = [p, p, i64, i64, i32, i64, i32, p, p]
+    lib.attnbench_exp.restype = None
+    lib.attnbench_exp.argtypes = [p, i64, p]
     lib.attnbench_softmax_columns.restype = i32
     lib.attnbench_softmax_columns.argtypes = [p, p, p, i64, i64, i64, i32, i32, i32, p, i64, i32, p, p, p]
 
@@ -275,6 +277,13 @@ def segment_means(q: Tensor, k: Tensor, segments: int, threads: int = 1) -> tupl
     library().attnbench_segment_means(q.data_ptr(), k.data_ptr(), b * h, n, d, segments, threads,
                                       q_means.data_ptr(), k_means.data_ptr())
     return q_means, k_means
+
+
+def exp(x: Tensor) -> Tensor:
+    """The kernels' exp of a contiguous float32 tensor whose size is a multiple of 16 (for its accuracy test)."""
+    out = torch.empty_like(x)
+    library().attnbench_exp(x.data_ptr(), x.numel(), out.data_ptr())
+    return out
 
 
 class PinvSteps(torch.autograd.Function):
