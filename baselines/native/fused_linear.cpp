@@ -335,19 +335,19 @@ void keys_range(const Spec& s, Buffers& buf, const float* x, const float* vh, co
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     for (int64_t start = r0; start < r1; start += buf.rows) {
         const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
-        features(s, x + start * s.d, w, rows, buf.u, buf.phi, buf.row_max, buf.unit);
+        // the features straight into the kept tensor when training keeps them (copied there, they had taken a
+        // second pass), else into the block's buffer
+        float* phi = keep_phi != nullptr ? keep_phi + start * f : buf.phi;
+        float* row_max = keep_row_max != nullptr ? keep_row_max + start : buf.row_max;
+        features(s, x + start * s.d, w, rows, buf.u, phi, row_max, buf.unit);
         float block_max = NEG_INF;
         for (int r = 0; r < rows; ++r) {
             bool keep = mask == nullptr || mask[start + r];
             float c = 0.0f;
-            if (s.kind == FAVOR) c = buf.row_max[r] - s.norm_coef * squared_norm(x + (start + r) * s.d, s.d);
+            if (s.kind == FAVOR) c = row_max[r] - s.norm_coef * squared_norm(x + (start + r) * s.d, s.d);
             buf.weight[r] = keep ? c : NEG_INF;
-            if (!keep) std::memset(buf.phi + r * f, 0, sizeof(float) * f);  // padded features may be inf
+            if (!keep) std::memset(phi + r * f, 0, sizeof(float) * f);  // padded features may be inf
             block_max = buf.weight[r] > block_max ? buf.weight[r] : block_max;
-        }
-        if (keep_phi != nullptr) {
-            std::memcpy(keep_phi + start * f, buf.phi, sizeof(float) * rows * f);
-            std::memcpy(keep_row_max + start, buf.row_max, sizeof(float) * rows);
         }
         if (block_max == NEG_INF) continue;  // no real key in this block
         if (s.kind == FAVOR && block_max > running) {
@@ -379,10 +379,10 @@ void keys_range(const Spec& s, Buffers& buf, const float* x, const float* vh, co
             v16 acc[4];
             for (int j = 0; j < width; j += 16) acc[j / 16] = load(sums + c + j);
             for (int r = 0; r < rows; ++r)
-                for (int j = 0; j < width; j += 16) acc[j / 16] += load(buf.phi + r * f + c + j) * buf.weight[r];
+                for (int j = 0; j < width; j += 16) acc[j / 16] += load(phi + r * f + c + j) * buf.weight[r];
             for (int j = 0; j < width; j += 16) store(sums + c + j, acc[j / 16]);
         }
-        accumulate<NV>(buf.phi, f, rows, unweighted ? vh + start * DV : buf.vals, state, &pf);
+        accumulate<NV>(phi, f, rows, unweighted ? vh + start * DV : buf.vals, state, &pf);
     }
 }
 
@@ -578,17 +578,17 @@ void queries_range(const Spec& s, Buffers& buf, const float* x, const float* w, 
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     for (int64_t start = r0; start < r1; start += buf.rows) {
         const int rows = static_cast<int>(r1 - start < buf.rows ? r1 - start : buf.rows);
-        features(s, x + start * s.d, w, rows, buf.u, buf.phi, buf.row_max, buf.unit);
-        if (keep_phi != nullptr) std::memcpy(keep_phi + start * f, buf.phi, sizeof(float) * rows * f);
+        float* phi = keep_phi != nullptr ? keep_phi + start * f : buf.phi;  // as in keys_range
+        features(s, x + start * s.d, w, rows, buf.u, phi, buf.row_max, buf.unit);
         const int64_t next = start + rows, next_rows = r1 - next < buf.rows ? r1 - next : buf.rows;
         Prefetch pf;
         pf.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, (rows + tile_rows<NV>() - 1) / tile_rows<NV>());
         float* num = buf.out;  // the block's numerators in cache; normalised outputs go to memory by streaming stores
-        apply<NV>(buf.phi, f, rows, state, num, &pf);
+        apply<NV>(phi, f, rows, state, num, &pf);
         float* o_block = o + start * DV;
         for (int r = 0; r < rows; ++r) {
             v16 acc = {};
-            for (int c = 0; c < f; c += 16) acc += load(buf.phi + r * f + c) * load(sums + c);
+            for (int c = 0; c < f; c += 16) acc += load(phi + r * f + c) * load(sums + c);
             float den = hsum(acc) + offset_den;
             den = den >= 0 ? (den > eps ? den : eps) : (den < -eps ? den : -eps);
             const float inv = 1.0f / den;
