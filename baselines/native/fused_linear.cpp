@@ -422,10 +422,11 @@ struct Partial {
     }
 };
 
-template <int NV>
+// finish(bh) runs on head bh's merged sums, in the merge's unit (one parallel region for both)
+template <int NV, typename Finish>
 void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
-               int64_t n, int threads, float* kv, float* ksum, float* log_max, float* value_sum,
-               float* keep_phi = nullptr, float* keep_row_max = nullptr) {
+               int64_t n, int threads, float* kv, float* ksum, float* log_max, float* value_sum, float* keep_phi,
+               float* keep_row_max, Finish&& finish) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const Groups groups(n);
@@ -460,6 +461,7 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
             for (int i = 0; i < f; ++i) sums[i] += factor * p.sums[at * f + i];
         }
         if (log_max != nullptr) log_max[bh] = top;
+        finish(bh);
     });
 }
 
@@ -655,9 +657,9 @@ void attention_impl(const Spec& s, const float* q, const float* k, const float* 
     float* ksum = own ? kv + heads * f * DV : saved.s_ksum;
     float* off_kv = own ? ksum + heads * f : saved.off_kv;
     float* off_den = own ? off_kv + heads * DV : saved.off_den;
-    keys_impl<NV>(s, k, v, real, heads, h, n, threads, kv, ksum, saved.log_max,
-                  offset != 0.0f ? value_sum.data() : nullptr, saved.phi_k, saved.row_max_k);
-    for (int64_t bh = 0; bh < heads; ++bh) {  // kv = scale^2 (kv + offset value_sum), ksum alike with the key count
+    float* value_sum_or_null = offset != 0.0f ? value_sum.data() : nullptr;
+    // kv = scale^2 (kv + offset value_sum), ksum alike with the key count; a head in the merge's unit
+    auto finish = [&](int64_t bh) {
         float* state = kv + bh * f * DV;
         float* sums = ksum + bh * f;
         float count = static_cast<float>(n);
@@ -666,7 +668,7 @@ void attention_impl(const Spec& s, const float* q, const float* k, const float* 
             for (int64_t j = 0; j < n; ++j) c += real[(bh / h) * n + j] != 0;
             count = static_cast<float>(c);
         }
-        const float* vs = offset != 0.0f ? value_sum.data() + bh * DV : nullptr;
+        const float* vs = value_sum_or_null == nullptr ? nullptr : value_sum_or_null + bh * DV;
         for (int64_t i = 0; i < f; ++i) {
             for (int c = 0; c < DV; ++c) {
                 float x = vs == nullptr ? state[i * DV + c] : state[i * DV + c] + offset * vs[c];
@@ -683,7 +685,9 @@ void attention_impl(const Spec& s, const float* q, const float* k, const float* 
         float acc = 0.0f;
         for (int64_t i = 0; i < f; ++i) acc += sums[i];
         off_den[bh] = offset * acc;
-    }
+    };
+    keys_impl<NV>(s, k, v, real, heads, h, n, threads, kv, ksum, saved.log_max, value_sum_or_null, saved.phi_k,
+                  saved.row_max_k, finish);
     queries_impl<NV>(s, q, kv, ksum, offset != 0.0f ? off_kv : nullptr, offset != 0.0f ? off_den : nullptr, heads, n,
                      threads, eps, out, Conv{}, saved.phi_q);
 }
@@ -946,11 +950,12 @@ void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, cons
     }
 }
 
-template <int NV, int ND>
+// finish(bh) runs on head bh's merged sums, in the merge's unit
+template <int NV, int ND, typename Finish>
 void queries_backward_impl(const Spec& s, const float* q, const float* wt, const float* s_kv, const float* s_kv_t,
                            const float* s_ksum, const float* off_kv, const float* off_den, const float* out,
                            const float* g, int64_t heads, int64_t n, int threads, float eps, float* dq, float* g_kv,
-                           float* g_ksum, float* g_off, const float* kept) {
+                           float* g_ksum, float* g_off, const float* kept, Finish&& finish) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const Groups groups(n);
@@ -966,16 +971,17 @@ void queries_backward_impl(const Spec& s, const float* q, const float* wt, const
             out + bh * n * DV, g + bh * n * DV, r0, r1, eps, dq + bh * n * s.d, p.state.get() + at * f * DV,
             p.sums.get() + at * f, p.value_sum.get() + at * (DV + 1), kept == nullptr ? nullptr : kept + bh * n * f);
     });
-    std::memset(g_kv, 0, sizeof(float) * heads * f * DV);
-    std::memset(g_ksum, 0, sizeof(float) * heads * f);
-    std::memset(g_off, 0, sizeof(float) * heads * (DV + 1));
     // the groups' sums in order, a head a unit
     parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
+        std::memset(g_kv + bh * f * DV, 0, sizeof(float) * f * DV);
+        std::memset(g_ksum + bh * f, 0, sizeof(float) * f);
+        std::memset(g_off + bh * (DV + 1), 0, sizeof(float) * (DV + 1));
         for (int64_t at = bh * groups.count; at < (bh + 1) * groups.count; ++at) {
             for (int64_t i = 0; i < f * DV; ++i) g_kv[bh * f * DV + i] += p.state[at * f * DV + i];
             for (int i = 0; i < f; ++i) g_ksum[bh * f + i] += p.sums[at * f + i];
             for (int i = 0; i < DV + 1; ++i) g_off[bh * (DV + 1) + i] += p.value_sum[at * (DV + 1) + i];
         }
+        finish(bh);
     });
 }
 
@@ -1015,13 +1021,10 @@ void attention_backward_impl(const Spec& s, const float* q, const float* k, cons
         if (s.w != nullptr && bh < s.heads_w) transpose_matrix(s.w + bh * dm, s.d, s.m, wt.data() + bh * dm);
         transpose_matrix(saved.s_kv + bh * f * DV, f, DV, state_t.data() + bh * DV * f);
     });
-    queries_backward_impl<NV, NV>(s, q, wt_or_null, saved.s_kv, state_t.data(), saved.s_ksum,
-                                  offset != 0.0f ? saved.off_kv : nullptr, offset != 0.0f ? saved.off_den : nullptr,
-                                  out, g, heads, n, threads, eps, dq, g_kv.data(), g_ksum.data(), g_off.data(),
-                                  saved.phi_q);
     const float c2 = scale * scale;
-    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
-        float* gk = g_kv.data() + bh * f * DV;  // g_kv = scale^2 (g_s_kv + offset g_off_kv), and alike for the sums
+    // g_kv = scale^2 (g_s_kv + offset g_off_kv), and alike for the sums; a head in the merge's unit
+    auto finish = [&](int64_t bh) {
+        float* gk = g_kv.data() + bh * f * DV;
         const float* go = g_off.data() + bh * (DV + 1);
         float* gv = g_vsum.data() + bh * DV;
         for (int64_t i = 0; i < f; ++i) {
@@ -1032,7 +1035,11 @@ void attention_backward_impl(const Spec& s, const float* q, const float* k, cons
             g_ksum[bh * f + i] = c2 * (g_ksum[bh * f + i] + offset * go[DV]);
         }
         transpose_matrix(gk, f, DV, state_t.data() + bh * DV * f);
-    });
+    };
+    queries_backward_impl<NV, NV>(s, q, wt_or_null, saved.s_kv, state_t.data(), saved.s_ksum,
+                                  offset != 0.0f ? saved.off_kv : nullptr, offset != 0.0f ? saved.off_den : nullptr,
+                                  out, g, heads, n, threads, eps, dq, g_kv.data(), g_ksum.data(), g_off.data(),
+                                  saved.phi_q, finish);
     keys_backward_impl<NV, NV>(s, k, v, real, wt_or_null, saved.log_max, g_kv.data(), state_t.data(), g_ksum.data(),
                                heads, h, n, threads, dk, dv, saved.phi_k, saved.row_max_k,
                                offset != 0.0f ? g_vsum.data() : nullptr);
