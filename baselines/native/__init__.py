@@ -47,7 +47,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 13
+ABI = 14
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -145,6 +145,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_pinv_backward.argtypes = [p, p, p, i64, i32, i32, i32, p, p]
     lib.attnbench_segment_means.restype = i32
     lib.attnbench_segment_means.argtypes = [p, p, i64, i64, i32, i64, i32, p, p]
+    lib.attnbench_sequence_conv.restype = i32
+    lib.attnbench_sequence_conv.argtypes = [p, p, i64, i64, i64, i32, i32, i32, p]
     lib.attnbench_exp.restype = None
     lib.attnbench_exp.argtypes = [p, i64, p]
     lib.attnbench_softmax_columns.restype = i32
@@ -277,6 +279,18 @@ def segment_means(q: Tensor, k: Tensor, segments: int, threads: int = 1) -> tupl
     library().attnbench_segment_means(q.data_ptr(), k.data_ptr(), b * h, n, d, segments, threads,
                                       q_means.data_ptr(), k_means.data_ptr())
     return q_means, k_means
+
+
+def sequence_conv(v: Tensor, weight: Tensor, threads: int = 1) -> Tensor:
+    """The depthwise convolution along the sequence, zero-padded and centred, as nn.Conv2d(H, H, (K, 1), groups=H):
+    v (B, H, N, Dv) contiguous float32, Dv in VALUE_WIDTHS; weight (H, K) contiguous float32 -> (B, H, N, Dv)."""
+    b, h, n, dv = v.shape
+    out = torch.empty_like(v)
+    code = library().attnbench_sequence_conv(v.data_ptr(), weight.data_ptr(), b * h, h, n, dv, weight.shape[-1],
+                                             threads, out.data_ptr())
+    if code != 0:
+        raise RuntimeError(f"attnbench_sequence_conv returned {code}")
+    return out
 
 
 def exp(x: Tensor) -> Tensor:

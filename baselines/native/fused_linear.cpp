@@ -472,7 +472,34 @@ struct Conv {
     const float* w = nullptr;  // (h, size)
     int size = 0;
     int64_t h = 1;
+
+    // value (16 NV floats) += row i of head bh's convolution
+    template <int NV>
+    void add(int64_t bh, int64_t n, int64_t i, v16* value) const {
+        constexpr int DV = 16 * NV;
+        const int64_t half = size / 2;
+        const float* taps = w + (bh % h) * size;
+        const float* vh = v + bh * n * DV;
+        const int t0 = i - half < 0 ? static_cast<int>(half - i) : 0;
+        const int t1 = i - half + size > n ? static_cast<int>(n - i + half) : size;
+        for (int t = t0; t < t1; ++t)
+            for (int c = 0; c < NV; ++c) value[c] += taps[t] * load(vh + (i + t - half) * DV + 16 * c);
+    }
 };
+
+// out (heads, n, 16 NV) = the convolution alone (Nystromformer's skip over V in training, and with the taps reversed
+// its gradient), units of rows on `threads` threads
+template <int NV>
+void conv_impl(const Conv& conv, int64_t heads, int64_t n, int threads, float* out) {
+    constexpr int DV = 16 * NV;
+    parallel_units(threads, heads, n, UNIT_ROWS, [&](int, int64_t bh, int64_t r0, int64_t r1) {
+        for (int64_t i = r0; i < r1; ++i) {
+            v16 value[NV] = {};
+            conv.add<NV>(bh, n, i, value);
+            for (int c = 0; c < NV; ++c) store(out + (bh * n + i) * DV + 16 * c, value[c]);
+        }
+    });
+}
 
 // softmax over the rows of every column: for each column l of u = k w, acc_l = sum_j exp(u_jl - max_l) v_j and
 // total_l = sum_j exp(u_jl - max_l), max_l the column's running maximum over real rows (Nystromformer's landmark
@@ -600,15 +627,7 @@ void queries_range(const Spec& s, Buffers& buf, const float* x, const float* w, 
                 if (offset_kv != nullptr) value[c] += load(offset_kv + 16 * c);
                 value[c] *= inv;
             }
-            if (conv.v != nullptr) {
-                const int64_t i = start + r, half = conv.size / 2;
-                const float* taps = conv.w + (bh % conv.h) * conv.size;
-                const float* vh = conv.v + bh * n * DV;
-                int t0 = i - half < 0 ? static_cast<int>(half - i) : 0;
-                int t1 = i - half + conv.size > n ? static_cast<int>(n - i + half) : conv.size;
-                for (int t = t0; t < t1; ++t)
-                    for (int c = 0; c < NV; ++c) value[c] += taps[t] * load(vh + (i + t - half) * DV + 16 * c);
-            }
+            if (conv.v != nullptr) conv.add<NV>(bh, n, start + r, value);
             for (int c = 0; c < NV; ++c) stream(o_block + r * DV + 16 * c, value[c]);
         }
     }
@@ -1065,7 +1084,7 @@ int by_width(int dv, Fn&& fn) {
 
 extern "C" {
 
-int attnbench_abi() { return 13; }
+int attnbench_abi() { return 14; }
 
 // the kernels' exp of n floats (a multiple of 16), for the accuracy test
 void attnbench_exp(const float* x, int64_t n, float* out) {
@@ -1171,6 +1190,14 @@ int attnbench_segment_means(const float* q, const float* k, int64_t heads, int64
                             int threads, float* q_means, float* k_means) {
     segment_means(q, k, heads, n, d, segments, threads, q_means, k_means);
     return 0;
+}
+
+// out (heads, n, dv) = the depthwise convolution of v (heads, n, dv) by w (h, size) along the sequence (struct Conv),
+// on `threads` threads; 0, or -1 for an unsupported width dv
+int attnbench_sequence_conv(const float* v, const float* w, int64_t heads, int64_t h, int64_t n, int dv, int size,
+                            int threads, float* out) {
+    Conv conv{v, w, size, h};
+    return by_width(dv, [&](auto nv) { conv_impl<decltype(nv)::value>(conv, heads, n, threads, out); });
 }
 
 }  // extern "C"
