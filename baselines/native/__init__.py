@@ -47,7 +47,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 14
+ABI = 15
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -303,15 +303,19 @@ def exp(x: Tensor) -> Tensor:
 class PinvSteps(torch.autograd.Function):
     """(a, z0) -> the iterative pseudo-inverse's `iterations` steps from z0 (the start stays a torch operation,
     so its max-based scale takes autograd's gradient), a (..., L, L) float32 with L a multiple of 16; the backward
-    goes through the steps in reverse, recomputing each from the stored step inputs."""
+    goes through the steps in reverse from what the forward stored of each (its input and its three products:
+    STEP_PARTS matrices, recomputed they had taken a fifth of the backward), only when a gradient is wanted."""
+
+    STEP_PARTS = 5
 
     @staticmethod
     def forward(ctx, a: Tensor, z0: Tensor, iterations: int, threads: int):
         size = a.shape[-1]
         heads = a.numel() // (size * size)
         a, z = a.contiguous(), z0.contiguous().clone()
-        store = torch.empty(heads, iterations, size, size)
-        library().attnbench_pinv(a.data_ptr(), heads, size, iterations, threads, z.data_ptr(), store.data_ptr())
+        store = torch.empty(heads, iterations, PinvSteps.STEP_PARTS, size, size) if any(ctx.needs_input_grad) \
+            else None
+        library().attnbench_pinv(a.data_ptr(), heads, size, iterations, threads, z.data_ptr(), _ptr(store))
         ctx.save_for_backward(a, store)
         ctx.iterations, ctx.threads = iterations, threads
         return z

@@ -751,6 +751,13 @@ struct Square {  // products of (size x size) row-major matrices
     int64_t area;
     explicit Square(int n) : size(n), area(static_cast<int64_t>(n) * n) {}
     void mul(const float* x, const float* y, float* out) const { project(x, size, size, y, size, out); }
+    void mul_transposed(const float* x, const float* y, float* out) const {  // out = x^T y: x read down its columns
+        for (int r = 0; r < size; r += 4) {
+            int c = 0;
+            for (; c + 64 <= size; c += 64) tile<4, 4>(x + r, 1, size, size, y + c, size, out + r * size + c, size, false);
+            for (; c < size; c += 16) tile<4, 1>(x + r, 1, size, size, y + c, size, out + r * size + c, size, false);
+        }
+    }
     void transpose(const float* x, float* out) const { transpose_matrix(x, size, size, out); }
     void minus_from_identity(float c, const float* x, float* out) const {  // out = c I - x
         for (int64_t e = 0; e < area; ++e) out[e] = -x[e];
@@ -770,53 +777,56 @@ void pinv_step_parts(const Square& sq, const float* a, const float* z, float* p,
     sq.minus_from_identity(13.0f, u, t3);
 }
 
-// iterations from z (in place, the start given); `store`, when given, gets every step's input z (iterations x area)
+// what a step keeps for the backward: its input z and its intermediates p, t1, t2, t3, one matrix each
+constexpr int STEP_PARTS = 5;
+
+// iterations from z (in place, the start given); `store`, when given, gets every step's input z and intermediates
+// (iterations x STEP_PARTS x area), so the backward need not recompute them
 void pinv_steps(const Square& sq, const float* a, float* z, int iterations, float* store) {
-    std::vector<float> p(sq.area), t1(sq.area), t2(sq.area), t3(sq.area), u(sq.area);
+    Scratch local(STEP_PARTS * sq.area), u(sq.area);
     for (int it = 0; it < iterations; ++it) {
-        if (store != nullptr) std::memcpy(store + it * sq.area, z, sizeof(float) * sq.area);
-        pinv_step_parts(sq, a, z, p.data(), t1.data(), t2.data(), t3.data(), u.data());
+        float* parts = store != nullptr ? store + it * STEP_PARTS * sq.area : local.data();
+        float *p = parts + sq.area, *t1 = p + sq.area, *t2 = t1 + sq.area, *t3 = t2 + sq.area;
+        if (store != nullptr) std::memcpy(parts, z, sizeof(float) * sq.area);
+        pinv_step_parts(sq, a, z, p, t1, t2, t3, u.data());
         for (int64_t e = 0; e < sq.area; ++e) u[e] = 0.25f * z[e];
-        sq.mul(u.data(), t3.data(), z);
+        sq.mul(u.data(), t3, z);
     }
 }
 
 // reverse mode through the steps: g (dL/dz after the last step) -> da (dL/da through the steps) and dz0
-// (dL/dz at the start), from the stored step inputs; each step's p, t1, t2, t3 recomputed, then the chain rule
-// through z' = z t3 / 4, t3 = 13 I - p t2, t2 = 15 I - p t1, t1 = 7 I - p, p = a z, line by line below
+// (dL/dz at the start), from the stored steps (pinv_steps' store), by the chain rule through z' = z t3 / 4,
+// t3 = 13 I - p t2, t2 = 15 I - p t1, t1 = 7 I - p, p = a z, line by line below; products with a transposed left
+// factor read it down its columns, a transposed right factor is copied transposed first
 void pinv_steps_backward(const Square& sq, const float* a, const float* store, const float* g, int iterations,
                          float* da, float* dz0) {
     const int64_t area = sq.area;
-    std::vector<float> buf(14 * area);
-    float *p = &buf[0], *t1 = &buf[area], *t2 = &buf[2 * area], *t3 = &buf[3 * area], *u = &buf[4 * area];
-    float *gz = &buf[5 * area], *dz = &buf[6 * area], *dp = &buf[7 * area], *dx = &buf[8 * area];
-    float *dy = &buf[9 * area], *tr = &buf[10 * area], *pt = &buf[11 * area], *at = &buf[12 * area];
-    float* zt = &buf[13 * area];
+    Scratch buf(6 * area);
+    float *gz = buf.data(), *dz = gz + area, *dp = dz + area, *dx = dp + area, *dy = dx + area, *u = dy + area;
+    Scratch tr(area);
     std::memcpy(gz, g, sizeof(float) * area);
     std::memset(da, 0, sizeof(float) * area);
-    sq.transpose(a, at);
     for (int it = iterations - 1; it >= 0; --it) {
-        const float* z = store + it * area;
-        pinv_step_parts(sq, a, z, p, t1, t2, t3, u);
-        sq.transpose(p, pt);
-        sq.transpose(z, zt);
-        sq.transpose(t3, tr);
-        sq.mul(gz, tr, dz);                                    // dz = g t3^T / 4 (scaled below)
+        const float* z = store + it * STEP_PARTS * area;
+        const float *p = z + area, *t1 = p + area, *t2 = t1 + area, *t3 = t2 + area;
+        sq.transpose(t3, tr.data());
+        sq.mul(gz, tr.data(), dz);                             // dz = g t3^T / 4 (scaled below)
         for (int64_t e = 0; e < area; ++e) dz[e] *= 0.25f;
-        sq.mul(zt, gz, dx);                                    // dt3 = z^T g / 4; dv = -dt3
+        sq.mul_transposed(z, gz, dx);                          // dt3 = z^T g / 4; dv = -dt3
         for (int64_t e = 0; e < area; ++e) dx[e] *= -0.25f;    // dx = dv
-        sq.transpose(t2, tr);
-        sq.mul(dx, tr, dp);                                    // dp = dv t2^T
-        sq.mul(pt, dx, dy);                                    // dt2 = p^T dv; du = -dt2
+        sq.transpose(t2, tr.data());
+        sq.mul(dx, tr.data(), dp);                             // dp = dv t2^T
+        sq.mul_transposed(p, dx, dy);                          // dt2 = p^T dv; du = -dt2
         for (int64_t e = 0; e < area; ++e) dy[e] = -dy[e];     // dy = du
-        sq.transpose(t1, tr);
-        sq.mul(dy, tr, u);                                     // dp += du t1^T
+        sq.transpose(t1, tr.data());
+        sq.mul(dy, tr.data(), u);                              // dp += du t1^T
         sq.add(u, dp);
-        sq.mul(pt, dy, u);                                     // dt1 = p^T du; dp -= dt1
+        sq.mul_transposed(p, dy, u);                           // dt1 = p^T du; dp -= dt1
         for (int64_t e = 0; e < area; ++e) dp[e] -= u[e];
-        sq.mul(at, dp, u);                                     // dz += a^T dp
+        sq.mul_transposed(a, dp, u);                           // dz += a^T dp
         sq.add(u, dz);
-        sq.mul(dp, zt, u);                                     // da += dp z^T
+        sq.transpose(z, tr.data());
+        sq.mul(dp, tr.data(), u);                              // da += dp z^T
         sq.add(u, da);
         std::memcpy(gz, dz, sizeof(float) * area);
     }
@@ -1084,7 +1094,7 @@ int by_width(int dv, Fn&& fn) {
 
 extern "C" {
 
-int attnbench_abi() { return 14; }
+int attnbench_abi() { return 15; }
 
 // the kernels' exp of n floats (a multiple of 16), for the accuracy test
 void attnbench_exp(const float* x, int64_t n, float* out) {
@@ -1164,13 +1174,13 @@ int attnbench_softmax_columns(const float* k, const float* v, const uint8_t* rea
 // Means of equal consecutive segments of q and k (heads, n, d) -> (heads, segments, d) each; d a multiple of 16 and
 // segments dividing n. Returns 0.
 // The iterative pseudo-inverse's steps for each of `heads` (size x size) matrices a, size a multiple of 16, from the
-// start in z (in place); `store`, when given, keeps each step's input (heads x iterations x area) for
-// attnbench_pinv_backward. Returns 0.
+// start in z (in place); `store`, when given, keeps each step's input and products (heads x iterations x STEP_PARTS
+// x area) for attnbench_pinv_backward. Returns 0.
 int attnbench_pinv(const float* a, int64_t heads, int size, int iterations, int threads, float* z, float* store) {
     const Square sq(size);
     parallel_units(threads, heads, 1, 1, [&](int, int64_t head, int64_t, int64_t) {
         pinv_steps(sq, a + head * sq.area, z + head * sq.area, iterations,
-                   store == nullptr ? nullptr : store + head * iterations * sq.area);
+                   store == nullptr ? nullptr : store + head * iterations * STEP_PARTS * sq.area);
     });
     return 0;
 }
@@ -1180,7 +1190,7 @@ int attnbench_pinv_backward(const float* a, const float* store, const float* g, 
                             int iterations, int threads, float* da, float* dz0) {
     const Square sq(size);
     parallel_units(threads, heads, 1, 1, [&](int, int64_t head, int64_t, int64_t) {
-        pinv_steps_backward(sq, a + head * sq.area, store + head * iterations * sq.area, g + head * sq.area,
+        pinv_steps_backward(sq, a + head * sq.area, store + head * iterations * STEP_PARTS * sq.area, g + head * sq.area,
                             iterations, da + head * sq.area, dz0 + head * sq.area);
     });
     return 0;
