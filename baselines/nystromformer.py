@@ -155,8 +155,9 @@ def _conv(v: Tensor, weight: Tensor, block: int, out: Tensor | None = None) -> T
 
 
 class _SequenceConv(torch.autograd.Function):
-    """`sequence_conv` with its backward in the same banded products: for v the transposed convolution (the taps
-    reversed), for the weight per-tap sums of g_i . v_{i+t-K/2} (`conv_weight_grad`)."""
+    """`sequence_conv` with its backward: for v the transposed convolution (the taps reversed), for the weight
+    per-tap sums of g_i . v_{i+t-K/2}; by the fused kernels where they take the tensors, else in the same banded
+    products (`conv_weight_grad`)."""
 
     @staticmethod
     def forward(ctx, v: Tensor, weight: Tensor, block: int) -> Tensor:
@@ -169,7 +170,11 @@ class _SequenceConv(torch.autograd.Function):
         v, weight = ctx.saved_tensors
         g = g.contiguous()
         dv = _conv(g, weight.flip(-1), ctx.block) if ctx.needs_input_grad[0] else None
-        dw = conv_weight_grad(g, v, weight.shape[-1], ctx.block) if ctx.needs_input_grad[1] else None
+        dw = None
+        if ctx.needs_input_grad[1] and native.takes(g, v, value_width=v.shape[-1]):
+            dw = native.sequence_conv_weight_grad(g, v.contiguous(), weight.shape[-1], torch.get_num_threads())
+        elif ctx.needs_input_grad[1]:
+            dw = conv_weight_grad(g, v, weight.shape[-1], ctx.block)
         return dv, dw, None
 
 

@@ -47,7 +47,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 15
+ABI = 16
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -147,6 +147,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_segment_means.argtypes = [p, p, i64, i64, i32, i64, i32, p, p]
     lib.attnbench_sequence_conv.restype = i32
     lib.attnbench_sequence_conv.argtypes = [p, p, i64, i64, i64, i32, i32, i32, p]
+    lib.attnbench_sequence_conv_weight_grad.restype = i32
+    lib.attnbench_sequence_conv_weight_grad.argtypes = [p, p, i64, i64, i32, i32, i32, p]
     lib.attnbench_exp.restype = None
     lib.attnbench_exp.argtypes = [p, i64, p]
     lib.attnbench_softmax_columns.restype = i32
@@ -291,6 +293,18 @@ def sequence_conv(v: Tensor, weight: Tensor, threads: int = 1) -> Tensor:
     if code != 0:
         raise RuntimeError(f"attnbench_sequence_conv returned {code}")
     return out
+
+
+def sequence_conv_weight_grad(g: Tensor, v: Tensor, size: int, threads: int = 1) -> Tensor:
+    """d/dweight of sum(g * sequence_conv(v, weight)) for weight (H, size): g, v (B, H, N, Dv) contiguous float32
+    -> (H, size), each tap's sum over the rows in order, then over the batch."""
+    b, h, n, dv = v.shape
+    dw = torch.empty(b, h, size)
+    code = library().attnbench_sequence_conv_weight_grad(g.data_ptr(), v.data_ptr(), b * h, n, dv, size, threads,
+                                                         dw.data_ptr())
+    if code != 0:
+        raise RuntimeError(f"attnbench_sequence_conv_weight_grad returned {code}")
+    return dw.sum(dim=0)
 
 
 def exp(x: Tensor) -> Tensor:

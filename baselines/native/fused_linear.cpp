@@ -501,6 +501,27 @@ void conv_impl(const Conv& conv, int64_t heads, int64_t n, int threads, float* o
     });
 }
 
+// the taps' gradient of sum(g * conv(v)) for each of `heads` sequences: dw (heads x size), dw[bh][t] = sum_i
+// g_i . v_{i + t - size/2} (zero outside), each a sum over i in order, a head a unit on `threads` threads
+template <int NV>
+void conv_weight_grad_impl(const float* g, const float* v, int64_t heads, int64_t n, int size, int threads,
+                           float* dw) {
+    constexpr int DV = 16 * NV;
+    const int64_t half = size / 2;
+    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
+        const float* gh = g + bh * n * DV;
+        const float* vh = v + bh * n * DV;
+        for (int t = 0; t < size; ++t) {
+            const int64_t shift = t - half, i0 = shift < 0 ? -shift : 0, i1 = shift > 0 ? n - shift : n;
+            v16 acc[NV] = {};
+            for (int64_t i = i0; i < i1; ++i)
+                for (int c = 0; c < NV; ++c) acc[c] += load(gh + i * DV + 16 * c) * load(vh + (i + shift) * DV + 16 * c);
+            for (int c = 1; c < NV; ++c) acc[0] += acc[c];
+            dw[bh * size + t] = hsum(acc[0]);
+        }
+    });
+}
+
 // softmax over the rows of every column: for each column l of u = k w, acc_l = sum_j exp(u_jl - max_l) v_j and
 // total_l = sum_j exp(u_jl - max_l), max_l the column's running maximum over real rows (Nystromformer's landmark
 // queries attending to all keys; as flash attention, with the landmarks as the queries)
@@ -1094,7 +1115,7 @@ int by_width(int dv, Fn&& fn) {
 
 extern "C" {
 
-int attnbench_abi() { return 15; }
+int attnbench_abi() { return 16; }
 
 // the kernels' exp of n floats (a multiple of 16), for the accuracy test
 void attnbench_exp(const float* x, int64_t n, float* out) {
@@ -1208,6 +1229,13 @@ int attnbench_sequence_conv(const float* v, const float* w, int64_t heads, int64
                             int threads, float* out) {
     Conv conv{v, w, size, h};
     return by_width(dv, [&](auto nv) { conv_impl<decltype(nv)::value>(conv, heads, n, threads, out); });
+}
+
+// dw (heads, size): the gradient of sum(g * attnbench_sequence_conv(v, w)) by each sequence's taps, g and v (heads,
+// n, dv) (summed over the batch by the caller); 0, or -1 for an unsupported width dv
+int attnbench_sequence_conv_weight_grad(const float* g, const float* v, int64_t heads, int64_t n, int dv, int size,
+                                        int threads, float* dw) {
+    return by_width(dv, [&](auto nv) { conv_weight_grad_impl<decltype(nv)::value>(g, v, heads, n, size, threads, dw); });
 }
 
 }  // extern "C"
