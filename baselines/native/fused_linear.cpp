@@ -757,9 +757,32 @@ void segment_means(const float* a, const float* b, int64_t heads, int64_t n, int
 // one head a unit
 
 // out (cols x rows) = a (rows x cols) transposed
+// out (cols x rows) = a (rows x cols)^T. 16 x 16 blocks in registers where both are multiples of 16: four
+// butterfly stages, each swapping the off-diagonal s x s sub-blocks of every 2s x 2s block (two-source shuffles),
+// 64 shuffles for 256 elements; else (and at the edges) by elements in 16 x 16 tiles
 void transpose_matrix(const float* a, int64_t rows, int64_t cols, float* out) {
-    constexpr int64_t B = 16;  // in 16 x 16 blocks: row by row, each write had gone to another cache line
-    for (int64_t i0 = 0; i0 < rows; i0 += B)
+    constexpr int64_t B = 16;
+    if (rows % B == 0 && cols % B == 0) {
+        for (int64_t i0 = 0; i0 < rows; i0 += B)
+            for (int64_t j0 = 0; j0 < cols; j0 += B) {
+                v16 r[16];
+                for (int i = 0; i < 16; ++i) r[i] = load(a + (i0 + i) * cols + j0);
+                for (int w = 8; w >= 1; w /= 2) {
+                    vi16 lanes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+                    vi16 low = (lanes & w) == 0 ? lanes : lanes + 16 - w;   // row i: its lanes, then row i + w's
+                    vi16 high = (lanes & w) == 0 ? lanes + w : lanes + 16;  // row i + w: row i's, then its own
+                    for (int i = 0; i < 16; ++i)
+                        if ((i & w) == 0) {
+                            v16 x = __builtin_shuffle(r[i], r[i + w], low), y = __builtin_shuffle(r[i], r[i + w], high);
+                            r[i] = x;
+                            r[i + w] = y;
+                        }
+                }
+                for (int j = 0; j < 16; ++j) store(out + (j0 + j) * rows + i0, r[j]);
+            }
+        return;
+    }
+    for (int64_t i0 = 0; i0 < rows; i0 += B)  // row by row, each write had gone to another cache line
         for (int64_t j0 = 0; j0 < cols; j0 += B) {
             const int64_t i1 = i0 + B < rows ? i0 + B : rows, j1 = j0 + B < cols ? j0 + B : cols;
             for (int64_t j = j0; j < j1; ++j)
