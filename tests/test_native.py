@@ -1,4 +1,5 @@
 """The fused CPU kernels (baselines/native): the same attention as the exact formula, and a safe fallback."""
+import copy
 import os
 import subprocess
 import sys
@@ -155,11 +156,57 @@ def test_fused_nystromformer_equals_its_pytorch_forward(n, landmarks, monkeypatc
             for m in (None, mask):
                 with torch.no_grad():
                     fast = attn(q, k, v, m)
-                expected = attn(q, k, v, m)  # gradients on: the PyTorch path
+                expected = _pytorch_nystromformer(attn, q, k, v, m)
                 torch.testing.assert_close(fast, expected, rtol=1e-4, atol=1e-4 * expected.abs().max().item())
     finally:
         torch.set_num_threads(threads)
     assert len(calls) == 4  # both masks on 1 and 2 threads
+
+
+def _pytorch_nystromformer(attn, q, k, v, mask):
+    """attn(q, k, v, mask) with gradients through the PyTorch path (the fused kernels declined)."""
+    from baselines.nystromformer import NystromAttention
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(NystromAttention, "_fused", staticmethod(lambda *args: False))
+        return attn(q, k, v, mask)
+
+
+@needs_native
+@pytest.mark.parametrize("n, landmarks", [(128, 16), (200, 32)])
+def test_fused_nystromformer_training_equals_autograd_in_value_and_gradients(n, landmarks):
+    """The training path through LandmarkValues and LandmarkQueries (softmax sums over keys and over landmarks with
+    their fused backwards) against autograd through the PyTorch path: output and the gradients of q, k, v and the
+    convolution's taps, with landmarks dividing n and not, on 1 and 2 threads. The pinv's backward amplifies
+    rounding, so each is held to the float64 PyTorch path: no further from it than twice the float32 PyTorch path
+    is, plus a float32 rounding of the largest value."""
+    from harness.registry import build_attention
+    attn = build_attention("nystromformer", num_heads=3, head_dim=64, num_landmarks=landmarks)
+    q, k, v, _ = _inputs(n, n, 64, loud=False)
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(5))
+    calls = []
+    real_apply = native.LandmarkValues.apply
+
+    def results(module, fused: bool, dtype=torch.float32) -> list:
+        leaves = [t.to(dtype, copy=True).requires_grad_() for t in (q, k, v)]
+        module.zero_grad()
+        out = module(*leaves, None) if fused else _pytorch_nystromformer(module, *leaves, None)
+        out.backward(g.to(dtype))
+        return [out.detach(), *(t.grad for t in leaves), module.conv.weight.grad.clone()]
+
+    exact = results(copy.deepcopy(attn).double(), False, torch.float64)
+    plain = results(attn, False)
+    threads = torch.get_num_threads()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(native.LandmarkValues, "apply", lambda *a: calls.append(1) or real_apply(*a))
+            for count in (1, 2):
+                torch.set_num_threads(count)
+                for name, got, base, truth in zip(["out", "dq", "dk", "dv", "dw"], results(attn, True), plain, exact):
+                    error, base_error = (got.double() - truth).abs().max(), (base.double() - truth).abs().max()
+                    assert error <= 2 * base_error + 1e-6 * truth.abs().max(), (name, float(error), float(base_error))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(calls) == 2
 
 
 @needs_native

@@ -47,7 +47,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 16
+ABI = 17
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -149,6 +149,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_sequence_conv.argtypes = [p, p, i64, i64, i64, i32, i32, i32, p]
     lib.attnbench_sequence_conv_weight_grad.restype = i32
     lib.attnbench_sequence_conv_weight_grad.argtypes = [p, p, i64, i64, i32, i32, i32, p]
+    lib.attnbench_landmark_values_backward.restype = i32
+    lib.attnbench_landmark_values_backward.argtypes = [p, p, p, p, p, p, p, i64, i64, i32, i32, i32, p, p, p]
+    lib.attnbench_landmark_queries_backward.restype = i32
+    lib.attnbench_landmark_queries_backward.argtypes = [p, p, p, p, p, p, i64, i64, i32, i32, i32, f32, p, p, p]
     lib.attnbench_exp.restype = None
     lib.attnbench_exp.argtypes = [p, i64, p]
     lib.attnbench_softmax_columns.restype = i32
@@ -343,6 +347,74 @@ class PinvSteps(torch.autograd.Function):
         library().attnbench_pinv_backward(a.data_ptr(), store.data_ptr(), g.data_ptr(), a.numel() // (size * size),
                                           size, ctx.iterations, ctx.threads, da.data_ptr(), dz0.data_ptr())
         return da, dz0, None, None
+
+
+class LandmarkValues(torch.autograd.Function):
+    """Nystromformer's softmax(q_land k^T) v with gradients: k, v (B, H, N, d) contiguous float32 (d == Dv), q_land
+    (B, H, L, d) already scaled -> (B, H, L, d). The forward is `softmax_columns` (no (L, N) matrix); the backward
+    recomputes each block's softmax weights from the columns' maxima and totals (attnbench_landmark_values_backward)
+    and writes dk, dv and the landmarks' gradient in one call."""
+
+    @staticmethod
+    def forward(ctx, k: Tensor, v: Tensor, q_land: Tensor, threads: int):
+        b, h, n, d = k.shape
+        size = q_land.shape[2]
+        wt = q_land.reshape(b * h, size, d).contiguous()
+        w = wt.transpose(1, 2).contiguous()
+        acc, total, top = softmax_columns(k, w, v, None, threads)
+        values = acc / total
+        ctx.save_for_backward(k, v, w, wt, (top + total.log()).reshape(b * h, size), values)
+        ctx.threads = threads
+        return values.view(b, h, size, -1)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        k, v, w, wt, offset, values = ctx.saved_tensors
+        b, h, n, d = k.shape
+        g = g.reshape(values.shape).contiguous()  # held: read through a raw pointer
+        c = (g * values).sum(-1).contiguous()
+        dk, dv, d_land = torch.empty_like(k), torch.empty_like(v), torch.empty_like(wt)
+        code = library().attnbench_landmark_values_backward(
+            k.data_ptr(), v.data_ptr(), w.data_ptr(), wt.data_ptr(), offset.data_ptr(), g.data_ptr(), c.data_ptr(),
+            b * h, n, d, wt.shape[1], ctx.threads, dk.data_ptr(), dv.data_ptr(), d_land.data_ptr())
+        if code != 0:
+            raise RuntimeError(f"attnbench_landmark_values_backward returned {code}")
+        return dk, dv, d_land.view(b, h, -1, d), None
+
+
+class LandmarkQueries(torch.autograd.Function):
+    """Nystromformer's softmax(q k_land^T) mixed with gradients: q (B, H, N, d) contiguous float32, k_land (B, H, L,
+    d) already scaled, mixed (B, H, L, d) -> (B, H, N, d), by `write_queries` (the FAVOR features of q with k_land as
+    the projection, sums all ones); the backward is attnbench_landmark_queries_backward: dq, and the gradients of
+    k_land and mixed, in one call."""
+
+    EPS = 1e-6
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k_land: Tensor, mixed: Tensor, threads: int):
+        b, h, n, d = q.shape
+        size = k_land.shape[2]
+        wt = k_land.reshape(b * h, size, d).contiguous()
+        kv = mixed.reshape(b * h, size, -1).contiguous()
+        spec = NativeSpec("favor", wt.transpose(1, 2).contiguous())
+        out = torch.empty(b, h, n, kv.shape[-1])
+        write_queries(spec, q, kv, torch.ones(b * h, size, 1), None, LandmarkQueries.EPS, out, None, threads)
+        ctx.save_for_backward(q, spec.weights, wt, kv, out)
+        ctx.threads = threads
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        q, w, wt, kv, out = ctx.saved_tensors
+        b, h, n, d = q.shape
+        g = g.contiguous()  # held: read through a raw pointer
+        dq, d_mixed, d_land = torch.empty_like(q), torch.empty_like(kv), torch.empty_like(wt)
+        code = library().attnbench_landmark_queries_backward(
+            q.data_ptr(), w.data_ptr(), wt.data_ptr(), kv.data_ptr(), out.data_ptr(), g.data_ptr(), b * h, n, d,
+            wt.shape[1], ctx.threads, LandmarkQueries.EPS, dq.data_ptr(), d_mixed.data_ptr(), d_land.data_ptr())
+        if code != 0:
+            raise RuntimeError(f"attnbench_landmark_queries_backward returned {code}")
+        return dq, d_land.view(b, h, -1, d), d_mixed.view(b, h, -1, d), None
 
 
 def supports_backward(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) -> bool:

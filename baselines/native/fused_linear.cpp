@@ -922,7 +922,7 @@ template <int NV, int ND>
 void queries_backward_range(const Spec& s, BackwardBuffers& b, const float* x, const float* w, const float* wt,
                             const float* s_kv, const float* s_kv_t, const float* s_ksum, const float* off_kv,
                             float off_den, const float* out, const float* g, int64_t r0, int64_t r1, float eps,
-                            float* dq, float* g_kv, float* g_ksum, float* g_off, const float* kept) {
+                            float* dq, float* g_kv, float* g_ksum, float* g_off, const float* kept, float* g_wt) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const int rows_max = block_rows();
@@ -962,6 +962,7 @@ void queries_backward_range(const Spec& s, BackwardBuffers& b, const float* x, c
         }
         feature_grad(s, phi, b.g_phi.data(), rows, b.g_u.data());
         input_grad<ND>(s, b.g_u.data(), wt, rows, dq + start * s.d);
+        if (g_wt != nullptr) accumulate<ND>(b.g_u.data(), s.m, rows, x + start * s.d, g_wt, &none);  // g_u^T x
     }
 }
 
@@ -1028,21 +1029,26 @@ template <int NV, int ND, typename Finish>
 void queries_backward_impl(const Spec& s, const float* q, const float* wt, const float* s_kv, const float* s_kv_t,
                            const float* s_ksum, const float* off_kv, const float* off_den, const float* out,
                            const float* g, int64_t heads, int64_t n, int threads, float eps, float* dq, float* g_kv,
-                           float* g_ksum, float* g_off, const float* kept, Finish&& finish) {
+                           float* g_ksum, float* g_off, const float* kept, float* g_wt, Finish&& finish) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const Groups groups(n);
     Partial p(heads * groups.count, f * DV, f, DV + 1, 0, n == 0);
+    const int64_t wt_size = g_wt == nullptr ? 0 : static_cast<int64_t>(s.m) * s.d;  // the projection's gradient
+    Scratch wt_part(heads * groups.count * wt_size);
+    if (n == 0) std::fill_n(wt_part.data(), heads * groups.count * wt_size, 0.0f);
     ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
     parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         const int64_t at = groups.slot(bh, r0), hw = bh % s.heads_w;
         p.clear(at);
+        std::fill_n(wt_part.data() + at * wt_size, wt_size, 0.0f);
         queries_backward_range<NV, ND>(
             s, bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + hw * s.d * s.m,
             wt == nullptr ? nullptr : wt + hw * s.m * s.d, s_kv + bh * f * DV, s_kv_t + bh * DV * f, s_ksum + bh * f,
             off_kv == nullptr ? nullptr : off_kv + bh * DV, off_den == nullptr ? 0.0f : off_den[bh],
             out + bh * n * DV, g + bh * n * DV, r0, r1, eps, dq + bh * n * s.d, p.state.get() + at * f * DV,
-            p.sums.get() + at * f, p.value_sum.get() + at * (DV + 1), kept == nullptr ? nullptr : kept + bh * n * f);
+            p.sums.get() + at * f, p.value_sum.get() + at * (DV + 1), kept == nullptr ? nullptr : kept + bh * n * f,
+            g_wt == nullptr ? nullptr : wt_part.data() + at * wt_size);
     });
     // the groups' sums in order, a head a unit
     parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
@@ -1053,6 +1059,11 @@ void queries_backward_impl(const Spec& s, const float* q, const float* wt, const
             for (int64_t i = 0; i < f * DV; ++i) g_kv[bh * f * DV + i] += p.state[at * f * DV + i];
             for (int i = 0; i < f; ++i) g_ksum[bh * f + i] += p.sums[at * f + i];
             for (int i = 0; i < DV + 1; ++i) g_off[bh * (DV + 1) + i] += p.value_sum[at * (DV + 1) + i];
+        }
+        if (g_wt != nullptr) {
+            std::memset(g_wt + bh * wt_size, 0, sizeof(float) * wt_size);
+            for (int64_t at = bh * groups.count; at < (bh + 1) * groups.count; ++at)
+                for (int64_t i = 0; i < wt_size; ++i) g_wt[bh * wt_size + i] += wt_part[at * wt_size + i];
         }
         finish(bh);
     });
@@ -1075,6 +1086,78 @@ void keys_backward_impl(const Spec& s, const float* k, const float* v, const uin
             r0, r1, dk + bh * n * s.d, dv + bh * n * DV, kept == nullptr ? nullptr : kept + bh * n * f,
             kept_row_max == nullptr ? nullptr : kept_row_max + bh * n, add_v == nullptr ? nullptr : add_v + bh * DV);
     });
+}
+
+// Nystromformer's landmark values A (m x DV) = P^T v, P (n x m) the softmax over the keys of each column of u = k w:
+// p_jl = exp(u_jl - offset_l), offset_l = the column's max + log of its total (attnbench_softmax_columns). Backward
+// for rows [r0, r1) of one head from g_a (m x DV) and c_l = g_a_l . A_l: dv = P g_a, g_u = P (v g_a^T - c),
+// dk = g_u w^T, and g_wt (m x d) += g_u^T k, the gradient of w^T
+template <int NV, int ND>
+void landmark_values_backward_range(const Spec& s, BackwardBuffers& b, const float* x, const float* vh,
+                                    const float* w, const float* wt, const float* offset, const float* g_a,
+                                    const float* g_a_t, const float* c, int64_t r0, int64_t r1, float* dk, float* dv,
+                                    float* g_wt) {
+    constexpr int DV = 16 * NV;
+    const int m = s.m, rows_max = block_rows();
+    float *p = b.phi.data(), *g_p = b.g_phi.data(), *g_u = b.g_u.data();
+    Prefetch none;
+    for (int64_t start = r0; start < r1; start += rows_max) {
+        const int rows = static_cast<int>(r1 - start < rows_max ? r1 - start : rows_max);
+        project(x + start * s.d, rows, s.d, w, m, p);
+        for (int r = 0; r < rows; ++r)
+            for (int l = 0; l < m; l += 16) store(p + r * m + l, vexp(load(p + r * m + l) - load(offset + l)));
+        apply<NV>(p, m, rows, g_a, dv + start * DV, &none);
+        project(vh + start * DV, rows, DV, g_a_t, m, g_p);
+        for (int r = 0; r < rows; ++r)
+            for (int l = 0; l < m; l += 16)
+                store(g_u + r * m + l, load(p + r * m + l) * (load(g_p + r * m + l) - load(c + l)));
+        apply<ND>(g_u, m, rows, wt, dk + start * s.d, &none);
+        accumulate<ND>(g_u, m, rows, x + start * s.d, g_wt, &none);
+    }
+}
+
+template <int NV, int ND>
+void landmark_values_backward_impl(const Spec& s, const float* k, const float* v, const float* wt,
+                                   const float* offset, const float* g_a, const float* c, int64_t heads, int64_t n,
+                                   int threads, float* dk, float* dv, float* g_wt) {
+    constexpr int DV = 16 * NV;
+    const int64_t m = s.m, wt_size = m * s.d;
+    const Groups groups(n);
+    Scratch g_a_t(heads * DV * m), part(heads * groups.count * wt_size);
+    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
+        transpose_matrix(g_a + bh * m * DV, m, DV, g_a_t.data() + bh * DV * m);
+    });
+    ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
+    parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+        const int64_t at = groups.slot(bh, r0);
+        std::fill_n(part.data() + at * wt_size, wt_size, 0.0f);
+        landmark_values_backward_range<NV, ND>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV,
+                                               s.w + bh * s.d * m, wt + bh * m * s.d, offset + bh * m,
+                                               g_a + bh * m * DV, g_a_t.data() + bh * DV * m, c + bh * m, r0, r1,
+                                               dk + bh * n * s.d, dv + bh * n * DV, part.data() + at * wt_size);
+    });
+    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {  // the groups' sums in order
+        std::memset(g_wt + bh * wt_size, 0, sizeof(float) * wt_size);
+        for (int64_t at = bh * groups.count; at < (bh + 1) * groups.count && n > 0; ++at)
+            for (int64_t i = 0; i < wt_size; ++i) g_wt[bh * wt_size + i] += part[at * wt_size + i];
+    });
+}
+
+// Backward of Nystromformer's query side out = softmax(q w) kv (FAVOR features, sums all ones, no offsets: as
+// attnbench_queries computes it): dq, g_kv and g_wt (m x d), the gradient of w^T
+template <int NV>
+void landmark_queries_backward_impl(const Spec& s, const float* q, const float* wt, const float* kv, const float* out,
+                                    const float* g, int64_t heads, int64_t n, int threads, float eps, float* dq,
+                                    float* g_kv, float* g_wt) {
+    constexpr int DV = 16 * NV;
+    const int64_t m = s.m;
+    Scratch kv_t(heads * DV * m), ones(heads * m), g_ksum(heads * m), g_off(heads * (DV + 1));
+    std::fill_n(ones.data(), heads * m, 1.0f);
+    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
+        transpose_matrix(kv + bh * m * DV, m, DV, kv_t.data() + bh * DV * m);
+    });
+    queries_backward_impl<NV, NV>(s, q, wt, kv, kv_t.data(), ones.data(), nullptr, nullptr, out, g, heads, n, threads,
+                                  eps, dq, g_kv, g_ksum.data(), g_off.data(), nullptr, g_wt, [](int64_t) {});
 }
 
 // Backward of attention_impl for d == DV: the query pass's (dq and the gradients of the finished state), the
@@ -1112,7 +1195,7 @@ void attention_backward_impl(const Spec& s, const float* q, const float* k, cons
     queries_backward_impl<NV, NV>(s, q, wt_or_null, saved.s_kv, state_t.data(), saved.s_ksum,
                                   offset != 0.0f ? saved.off_kv : nullptr, offset != 0.0f ? saved.off_den : nullptr,
                                   out, g, heads, n, threads, eps, dq, g_kv.data(), g_ksum.data(), g_off.data(),
-                                  saved.phi_q, finish);
+                                  saved.phi_q, nullptr, finish);
     keys_backward_impl<NV, NV>(s, k, v, real, wt_or_null, saved.log_max, g_kv.data(), state_t.data(), g_ksum.data(),
                                heads, h, n, threads, dk, dv, saved.phi_k, saved.row_max_k,
                                offset != 0.0f ? g_vsum.data() : nullptr);
@@ -1138,7 +1221,7 @@ int by_width(int dv, Fn&& fn) {
 
 extern "C" {
 
-int attnbench_abi() { return 16; }
+int attnbench_abi() { return 17; }
 
 // the kernels' exp of n floats (a multiple of 16), for the accuracy test
 void attnbench_exp(const float* x, int64_t n, float* out) {
@@ -1252,6 +1335,31 @@ int attnbench_sequence_conv(const float* v, const float* w, int64_t heads, int64
                             int threads, float* out) {
     Conv conv{v, w, size, h};
     return by_width(dv, [&](auto nv) { conv_impl<decltype(nv)::value>(conv, heads, n, threads, out); });
+}
+
+// Nystromformer's landmark values backward (landmark_values_backward_impl) for d == dv: k, v (heads, n, d); w (heads,
+// d, m) and wt (heads, m, d) the landmark queries transposed and not; offset, c (heads, m); g_a (heads, m, d) ->
+// dk, dv (heads, n, d), g_wt (heads, m, d). 0, or -1 for an unsupported width
+int attnbench_landmark_values_backward(const float* k, const float* v, const float* w, const float* wt,
+                                       const float* offset, const float* g_a, const float* c, int64_t heads,
+                                       int64_t n, int d, int m, int threads, float* dk, float* dv, float* g_wt) {
+    Spec s = make_spec(FAVOR, d, m, w, heads, 0.0f, 0, 0.0f);
+    return by_width(d, [&](auto nv) {
+        constexpr int NV = decltype(nv)::value;
+        landmark_values_backward_impl<NV, NV>(s, k, v, wt, offset, g_a, c, heads, n, threads, dk, dv, g_wt);
+    });
+}
+
+// Nystromformer's query side backward (landmark_queries_backward_impl) for d == dv: q, out, g (heads, n, d); w
+// (heads, d, m) and wt (heads, m, d); kv (heads, m, d) -> dq (heads, n, d), g_kv (heads, m, d), g_wt (heads, m, d)
+int attnbench_landmark_queries_backward(const float* q, const float* w, const float* wt, const float* kv,
+                                        const float* out, const float* g, int64_t heads, int64_t n, int d, int m,
+                                        int threads, float eps, float* dq, float* g_kv, float* g_wt) {
+    Spec s = make_spec(FAVOR, d, m, w, heads, 0.0f, 0, 0.0f);
+    return by_width(d, [&](auto nv) {
+        landmark_queries_backward_impl<decltype(nv)::value>(s, q, wt, kv, out, g, heads, n, threads, eps, dq, g_kv,
+                                                            g_wt);
+    });
 }
 
 // dw (heads, size): the gradient of sum(g * attnbench_sequence_conv(v, w)) by each sequence's taps, g and v (heads,
