@@ -502,22 +502,44 @@ void conv_impl(const Conv& conv, int64_t heads, int64_t n, int threads, float* o
 }
 
 // the taps' gradient of sum(g * conv(v)) for each of `heads` sequences: dw (heads x size), dw[bh][t] = sum_i
-// g_i . v_{i + t - size/2} (zero outside), each a sum over i in order, a head a unit on `threads` threads
+// g_i . v_{i + t - size/2} (zero outside), each a vector sum over i in a fixed order, then across its lanes. Units of
+// TG taps of one head on `threads` threads; within a unit, the rows every tap of the group reads run with the TG
+// taps' sums in registers (each g row loaded once for all of them; tap by tap they had streamed g and v TG times)
 template <int NV>
 void conv_weight_grad_impl(const float* g, const float* v, int64_t heads, int64_t n, int size, int threads,
                            float* dw) {
-    constexpr int DV = 16 * NV;
-    const int64_t half = size / 2;
-    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
+    constexpr int DV = 16 * NV, TG = NV >= 8 ? 2 : 24 / NV;  // TG x NV sums and NV of g within the 32 registers
+    const int64_t half = size / 2, groups = (size + TG - 1) / TG;
+    parallel_units(threads, heads, groups, 1, [&](int, int64_t bh, int64_t group, int64_t) {
         const float* gh = g + bh * n * DV;
         const float* vh = v + bh * n * DV;
-        for (int t = 0; t < size; ++t) {
-            const int64_t shift = t - half, i0 = shift < 0 ? -shift : 0, i1 = shift > 0 ? n - shift : n;
-            v16 acc[NV] = {};
-            for (int64_t i = i0; i < i1; ++i)
-                for (int c = 0; c < NV; ++c) acc[c] += load(gh + i * DV + 16 * c) * load(vh + (i + shift) * DV + 16 * c);
-            for (int c = 1; c < NV; ++c) acc[0] += acc[c];
-            dw[bh * size + t] = hsum(acc[0]);
+        const int t0 = static_cast<int>(group * TG), count = size - t0 < TG ? size - t0 : TG;
+        v16 acc[TG][NV] = {};
+        auto shift = [&](int j) { return t0 + j - half; };
+        auto first = [&](int j) { return shift(j) < 0 ? -shift(j) : int64_t{0}; };  // tap j's rows: [first, stop)
+        auto stop = [&](int j) { return shift(j) > 0 ? n - shift(j) : n; };
+        auto rows = [&](int j, int64_t from, int64_t to) {
+            for (int64_t i = from; i < to; ++i)
+                for (int c = 0; c < NV; ++c)
+                    acc[j][c] += load(gh + i * DV + 16 * c) * load(vh + (i + shift(j)) * DV + 16 * c);
+        };
+        const int64_t lo = first(0), hi = stop(count - 1) > lo ? stop(count - 1) : lo;  // rows of every tap
+        for (int j = 0; j < count; ++j) rows(j, first(j), lo < stop(j) ? lo : stop(j));
+        if (count == TG) {
+            for (int64_t i = lo; i < hi; ++i) {
+                v16 gi[NV];
+                for (int c = 0; c < NV; ++c) gi[c] = load(gh + i * DV + 16 * c);
+#pragma GCC unroll 24
+                for (int j = 0; j < TG; ++j)
+                    for (int c = 0; c < NV; ++c) acc[j][c] += gi[c] * load(vh + (i + shift(j)) * DV + 16 * c);
+            }
+        } else {
+            for (int j = 0; j < count; ++j) rows(j, lo, hi);
+        }
+        for (int j = 0; j < count; ++j) rows(j, hi > first(j) ? hi : first(j), stop(j));
+        for (int j = 0; j < count; ++j) {
+            for (int c = 1; c < NV; ++c) acc[j][0] += acc[j][c];
+            dw[bh * size + t0 + j] = hsum(acc[j][0]);
         }
     });
 }
