@@ -290,9 +290,10 @@ class NystromAttention(nn.Module):
             pinv = iterative_pinv(kernel_2.to(precise), self.cfg.pinv_iterations, threads).to(q.dtype)
             if fused and (valid is None or bool(valid.all())):
                 return self._fused_forward(q, k, v, key_padding_mask, q_land * d ** -0.5, k_land, pinv, real, threads)
-        if torch.is_grad_enabled() and key_padding_mask is None and d == v.shape[-1] \
+        if torch.is_grad_enabled() and d == v.shape[-1] and (valid is None or bool(valid.all())) \
                 and self._fused(q, k, v, key_padding_mask, num_landmarks):  # fused with their backward: no (N, L) matrix
-            values = native.LandmarkValues.apply(k.contiguous(), v.contiguous(), q_land * d ** -0.5, threads)
+            mask = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
+            values = native.LandmarkValues.apply(k.contiguous(), v.contiguous(), q_land * d ** -0.5, mask, threads)
             out = native.LandmarkQueries.apply(q.contiguous(), k_land, pinv @ values, threads)
         elif torch.is_grad_enabled():
             keys = None if key_padding_mask is None else key_padding_mask[:, None, None, :]

@@ -172,16 +172,17 @@ def _pytorch_nystromformer(attn, q, k, v, mask):
 
 
 @needs_native
-@pytest.mark.parametrize("n, landmarks", [(128, 16), (200, 32)])
-def test_fused_nystromformer_training_equals_autograd_in_value_and_gradients(n, landmarks):
+@pytest.mark.parametrize("n, landmarks, padded", [(128, 16, False), (200, 32, False), (200, 32, True)])
+def test_fused_nystromformer_training_equals_autograd_in_value_and_gradients(n, landmarks, padded):
     """The training path through LandmarkValues and LandmarkQueries (softmax sums over keys and over landmarks with
     their fused backwards) against autograd through the PyTorch path: output and the gradients of q, k, v and the
-    convolution's taps, with landmarks dividing n and not, on 1 and 2 threads. The pinv's backward amplifies
-    rounding, so each is held to the float64 PyTorch path: no further from it than twice the float32 PyTorch path
-    is, plus a float32 rounding of the largest value."""
+    convolution's taps, with landmarks dividing n and not, with loud padding (every landmark still has tokens), on
+    1 and 2 threads. The pinv's backward amplifies rounding, so each is held to the float64 PyTorch path: no
+    further from it than twice the float32 PyTorch path is, plus a float32 rounding of the largest value."""
     from harness.registry import build_attention
     attn = build_attention("nystromformer", num_heads=3, head_dim=64, num_landmarks=landmarks)
-    q, k, v, _ = _inputs(n, n, 64, loud=False)
+    q, k, v, mask = _inputs(n, n, 64, loud=padded)
+    mask = mask if padded else None
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(5))
     calls = []
     real_apply = native.LandmarkValues.apply
@@ -189,7 +190,7 @@ def test_fused_nystromformer_training_equals_autograd_in_value_and_gradients(n, 
     def results(module, fused: bool, dtype=torch.float32) -> list:
         leaves = [t.to(dtype, copy=True).requires_grad_() for t in (q, k, v)]
         module.zero_grad()
-        out = module(*leaves, None) if fused else _pytorch_nystromformer(module, *leaves, None)
+        out = module(*leaves, mask) if fused else _pytorch_nystromformer(module, *leaves, mask)
         out.backward(g.to(dtype))
         return [out.detach(), *(t.grad for t in leaves), module.conv.weight.grad.clone()]
 
@@ -369,28 +370,29 @@ torch.save((fast, qq.grad), sys.argv[2])
 def test_results_are_bitwise_the_same_for_every_thread_count_and_run(name):
     """Threads take units of work as they finish, but every sum is split into groups fixed by the length alone
     and merged in order: outputs (and the fused training path's gradients) are identical on 1, 2 and 3 threads
-    and across repeats. Nystromformer's training step is torch's, whose reductions differ with the thread count:
-    its gradients are compared at the same count only."""
+    and across repeats, with and without padding."""
     from harness.registry import build_attention
     attn = build_attention(name, num_heads=3, head_dim=64).eval()
     q, k, v, mask = _inputs(5, 1000, 64)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(2))
     threads = torch.get_num_threads()
-    results = []
+    results = {True: [], False: []}
     try:
         for count in (1, 2, 3, 2):
             torch.set_num_threads(count)
-            with torch.no_grad():
-                forward = attn(q, k, v, mask)
-            results.append((forward, *_gradients(attn, q, k, v, mask, g)))
+            for padded in (True, False):
+                m = mask if padded else None
+                with torch.no_grad():
+                    forward = attn(q, k, v, m)
+                results[padded].append((forward, *_gradients(attn, q, k, v, m, g)))
     finally:
         torch.set_num_threads(threads)
-    for index, other in enumerate(results[1:], start=1):
-        for position, (a, b) in enumerate(zip(results[0], other)):
-            if name != "nystromformer" or position == 0:
-                assert torch.equal(a, b), (index, position)
-    for a, b in zip(results[1], results[3]):  # both on 2 threads
-        assert torch.equal(a, b)
+    for padded, runs in results.items():
+        for index, other in enumerate(runs[1:], start=1):
+            for position, (a, b) in enumerate(zip(runs[0], other)):
+                assert torch.equal(a, b), (padded, index, position)
+        for a, b in zip(runs[1], runs[3]):  # both on 2 threads
+            assert torch.equal(a, b)
 
 
 @needs_native

@@ -47,7 +47,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 17
+ABI = 18
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -150,7 +150,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_sequence_conv_weight_grad.restype = i32
     lib.attnbench_sequence_conv_weight_grad.argtypes = [p, p, i64, i64, i32, i32, i32, p]
     lib.attnbench_landmark_values_backward.restype = i32
-    lib.attnbench_landmark_values_backward.argtypes = [p, p, p, p, p, p, p, i64, i64, i32, i32, i32, p, p, p]
+    lib.attnbench_landmark_values_backward.argtypes = [p, p, p, p, p, p, p, p, i64, i64, i64, i32, i32, i32, p, p, p]
     lib.attnbench_landmark_queries_backward.restype = i32
     lib.attnbench_landmark_queries_backward.argtypes = [p, p, p, p, p, p, i64, i64, i32, i32, i32, f32, p, p, p]
     lib.attnbench_exp.restype = None
@@ -350,21 +350,22 @@ class PinvSteps(torch.autograd.Function):
 
 
 class LandmarkValues(torch.autograd.Function):
-    """Nystromformer's softmax(q_land k^T) v with gradients: k, v (B, H, N, d) contiguous float32 (d == Dv), q_land
-    (B, H, L, d) already scaled -> (B, H, L, d). The forward is `softmax_columns` (no (L, N) matrix); the backward
-    recomputes each block's softmax weights from the columns' maxima and totals (attnbench_landmark_values_backward)
-    and writes dk, dv and the landmarks' gradient in one call."""
+    """Nystromformer's softmax(q_land k^T) v over the real keys, with gradients: k, v (B, H, N, d) contiguous float32
+    (d == Dv), q_land (B, H, L, d) already scaled, `real` (B, N) uint8 or None (every sequence with a real key) ->
+    (B, H, L, d). The forward is `softmax_columns` (no (L, N) matrix); the backward recomputes each block's softmax
+    weights from the columns' maxima and totals (attnbench_landmark_values_backward) and writes dk, dv (0 on
+    padding) and the landmarks' gradient in one call."""
 
     @staticmethod
-    def forward(ctx, k: Tensor, v: Tensor, q_land: Tensor, threads: int):
+    def forward(ctx, k: Tensor, v: Tensor, q_land: Tensor, real: Tensor | None, threads: int):
         b, h, n, d = k.shape
         size = q_land.shape[2]
         wt = q_land.reshape(b * h, size, d).contiguous()
         w = wt.transpose(1, 2).contiguous()
-        acc, total, top = softmax_columns(k, w, v, None, threads)
+        acc, total, top = softmax_columns(k, w, v, real, threads)
         values = acc / total
         ctx.save_for_backward(k, v, w, wt, (top + total.log()).reshape(b * h, size), values)
-        ctx.threads = threads
+        ctx.real, ctx.threads = real, threads
         return values.view(b, h, size, -1)
 
     @staticmethod
@@ -375,11 +376,11 @@ class LandmarkValues(torch.autograd.Function):
         c = (g * values).sum(-1).contiguous()
         dk, dv, d_land = torch.empty_like(k), torch.empty_like(v), torch.empty_like(wt)
         code = library().attnbench_landmark_values_backward(
-            k.data_ptr(), v.data_ptr(), w.data_ptr(), wt.data_ptr(), offset.data_ptr(), g.data_ptr(), c.data_ptr(),
-            b * h, n, d, wt.shape[1], ctx.threads, dk.data_ptr(), dv.data_ptr(), d_land.data_ptr())
+            k.data_ptr(), v.data_ptr(), _ptr(ctx.real), w.data_ptr(), wt.data_ptr(), offset.data_ptr(), g.data_ptr(),
+            c.data_ptr(), b * h, h, n, d, wt.shape[1], ctx.threads, dk.data_ptr(), dv.data_ptr(), d_land.data_ptr())
         if code != 0:
             raise RuntimeError(f"attnbench_landmark_values_backward returned {code}")
-        return dk, dv, d_land.view(b, h, -1, d), None
+        return dk, dv, d_land.view(b, h, -1, d), None, None
 
 
 class LandmarkQueries(torch.autograd.Function):

@@ -1113,12 +1113,12 @@ void keys_backward_impl(const Spec& s, const float* k, const float* v, const uin
 // Nystromformer's landmark values A (m x DV) = P^T v, P (n x m) the softmax over the keys of each column of u = k w:
 // p_jl = exp(u_jl - offset_l), offset_l = the column's max + log of its total (attnbench_softmax_columns). Backward
 // for rows [r0, r1) of one head from g_a (m x DV) and c_l = g_a_l . A_l: dv = P g_a, g_u = P (v g_a^T - c),
-// dk = g_u w^T, and g_wt (m x d) += g_u^T k, the gradient of w^T
+// dk = g_u w^T, and g_wt (m x d) += g_u^T k, the gradient of w^T; padded rows (mask 0) have P 0: dk, dv 0 there
 template <int NV, int ND>
 void landmark_values_backward_range(const Spec& s, BackwardBuffers& b, const float* x, const float* vh,
-                                    const float* w, const float* wt, const float* offset, const float* g_a,
-                                    const float* g_a_t, const float* c, int64_t r0, int64_t r1, float* dk, float* dv,
-                                    float* g_wt) {
+                                    const uint8_t* mask, const float* w, const float* wt, const float* offset,
+                                    const float* g_a, const float* g_a_t, const float* c, int64_t r0, int64_t r1,
+                                    float* dk, float* dv, float* g_wt) {
     constexpr int DV = 16 * NV;
     const int m = s.m, rows_max = block_rows();
     float *p = b.phi.data(), *g_p = b.g_phi.data(), *g_u = b.g_u.data();
@@ -1127,7 +1127,9 @@ void landmark_values_backward_range(const Spec& s, BackwardBuffers& b, const flo
         const int rows = static_cast<int>(r1 - start < rows_max ? r1 - start : rows_max);
         project(x + start * s.d, rows, s.d, w, m, p);
         for (int r = 0; r < rows; ++r)
-            for (int l = 0; l < m; l += 16) store(p + r * m + l, vexp(load(p + r * m + l) - load(offset + l)));
+            for (int l = 0; l < m; l += 16)
+                store(p + r * m + l, mask != nullptr && !mask[start + r] ? splat(0.0f)
+                                                                          : vexp(load(p + r * m + l) - load(offset + l)));
         apply<NV>(p, m, rows, g_a, dv + start * DV, &none);
         project(vh + start * DV, rows, DV, g_a_t, m, g_p);
         for (int r = 0; r < rows; ++r)
@@ -1139,9 +1141,10 @@ void landmark_values_backward_range(const Spec& s, BackwardBuffers& b, const flo
 }
 
 template <int NV, int ND>
-void landmark_values_backward_impl(const Spec& s, const float* k, const float* v, const float* wt,
-                                   const float* offset, const float* g_a, const float* c, int64_t heads, int64_t n,
-                                   int threads, float* dk, float* dv, float* g_wt) {
+void landmark_values_backward_impl(const Spec& s, const float* k, const float* v, const uint8_t* real,
+                                   const float* wt, const float* offset, const float* g_a, const float* c,
+                                   int64_t heads, int64_t h, int64_t n, int threads, float* dk, float* dv,
+                                   float* g_wt) {
     constexpr int DV = 16 * NV;
     const int64_t m = s.m, wt_size = m * s.d;
     const Groups groups(n);
@@ -1154,7 +1157,7 @@ void landmark_values_backward_impl(const Spec& s, const float* k, const float* v
         const int64_t at = groups.slot(bh, r0);
         std::fill_n(part.data() + at * wt_size, wt_size, 0.0f);
         landmark_values_backward_range<NV, ND>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV,
-                                               s.w + bh * s.d * m, wt + bh * m * s.d, offset + bh * m,
+                                               real == nullptr ? nullptr : real + (bh / h) * n, s.w + bh * s.d * m, wt + bh * m * s.d, offset + bh * m,
                                                g_a + bh * m * DV, g_a_t.data() + bh * DV * m, c + bh * m, r0, r1,
                                                dk + bh * n * s.d, dv + bh * n * DV, part.data() + at * wt_size);
     });
@@ -1243,7 +1246,7 @@ int by_width(int dv, Fn&& fn) {
 
 extern "C" {
 
-int attnbench_abi() { return 17; }
+int attnbench_abi() { return 18; }
 
 // the kernels' exp of n floats (a multiple of 16), for the accuracy test
 void attnbench_exp(const float* x, int64_t n, float* out) {
@@ -1359,16 +1362,17 @@ int attnbench_sequence_conv(const float* v, const float* w, int64_t heads, int64
     return by_width(dv, [&](auto nv) { conv_impl<decltype(nv)::value>(conv, heads, n, threads, out); });
 }
 
-// Nystromformer's landmark values backward (landmark_values_backward_impl) for d == dv: k, v (heads, n, d); w (heads,
-// d, m) and wt (heads, m, d) the landmark queries transposed and not; offset, c (heads, m); g_a (heads, m, d) ->
-// dk, dv (heads, n, d), g_wt (heads, m, d). 0, or -1 for an unsupported width
-int attnbench_landmark_values_backward(const float* k, const float* v, const float* w, const float* wt,
-                                       const float* offset, const float* g_a, const float* c, int64_t heads,
-                                       int64_t n, int d, int m, int threads, float* dk, float* dv, float* g_wt) {
+// Nystromformer's landmark values backward (landmark_values_backward_impl) for d == dv: k, v (heads, n, d); real
+// (b, n) or null; w (heads, d, m) and wt (heads, m, d) the landmark queries transposed and not; offset, c (heads,
+// m); g_a (heads, m, d) -> dk, dv (heads, n, d), g_wt (heads, m, d). 0, or -1 for an unsupported width
+int attnbench_landmark_values_backward(const float* k, const float* v, const uint8_t* real, const float* w,
+                                       const float* wt, const float* offset, const float* g_a, const float* c,
+                                       int64_t heads, int64_t h, int64_t n, int d, int m, int threads, float* dk,
+                                       float* dv, float* g_wt) {
     Spec s = make_spec(FAVOR, d, m, w, heads, 0.0f, 0, 0.0f);
     return by_width(d, [&](auto nv) {
         constexpr int NV = decltype(nv)::value;
-        landmark_values_backward_impl<NV, NV>(s, k, v, wt, offset, g_a, c, heads, n, threads, dk, dv, g_wt);
+        landmark_values_backward_impl<NV, NV>(s, k, v, real, wt, offset, g_a, c, heads, h, n, threads, dk, dv, g_wt);
     });
 }
 
