@@ -7,7 +7,9 @@ makes five to seven passes over the (N, M) features. A whole attention is one ca
 sums, the state finished with the map's scale and offset, the query rows) and, for training, the autograd
 Function `Attention`, whose backward runs the query pass's, the finished state's and the key pass's gradients
 in one call as well (at 1024 tokens the dozen small torch operations between two calls had taken a fifth of
-Performer's forward).
+Performer's forward). Nystromformer's passes are the same kernels: `softmax_columns` and `write_queries` in
+inference, the Functions `LandmarkValues` and `LandmarkQueries` in training, with `PinvSteps` for the
+pseudo-inverse and `sequence_conv` (and its gradients) for the skip over V.
 
 It is plain C++ with GCC vector extensions and no PyTorch headers, built by the system compiler (`$CXX`,
 else g++ or c++) with -O3 -march=native in about a second, cached under `$ATTNBENCH_CACHE_DIR` (default
