@@ -422,6 +422,27 @@ struct Partial {
     }
 };
 
+// out (size floats) = the sum of `count` consecutive slots of `size` floats from slot `first`, in slot order
+void sum_slots(const float* slots, int64_t size, int64_t first, int64_t count, float* out) {
+    std::fill_n(out, size, 0.0f);
+    for (int64_t at = first; at < first + count; ++at)
+        for (int64_t i = 0; i < size; ++i) out[i] += slots[at * size + i];
+}
+
+// per-slot partial sums of one more array beside Partial's (a projection's gradient), cleared as Partial's are:
+// by the unit that fills the slot, all of them up front only where no unit runs (an empty sequence)
+struct Slots {
+    Scratch data;
+    int64_t size;
+    Slots(int64_t slots, int64_t floats, bool clear_all) : data(slots * floats), size(floats) {
+        if (clear_all) std::fill_n(data.data(), slots * floats, 0.0f);
+    }
+    float* clear(int64_t at) const {  // the slot, cleared
+        std::fill_n(data.data() + at * size, size, 0.0f);
+        return data.data() + at * size;
+    }
+};
+
 // finish(bh) runs on head bh's merged sums, in the merge's unit (one parallel region for both)
 template <int NV, typename Finish>
 void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
@@ -812,6 +833,13 @@ void transpose_matrix(const float* a, int64_t rows, int64_t cols, float* out) {
         }
 }
 
+// out (heads x cols x rows) = each of `heads` (rows x cols) matrices of a transposed, a head a unit on `threads`
+void transpose_heads(const float* a, int64_t heads, int64_t rows, int64_t cols, int threads, float* out) {
+    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
+        transpose_matrix(a + bh * rows * cols, rows, cols, out + bh * rows * cols);
+    });
+}
+
 struct Square {  // products of (size x size) row-major matrices
     int size;
     int64_t area;
@@ -1057,36 +1085,27 @@ void queries_backward_impl(const Spec& s, const float* q, const float* wt, const
     const Groups groups(n);
     Partial p(heads * groups.count, f * DV, f, DV + 1, 0, n == 0);
     const int64_t wt_size = g_wt == nullptr ? 0 : static_cast<int64_t>(s.m) * s.d;  // the projection's gradient
-    Scratch wt_part(heads * groups.count * wt_size);
-    if (n == 0) std::fill_n(wt_part.data(), heads * groups.count * wt_size, 0.0f);
+    const Slots wt_part(heads * groups.count, wt_size, n == 0);
     ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
     parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         const int64_t at = groups.slot(bh, r0), hw = bh % s.heads_w;
         p.clear(at);
-        std::fill_n(wt_part.data() + at * wt_size, wt_size, 0.0f);
+        float* wt_slot = wt_part.clear(at);
         queries_backward_range<NV, ND>(
             s, bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + hw * s.d * s.m,
             wt == nullptr ? nullptr : wt + hw * s.m * s.d, s_kv + bh * f * DV, s_kv_t + bh * DV * f, s_ksum + bh * f,
             off_kv == nullptr ? nullptr : off_kv + bh * DV, off_den == nullptr ? 0.0f : off_den[bh],
             out + bh * n * DV, g + bh * n * DV, r0, r1, eps, dq + bh * n * s.d, p.state.get() + at * f * DV,
             p.sums.get() + at * f, p.value_sum.get() + at * (DV + 1), kept == nullptr ? nullptr : kept + bh * n * f,
-            g_wt == nullptr ? nullptr : wt_part.data() + at * wt_size);
+            g_wt == nullptr ? nullptr : wt_slot);
     });
     // the groups' sums in order, a head a unit
     parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
-        std::memset(g_kv + bh * f * DV, 0, sizeof(float) * f * DV);
-        std::memset(g_ksum + bh * f, 0, sizeof(float) * f);
-        std::memset(g_off + bh * (DV + 1), 0, sizeof(float) * (DV + 1));
-        for (int64_t at = bh * groups.count; at < (bh + 1) * groups.count; ++at) {
-            for (int64_t i = 0; i < f * DV; ++i) g_kv[bh * f * DV + i] += p.state[at * f * DV + i];
-            for (int i = 0; i < f; ++i) g_ksum[bh * f + i] += p.sums[at * f + i];
-            for (int i = 0; i < DV + 1; ++i) g_off[bh * (DV + 1) + i] += p.value_sum[at * (DV + 1) + i];
-        }
-        if (g_wt != nullptr) {
-            std::memset(g_wt + bh * wt_size, 0, sizeof(float) * wt_size);
-            for (int64_t at = bh * groups.count; at < (bh + 1) * groups.count; ++at)
-                for (int64_t i = 0; i < wt_size; ++i) g_wt[bh * wt_size + i] += wt_part[at * wt_size + i];
-        }
+        const int64_t first = bh * groups.count;
+        sum_slots(p.state.get(), f * DV, first, groups.count, g_kv + bh * f * DV);
+        sum_slots(p.sums.get(), f, first, groups.count, g_ksum + bh * f);
+        sum_slots(p.value_sum.get(), DV + 1, first, groups.count, g_off + bh * (DV + 1));
+        if (g_wt != nullptr) sum_slots(wt_part.data.data(), wt_size, first, groups.count, g_wt + bh * wt_size);
         finish(bh);
     });
 }
@@ -1148,23 +1167,19 @@ void landmark_values_backward_impl(const Spec& s, const float* k, const float* v
     constexpr int DV = 16 * NV;
     const int64_t m = s.m, wt_size = m * s.d;
     const Groups groups(n);
-    Scratch g_a_t(heads * DV * m), part(heads * groups.count * wt_size);
-    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
-        transpose_matrix(g_a + bh * m * DV, m, DV, g_a_t.data() + bh * DV * m);
-    });
+    Scratch g_a_t(heads * DV * m);
+    const Slots part(heads * groups.count, wt_size, n == 0);
+    transpose_heads(g_a, heads, m, DV, threads, g_a_t.data());
     ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
     parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
-        const int64_t at = groups.slot(bh, r0);
-        std::fill_n(part.data() + at * wt_size, wt_size, 0.0f);
         landmark_values_backward_range<NV, ND>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV,
-                                               real == nullptr ? nullptr : real + (bh / h) * n, s.w + bh * s.d * m, wt + bh * m * s.d, offset + bh * m,
-                                               g_a + bh * m * DV, g_a_t.data() + bh * DV * m, c + bh * m, r0, r1,
-                                               dk + bh * n * s.d, dv + bh * n * DV, part.data() + at * wt_size);
+                                               real == nullptr ? nullptr : real + (bh / h) * n, s.w + bh * s.d * m,
+                                               wt + bh * m * s.d, offset + bh * m, g_a + bh * m * DV,
+                                               g_a_t.data() + bh * DV * m, c + bh * m, r0, r1, dk + bh * n * s.d,
+                                               dv + bh * n * DV, part.clear(groups.slot(bh, r0)));
     });
     parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {  // the groups' sums in order
-        std::memset(g_wt + bh * wt_size, 0, sizeof(float) * wt_size);
-        for (int64_t at = bh * groups.count; at < (bh + 1) * groups.count && n > 0; ++at)
-            for (int64_t i = 0; i < wt_size; ++i) g_wt[bh * wt_size + i] += part[at * wt_size + i];
+        sum_slots(part.data.data(), wt_size, bh * groups.count, groups.count, g_wt + bh * wt_size);
     });
 }
 
@@ -1178,9 +1193,7 @@ void landmark_queries_backward_impl(const Spec& s, const float* q, const float* 
     const int64_t m = s.m;
     Scratch kv_t(heads * DV * m), ones(heads * m), g_ksum(heads * m), g_off(heads * (DV + 1));
     std::fill_n(ones.data(), heads * m, 1.0f);
-    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
-        transpose_matrix(kv + bh * m * DV, m, DV, kv_t.data() + bh * DV * m);
-    });
+    transpose_heads(kv, heads, m, DV, threads, kv_t.data());
     queries_backward_impl<NV, NV>(s, q, wt, kv, kv_t.data(), ones.data(), nullptr, nullptr, out, g, heads, n, threads,
                                   eps, dq, g_kv, g_ksum.data(), g_off.data(), nullptr, g_wt, [](int64_t) {});
 }
