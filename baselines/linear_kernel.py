@@ -467,7 +467,7 @@ def fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, ke
     `factored_linear_attention` up to rounding, in value and gradients."""
     threads = threads or torch.get_num_threads()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    real = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
+    real = native.real_rows(key_padding_mask)
     if no_grad_recorded(q, k, v):
         return native.attention(spec, q, k, v, real, eps, threads)
     return native.Attention.apply(q, k, v, spec, real, eps, threads)

@@ -40,6 +40,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -218,6 +219,11 @@ def supports(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) -> bool:
     return takes(q, k, v, *([] if w is None else [w]), value_width=v.shape[-1])
 
 
+def real_rows(key_padding_mask: Tensor | None) -> Tensor | None:
+    """A (B, N) mask of real tokens as the kernels read it (uint8, contiguous), or None."""
+    return None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
+
+
 def _ptr(t: Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
@@ -230,14 +236,20 @@ def attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | 
     b, h, n, d = q.shape
     w = spec.weights
     out = torch.empty(b, h, n, v.shape[-1])
-    code = library().attnbench_attention(
+    _call(
+        "attnbench_attention",
         KINDS[spec.kind], q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, v.shape[-1],
         w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
         int(spec.unit_eps is not None), spec.unit_eps or 0.0, spec.scale, spec.offset, eps, threads, out.data_ptr(),
         None if saved is None else _pointers(saved))
-    if code != 0:
-        raise RuntimeError(f"attnbench_attention returned {code}")
     return out
+
+
+def _call(name: str, *args: Any) -> None:
+    """The kernel `name` on args; a nonzero return (a width it is not built for) raises."""
+    code = getattr(library(), name)(*args)
+    if code != 0:
+        raise RuntimeError(f"{name} returned {code}")
 
 
 def _pointers(tensors: list[Tensor | None]) -> ctypes.Array:
@@ -254,13 +266,12 @@ def write_queries(spec: NativeSpec, q: Tensor, kv: Tensor, ksum: Tensor, offsets
     w = spec.weights
     off_kv, off_den = (None, None) if offsets is None else (offsets[0].contiguous(), offsets[1].contiguous())
     conv_v, conv_w = (None, None) if conv is None else conv
-    code = library().attnbench_queries(
+    _call(
+        "attnbench_queries",
         KINDS[spec.kind], q.data_ptr(), kv.data_ptr(), ksum.data_ptr(), _ptr(off_kv), _ptr(off_den), b * h, n, d,
         out.shape[-1], w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1,
         int(spec.unit_eps is not None), spec.unit_eps or 0.0, threads, eps, out.data_ptr(), _ptr(conv_v),
         _ptr(conv_w), 0 if conv_w is None else conv_w.shape[-1], h)
-    if code != 0:
-        raise RuntimeError(f"attnbench_queries returned {code}")
 
 
 def softmax_columns(k: Tensor, weights: Tensor, v: Tensor, real: Tensor | None, threads: int = 1) -> list[Tensor]:
@@ -271,11 +282,8 @@ def softmax_columns(k: Tensor, weights: Tensor, v: Tensor, real: Tensor | None, 
     b, h, n, d = k.shape
     dv, m = v.shape[-1], weights.shape[-1]
     acc, total, top = torch.empty(b * h, m, dv), torch.empty(b * h, m, 1), torch.empty(b * h, m, 1)
-    code = library().attnbench_softmax_columns(k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, dv, m,
-                                               weights.data_ptr(), weights.shape[0], threads, acc.data_ptr(),
-                                               total.data_ptr(), top.data_ptr())
-    if code != 0:
-        raise RuntimeError(f"attnbench_softmax_columns returned {code}")
+    _call("attnbench_softmax_columns", k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, dv, m,
+          weights.data_ptr(), weights.shape[0], threads, acc.data_ptr(), total.data_ptr(), top.data_ptr())
     return [acc, total, top]
 
 
@@ -294,10 +302,8 @@ def sequence_conv(v: Tensor, weight: Tensor, threads: int = 1) -> Tensor:
     v (B, H, N, Dv) contiguous float32, Dv in VALUE_WIDTHS; weight (H, K) contiguous float32 -> (B, H, N, Dv)."""
     b, h, n, dv = v.shape
     out = torch.empty_like(v)
-    code = library().attnbench_sequence_conv(v.data_ptr(), weight.data_ptr(), b * h, h, n, dv, weight.shape[-1],
-                                             threads, out.data_ptr())
-    if code != 0:
-        raise RuntimeError(f"attnbench_sequence_conv returned {code}")
+    _call("attnbench_sequence_conv", v.data_ptr(), weight.data_ptr(), b * h, h, n, dv, weight.shape[-1], threads,
+          out.data_ptr())
     return out
 
 
@@ -306,10 +312,8 @@ def sequence_conv_weight_grad(g: Tensor, v: Tensor, size: int, threads: int = 1)
     -> (H, size), each tap's sum over the rows in order, then over the batch."""
     b, h, n, dv = v.shape
     dw = torch.empty(b, h, size)
-    code = library().attnbench_sequence_conv_weight_grad(g.data_ptr(), v.data_ptr(), b * h, n, dv, size, threads,
-                                                         dw.data_ptr())
-    if code != 0:
-        raise RuntimeError(f"attnbench_sequence_conv_weight_grad returned {code}")
+    _call("attnbench_sequence_conv_weight_grad", g.data_ptr(), v.data_ptr(), b * h, n, dv, size, threads,
+          dw.data_ptr())
     return dw.sum(dim=0)
 
 
@@ -377,11 +381,10 @@ class LandmarkValues(torch.autograd.Function):
         g = g.reshape(values.shape).contiguous()  # held: read through a raw pointer
         c = (g * values).sum(-1).contiguous()
         dk, dv, d_land = torch.empty_like(k), torch.empty_like(v), torch.empty_like(wt)
-        code = library().attnbench_landmark_values_backward(
+        _call(
+            "attnbench_landmark_values_backward",
             k.data_ptr(), v.data_ptr(), _ptr(ctx.real), w.data_ptr(), wt.data_ptr(), offset.data_ptr(), g.data_ptr(),
             c.data_ptr(), b * h, h, n, d, wt.shape[1], ctx.threads, dk.data_ptr(), dv.data_ptr(), d_land.data_ptr())
-        if code != 0:
-            raise RuntimeError(f"attnbench_landmark_values_backward returned {code}")
         return dk, dv, d_land.view(b, h, -1, d), None, None
 
 
@@ -412,11 +415,10 @@ class LandmarkQueries(torch.autograd.Function):
         b, h, n, d = q.shape
         g = g.contiguous()  # held: read through a raw pointer
         dq, d_mixed, d_land = torch.empty_like(q), torch.empty_like(kv), torch.empty_like(wt)
-        code = library().attnbench_landmark_queries_backward(
+        _call(
+            "attnbench_landmark_queries_backward",
             q.data_ptr(), w.data_ptr(), wt.data_ptr(), kv.data_ptr(), out.data_ptr(), g.data_ptr(), b * h, n, d,
             wt.shape[1], ctx.threads, LandmarkQueries.EPS, dq.data_ptr(), d_mixed.data_ptr(), d_land.data_ptr())
-        if code != 0:
-            raise RuntimeError(f"attnbench_landmark_queries_backward returned {code}")
         return dq, d_land.view(b, h, -1, d), d_mixed.view(b, h, -1, d), None
 
 
@@ -461,11 +463,10 @@ class Attention(torch.autograd.Function):
         spec, (b, h, n, d), w = ctx.spec, q.shape, ctx.spec.weights
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         g = g.contiguous()  # held here: the kernel reads it through a raw pointer
-        code = library().attnbench_attention_backward(
+        _call(
+            "attnbench_attention_backward",
             KINDS[spec.kind], q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(ctx.real), b * h, h, n, d, v.shape[-1],
             w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
             spec.scale, spec.offset, ctx.eps, ctx.threads, out.data_ptr(), g.data_ptr(),
             _pointers(ctx.saved), dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
-        if code != 0:
-            raise RuntimeError(f"attnbench_attention_backward returned {code}")
         return dq, dk, dv, None, None, None, None
