@@ -288,12 +288,13 @@ class NystromAttention(nn.Module):
                 kernel_2 = torch.where(empty, torch.eye(num_landmarks, dtype=q.dtype, device=q.device), kernel_2)
             precise = torch.promote_types(q.dtype, torch.float32)  # the iteration diverges in half precision
             pinv = iterative_pinv(kernel_2.to(precise), self.cfg.pinv_iterations, threads).to(q.dtype)
-            if fused and (valid is None or bool(valid.all())):
+            every_landmark = valid is None or bool(valid.all())
+            if fused and every_landmark:
                 return self._fused_forward(q, k, v, key_padding_mask, q_land * d ** -0.5, k_land, pinv, real, threads)
-        if torch.is_grad_enabled() and d == v.shape[-1] and (valid is None or bool(valid.all())) \
+        if torch.is_grad_enabled() and every_landmark and d == v.shape[-1] \
                 and self._fused(q, k, v, key_padding_mask, num_landmarks):  # fused with their backward: no (N, L) matrix
-            mask = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-            values = native.LandmarkValues.apply(k.contiguous(), v.contiguous(), q_land * d ** -0.5, mask, threads)
+            values = native.LandmarkValues.apply(k.contiguous(), v.contiguous(), q_land * d ** -0.5,
+                                                 native.real_rows(key_padding_mask), threads)
             out = native.LandmarkQueries.apply(q.contiguous(), k_land, pinv @ values, threads)
         elif torch.is_grad_enabled():
             keys = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
@@ -322,21 +323,12 @@ class NystromAttention(nn.Module):
         """The inference forward through the fused kernels on `threads` threads: softmax(q_land k^T) v by
         column-stabilised sums (merged across threads as `_landmark_attention`'s), then per block of queries
         softmax(q k_land^T) (pinv that) and the convolution over V, each output row written once."""
-        b, h, n, d = q.shape
-        num_landmarks = q_land.shape[2]
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        mask = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-        landmark_weights = q_land.reshape(b * h, num_landmarks, d).transpose(1, 2).contiguous()
-        acc, total, _ = native.softmax_columns(k, landmark_weights, v, mask, threads)
-        mixed = (pinv @ (acc / total).view(b, h, num_landmarks, -1)).reshape(b * h, num_landmarks, -1).contiguous()
-        spec = native.NativeSpec("favor", k_land.reshape(b * h, num_landmarks, d).transpose(1, 2).contiguous())
-        ones = torch.ones(b * h, num_landmarks, 1)
+        values, *_ = native.landmark_values(k, v, q_land, native.real_rows(key_padding_mask), threads)
         conv = None
         if self.conv is not None:
             conv = ((v if real is None else v * real).contiguous(), self.conv.weight[:, 0, :, 0].contiguous())
-        out = torch.empty(b, h, n, v.shape[-1])
-        native.write_queries(spec, q, mixed, ones, None, 1e-6, out, conv, threads)
-        return out
+        return native.landmark_queries(q, k_land, pinv @ values.view(*q_land.shape[:3], -1), threads, conv)[0]
 
     def _landmarks(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, num_landmarks: int,
                    threads: int = 0) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:

@@ -355,24 +355,56 @@ class PinvSteps(torch.autograd.Function):
         return da, dz0, None, None
 
 
+# Nystromformer's landmark passes: `landmark_values` and `landmark_queries` in inference, the same in the forwards of
+# the Functions `LandmarkValues` and `LandmarkQueries` in training
+
+LANDMARK_EPS = 1e-6  # the query pass's guard (its sums are at least 1, so it never acts)
+
+
+def _landmark_layout(land: Tensor) -> tuple[Tensor, Tensor]:
+    """Landmarks (B, H, L, d) as the kernels take them: (B*H, L, d) and, as a projection, (B*H, d, L), contiguous."""
+    b, h, size, d = land.shape
+    rows = land.reshape(b * h, size, d).contiguous()
+    return rows, rows.transpose(1, 2).contiguous()
+
+
+def landmark_values(k: Tensor, v: Tensor, q_land: Tensor, real: Tensor | None,
+                    threads: int = 1) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """softmax(q_land k^T) v over the real keys by `softmax_columns` (no (L, N) matrix): k, v (B, H, N, d)
+    contiguous float32, q_land (B, H, L, d) already scaled, `real` (B, N) uint8 or None (every sequence with a real
+    key) -> the values (B*H, L, Dv), q_land laid out (`_landmark_layout`) and each column's max + log of its total
+    (B*H, L), from which the backward recomputes the softmax weights."""
+    wt, w = _landmark_layout(q_land)
+    acc, total, top = softmax_columns(k, w, v, real, threads)
+    return acc / total, wt, w, (top + total.log()).squeeze(-1)
+
+
+def landmark_queries(q: Tensor, k_land: Tensor, mixed: Tensor, threads: int = 1,
+                     conv: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """softmax(q k_land^T) mixed by `write_queries` (the favor features of q with k_land as the projection, sums all
+    ones), plus `conv`'s convolution where given: q (B, H, N, d) contiguous float32, k_land (B, H, L, d) already
+    scaled, mixed (B, H, L, Dv) -> the output (B, H, N, Dv), k_land laid out (`_landmark_layout`) and mixed as
+    (B*H, L, Dv)."""
+    b, h, n, _ = q.shape
+    wt, w = _landmark_layout(k_land)
+    kv = mixed.reshape(b * h, wt.shape[1], -1).contiguous()
+    out = torch.empty(b, h, n, kv.shape[-1])
+    write_queries(NativeSpec("favor", w), q, kv, torch.ones(b * h, wt.shape[1], 1), None, LANDMARK_EPS, out, conv,
+                  threads)
+    return out, wt, w, kv
+
+
 class LandmarkValues(torch.autograd.Function):
-    """Nystromformer's softmax(q_land k^T) v over the real keys, with gradients: k, v (B, H, N, d) contiguous float32
-    (d == Dv), q_land (B, H, L, d) already scaled, `real` (B, N) uint8 or None (every sequence with a real key) ->
-    (B, H, L, d). The forward is `softmax_columns` (no (L, N) matrix); the backward recomputes each block's softmax
+    """`landmark_values` with gradients -> (B, H, L, d) (d == Dv): the backward recomputes each block's softmax
     weights from the columns' maxima and totals (attnbench_landmark_values_backward) and writes dk, dv (0 on
     padding) and the landmarks' gradient in one call."""
 
     @staticmethod
     def forward(ctx, k: Tensor, v: Tensor, q_land: Tensor, real: Tensor | None, threads: int):
-        b, h, n, d = k.shape
-        size = q_land.shape[2]
-        wt = q_land.reshape(b * h, size, d).contiguous()
-        w = wt.transpose(1, 2).contiguous()
-        acc, total, top = softmax_columns(k, w, v, real, threads)
-        values = acc / total
-        ctx.save_for_backward(k, v, w, wt, (top + total.log()).reshape(b * h, size), values)
+        values, wt, w, offset = landmark_values(k, v, q_land, real, threads)
+        ctx.save_for_backward(k, v, w, wt, offset, values)
         ctx.real, ctx.threads = real, threads
-        return values.view(b, h, size, -1)
+        return values.view(*q_land.shape[:3], -1)
 
     @staticmethod
     def backward(ctx, g: Tensor):
@@ -389,23 +421,13 @@ class LandmarkValues(torch.autograd.Function):
 
 
 class LandmarkQueries(torch.autograd.Function):
-    """Nystromformer's softmax(q k_land^T) mixed with gradients: q (B, H, N, d) contiguous float32, k_land (B, H, L,
-    d) already scaled, mixed (B, H, L, d) -> (B, H, N, d), by `write_queries` (the FAVOR features of q with k_land as
-    the projection, sums all ones); the backward is attnbench_landmark_queries_backward: dq, and the gradients of
-    k_land and mixed, in one call."""
-
-    EPS = 1e-6
+    """`landmark_queries` (without the convolution) with gradients, d == Dv: the backward is
+    attnbench_landmark_queries_backward: dq, and the gradients of k_land and mixed, in one call."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k_land: Tensor, mixed: Tensor, threads: int):
-        b, h, n, d = q.shape
-        size = k_land.shape[2]
-        wt = k_land.reshape(b * h, size, d).contiguous()
-        kv = mixed.reshape(b * h, size, -1).contiguous()
-        spec = NativeSpec("favor", wt.transpose(1, 2).contiguous())
-        out = torch.empty(b, h, n, kv.shape[-1])
-        write_queries(spec, q, kv, torch.ones(b * h, size, 1), None, LandmarkQueries.EPS, out, None, threads)
-        ctx.save_for_backward(q, spec.weights, wt, kv, out)
+        out, wt, w, kv = landmark_queries(q, k_land, mixed, threads)
+        ctx.save_for_backward(q, w, wt, kv, out)
         ctx.threads = threads
         return out
 
@@ -418,7 +440,7 @@ class LandmarkQueries(torch.autograd.Function):
         _call(
             "attnbench_landmark_queries_backward",
             q.data_ptr(), w.data_ptr(), wt.data_ptr(), kv.data_ptr(), out.data_ptr(), g.data_ptr(), b * h, n, d,
-            wt.shape[1], ctx.threads, LandmarkQueries.EPS, dq.data_ptr(), d_mixed.data_ptr(), d_land.data_ptr())
+            wt.shape[1], ctx.threads, LANDMARK_EPS, dq.data_ptr(), d_mixed.data_ptr(), d_land.data_ptr())
         return dq, d_land.view(b, h, -1, d), d_mixed.view(b, h, -1, d), None
 
 
