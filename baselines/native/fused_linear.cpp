@@ -178,17 +178,17 @@ inline void tile(const float* a, int64_t ar, int64_t ak, int k, const float* b, 
 }
 
 template <int RT>
-void project_rows(const float* x, int d, const float* w, int m, float* u) {
-    int c = 0;
-    for (; c + 64 <= m; c += 64) tile<RT, 4>(x, d, 1, d, w + c, m, u + c, m, false);
-    for (; c < m; c += 16) tile<RT, 1>(x, d, 1, d, w + c, m, u + c, m, false);
+void project_rows(const float* x, int64_t ar, int64_t ak, int d, const float* w, int m, float* u) {
+    int c = 0;  // RT rows of x read as x[r * ar + i * ak] (ak = 1: by rows; ar = 1: down the columns of x^T)
+    for (; c + 64 <= m; c += 64) tile<RT, 4>(x, ar, ak, d, w + c, m, u + c, m, false);
+    for (; c < m; c += 16) tile<RT, 1>(x, ar, ak, d, w + c, m, u + c, m, false);
 }
 
 // u (rows x m) = x (rows x d) @ w (d x m)
 void project(const float* x, int rows, int d, const float* w, int m, float* u) {
     int r = 0;
-    for (; r + 4 <= rows; r += 4) project_rows<4>(x + r * d, d, w, m, u + r * m);
-    for (; r < rows; ++r) project_rows<1>(x + r * d, d, w, m, u + r * m);
+    for (; r + 4 <= rows; r += 4) project_rows<4>(x + r * d, d, 1, d, w, m, u + r * m);
+    for (; r < rows; ++r) project_rows<1>(x + r * d, d, 1, d, w, m, u + r * m);
 }
 
 template <int NV>
@@ -846,11 +846,7 @@ struct Square {  // products of (size x size) row-major matrices
     explicit Square(int n) : size(n), area(static_cast<int64_t>(n) * n) {}
     void mul(const float* x, const float* y, float* out) const { project(x, size, size, y, size, out); }
     void mul_transposed(const float* x, const float* y, float* out) const {  // out = x^T y: x read down its columns
-        for (int r = 0; r < size; r += 4) {
-            int c = 0;
-            for (; c + 64 <= size; c += 64) tile<4, 4>(x + r, 1, size, size, y + c, size, out + r * size + c, size, false);
-            for (; c < size; c += 16) tile<4, 1>(x + r, 1, size, size, y + c, size, out + r * size + c, size, false);
-        }
+        for (int r = 0; r < size; r += 4) project_rows<4>(x + r, 1, size, size, y, size, out + r * size);
     }
     void transpose(const float* x, float* out) const { transpose_matrix(x, size, size, out); }
     void minus_from_identity(float c, const float* x, float* out) const {  // out = c I - x
