@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness.errors import UnknownNameError, UserError, unknown_name_message
+from harness.errors import ConfigError, UnknownNameError, UserError, unknown_name_message
 from harness.options import make_options, option, option_table
 
 ENTRY_POINT_GROUP = "attnbench.attention"
@@ -213,6 +213,15 @@ def attention_names(pattern: str = "*") -> list[str]:
 def attention_entry(name: str) -> Entry:
     """The registry entry (factory, config class, capabilities) for an attention name or "module:Class"."""
     return ATTENTIONS.get(name)
+
+
+def check_heads(attention: str, num_heads: int, given: int) -> None:
+    """Per-head parameters built for `num_heads` heads serve a call on `given` heads: the same count, or one head's
+    parameters shared by every head (num_heads left at 1, as performer-pytorch shares its projection); else a
+    ConfigError naming num_heads."""
+    if num_heads not in (1, given):
+        raise ConfigError(f"attention {attention!r} was built with num_heads={num_heads} but called on {given} heads; "
+                          f"build it with num_heads={given}, or num_heads=1 to share one head's parameters")
 
 
 def build_attention(name: str, **options: Any) -> Any:
