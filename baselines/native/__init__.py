@@ -30,6 +30,7 @@ rounding).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import hashlib
@@ -39,6 +40,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,7 @@ ABI = 18
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
 _REASON: str | None = None  # why the native kernels are off, once tried
+_OFF = False  # within `turned_off`
 
 
 @dataclasses.dataclass
@@ -165,6 +168,8 @@ def _declare(lib: ctypes.CDLL) -> None:
 def library() -> ctypes.CDLL | None:
     """The compiled kernels, building them on first use; None (with `status()` saying why) where unavailable."""
     global _LIB, _REASON
+    if _OFF:
+        return None
     if _LIB is not None or _REASON is not None:
         return _LIB
     with _LOCK:
@@ -189,11 +194,23 @@ def library() -> ctypes.CDLL | None:
         return _LIB
 
 
+@contextlib.contextmanager
+def turned_off(off: bool = True) -> Iterator[None]:
+    """Within (when `off`): `library()` answers None, so every attention takes its PyTorch path, as with
+    ATTNBENCH_NATIVE=0; for comparing the two paths in one process."""
+    global _OFF
+    before, _OFF = _OFF, _OFF or off
+    try:
+        yield
+    finally:
+        _OFF = before
+
+
 def status() -> str:
     """'on (...)' or 'off: reason': recorded with efficiency results."""
     lib = library()
     if lib is None:
-        return f"off: {_REASON}"
+        return f"off: {'turned off (native.turned_off)' if _OFF else _REASON}"
     threads = "OpenMP" if lib.attnbench_openmp() else "std::thread"
     return f"on ({_compiler()} {' '.join(FLAGS[:2])}, {threads})"
 
