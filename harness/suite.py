@@ -54,8 +54,9 @@ NO_ATTENTION = {"name": "none", "label": "none", "options": {}}
 
 
 def suites_dir() -> Path:
-    """The repository's suites/ folder (next to the harness package)."""
-    return Path(harness.__file__).resolve().parents[1] / "suites"
+    """The shipped suites: harness/suites in an installed wheel, else the repository's suites/ beside harness/."""
+    installed = Path(harness.__file__).resolve().parent / "suites"
+    return installed if installed.is_dir() else Path(harness.__file__).resolve().parents[1] / "suites"
 
 
 def suite_names() -> list[str]:
