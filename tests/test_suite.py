@@ -134,7 +134,12 @@ def test_exclude_patterns_remove_cells(tmp_path):
 
 @pytest.mark.parametrize("name", suite_names())
 def test_every_shipped_suite_validates(name):
-    suite = load_suite(name)
+    try:
+        suite = load_suite(name)
+    except UserError as err:  # e.g. peers after a [dev]-only install: skipped, saying which extra to install
+        if "needs the optional extra" not in str(err):
+            raise
+        pytest.skip(f"suite {name!r}: {err}")
     assert suite.name == name == Path(find_suite(name)).stem
     assert suite.description and "\n" not in suite.description
     assert suite.cells()
