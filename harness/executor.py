@@ -28,7 +28,7 @@ from harness.errors import UserError
 from harness.progress import ProgressUI
 from harness.provenance import machine_provenance, now, resolve_device
 from harness.store import FINISHED, RunStore, cell_id, result_record
-from harness.suite import Suite, cell_name
+from harness.suite import Suite, cell_name, task_label
 
 Progress = Callable[[str, int, int], None]
 
@@ -93,7 +93,7 @@ def select_cells(suite: Suite, filters: tuple[str, ...]) -> list[dict[str, Any]]
 
 def resolved_config(suite: Suite, cell: dict[str, Any]) -> dict[str, Any]:
     """Every config of a cell with its defaults filled in (for provenance)."""
-    task = cell["task"]["name"]
+    task = task_label(cell["task"])
     return {"attention": suite.resolved["attentions"].get(cell["attention"]["label"], {}),
             "task": suite.resolved["tasks"].get(task, {}),
             "model": _resolved_model(cell["model"]), "training": suite.resolved.get("training", {}),

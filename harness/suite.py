@@ -10,7 +10,7 @@ measurement). Schema (top-level keys):
       - softmax
       - {name: performer, label: performer-64, options: {num_features: 64}}
       - {name: random-features, label: vanilla-favor-qk, model: {tie_qk: false}}   # model overrides
-    tasks:                           # a name or {name, options}; seed comes from `seeds`
+    tasks:                           # a name or {name, label, options}; seed comes from `seeds`
       - {name: listops, options: {num_train: 256}}
     seeds: [0, 1, 2]                 # required, distinct integers
     model: {d_model: 64}             # ModelConfig overrides (vocabulary, classes, max_length come from the task)
@@ -148,8 +148,14 @@ class Suite:
 
 
 def cell_name(cell: dict[str, Any]) -> str:
-    """Readable cell name 'task/label/s<seed>/measurement', matched by --filter and `exclude`."""
-    return f"{cell['task']['name']}/{cell['attention']['label']}/s{cell['seed']}/{cell['measurement']['name']}"
+    """Readable cell name 'task/label/s<seed>/measurement', matched by --filter and `exclude`; the task part is the
+    task's label where it has one."""
+    return f"{task_label(cell['task'])}/{cell['attention']['label']}/s{cell['seed']}/{cell['measurement']['name']}"
+
+
+def task_label(task: dict[str, Any]) -> str:
+    """A suite task's label: the one given, else its name (one task may appear under several labels)."""
+    return task.get("label") or task["name"]
 
 
 def load_suite(name_or_path: str) -> Suite:
@@ -192,7 +198,7 @@ class _Validator:
                                        if not getattr(measurements_registry.get(m["name"]).config, flag, True))
                        for flag in ("uses_task", "uses_seed", "uses_attention")}
         task_free = independent["uses_task"]
-        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False)
+        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False, task_labels=True)
         needs_task = [m["name"] for m in measurements if m["name"] not in task_free]
         if needs_task and not tasks:
             raise self.error("tasks", f"no tasks given, but measurement {needs_task[0]!r} needs one; "
@@ -261,11 +267,12 @@ class _Validator:
         return float(value)
 
     def entries(self, value: Any, path: str, registry: Registry, *, labels: bool,
-                model: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                model: dict[str, Any] | None = None, task_labels: bool = False) -> list[dict[str, Any]]:
         """A list of names or {name, label?, options?, model?} mappings, each validated against `registry`.
 
         With `labels` (attentions) an entry may carry a label and `model` overrides for its cells,
-        merged over the suite's `model` (e.g. {tie_qk: false} for one variant).
+        merged over the suite's `model` (e.g. {tie_qk: false} for one variant). With `task_labels` (tasks) an
+        entry may carry a label, kept only where it differs from the name (so that unlabelled cells keep their ids).
         """
         items = self.list(value, path)
         if path == "measurements" and not items:
@@ -276,22 +283,25 @@ class _Validator:
             if isinstance(item, str):
                 item = {"name": item}
             item = self.mapping(item, item_path)
-            self.keys(item, ("name", "label", "options", "model") if labels else ("name", "options"), item_path, ("name",))
+            allowed = ("name", "label", "options", "model") if labels else ("name", "label", "options") if task_labels \
+                else ("name", "options")
+            self.keys(item, allowed, item_path, ("name",))
             name = self.string(item["name"], f"{item_path}.name")
             try:
                 entry = registry.get(name)
             except UserError as err:
                 raise self.error(f"{item_path}.name", str(err)) from None
             options = self.mapping(item.get("options", {}), f"{item_path}.options")
-            label = self.string(item.get("label", name), f"{item_path}.label") if labels else name
+            label = self.string(item.get("label", name), f"{item_path}.label") if labels or task_labels else name
             if "/" in label:
                 raise self.error(f"{item_path}.label", f"label {label!r} must not contain '/'")
             if label in seen:
-                what = "label" if labels else "name"
+                what = "label" if labels or task_labels else "name"
                 raise self.error(item_path, f"{what} {label!r} is already used by {path}[{seen[label]}]; "
-                                            + ("give each entry a distinct label" if labels else "list each once"))
+                                            + ("give each entry a distinct label" if labels or task_labels
+                                               else "list each once"))
             seen[label] = i
-            normal = {"name": name, "options": dict(options)}
+            normal = {"name": name, "options": dict(options), **({"label": label} if label != name else {})}
             resolved_model = None
             if labels:
                 own_model = self.model(item.get("model", {}), f"{item_path}.model")
