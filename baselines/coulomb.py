@@ -341,7 +341,8 @@ class CoulombConfig(RandomFeaturesConfig):
         super().__post_init__()
 
 
-@register_attention("coulomb", config=CoulombConfig, learning_phase=True, causal=True, positive_features=False)
+@register_attention("coulomb", config=CoulombConfig, learning_phase=True, causal=True,
+                    positive_features=lambda cfg: cfg.feature_map != "trig")
 class CoulombAttention(RandomFeaturesAttention):
     """Kernel-<map>: random-feature attention whose omegas are Coulomb particles learned in phase A."""
 

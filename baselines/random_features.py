@@ -301,7 +301,8 @@ class RandomFeaturesConfig(AttentionConfig):
                 "feature_map='porf-softplus' always uses orthogonal omegas; drop orthogonal=False")
 
 
-@register_attention("random-features", config=RandomFeaturesConfig, causal=True, positive_features=False)
+@register_attention("random-features", config=RandomFeaturesConfig, causal=True,
+                    positive_features=lambda cfg: cfg.feature_map != "trig")
 class RandomFeaturesAttention(LinearKernelAttention):
     """Vanilla random-feature attention: fixed random omegas, a choice of feature map (trig is not positive)."""
 

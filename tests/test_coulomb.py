@@ -222,7 +222,7 @@ def test_coulomb_particles_are_the_learning_phase_parameters_and_seeded():
     a.feature_map.new_feature_map()  # particles are learned, never redrawn
     assert torch.equal(particles, before)
     caps = attention_entry("coulomb").capabilities
-    assert caps.learning_phase and not caps.positive_features
+    assert caps.learning_phase and caps.positive_features  # the default map, porf-softplus, is positive
 
 
 def test_coulomb_default_map_and_option_errors():
