@@ -187,7 +187,8 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
     keep = FINISHED if options.retry_failed else FINISHED + ("failed",)
     todo = [c for c, i in zip(cells, ids) if store.status(i) not in keep]
     timeout = options.cell_timeout if options.cell_timeout is not None else suite.cell_timeout
-    ui = ProgressUI(suite.name, total=len(cells), done=len(cells) - len(todo), enabled=options.show_progress)
+    ui = ProgressUI(suite.name, total=len(cells), done=len(cells) - len(todo), enabled=options.show_progress,
+                    log_path=store.log_path)
     with ui:
         if options.executor == "ray":
             from harness.ray_executor import run_on_ray

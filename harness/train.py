@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.options import option, require
+from harness.progress import epoch_phase
 from harness.tasks.base import Split, TaskData
 
 Progress = Callable[[str, int, int], None]  # (phase, step, total)
@@ -148,8 +149,8 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
                         "seconds": time.perf_counter() - start})
         if cfg.checkpoint == "best-validation" and val_acc > best_acc:
             best_acc, best_epoch, best_state = val_acc, epoch, copy.deepcopy(model.state_dict())
-        if progress is not None:
-            progress("phase B", epoch, cfg.epochs)
+        if progress is not None:  # loss, validation accuracy and seconds: a line per epoch off a terminal
+            progress(epoch_phase(history[-1]), epoch, cfg.epochs)
 
     if cfg.checkpoint == "best-validation" and best_state is not None:
         model.load_state_dict(best_state)
