@@ -33,7 +33,7 @@ TASKS = Registry("task", builtin_modules=["harness.tasks.listops", "harness.task
 class TaskConfig:
     """Options every task has; task families subclass this with their own."""
 
-    seed: int = option(0, "seed of generation and of the label noise")
+    seed: int = option(0, "seed of generation and of the label noise", minimum=0, maximum=2**32 - 1)
     label_noise: float = option(0.0, "fraction of TRAIN labels flipped to another class (seeded)")
 
     def __post_init__(self) -> None:

@@ -30,17 +30,19 @@ DATA_ENV = "ATTNBENCH_DATA_DIR"
 class TextTaskConfig(TaskConfig):
     """Tokenisation and split options shared by every sentence task."""
 
-    max_length: int = option(128, "tokens per row incl. [CLS]/[SEP]; longer texts are truncated")
+    max_length: int = option(128, "tokens per row incl. [CLS]/[SEP]; longer texts are truncated", maximum=65536)
     tokenizer: str = option(LOCAL, "'wordpiece' (trained on the training split, cached), a hub name such as "
                                     "'bert-base-uncased' (needs the network), or a tokenizer.json path")
-    vocab_size: int = option(8000, "vocabulary size of the locally trained WordPiece tokenizer")
+    vocab_size: int = option(8000, "vocabulary size of the locally trained WordPiece tokenizer",
+                             maximum=1_000_000)
     cache_dir: str | None = option(None, "tokenizer cache folder (default $ATTNBENCH_CACHE or ~/.cache/attnbench)")
     data_dir: str | None = option(None, f"folder of local data files (default ${DATA_ENV})")
     max_train_examples: int | None = option(None, "keep this many training rows (seeded sample; None = all)")
     max_eval_examples: int | None = option(None, "keep this many validation and test rows each (None = all)")
     validation_fraction: float = option(0.1, "share of train carved out as validation when it is missing")
     test_fraction: float = option(0.1, "share of train carved out as test when it is missing (text task)")
-    split_seed: int = option(0, "seed of carving and sampling rows (kept fixed across training seeds)")
+    split_seed: int = option(0, "seed of carving and sampling rows (kept fixed across training seeds)", minimum=0,
+                             maximum=2**32 - 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
