@@ -390,6 +390,12 @@ class _Validator:
             instance = config_cls(**checked)
         except (ConfigError, TypeError, ValueError) as err:
             raise self.error(path, f"{what}: {err}") from None
+        check_inputs = getattr(instance, "check_inputs", None)
+        if callable(check_inputs):
+            try:
+                check_inputs()
+            except UserError as err:
+                raise self.error(path, str(err)) from None
         resolved = _copy_jsonable(dataclasses.asdict(instance))
         if path in ("model", "training"):
             self.resolved[path] = resolved

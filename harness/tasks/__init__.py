@@ -39,6 +39,11 @@ class TaskConfig:
     def __post_init__(self) -> None:
         require(0.0 <= self.label_noise <= 1.0, f"label_noise={self.label_noise} must lie in [0, 1]")
 
+    def check_inputs(self) -> None:
+        """Check what can be checked before anything runs (data files, their columns); raise UserError.
+
+        Suite validation calls it; tasks that read files override it (reading headers only)."""
+
 
 def register_task(name: str, *, config: type = TaskConfig,
                   description: str | None = None) -> Callable[[Callable[..., TaskData]], Callable[..., TaskData]]:
