@@ -18,7 +18,8 @@ from harness.registry import AttentionConfig, check_heads, register_attention
 
 @dataclasses.dataclass
 class LinformerConfig(AttentionConfig):
-    projected_length: int = option(256, "k: rows the keys and values are projected to along the sequence")
+    projected_length: int = option(256, "k: rows the keys and values are projected to along the sequence",
+                                   maximum=65536)
     share_heads: bool = option(True, "one E and one F per layer shared by its heads (headwise sharing); False: per head")
 
     def __post_init__(self) -> None:

@@ -244,7 +244,7 @@ def even_segment_means(x: Tensor, num_segments: int) -> Tensor | None:
 
 @dataclasses.dataclass
 class NystromConfig(AttentionConfig):
-    num_landmarks: int = option(64, "landmarks (segment means) per sequence")
+    num_landmarks: int = option(64, "landmarks (segment means) per sequence", maximum=65536)
     pinv_iterations: int = option(6, "iterations of the iterative pseudo-inverse (reference: 6)")
     conv_kernel: int = option(33, "depthwise convolution over V along the sequence as a skip (odd size; 0 = none)")
 

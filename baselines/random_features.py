@@ -289,7 +289,8 @@ class RandomFeatureMap(FeatureMap):
 @dataclasses.dataclass
 class RandomFeaturesConfig(AttentionConfig):
     feature_map: FeatureMapKind = option("favor", "feature map f applied to omega^T x (see PAPER.md)")
-    num_features: int = option(256, "number of random frequencies M per head (trig gives 2M features)")
+    num_features: int = option(256, "number of random frequencies M per head (trig gives 2M features)",
+                                maximum=65536)
     orthogonal: bool = option(True, "orthogonal Gaussian blocks (True) or i.i.d. Gaussian omegas (False)")
     row_norms: RowNorms = option("chi", "row norms of orthogonal blocks: chi (Gaussian-like) or sqrt-d")
     eps: float = option(1e-6, "guard keeping the linear-attention normaliser away from zero")

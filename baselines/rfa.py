@@ -65,7 +65,8 @@ class RfaFeatureMap(FeatureMap):
 
 @dataclasses.dataclass
 class RfaConfig(AttentionConfig):
-    num_features: int = option(64, "random vectors per head (2x as many sin/cos features; reference: 64)")
+    num_features: int = option(64, "random vectors per head (2x as many sin/cos features; reference: 64)",
+                                maximum=65536)
     tau: float = option(1.0, "temperature dividing the random matrices")
     resample: bool = option(True, "draw new random matrices every training forward (evaluation stays fixed)")
     orthogonal: bool = option(True, "orthogonal Gaussian blocks (True) or i.i.d. Gaussian rows (False)")

@@ -128,6 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attnbench: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    except OSError as err:  # e.g. a report folder that cannot be written
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"attnbench: error: {err.strerror or err}{where}; check that the path exists and can be written",
+              file=sys.stderr)
+        return 2
 
 
 def _positive_int(text: str) -> int:
@@ -278,6 +283,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                          filters=tuple(args.filter), cpus_per_cell=args.cpus_per_cell, threads=args.threads,
                          command=shlex.join(["attnbench", *sys.argv[1:]]), show_progress=not args.quiet)
     summary = run_suite(suite, run_dir, options)
+    for note in summary.notes:
+        print(f"note: {note}", file=sys.stderr)
     for name, cid, reason in summary.failures:
         print(f"failed: {name}: {reason}  (attnbench show {cid} --run {run_dir})", file=sys.stderr)
     print(summary.line(suite.name))

@@ -19,13 +19,13 @@ from harness.registry import attention_entry, build_attention
 class ModelConfig:
     """Encoder classifier settings (defaults: the paper's sentence setup)."""
 
-    vocab_size: int = option(30522, "token vocabulary size (set from the task)")
-    num_classes: int = option(2, "number of output classes (set from the task)")
-    max_length: int = option(128, "maximum sequence length (position embeddings)")
-    d_model: int = option(128, "model width")
-    num_layers: int = option(2, "encoder layers")
-    num_heads: int = option(2, "attention heads")
-    ffn_dim: int = option(256, "feed-forward width")
+    vocab_size: int = option(30522, "token vocabulary size (set from the task)", minimum=1, maximum=10_000_000)
+    num_classes: int = option(2, "number of output classes (set from the task)", minimum=1, maximum=1_000_000)
+    max_length: int = option(128, "maximum sequence length (position embeddings)", minimum=1, maximum=1_048_576)
+    d_model: int = option(128, "model width", minimum=1, maximum=65536)
+    num_layers: int = option(2, "encoder layers", minimum=1, maximum=1024)
+    num_heads: int = option(2, "attention heads", minimum=1, maximum=1024)
+    ffn_dim: int = option(256, "feed-forward width", minimum=1, maximum=1_048_576)
     dropout: float = option(0.1, "dropout rate")
     pooling: Literal["mean", "first"] = option("mean", "sequence pooling: mean over real tokens or first token")
     tie_qk: bool = option(True, "share one projection for queries and keys (Q = K, the paper's setting)")

@@ -40,7 +40,7 @@ import yaml
 import harness
 from harness.errors import ConfigError, UserError, closest, unknown_name_message
 from harness.model import ModelConfig
-from harness.options import coerce
+from harness.options import check_option
 from harness.registry import ATTENTIONS, Registry
 from harness.train import TrainConfig
 
@@ -49,6 +49,7 @@ SUITE_KEYS = ("name", "description", "attentions", "tasks", "seeds", "model", "t
 REQUIRED_KEYS = ("name", "description", "seeds", "measurements")
 MODEL_SET_ATTENTION_OPTIONS = ("head_dim", "num_heads", "max_length", "seed")  # filled in by the model
 TASK_SET_MODEL_OPTIONS = ("vocab_size", "num_classes", "max_length", "pad_id", "num_segments")  # from the task
+MAX_SEED = 2**32 - 1  # numpy's seed range
 NO_TASK = {"name": "none", "options": {}}
 NO_ATTENTION = {"name": "none", "label": "none", "options": {}}
 
@@ -82,7 +83,14 @@ def find_suite(name_or_path: str) -> Path:
 def read_yaml(path: Path) -> dict[str, Any]:
     """The raw mapping in a suite file (no validation beyond 'is a YAML mapping')."""
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        _refuse_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), "")
+        data = yaml.safe_load(text)
+    except DuplicateKeyError as err:
+        raise UserError(f"{path}: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: cannot read the suite file ({type(err).__name__}: {err}); "
+                        f"check the path and its permissions") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -90,6 +98,30 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError(f"{path}: a suite must be a YAML mapping with keys {', '.join(REQUIRED_KEYS)}")
     return data
+
+
+class DuplicateKeyError(Exception):
+    """A YAML mapping that gives one key twice (YAML would silently keep the last)."""
+
+
+def _refuse_duplicate_keys(node: yaml.Node | None, path: str) -> None:
+    """Walk a composed YAML document; raise DuplicateKeyError naming the key path of a repeated key."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+            if key is not None and key != "<<":
+                where = _join(path, key)
+                if key in seen:
+                    raise DuplicateKeyError(f"{where}: key {key!r} is given twice (lines {seen[key]} and "
+                                            f"{key_node.start_mark.line + 1}); keep one")
+                seen[key] = key_node.start_mark.line + 1
+                _refuse_duplicate_keys(value_node, where)
+            else:
+                _refuse_duplicate_keys(value_node, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _refuse_duplicate_keys(item, f"{path}[{i}]")
 
 
 def suite_description(path: Path) -> str:
@@ -255,6 +287,9 @@ class _Validator:
         for i, seed in enumerate(seeds):
             if not isinstance(seed, int) or isinstance(seed, bool):
                 raise self.error(f"seeds[{i}]", f"is {seed!r}, expected an integer")
+            if not 0 <= seed <= MAX_SEED:
+                raise self.error(f"seeds[{i}]", f"is {seed}; a seed must be an integer in 0..{MAX_SEED} "
+                                                f"(numpy and the task generators take no negative seeds)")
         if len(set(seeds)) != len(seeds):
             raise self.error("seeds", f"{seeds} repeats a seed; each seed must appear once")
         return list(seeds)
@@ -350,22 +385,28 @@ class _Validator:
         """Check every key and value against a config dataclass; the resolved config as a dict."""
         values = self.mapping(value, path)
         hints = typing.get_type_hints(config_cls)
-        valid = [f.name for f in dataclasses.fields(config_cls)]
+        fields = {f.name: f for f in dataclasses.fields(config_cls)}
         checked = {}
         for key, item in values.items():
-            if key not in valid:
-                hint = closest(str(key), valid)
+            if key not in fields:
+                hint = closest(str(key), list(fields))
                 did_you_mean = f"; did you mean {hint!r}?" if hint else ""
                 raise self.error(_join(path, str(key)),
-                                 f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(valid)}")
+                                 f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(fields)}")
             try:
-                checked[key] = coerce(item, hints[key], repr(key))
+                checked[key] = check_option(fields[key], hints[key], item, repr(key))
             except ConfigError as err:
                 raise self.error(_join(path, str(key)), str(err)) from None
         try:
             instance = config_cls(**checked)
         except (ConfigError, TypeError, ValueError) as err:
             raise self.error(path, f"{what}: {err}") from None
+        check_inputs = getattr(instance, "check_inputs", None)
+        if callable(check_inputs):
+            try:
+                check_inputs()
+            except UserError as err:
+                raise self.error(path, str(err)) from None
         resolved = _copy_jsonable(dataclasses.asdict(instance))
         if path in ("model", "training"):
             self.resolved[path] = resolved

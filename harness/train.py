@@ -30,9 +30,9 @@ class NonFiniteLossError(RuntimeError):
 class TrainConfig:
     """Phase-B optimisation settings (defaults: the paper's, scaled by suites)."""
 
-    epochs: int = option(10, "training epochs (phase B)")
-    batch_size: int = option(64, "training batch size")
-    eval_batch_size: int = option(256, "evaluation batch size")
+    epochs: int = option(10, "training epochs (phase B)", maximum=100_000)
+    batch_size: int = option(64, "training batch size", maximum=1_048_576)
+    eval_batch_size: int = option(256, "evaluation batch size", minimum=1, maximum=1_048_576)
     lr: float = option(2e-4, "AdamW peak learning rate")
     weight_decay: float = option(0.01, "AdamW weight decay")
     warmup_fraction: float = option(0.1, "fraction of steps of linear warm-up before cosine decay")
