@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from harness.measurements import register_measurement
 from harness.measurements.common import attention_runtime, load_cell_task, train_cell_model, train_config
-from harness.metrics import classification_metrics, reliability_bins
+from harness.metrics import classification_metrics, reliability_bins, register_metric
 from harness.model import parameter_counts
 from harness.options import option, require
 from harness.train import Progress, predict_proba
@@ -21,6 +21,13 @@ class AccuracyOptions:
 
     def __post_init__(self) -> None:
         require(self.n_bins >= 1, f"n_bins={self.n_bins} must be at least 1")
+
+
+for _name, _direction, _text in (("train_seconds", "min", "wall time of training (phase A and B)"),
+                                 ("phase_a_seconds", "min", "wall time of phase A"),
+                                 ("params_total", None, "parameters of the model"),
+                                 ("params_attention", None, "parameters of the attention layers")):
+    register_metric(_name, _direction, _text)
 
 
 @register_measurement("accuracy", config=AccuracyOptions)
