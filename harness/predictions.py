@@ -4,7 +4,7 @@ Layout (JSON-able): {"encoding": "float16-le-base64", "rows": N, "classes": C, "
 (N, C) probabilities as little-endian float16 (row-major), "predicted": base64 of the (N,) arg-max
 classes of the full-precision probabilities as little-endian uint16, "labels": the same for the labels}.
 float16 keeps about 3 significant digits of every probability (so NLL per example to ~1e-3) at
-2 bytes a value: about 8 KB for 1,066 binary rows.
+2 bytes a value: about 8.5 KB for 1,066 binary rows.
 """
 from __future__ import annotations
 
@@ -43,9 +43,15 @@ def encode_predictions(probs: Any, labels: Any) -> dict[str, Any]:
         raise ValueError(f"expected probs (N, C) and labels (N,), got shapes {p.shape} and {y.shape}")
     if p.shape[1] > np.iinfo(np.uint16).max:
         raise ValueError(f"{p.shape[1]} classes are more than the uint16 encoding holds")
+    index = _index_dtype(p.shape[1])
     return {"encoding": ENCODING, "rows": int(p.shape[0]), "classes": int(p.shape[1]),
-            "probs": _b64(p.astype("<f2")), "predicted": _b64(p.argmax(axis=1).astype("<u2")),
-            "labels": _b64(y.astype("<u2"))}
+            "probs": _b64(p.astype("<f2")), "predicted": _b64(p.argmax(axis=1).astype(index)),
+            "labels": _b64(y.astype(index))}
+
+
+def _index_dtype(num_classes: int) -> str:
+    """One byte per class index up to 256 classes, else two."""
+    return "<u1" if num_classes <= 256 else "<u2"
 
 
 def decode_predictions(stored: dict[str, Any]) -> Predictions:
@@ -61,4 +67,5 @@ def decode_predictions(stored: dict[str, Any]) -> Predictions:
         return values
 
     probs = array("probs", "<f2", n * c).astype(np.float64).reshape(n, c)
-    return Predictions(probs, array("predicted", "<u2", n).astype(np.int64), array("labels", "<u2", n).astype(np.int64))
+    index = _index_dtype(c)
+    return Predictions(probs, array("predicted", index, n).astype(np.int64), array("labels", index, n).astype(np.int64))
