@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -19,19 +20,14 @@ import numpy as np
 
 from harness.metrics import NLL_CLIP
 from harness.predictions import Predictions
-from harness.report.stats import t_quantile_975
+from harness.report.stats import summarize
 
 ResampledMetric = Callable[[Predictions, np.ndarray], np.ndarray]  # (predictions, weights (B, N)) -> (B,)
 
 
 def mean_difference_interval(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
-    """Mean of a_s - b_s over seeds s, and its 95% t-interval (NaN with fewer than 2 seeds)."""
-    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    out = {"n": len(d), "mean": float(d.mean()) if len(d) else math.nan, "ci_low": math.nan, "ci_high": math.nan}
-    if len(d) >= 2:
-        half = t_quantile_975(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
-        out["ci_low"], out["ci_high"] = out["mean"] - half, out["mean"] + half
-    return out
+    """Mean of a_s - b_s over seeds s (also std, n), and its 95% t-interval (NaN with fewer than 2 seeds)."""
+    return summarize(np.asarray(a, dtype=float) - np.asarray(b, dtype=float), interval_from=2)
 
 
 def mcnemar_exact(correct_a: np.ndarray, correct_b: np.ndarray) -> float:
@@ -112,13 +108,15 @@ def paired_bootstrap_p(a: Predictions, b: Predictions, metric: ResampledMetric, 
     return (1 + extreme) / (1 + resamples)
 
 
-def per_example_p(metric: str, a: Predictions, b: Predictions, *, resamples: int = 2000, seed: int = 0) -> float:
+def per_example_p(metric: str, a: Predictions, b: Predictions, *, resamples: int = 2000, seed: int = 0,
+                  n_bins: int = 15) -> float:
     """The per-seed test: exact McNemar for accuracy, the paired bootstrap for every other metric."""
     if metric == "accuracy":
         if not np.array_equal(a.labels, b.labels):
             raise ValueError("the two models were scored on different test rows (their stored labels differ)")
         return mcnemar_exact(a.correct, b.correct)
-    return paired_bootstrap_p(a, b, RESAMPLED[metric], resamples=resamples, seed=seed)
+    resampled = functools.partial(resampled_ece, n_bins=n_bins) if metric == "ece" else RESAMPLED[metric]
+    return paired_bootstrap_p(a, b, resampled, resamples=resamples, seed=seed)
 
 
 def combine_p_values(p_values: Sequence[float]) -> float:

@@ -216,7 +216,7 @@ def paired_table(results: Results) -> Table | None:
              "paired / this: the median over pairs of the paired attention's time / this one's (> 1: this one is "
              "faster), with its quartiles; the times are the medians of each attention's calls in those pairs. "
              "Mean over seeds."]
-    return Table("paired", "Paired timing", data, text, best, notes, key_columns=6 if many_runs else 5)
+    return Table("paired_timing", "Paired timing", data, text, best, notes, key_columns=6 if many_runs else 5)
 
 
 def fidelity_table(results: Results) -> Table | None:

@@ -40,8 +40,10 @@ def t_quantile_975(df: int) -> float:
     return (lo + hi) / 2
 
 
-def summarize(values: Iterable[float]) -> dict[str, float]:
-    """mean, sample std (ddof=1; NaN for one value), n, and the 95% t-interval (NaN unless n >= 3)."""
+def summarize(values: Iterable[float], interval_from: int = 3) -> dict[str, float]:
+    """mean, sample std (ddof=1; NaN for one value), n, and the 95% t-interval (NaN unless n >= interval_from).
+
+    The tables of means show intervals from 3 seeds; paired and published comparisons from 2."""
     x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
     n = len(x)
     out = {"mean": float("nan"), "std": float("nan"), "n": n, "ci_low": float("nan"), "ci_high": float("nan")}
@@ -50,7 +52,7 @@ def summarize(values: Iterable[float]) -> dict[str, float]:
     out["mean"] = float(x.mean())
     if n >= 2:
         out["std"] = float(x.std(ddof=1))
-    if n >= 3:
+    if n >= max(2, interval_from):
         half = t_quantile_975(n - 1) * out["std"] / math.sqrt(n)
         out["ci_low"], out["ci_high"] = out["mean"] - half, out["mean"] + half
     return out
