@@ -21,15 +21,16 @@ from harness.report.table import DASH, Table, fmt
 
 PAIRED_METRICS = ("accuracy", "macro_f1", "nll", "ece")
 RESAMPLES = 2000
+ALPHA = 0.05
 
 
 def resolve_pairs(comparisons: list[Any] | None, labels: list[str]) -> list[tuple[str, str]]:
-    """The suite's pairs ('default' expanded) that have both labels among `labels`, each once, in order."""
+    """The suite's pairs ('default' expanded) that have both labels among `labels`, each once (either way round)."""
     present = set(labels)
     out: list[tuple[str, str]] = []
     for item in comparisons if comparisons else ["default"]:
         for a, b in default_pairs(labels) if item == "default" else [tuple(item)]:
-            if a in present and b in present and (a, b) not in out:
+            if a in present and b in present and (a, b) not in out and (b, a) not in out:
                 out.append((a, b))
     return out
 
@@ -40,16 +41,19 @@ def _raw_label(label: str, run: RunInfo) -> str:
     return label[: -len(suffix)] if label.endswith(suffix) else label
 
 
-def verdict(interval: dict[str, float], direction: str | None) -> str:
-    """'no detectable difference' where the interval holds 0, else which side is better."""
+def verdict(interval: dict[str, float], direction: str | None, p_value: float) -> str:
+    """'no detectable difference' where the interval holds 0, else which side is better (and whether the
+    per-example test agrees: a gap steady across seeds may still be within the test set's sampling noise)."""
     if not (math.isfinite(interval["ci_low"]) and math.isfinite(interval["ci_high"])):
         return "one seed: no interval"
     if interval["ci_low"] <= 0.0 <= interval["ci_high"]:
         return "no detectable difference"
     a_higher = interval["mean"] > 0
-    if direction is None:
-        return "a higher" if a_higher else "b higher"
-    return "a better" if a_higher == (direction == "max") else "b better"
+    side = ("a higher" if a_higher else "b higher") if direction is None else (
+        "a better" if a_higher == (direction == "max") else "b better")
+    if math.isfinite(p_value) and p_value >= ALPHA:
+        return f"{side} across seeds, not across examples (p ≥ {ALPHA})"
+    return side
 
 
 class _PredictionCache:
@@ -92,11 +96,12 @@ def _pair_rows(run: RunInfo, part: pd.DataFrame, task: str, a: str, b: str,
                                if pa is not None and pb is not None else math.nan)
             except ValueError:  # scored on different rows: no per-example test
                 p_seeds.append(math.nan)
+        p_value = combine_p_values(p_seeds)
         rows.append({"run": run.tag, "task": task, "a": a, "b": b, "metric": metric, "seeds": len(have),
                      "mean_diff": interval["mean"], "std_diff": interval["std"], "ci_low": interval["ci_low"],
-                     "ci_high": interval["ci_high"], "p_value": combine_p_values(p_seeds),
+                     "ci_high": interval["ci_high"], "p_value": p_value,
                      "p_per_seed": " ".join(f"{p:.3g}" for p in p_seeds),
-                     "verdict": verdict(interval, metric_direction(metric))})
+                     "verdict": verdict(interval, metric_direction(metric), p_value)})
     return rows
 
 
@@ -124,11 +129,12 @@ def paired_comparison_table(results: Results) -> Table | None:
         "p (examples)": fmt(r.p_value) if math.isfinite(r.p_value) else DASH, "p per seed": r.p_per_seed or DASH,
         "verdict": r.verdict} for r in data.itertuples()])
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
-    best["verdict"] = [v in ("a better", "b better") for v in data["verdict"]]
+    best["verdict"] = [v in ("a better", "b better", "a higher", "b higher") for v in data["verdict"]]
     notes = ["a − b: mean over the seeds both have of the per-seed difference of the test metric, with its 95% "
              "Student-t interval (from 2 seeds); 'no detectable difference' where the interval holds 0, else the "
              "better side (direction as each metric declares; for NLL and ECE lower is better). It measures the gap "
-             "against the spread from training seeds.",
+             "against the spread from training seeds; where that excludes 0 but p (examples) ≥ 0.05, the verdict "
+             "says so (a gap steady across seeds, within the sampling noise of the test set).",
              f"p (examples): per seed, a test over the test examples of the same gap, exact McNemar for accuracy and "
              f"a paired bootstrap ({RESAMPLES} resamples, both models scored on the same resampled rows, shifted to "
              "the null) for macro-F1, NLL and ECE; combined across seeds as min(1, 2 × mean of the per-seed "

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from harness.metrics import metric_direction
-from harness.report.table import Table, fmt, fmt_summary
+from harness.report.table import Table, fmt
 from harness.report.stats import summarize
 
 
@@ -85,9 +85,8 @@ def sweep_table(summary: pd.DataFrame | None) -> Table | None:
         text_rows.append(({"run": run} if many_runs else {}) | {
             "task": task, "label": label, "trials (complete)": f"{len(part)} ({data[-1]['complete_trials']})",
             "chosen": ", ".join(f"{k}={fmt(v) if isinstance(v, float) else v}" for k, v in values.items()) or "—",
-            f"validation {row['metric']}": fmt_summary({"mean": data[-1]["validation_mean"],
-                                                        "std": data[-1]["validation_std"], "n": int(row["seeds_ok"]),
-                                                        "ci_low": math.nan, "ci_high": math.nan}),
+            f"validation {row['metric']}": fmt(data[-1]["validation_mean"])
+            + (f" ± {fmt(data[-1]['validation_std'])}" if math.isfinite(data[-1]["validation_std"]) else ""),
             "runner-up": _runner_up(part)})
     text = pd.DataFrame(text_rows)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
