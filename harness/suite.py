@@ -18,6 +18,7 @@ measurement). Schema (top-level keys):
     measurements: [accuracy, {name: efficiency, options: {...}}]   # required
     cell_timeout: 600                # optional seconds per cell (CLI --cell-timeout overrides)
     exclude: ["qqp/linformer*"]      # optional glob patterns over cell names to leave out
+    references / comparisons / published / sweep   # optional, see harness.suite_keys
 
 Measurements declare what they depend on with class attributes of their options dataclass
 (`uses_task`, `uses_seed`, `uses_attention`, all True unless set to False, as typing.ClassVar):
@@ -42,10 +43,11 @@ from harness.errors import ConfigError, UserError, closest, unknown_name_message
 from harness.model import ModelConfig
 from harness.options import check_option
 from harness.registry import ATTENTIONS, Registry
+from harness.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
 from harness.train import TrainConfig
 
 SUITE_KEYS = ("name", "description", "attentions", "tasks", "seeds", "model", "training",
-              "measurements", "cell_timeout", "exclude")
+              "measurements", "cell_timeout", "exclude", *COMPARISON_KEYS)
 REQUIRED_KEYS = ("name", "description", "seeds", "measurements")
 MODEL_SET_ATTENTION_OPTIONS = ("head_dim", "num_heads", "max_length", "seed")  # filled in by the model
 TASK_SET_MODEL_OPTIONS = ("vocab_size", "num_classes", "max_length", "pad_id", "num_segments")  # from the task
@@ -151,13 +153,15 @@ class Suite:
     task_free: frozenset[str]  # measurement names that do not use a task
     seed_free: frozenset[str]  # measurement names that do not use a seed
     attention_free: frozenset[str]  # measurement names that do not use an attention
+    comparison_keys: dict[str, Any] = dataclasses.field(default_factory=dict)  # harness.suite_keys
 
     def as_dict(self) -> dict[str, Any]:
         """The normalised suite (JSON-able), as stored in run.json."""
         return {"name": self.name, "description": self.description, "path": str(self.path),
                 "attentions": self.attentions, "tasks": self.tasks, "seeds": self.seeds,
                 "model": self.model, "training": self.training, "measurements": self.measurements,
-                "cell_timeout": self.cell_timeout, "exclude": self.exclude, "resolved": self.resolved}
+                "cell_timeout": self.cell_timeout, "exclude": self.exclude, "resolved": self.resolved,
+                **self.comparison_keys}
 
     def cells(self) -> list[dict[str, Any]]:
         """Every cell of the suite, in a stable order (measurement, task, attention, seed)."""
@@ -167,22 +171,23 @@ class Suite:
             seeds = self.seeds[:1] if measurement["name"] in self.seed_free else self.seeds
             attentions = [NO_ATTENTION] if measurement["name"] in self.attention_free else self.attentions
             for task in tasks:
-                for attention in attentions:
+                for attention in attentions + reference_entries(self.comparison_keys, measurement["name"], task):
                     for seed in seeds:
                         spec = {k: v for k, v in attention.items() if k != "model"}
                         model = {**self.model, **attention.get("model", {})}
                         cell = {"suite": self.name, "task": _copy(task), "attention": _copy(spec),
                                 "seed": seed, "model": _copy(model), "training": _copy(self.training),
                                 "measurement": _copy(measurement)}
-                        if not any(fnmatch.fnmatchcase(cell_name(cell), p) for p in self.exclude):
-                            cells.append(cell)
+                        cells += [c for c in sweep_trials(cell, self.comparison_keys)
+                                  if not any(fnmatch.fnmatchcase(cell_name(c), p) for p in self.exclude)]
         return cells
 
 
 def cell_name(cell: dict[str, Any]) -> str:
-    """Readable cell name 'task/label/s<seed>/measurement', matched by --filter and `exclude`; the task part is the
-    task's label where it has one."""
-    return f"{task_label(cell['task'])}/{cell['attention']['label']}/s{cell['seed']}/{cell['measurement']['name']}"
+    """Readable cell name 'task/label/s<seed>/measurement' (+ '/t<trial>' in a sweep), matched by --filter and
+    `exclude`; the task part is the task's label where it has one."""
+    name = f"{task_label(cell['task'])}/{cell['attention']['label']}/s{cell['seed']}/{cell['measurement']['name']}"
+    return name + (f"/t{cell['sweep']['trial']}" if "sweep" in cell else "")
 
 
 def task_label(task: dict[str, Any]) -> str:
@@ -249,6 +254,8 @@ class _Validator:
             exclude=[self.string(p, f"exclude[{i}]") for i, p in enumerate(self.list(raw.get("exclude", []), "exclude"))],
             resolved=self.resolved, task_free=task_free, seed_free=independent["uses_seed"],
             attention_free=independent["uses_attention"])
+        suite.comparison_keys = validate_comparison_keys(raw, self, [a["label"] for a in suite.attentions],
+                                                         [t["name"] for t in suite.tasks])
         if not suite.cells():
             raise self.error("exclude", "the exclude patterns leave no cells to run")
         return suite

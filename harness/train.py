@@ -37,8 +37,9 @@ class TrainConfig:
     weight_decay: float = option(0.01, "AdamW weight decay")
     warmup_fraction: float = option(0.1, "fraction of steps of linear warm-up before cosine decay")
     grad_clip: float = option(1.0, "gradient-norm clip (0 = off)")
-    checkpoint: Literal["best-validation", "last"] = option(
-        "best-validation", "which checkpoint is evaluated: best validation accuracy, or the last epoch")
+    checkpoint: Literal["best-validation", "best-validation-nll", "last"] = option(
+        "best-validation", "which checkpoint is evaluated: best validation accuracy, lowest validation NLL, "
+                           "or the last epoch")
     max_train_examples: int | None = option(None, "use only the first N training rows (None = all)")
     phase_a: dict = option({}, "options of the learning phase (phase A) for attentions that have one")
 
@@ -89,6 +90,11 @@ def _accuracy(probs: Tensor, labels: Tensor) -> float:
     return float((probs.argmax(dim=1) == labels).float().mean())
 
 
+def _nll(probs: Tensor, labels: Tensor) -> float:
+    """Mean negative log-probability of the true class, clipped at 1e-15 like harness.metrics.log_loss."""
+    return float(-probs[torch.arange(len(labels)), labels].clamp_min(1e-15).log().mean())
+
+
 def learning_phase_parameters(model: nn.Module) -> list[nn.Parameter]:
     """Parameters only phase A may move (e.g. Coulomb particles), gathered from the attention modules."""
     params: list[nn.Parameter] = []
@@ -126,7 +132,7 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, total, warmup))
     generator = torch.Generator().manual_seed(seed)
     history: list[dict[str, float]] = []
-    best_state, best_acc, best_epoch = None, -1.0, 0
+    best_state, best_score, best_epoch = None, -math.inf, 0
 
     for epoch in range(1, cfg.epochs + 1):
         model.train()
@@ -145,16 +151,18 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
             losses.append(loss.item())
         val_probs = predict_proba(model, task["validation"], cfg.eval_batch_size, device)
         val_acc = _accuracy(val_probs, task["validation"].labels)
+        val_nll = _nll(val_probs, task["validation"].labels)
         history.append({"epoch": epoch, "train_loss": sum(losses) / len(losses), "val_accuracy": val_acc,
-                        "seconds": time.perf_counter() - start})
-        if cfg.checkpoint == "best-validation" and val_acc > best_acc:
-            best_acc, best_epoch, best_state = val_acc, epoch, copy.deepcopy(model.state_dict())
+                        "val_nll": val_nll, "seconds": time.perf_counter() - start})
+        score = -val_nll if cfg.checkpoint == "best-validation-nll" else val_acc
+        if cfg.checkpoint != "last" and score > best_score:
+            best_score, best_epoch, best_state = score, epoch, copy.deepcopy(model.state_dict())
         if progress is not None:  # loss, validation accuracy and seconds: a line per epoch off a terminal
             progress(epoch_phase(history[-1]), epoch, cfg.epochs)
 
-    if cfg.checkpoint == "best-validation" and best_state is not None:
+    if cfg.checkpoint != "last" and best_state is not None:
         model.load_state_dict(best_state)
-        label = f"best-validation (epoch {best_epoch})"
+        label = f"{cfg.checkpoint} (epoch {best_epoch})"
     else:
         best_epoch = cfg.epochs
         label = f"last (epoch {cfg.epochs})"

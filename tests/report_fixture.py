@@ -28,11 +28,14 @@ def provenance(seed: int, device: str = "cpu") -> dict[str, Any]:
 def write_cell(run_dir: Path, *, label: str, attention: str | None = None, task: str = "sst2",
                measurement: str = "accuracy", seed: int = 0, status: str = "ok", reason: str | None = None,
                metrics: dict[str, float] | None = None, details: dict[str, Any] | None = None,
-               task_options: dict[str, Any] | None = None, suite: str = "smoke", device: str = "cpu") -> Path:
-    """Write one cell result file RUN_DIR/cells/<cell_id>.json and return its path."""
+               task_options: dict[str, Any] | None = None, suite: str = "smoke", device: str = "cpu",
+               sweep: dict[str, Any] | None = None) -> Path:
+    """Write one cell result file RUN_DIR/cells/<cell_id>.json and return its path (`sweep`: the cell's trial)."""
     cell = {"suite": suite, "task": {"name": task, "options": task_options or {}},
             "attention": {"name": attention or LABELS.get(label, label), "label": label, "options": {}},
             "seed": seed, "model": {}, "training": {}, "measurement": {"name": measurement, "options": {}}}
+    if sweep is not None:
+        cell["sweep"] = sweep
     cell_id = hashlib.sha256(json.dumps(cell, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
     result = {"schema": 1, "cell_id": cell_id, "cell": cell, "label": label, "status": status,
               "reason": reason, "error": "Traceback ...\nRuntimeError: boom" if status == "failed" else None,

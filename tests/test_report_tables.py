@@ -129,7 +129,7 @@ def test_paired_table_lists_the_alternated_timings(tmp_path: Path) -> None:
     write_cell(tmp_path, label="plain", attention="softmax", task="none", measurement="efficiency",
                details={"rows": [{k: v for k, v in row.items() if not k.startswith("paired")}]})
     tables = {t.name: t for t in all_tables(load_runs([tmp_path]))}
-    text = tables["paired"].text
+    text = tables["paired_timing"].text
     assert list(text["label"]) == ["ours"] and list(text["paired with"]) == ["theirs"]
     assert text["paired / this (q25–q75)"].iloc[0] == "2.40 (2.20–2.60)"
 

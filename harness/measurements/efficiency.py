@@ -25,6 +25,7 @@ import torch
 
 from harness.errors import ConfigError, UserError
 from harness.measurements import register_measurement
+from harness.metrics import register_metric
 from harness.measurements.common import attention_label
 from harness.measurements.cost import point_cost
 from harness.options import option, require
@@ -319,6 +320,15 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, float]:
         if r.get("paired_ratio") is not None:
             metrics[f"{r['mode']}_paired_ratio@{at}"] = r["paired_ratio"]
     return metrics
+
+
+for _pattern, _direction, _text in (
+        ("*_ms@*", "min", "median time of one call in milliseconds"),
+        ("*_tokens_per_s@*", "max", "tokens processed per second"),
+        ("*_peak_mem_bytes@*", "min", "peak memory of one call in bytes"),
+        ("*_roofline_fraction@*", "max", "roofline bound / measured time"),
+        ("*_paired_ratio@*", "max", "median over alternated pairs of the paired attention's time / this one's")):
+    register_metric(_pattern, _direction, _text)
 
 
 @register_measurement("efficiency", config=EfficiencyOptions)

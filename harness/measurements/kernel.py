@@ -11,7 +11,14 @@ from typing import Any
 
 from harness.kernel_experiment import KernelExperimentConfig, run_kernel_experiment, summarise
 from harness.measurements import register_measurement
+from harness.metrics import register_metric
 from harness.train import Progress
+
+
+for _pattern, _direction, _text in (("*/accuracy", "max", "test accuracy of one kernel method, mean over noise levels"),
+                                    ("*/f1", "max", "test F1 of one kernel method, mean over noise levels"),
+                                    ("*/seconds", "min", "wall time of one kernel method")):
+    register_metric(_pattern, _direction, _text)
 
 
 @register_measurement("kernel", config=KernelExperimentConfig)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report.load import Results, detail_rows, metric_frame
-from harness.report.stats import summarize
+from harness.report.stats import metric_direction, summarize
 from harness.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary, group_keys
 
 MIB = 2.0 ** 20
@@ -64,7 +64,7 @@ def _level_table(results: Results, rows: pd.DataFrame, name: str, title: str, pr
         text_rows.append(text)
         numeric.append(num)
     text, numeric = pd.DataFrame(text_rows), pd.DataFrame(numeric)
-    directions = {c: ("min" if c.startswith("ece") else "max") for c in numeric}
+    directions = {c: metric_direction("ece" if c.startswith("ece") else "accuracy") for c in numeric}
     groups = group_keys(text, ["task", "perturbation"])
     best = best_mask(numeric, directions, groups).reindex(columns=text.columns, fill_value=False)
     return Table(name, title, pd.DataFrame(data), text, best, notes, key_columns=3)
@@ -216,7 +216,7 @@ def paired_table(results: Results) -> Table | None:
              "paired / this: the median over pairs of the paired attention's time / this one's (> 1: this one is "
              "faster), with its quartiles; the times are the medians of each attention's calls in those pairs. "
              "Mean over seeds."]
-    return Table("paired", "Paired timing", data, text, best, notes, key_columns=6 if many_runs else 5)
+    return Table("paired_timing", "Paired timing", data, text, best, notes, key_columns=6 if many_runs else 5)
 
 
 def fidelity_table(results: Results) -> Table | None:
