@@ -183,6 +183,15 @@ def project_to_ball(omega: Tensor, radius: float) -> Tensor:
     return omega * (radius / norms).clamp(max=1.0)
 
 
+def _drift_and_noise(omega: Tensor, grad: Tensor, step: float, beta: float,
+                     generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """step * grad and sqrt(2 step / beta) xi (zeros for beta = inf), xi drawn on the CPU from `generator`."""
+    if not math.isfinite(beta):
+        return step * grad, torch.zeros_like(omega)
+    xi = torch.randn(omega.shape, generator=generator, dtype=omega.dtype).to(omega.device)
+    return step * grad, math.sqrt(2 * step / beta) * xi
+
+
 def langevin_step(omega: Tensor, grad: Tensor, step: float, beta: float, radius: float,
                   generator: torch.Generator | None = None) -> Tensor:
     """One projected Langevin update P(omega - step * grad + sqrt(2 step / beta) xi): (..., M, d) -> same.
@@ -191,7 +200,8 @@ def langevin_step(omega: Tensor, grad: Tensor, step: float, beta: float, radius:
     plain projected gradient descent. xi is drawn on the CPU from `generator`, so runs repeat exactly
     on any device.
     """
-    return langevin_move(omega, grad, step, beta, radius, generator)[0]
+    drift, noise = _drift_and_noise(omega, grad, step, beta, generator)
+    return project_to_ball(omega - drift + noise, radius)
 
 
 def langevin_move(omega: Tensor, grad: Tensor, step: float, beta: float, radius: float,
@@ -199,20 +209,15 @@ def langevin_move(omega: Tensor, grad: Tensor, step: float, beta: float, radius:
     """`langevin_step` with what shows whether it is a walk: omega (S, M, d) -> new (S, M, d) and, per system (S,),
     the median over particles of |drift| = |step grad| and |noise| = |sqrt(2 step / beta) xi|, the mean particle
     norm before and after the projection, and the fraction of particles the projection moved."""
-    drift = step * grad
-    new = omega - drift
-    noise = torch.zeros_like(omega)
-    if math.isfinite(beta):
-        noise = math.sqrt(2 * step / beta) * torch.randn(omega.shape, generator=generator,
-                                                          dtype=omega.dtype).to(omega.device)
-        new = new + noise
+    drift, noise = _drift_and_noise(omega, grad, step, beta, generator)
+    new = omega - drift + noise
     projected = project_to_ball(new, radius)
     norms = new.norm(dim=-1)
-    stats = {"drift": drift.norm(dim=-1).flatten(1).median(dim=1).values,
-             "noise": noise.norm(dim=-1).flatten(1).median(dim=1).values,
-             "norm_before_projection": norms.flatten(1).mean(dim=1),
-             "norm_after_projection": projected.norm(dim=-1).flatten(1).mean(dim=1),
-             "projected_fraction": (norms > radius).flatten(1).double().mean(dim=1)}
+    stats = {"drift": drift.norm(dim=-1).median(dim=-1).values,
+             "noise": noise.norm(dim=-1).median(dim=-1).values,
+             "norm_before_projection": norms.mean(dim=-1),
+             "norm_after_projection": projected.norm(dim=-1).mean(dim=-1),
+             "projected_fraction": (norms > radius).double().mean(dim=-1)}
     return projected, stats
 
 
