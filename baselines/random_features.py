@@ -57,6 +57,7 @@ FEATURE_MAPS: tuple[str, ...] = FeatureMapKind.__args__
 RowNorms = Literal["chi", "sqrt-d"]
 FormName = Literal["paper", "scaled"]
 FAVOR_EPS = 1e-6
+CAUSAL_FAVOR_CAP = 80.0  # causal paper favor: largest key exponent above the first key's (exp(88) overflows float32)
 TEMPERED = ("elu", "softplus", "porf-softplus", "sigmoid2", "softmaxfeat")  # maps whose u the paper divides by tau
 # elementwise operations per projection u = omega^T x (cost accounting, one FLOP each): favor max, subtract, exp;
 # elu clamp, exp, relu, add; softmaxfeat max, subtract, exp, sum, divide; trig sin, cos
@@ -209,14 +210,16 @@ def trig_features(x: Tensor, weights: Tensor, out: Tensor | None = None) -> Tens
 
 def _favor_chunk(x: Tensor, weights: Tensor, scale: float, is_query: bool,
                  key_padding_mask: Tensor | None, out: Tensor | None = None, norm_coef: float | None = None,
-                 eps: float = FAVOR_EPS) -> FeatureChunk:
+                 eps: float = FAVOR_EPS, causal: bool = False) -> FeatureChunk:
     """favor features of a block, phi = scale (exp(u - |x'|^2/2 - max) + eps), u = omega x', x' = alpha x
     (alpha folded into `weights`; `norm_coef` = alpha^2 / 2, default d^{-1/4}'s), factored as values exp(u - m_i)
     (m_i the row's largest u, so every value is in (0, 1]) times row weights.
 
     A query's max is over its own row, where |x'|^2/2 is a constant: its values are the features, no row
     weight. A key's row weight is exp(m_i - |x'_i|^2/2 - L), L the block's largest exponent (its log-scale,
-    over real positions; padding gets weight 0), so that values * weight = exp(u - |x'|^2/2 - L).
+    over real positions; padding gets weight 0), so that values * weight = exp(u - |x'|^2/2 - L). `causal`: L is
+    the first real key's exponent instead, which every query with a real key sees, so no later key moves an
+    earlier output (the exponent above it is capped at CAUSAL_FAVOR_CAP against overflow).
     """
     u = project(x, weights, out)
     row_max = u.detach().amax(dim=-1, keepdim=True)  # (B, H, C, 1)
@@ -227,6 +230,12 @@ def _favor_chunk(x: Tensor, weights: Tensor, scale: float, is_query: bool,
     row_log = row_max - (x * x).sum(dim=-1, keepdim=True) * norm_coef  # m_i - |x'_i|^2 / 2
     if key_padding_mask is not None:
         row_log = row_log.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
+    if causal:
+        first = key_padding_mask.to(torch.uint8).argmax(dim=1) if key_padding_mask is not None else x.new_zeros(
+            x.shape[0], dtype=torch.long)  # (B,): the first real position (0 without a mask)
+        anchor = row_log.detach().gather(2, first[:, None, None, None].expand(-1, x.shape[1], 1, 1))
+        anchor = anchor.masked_fill(anchor == -math.inf, 0.0)
+        return FeatureChunk(values, scale, eps, None, torch.exp((row_log - anchor).clamp_max(CAUSAL_FAVOR_CAP)))
     log_scale = row_log.detach().amax(dim=-2, keepdim=True)  # (B, H, 1, 1): -inf for a block without real keys
     row_weights = torch.exp(row_log - log_scale.masked_fill(log_scale == -math.inf, 0.0))
     return FeatureChunk(values, scale, eps, log_scale, row_weights)
@@ -364,16 +373,17 @@ class RandomFeatureMap(FeatureMap):
                             self.omega, key=(batch, heads, d, x.dtype))
 
     def native_spec(self, x: Tensor) -> NativeSpec | None:
-        """Where the fused kernels compute this form exactly: favor in both forms, elu and trig in the scaled form
+        """Where the fused kernels compute this form exactly: favor in both forms, trig, elu in the scaled form
         (omega^T alpha as (H or 1, d, M), the map's scale, eps and |x'|^2 / 2); None (the PyTorch path) otherwise."""
         per_head(self.omega, x.shape[1])  # one error for a head count the omegas cannot serve, on every path
-        if self.kind not in (("favor",) if self.form.paper else ("favor", "elu", "trig")):
+        paper = self.form.paper and self.kind != "trig"  # trig has one form
+        if self.kind not in (("favor",) if paper else ("favor", "elu", "trig")):
             return None
         d, m = x.shape[-1], self.omega.shape[-2]
         alpha = self.form.input_scale(self.kind, d)
         weights = self.derived("native", lambda: projection_weights(self.omega, 1, alpha, x.dtype).contiguous(),
                                self.omega, key=(d, x.dtype))
-        if self.form.paper:
+        if paper:
             return NativeSpec("favor", weights, m ** -0.5, 0.0, 0.5)
         favor = self.kind == "favor"
         return NativeSpec(self.kind, weights, m ** -0.5, FAVOR_EPS if favor else 0.0, d ** -0.5 / 2 if favor else 0.0)
@@ -387,6 +397,12 @@ class RandomFeatureMap(FeatureMap):
                              weights=self._weights(x), form=self.form, phase=self.phase)
 
     def forward_keys(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """Materialised key features (the causal form). The paper's favor stabilises its keys by the first real
+        key's exponent rather than the sequence's largest, which later keys would move (without the scaled form's
+        eps and d^{-1/4} that leak is not small)."""
+        if self.form.paper and self.kind == "favor":
+            return _favor_chunk(x, self._weights(x), self.omega.shape[-2] ** -0.5, False, key_padding_mask,
+                                norm_coef=0.5, eps=0.0, causal=True).materialise()
         return self.key_chunk(x, key_padding_mask).materialise()
 
     def cost(self, n: int, d: int) -> dict[str, float]:
@@ -410,11 +426,13 @@ class RandomFeaturesConfig(AttentionConfig):
         None, "orthogonal Gaussian blocks (True) or i.i.d. Gaussian omegas (False); None: the form's own "
         "(paper: i.i.d. except porf-softplus; scaled: orthogonal)")
     row_norms: RowNorms = option("chi", "row norms of orthogonal blocks: chi (Gaussian-like) or sqrt-d")
-    eps: float = option(1e-6, "guard keeping the linear-attention normaliser away from zero")
+    eps: float | None = option(
+        None, "guard keeping the linear-attention normaliser away from zero; None: 1e-6, or 1e-30 for the paper's "
+        "favor, whose features carry an arbitrary stabilising scale that a guard of 1e-6 would swamp")
 
     def __post_init__(self) -> None:
         require(self.num_features >= 1, f"num_features={self.num_features} must be at least 1")
-        require(self.eps > 0, f"eps={self.eps} must be positive")
+        require(self.eps is None or self.eps > 0, f"eps={self.eps} must be positive")
         require(self.temperature > 0, f"temperature={self.temperature} must be positive")
         require(self.floor > 0, f"floor={self.floor} must be positive")
         require(self.orthogonal is not False or self.feature_map != "porf-softplus",
@@ -425,6 +443,12 @@ class RandomFeaturesConfig(AttentionConfig):
         if self.form == "scaled":
             return SCALED
         return MapForm(True, self.temperature, self.floor, self.elu_bias)
+
+    def guard(self) -> float:
+        """The normaliser guard: `eps`, else the form's default."""
+        if self.eps is not None:
+            return self.eps
+        return 1e-30 if self.form == "paper" and self.feature_map == "favor" else 1e-6
 
     def orthogonal_omegas(self) -> bool:
         """Whether the omegas are drawn in orthogonal blocks (`orthogonal`, else the form's default)."""
@@ -443,5 +467,5 @@ class RandomFeaturesAttention(LinearKernelAttention):
         super().__init__(self.feature_map_class(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.feature_map,
                                                 cfg.seed, orthogonal=cfg.orthogonal_omegas(), scaling=cfg.row_norms,
                                                 form=cfg.map_form()),
-                         eps=cfg.eps, causal=cfg.causal)
+                         eps=cfg.guard(), causal=cfg.causal)
         self.cfg = cfg
