@@ -33,7 +33,7 @@ class Capabilities:
     padding_mask: bool = True  # honours key_padding_mask
     causal: bool = False  # has a causal (autoregressive) form
     needs_max_length: bool = False  # parameters depend on a maximum sequence length
-    learning_phase: bool = False  # has a phase-A learning procedure before ordinary training
+    learning_phase: str | None = None  # "module:function" of a procedure (phase A) the training loop runs first
     positive_features: bool = True  # random-feature maps: features are non-negative
 
     def as_dict(self) -> dict[str, bool]:

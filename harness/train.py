@@ -1,12 +1,16 @@
-"""The one training loop: optional phase A (learned kernels), then phase B with cross-entropy.
+"""The one training loop: optional phase A (the attention's own learning procedure), then phase B with cross-entropy.
 
-Phase B: AdamW, linear warm-up then cosine decay, gradient clipping; the checkpoint evaluated is
-the one chosen on validation (or the last one), and the result says which.
+Phase A is whatever procedure the attention's registry entry names (`Capabilities.learning_phase`,
+"module:function"), called as procedure(model, train, options, device=, seed=, progress=, validation=,
+phase_b_steps=) -> a JSON-able record; the parameters the attention lists in `learning_phase_parameters`
+stay frozen in phase B. Phase B: AdamW, linear warm-up then cosine decay, gradient clipping; the checkpoint
+evaluated is the one chosen on validation (or the last one), and the result says which.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import math
 import time
 from collections.abc import Callable
@@ -105,6 +109,15 @@ def learning_phase_parameters(model: nn.Module) -> list[nn.Parameter]:
     return params
 
 
+def learning_procedure(model: nn.Module) -> Callable[..., dict[str, Any]] | None:
+    """The phase-A procedure the model's attention declares in the registry (`capabilities.learning_phase`), or None."""
+    spec = getattr(getattr(model, "capabilities", None), "learning_phase", None)
+    if not spec:
+        return None
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed: int = 0,
                      device: torch.device | str = "cpu", progress: Progress | None = None) -> TrainResult:
     """Train `model` on task['train'], select a checkpoint on task['validation']."""
@@ -115,19 +128,19 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
         train = train.subset(slice(0, cfg.max_train_examples))
     start = time.perf_counter()
 
-    phase_a = None
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    procedure = learning_procedure(model)
+    phase_a = None if procedure is None else procedure(model, train, cfg.phase_a, device=device, seed=seed,
+                                                       progress=progress, validation=task["validation"],
+                                                       phase_b_steps=total)
     frozen = learning_phase_parameters(model)
-    if frozen:
-        from harness.learning_phase import run_learning_phase
-        phase_a = run_learning_phase(model, train, cfg.phase_a, device=device, seed=seed, progress=progress)
     for p in frozen:
         p.requires_grad_(False)
     frozen_ids = {id(p) for p in frozen}
     trainable = [p for p in model.parameters() if id(p) not in frozen_ids and p.requires_grad]
 
     optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
     warmup = max(1, int(cfg.warmup_fraction * total))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, total, warmup))
     generator = torch.Generator().manual_seed(seed)

@@ -71,6 +71,11 @@ def _phase_a(rng: np.random.Generator, steps: int = 40) -> dict[str, Any]:
         diags.append(heads)
     return {"seconds": float(rng.uniform(5, 8)), "steps": steps, "alignment_before": 0.05,
             "alignment_after": float(0.24 + rng.normal(0, 0.01)), "diagnostics": diags,
+            "objective": "within-class", "probe_split": "validation", "relative_move": 0.3,
+            "validation_alignment": {k: {"before": 0.05, "after": float(0.2 + rng.normal(0, 0.01))}
+                                     for k in ("within-class", "centered-kta", "input-kernel")},
+            "walk": {"drift": 1e-4, "noise": 0.07, "drift_noise_ratio": 1e-4 / 0.07, "norm_before_projection": 1.5,
+                     "norm_after_projection": 1.49},
             "distances_before": rng.gamma(4, 0.3, 300).tolist(), "distances_after": rng.gamma(9, 0.2, 300).tolist()}
 
 

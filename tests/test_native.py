@@ -251,7 +251,7 @@ def _gradients(attn, q, k, v, mask, g):
 
 @needs_native
 @pytest.mark.parametrize("name, options", [("performer", {}), ("elu-linear", {}),
-                                           ("random-features", {"feature_map": "elu"}),
+                                           ("random-features", {"feature_map": "elu", "form": "scaled"}),
                                            ("random-features", {"feature_map": "trig"})])
 def test_fused_training_path_equals_autograd_in_value_and_gradients(name, options, monkeypatch):
     """The fused attention with its hand-written backward against autograd through the factored PyTorch path, with

@@ -147,10 +147,11 @@ def test_robustness_coulomb_kernel_tables_from_fake_run(tmp_path: Path) -> None:
     budget = robustness_tables(results)[1]
     assert budget.name == "robustness_feature_budget" and set(budget.text["label"]) == {"kernel-favor"}
     assert budget.data.set_index("level").at[16, "accuracy_mean"] == pytest.approx(0.79 - 0.05)
-    coul = coulomb_table(results).data
-    after = [c["details"]["phase_a"]["alignment_after"] for _, c in results.of("accuracy").iterrows()
-             if c["label"] == "kernel-favor"]
-    assert coul["alignment_after_mean"].item() == pytest.approx(np.mean(after))
+    coulomb = coulomb_table(results)
+    after = [c["details"]["phase_a"]["validation_alignment"]["within-class"]["after"]
+             for _, c in results.of("accuracy").iterrows() if c["label"] == "kernel-favor"]
+    assert coulomb.data["within-class after_mean"].item() == pytest.approx(np.mean(after))
+    assert coulomb.text["walk?"].item() == "drift below noise: a random walk" and "random walk" in coulomb.notes[1]
     kern = kernel_table(results)
     assert {"σ=1e-05", "σ=1e-01", "σ=1e+03"} <= set(kern.text.columns)
     assert kern.best.any().any()

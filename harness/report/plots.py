@@ -20,7 +20,7 @@ from matplotlib.transforms import blended_transform_factory
 
 from harness.report.load import Results, metric_frame
 from harness.report.measurement_tables import kernel_table, robustness_rows
-from harness.report.table import slug
+from harness.report.table import finite, slug
 
 MIB = 2.0 ** 20
 
@@ -270,8 +270,35 @@ def _numbers(values: Any) -> list[float]:
     return []
 
 
+def _mean_curve(curves: list[list[float]]) -> np.ndarray | None:
+    """Mean over curves of unequal length, step by step (NaN where no curve has a finite value)."""
+    if not curves:
+        return None
+    length = max(len(c) for c in curves)
+    padded = np.array([c + [np.nan] * (length - len(c)) for c in curves], dtype=float)
+    ok = np.isfinite(padded)
+    if not ok.any():
+        return None
+    count = ok.sum(axis=0)
+    return np.where(count > 0, np.where(ok, padded, 0).sum(axis=0) / np.maximum(count, 1), np.nan)
+
+
+def _step_panel(ax: Any, series: list[list[dict]], key: str, color: Any, ylabel: str) -> None:
+    """One diagnostic per step: a thin line per layer/head and their mean in black."""
+    curves = [[_as_float(s.get(key)) for s in steps] for steps in series]
+    for c in curves:
+        ax.plot(c, color=color, alpha=0.35, lw=0.8)
+    mean = _mean_curve(curves)
+    if mean is not None:
+        ax.plot(mean, color="black", lw=1.5, label="mean over layers/heads")
+    ax.set_xlabel("phase-A step")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+
+
 def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
-    """Per (task, label) with phase A: H, alignment, energy over steps; pairwise distances before/after."""
+    """Per (task, label) with phase A: H and the objective's alignment on the training batches over steps (with
+    the table's validation alignment before and after marked), drift against noise, pairwise distances."""
     plots = []
     cells = results.of("accuracy").sort_values(["task", "label", "seed"])
     done = set()
@@ -285,25 +312,30 @@ def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
             continue
         done.add((cell["task"], cell["label"]))
         color = colors[cell["label"]]
+        objective = pa.get("objective", pa.get("alignment_kind", "alignment"))
         fig = _figure(13, 3.2)
         axes = fig.subplots(1, 4)
-        for ax, key, ylabel in zip(axes, ("H", "alignment", "energy"),
-                                   ("Hamiltonian H", "kernel-target alignment", "Riesz energy W_s")):
-            curves = [[_as_float(s.get(key)) for s in steps] for steps in series]
-            for c in curves:
-                ax.plot(c, color=color, alpha=0.35, lw=0.8)
-            if curves:
-                length = max(len(c) for c in curves)
-                padded = np.array([c + [np.nan] * (length - len(c)) for c in curves], dtype=float)
-                finite = np.isfinite(padded)
-                if finite.any():
-                    count = finite.sum(axis=0)
-                    mean = np.where(count > 0, np.where(finite, padded, 0).sum(axis=0) / np.maximum(count, 1), np.nan)
-                    ax.plot(mean, color="black", lw=1.5, label="mean over layers/heads")
-            ax.set_xlabel("phase-A step")
-            ax.set_ylabel(ylabel)
-            ax.grid(True, alpha=0.3)
+        _step_panel(axes[0], series, "H", color, "Hamiltonian H (training batch)")
+        _step_panel(axes[1], series, "alignment", color, f"{objective} alignment")
+        measured = (pa.get("validation_alignment") or {}).get(objective) or {}
+        if series and all(finite(measured.get(k)) for k in ("before", "after")):
+            last = max(len(steps) for steps in series) - 1
+            axes[1].plot([0, last], [measured["before"], measured["after"]], "D", color="crimson",
+                         label=f"validation ({pa.get('probe_split', 'train')} rows), as in the table")
         axes[0].legend(fontsize="x-small", loc="best")
+        axes[1].legend(fontsize="x-small", loc="best")
+        ax = axes[2]
+        for key, style in (("drift", "-"), ("noise", ":")):
+            curves = [[_as_float(s.get(key)) for s in steps] for steps in series]
+            mean = _mean_curve(curves)
+            if mean is not None:
+                ax.plot(mean, style, color="black" if key == "drift" else color, lw=1.5, label=f"median {key}")
+        if ax.lines:
+            ax.set_yscale("log")
+            ax.legend(fontsize="x-small")
+        ax.set_xlabel("phase-A step")
+        ax.set_ylabel("per particle per step")
+        ax.grid(True, which="both", alpha=0.3)
         ax = axes[3]
         if before or after:
             bins = np.histogram_bin_edges(before + after, bins=30)
