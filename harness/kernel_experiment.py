@@ -141,6 +141,12 @@ def trial_labels(design: Design, sigmas: list[float], seed: int, trial: int) -> 
     return (u[None, :] < expit(latent)).astype(np.int64)
 
 
+def bayes_accuracy(design: Design) -> float:
+    """Expected test accuracy of the Bayes rule 1{l(x) > 0} as sigma -> 0: mean of max(p, 1 - p), p = sigmoid(l)."""
+    p = expit(design.logit[design.test])
+    return float(np.maximum(p, 1 - p).mean())
+
+
 def method_generator(seed: int, trial: int, level: int, name: str) -> np.random.Generator:
     """Each method's own randomness for one (trial, level >= 0): independent of the others and of the run order."""
     return np.random.default_rng([seed, trial, 2, level, zlib.crc32(name.encode())])

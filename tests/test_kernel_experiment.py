@@ -118,3 +118,11 @@ def test_kernel_measurement_through_run_cell():
 def test_config_errors_name_the_option(options, message):
     with pytest.raises(ConfigError, match=message):
         small_config(**options)
+
+
+def test_bayes_accuracy_is_the_expected_accuracy_of_the_bayes_rule():
+    design = make_design(400, 5, 42, 0.3, 0)
+    from harness.kernel_experiment import bayes_accuracy
+    hits = [(trial_labels(design, [1e-5], 42, t)[0][design.test] == (design.logit[design.test] > 0)).mean()
+            for t in range(300)]
+    assert bayes_accuracy(design) == pytest.approx(np.mean(hits), abs=0.005)

@@ -11,7 +11,8 @@ import dataclasses
 from typing import Any
 
 from harness.kernel_experiment import (PAPER_SCALING_EXPONENTS, PAPER_SMALLEST_SIGMA_ACCURACY,
-                                       KernelExperimentConfig, run_kernel_experiment, scaling_fits, summarise)
+                                       KernelExperimentConfig, bayes_accuracy, make_design, run_kernel_experiment,
+                                       scaling_fits, summarise)
 from harness.measurements import register_measurement
 from harness.train import Progress
 
@@ -20,9 +21,12 @@ from harness.train import Progress
 def kernel(cell: dict[str, Any], options: KernelExperimentConfig, *, device: str = "cpu",
            progress: Progress | None = None) -> dict[str, Any]:
     """Six methods over 10 noise levels, the lambda ablation and the runtime-scaling sweep (Figures 1, 2; Table 6)."""
-    rows = run_kernel_experiment(options, seed=int(cell.get("seed", 42)), progress=progress)
+    seed = int(cell.get("seed", 42))
+    rows = run_kernel_experiment(options, seed=seed, progress=progress)
+    design = make_design(options.num_samples, options.num_inputs, seed, options.test_fraction, options.split_seed)
     return {"metrics": summarise(rows),
             "details": {"rows": rows, "sigmas": options.sigmas(), "scaling_fits": scaling_fits(rows),
+                        "bayes_accuracy": bayes_accuracy(design),
                         "paper": {"smallest_sigma_accuracy": PAPER_SMALLEST_SIGMA_ACCURACY,
                                   "scaling_exponents": PAPER_SCALING_EXPONENTS},
                         "config": dataclasses.asdict(options)}}
