@@ -16,7 +16,9 @@ from harness.report import write_leaderboard, write_report
 from harness.report.formats import latex_escape, to_latex, to_markdown, write_table
 from harness.report.load import detail_rows, load_runs, run_provenance
 from harness.report.stats import metric_direction, summarize, t_quantile_975
-from harness.report.measurement_tables import (coulomb_table, efficiency_frame, fidelity_table, kernel_table,
+from harness.report.kernel_tables import (kernel_ablation_table, kernel_paper_table, kernel_scaling_table,
+                                          kernel_table)
+from harness.report.measurement_tables import (coulomb_table, efficiency_frame, fidelity_table,
                                                robustness_tables)
 from harness.report.tables import all_tables, leaderboard_table, task_table
 from report_fixture import make_fake_run, write_cell
@@ -155,6 +157,22 @@ def test_robustness_coulomb_kernel_tables_from_fake_run(tmp_path: Path) -> None:
     kern = kernel_table(results)
     assert {"σ=1e-05", "σ=1e-01", "σ=1e+03"} <= set(kern.text.columns)
     assert kern.best.any().any()
+    rows = [r for _, c in results.of("kernel").iterrows() for r in c["details"]["rows"]
+            if r["part"] == "noise" and r["method"] == "rff" and r["sigma"] == 1e-5]
+    at = kern.data[(kern.data["method"] == "rff") & (kern.data["sigma"] == 1e-5)]
+    assert at["accuracy_mean"].item() == pytest.approx(np.mean([r["accuracy"] for r in rows]))
+    assert at["accuracy_std"].item() == pytest.approx(np.std([r["accuracy"] for r in rows], ddof=1))
+    paper = kernel_paper_table(results)
+    rff = paper.data[paper.data["method"] == "rff"]
+    assert rff["paper_accuracy"].item() == 0.56
+    assert rff["difference"].item() == pytest.approx(at["accuracy_mean"].item() - 0.56)
+    assert paper.text["method"].iloc[-1].startswith("Bayes rule") and paper.text["accuracy (ours)"].iloc[-1] == "0.760"
+    assert set(kernel_ablation_table(results).data["method"]) == {"langevin lambda=0", "langevin lambda=1.5"}
+    scaling = kernel_scaling_table(results)
+    mkl = scaling.text[scaling.text["method"] == "mkl"].iloc[0]
+    assert mkl["n=10,000"] == "skipped" and mkl["γ (paper, Table 6)"] == "1.96" and mkl["γ (ours)"] == "—"
+    assert any("scaling_max_rows[mkl]=2000" in note for note in scaling.notes)
+    assert scaling.text[scaling.text["method"] == "rff"]["γ (ours)"].item().startswith("0.80")
 
 
 def test_failed_skipped_unreadable_cells_are_listed(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """Tables of the non-accuracy measurements: robustness, efficiency (with ratios against softmax),
-kernel fidelity, Coulomb phase-A diagnostics, and the paper's tabular kernel experiment."""
+kernel fidelity and Coulomb phase-A diagnostics (the synthetic experiment: `kernel_tables`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -328,48 +328,3 @@ def coulomb_table(results: Results) -> Table | None:
         notes.append("Drift below noise (a random walk: the alignment term barely moves the particles, the noise and "
                      "the projection do): " + "; ".join(walks) + ".")
     return Table("coulomb", "Coulomb phase A diagnostics", pd.DataFrame(data), text, best, notes, key_columns=2)
-
-
-def kernel_table(results: Results) -> Table | None:
-    """The paper's tabular kernel experiment: accuracy per method (x features, lambda) and noise sigma."""
-    rows = detail_rows(results, "kernel")
-    if rows.empty:
-        return None
-    keys = ["method", "num_features", "lambda"]
-    for k in keys + ["f1", "seconds"]:
-        if k not in rows:
-            rows[k] = np.nan
-    data = []
-    for key, part in rows.groupby(keys + ["sigma"], dropna=False, sort=True):
-        acc, f1, sec = (summarize(pd.to_numeric(part[c], errors="coerce")) for c in ("accuracy", "f1", "seconds"))
-        data.append(dict(zip(keys + ["sigma"], key)) | {
-            "accuracy_mean": acc["mean"], "accuracy_std": acc["std"], "accuracy_n": acc["n"],
-            "accuracy_ci_low": acc["ci_low"], "accuracy_ci_high": acc["ci_high"],
-            "f1_mean": f1["mean"], "f1_std": f1["std"], "seconds_mean": sec["mean"]})
-    data = pd.DataFrame(data)
-    sigmas = sorted(data["sigma"].dropna().unique())
-    text_rows, numeric = [], []
-    for key, part in data.groupby(keys, dropna=False, sort=True):
-        method, feats, lam = key
-        text = {"method": str(method), "features": fmt(feats, 0), "λ": fmt(lam, 2) if finite(lam) else DASH}
-        num = {}
-        for s in sigmas:
-            at = part[part["sigma"] == s]
-            col = f"σ={s:.0e}"
-            if at.empty:
-                text[col], num[col] = DASH, np.nan
-            else:
-                r = at.iloc[0]
-                text[col] = fmt_summary({"mean": r.accuracy_mean, "std": r.accuracy_std, "n": int(r.accuracy_n),
-                                         "ci_low": r.accuracy_ci_low, "ci_high": r.accuracy_ci_high})
-                num[col] = r.accuracy_mean
-        text["seconds (mean)"] = fmt(part["seconds_mean"].mean())
-        text_rows.append(text)
-        numeric.append(num)
-    text = pd.DataFrame(text_rows)
-    best = best_mask(pd.DataFrame(numeric), {c: "max" for c in numeric[0]}).reindex(columns=text.columns,
-                                                                                   fill_value=False)
-    notes = ["Test accuracy (mean ± std over seeds) per label-noise level σ; the CSV also holds F1 and seconds. "
-             "Bold: best per σ."]
-    return Table("kernel_experiment", "Kernel experiment: accuracy by method and noise level σ", data, text,
-                 best, notes, key_columns=3)

@@ -19,7 +19,8 @@ from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
 from harness.report.load import Results, metric_frame
-from harness.report.measurement_tables import kernel_table, robustness_rows
+from harness.report.kernel_tables import kernel_ablation_table, kernel_f1_table, kernel_scaling_table, kernel_table
+from harness.report.measurement_tables import robustness_rows
 from harness.report.table import finite, slug
 
 MIB = 2.0 ** 20
@@ -350,32 +351,69 @@ def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
     return plots
 
 
-def plot_kernel_experiment(results: Results, out_dir: Path) -> list[Plot]:
-    """The tabular kernel experiment: test accuracy vs label-noise sigma (log), one line per method variant."""
-    table = kernel_table(results)
-    if table is None:
-        return []
-    data = table.data.dropna(subset=["sigma", "accuracy_mean"])
-    variant = [f"{m}" + (f" M={int(f)}" if pd.notna(f) else "") + (f" λ={lam:g}" if pd.notna(lam) else "")
-               for m, f, lam in zip(data["method"], data["num_features"], data["lambda"])]
-    data = data.assign(variant=variant)
-    colors = label_colors(data["variant"])
-    fig = _figure(7.0, 4.4)
-    ax = fig.subplots()
-    for name, part in data.groupby("variant", sort=True):
+def _kernel_bands(ax: Any, data: pd.DataFrame, metric: str, colors: dict) -> None:
+    """One line per method: mean of `metric` against sigma with a +-1 sd band; mis-specified SVMs dashed."""
+    for method, part in data.groupby("method", sort=False):
         part = part.sort_values("sigma")
-        std = part["accuracy_std"].fillna(0)
-        ax.plot(part["sigma"], part["accuracy_mean"], marker="o", ms=3, color=colors[name], label=name)
-        ax.fill_between(part["sigma"], part["accuracy_mean"] - std, part["accuracy_mean"] + std,
-                        color=colors[name], alpha=0.15, lw=0)
+        mean, std = part[f"{metric}_mean"], part[f"{metric}_std"].fillna(0)
+        dashed = method.startswith("rbf-svm") and not method.endswith("=0.5")
+        ax.plot(part["sigma"], mean, marker="o", ms=3, color=colors[method], label=method, ls="--" if dashed else "-")
+        ax.fill_between(part["sigma"], mean - std, mean + std, color=colors[method], alpha=0.15, lw=0)
     ax.set_xscale("log")
     ax.set_xlabel("label-noise scale σ (log)")
-    ax.set_ylabel("test accuracy")
     ax.grid(True, alpha=0.3)
-    title = "Kernel experiment: accuracy vs noise σ (band: ± std over seeds)"
-    ax.set_title(title)
+
+
+def plot_kernel_experiment(results: Results, out_dir: Path) -> list[Plot]:
+    """Figures 1 and 2 of the synthetic experiment (mean ± 1 sd over trials against σ) and the runtime sweep."""
+    plots = []
+    accuracy, f1 = kernel_table(results), kernel_f1_table(results)
+    if accuracy is not None and f1 is not None:
+        data = accuracy.data.merge(f1.data[["method", "sigma", "f1_mean", "f1_std"]], on=["method", "sigma"])
+        colors = label_colors(data["method"])
+        fig = _figure(11.0, 4.6)
+        axes = fig.subplots(1, 2)
+        for ax, metric, name in zip(axes, ("accuracy", "f1"), ("test accuracy", "test F1")):
+            _kernel_bands(ax, data, metric, colors)
+            ax.set_ylabel(name)
+        title = "Synthetic experiment (Figure 1): accuracy and F1 vs σ (band: ± 1 sd over trials)"
+        fig.suptitle(title)
+        _legend_outside(fig, axes)
+        plots.append(_save(fig, out_dir, "kernel_experiment", title))
+    ablation = kernel_ablation_table(results)
+    if ablation is not None:
+        fig = _figure(7.0, 4.6)
+        ax = fig.subplots()
+        _kernel_bands(ax, ablation.data, "accuracy", label_colors(ablation.data["method"]))
+        ax.set_ylabel("test accuracy")
+        title = "Synthetic experiment (Figure 2): λ ablation of the Langevin particles (band: ± 1 sd)"
+        ax.set_title(title, fontsize="medium")
+        _legend_outside(fig, ax)
+        plots.append(_save(fig, out_dir, "kernel_ablation", title))
+    scaling = kernel_scaling_table(results)
+    if scaling is not None:
+        plots.append(_plot_kernel_scaling(scaling.data, out_dir))
+    return plots
+
+
+def _plot_kernel_scaling(data: pd.DataFrame, out_dir: Path) -> Plot:
+    """Wall seconds against n (log-log), one line per method, the fitted exponent in the legend."""
+    colors = label_colors(data["method"])
+    fig = _figure(7.0, 4.6)
+    ax = fig.subplots()
+    for method, part in data.dropna(subset=["seconds"]).groupby("method", sort=False):
+        gamma, paper = part["exponent"].iloc[0], part["paper_exponent"].iloc[0]
+        label = f"{method}: γ = {gamma:.2f}" + (f" (paper {paper:.2f})" if pd.notna(paper) else "")
+        ax.plot(part["n"], part["seconds"], marker="o", ms=3, color=colors[method], label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("rows n (log)")
+    ax.set_ylabel("wall seconds, fit + predict (log)")
+    ax.grid(True, alpha=0.3, which="both")
+    title = "Synthetic experiment: runtime scaling t ~ n^γ (Table 6)"
+    ax.set_title(title, fontsize="medium")
     _legend_outside(fig, ax)
-    return [_save(fig, out_dir, "kernel_experiment", title)]
+    return _save(fig, out_dir, "kernel_scaling", title)
 
 
 def all_plots(results: Results, leaderboard: pd.DataFrame, eff: pd.DataFrame, out_dir: Path) -> list[Plot]:

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from harness.report.load import REFERENCE, Results, metric_frame, not_ok
-from harness.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table, kernel_table,
+from harness.report.kernel_tables import kernel_tables
+from harness.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table,
                                                paired_table, robustness_tables)
 from harness.report.paired import paired_comparison_table
 from harness.report.published import published_table
@@ -184,7 +185,7 @@ def all_tables(results: Results) -> list[Table]:
     tables += [task_table(results, t) for t in tasks]
     tables += [paired_comparison_table(results), published_table(results), sweep_table(results.sweep)]
     tables += [*robustness_tables(results), efficiency_table(results), paired_table(results),
-               fidelity_table(results), coulomb_table(results), kernel_table(results)]
+               fidelity_table(results), coulomb_table(results), *kernel_tables(results)]
     other = results.ok[~results.ok["measurement"].isin(BUILTIN_MEASUREMENTS)]  # plug-in measurements
     tables += [task_table(results, str(task), str(m))
                for (m, task), _ in other.groupby(["measurement", "task"], sort=True)]
