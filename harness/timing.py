@@ -14,6 +14,7 @@
   Out-of-memory (torch.OutOfMemoryError, MemoryError, or the subprocess killed) and calls longer
   than the budget come back as readings with a status, not as exceptions.
 - `measure_machine()`: the machine's fp32 matrix-multiply rate and copy bandwidth (the roofline).
+- `machine_load()`: how busy the machine is now (load average, and the share of a core a spinning thread gets).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import ctypes
 import dataclasses
 import gc
 import multiprocessing
+import os
 import resource
 import time
 import traceback
@@ -342,3 +344,36 @@ def measure_machine(device: str = "cpu", *, threads: int | None = None, matmul_s
             "threads": threads, "device": device, "matmul_size": matmul_size, "copy_bytes": src.nbytes,
             "method": "best of repeated fp32 torch.mm (n x n) and tensor copy (read + write bytes)"}
     return dict(_MACHINE[key])
+
+
+# --- machine load -------------------------------------------------------------------------------
+
+# a point measured while a spinning thread got less than this share of a core is flagged as measured on a busy
+# machine: other work took the cores for part of the time, so its times read slower than the kernel is
+BUSY_AVAILABILITY = 0.8
+
+
+def cpu_availability(seconds: float = 0.05) -> float:
+    """The share of `seconds` of wall time that a thread spinning on the CPU actually ran (its CPU time over the
+    wall time): about 1 with a core to spare, 0.5 where it shares a core with one other busy thread."""
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    while time.perf_counter() - wall0 < seconds:
+        pass
+    return min(1.0, (time.thread_time() - cpu0) / (time.perf_counter() - wall0))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def machine_load(seconds: float = 0.05) -> dict[str, Any]:
+    """How busy the machine is now: the 1-minute load average, the usable CPUs and `cpu_availability`."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {"load_1m": load, "cpus": usable_cpus(), "cpu_availability": cpu_availability(seconds)}
