@@ -289,7 +289,7 @@ struct Buffers {
 // to run, and when no unit is left the caller waits only for the units already running, never for a helper that
 // has not arrived (a team barrier, as OpenMP's at the end of each parallel region, waited a whole time slice of the
 // other jobs sharing the cores for such a helper: 30-100 ms for a call of 0.05-1 ms). A late helper finds the job
-// closed and leaves it alone. Idle helpers spin for SPIN_NS, then sleep on a condition variable; the pool is made on
+// closed and leaves it alone. Idle helpers spin for a while (spin_ns), then sleep on a condition variable; the pool is made on
 // first use and never destroyed (its helpers may still sleep at exit). One job at a time: a second caller meanwhile
 // runs its job alone. Work is split the same way whoever runs it, so results do not depend on the threads.
 inline void relax() {
@@ -307,7 +307,15 @@ inline int64_t now_ns() {
 
 class Pool {
 public:
-    static constexpr int64_t SPIN_NS = 50000;  // a kernel's next parallel pass follows within microseconds
+    // how long an idle helper spins before it sleeps: a kernel's next parallel pass follows within microseconds;
+    // ATTNBENCH_NATIVE_SPIN_US overrides it for experiments
+    static int64_t spin_ns() {
+        static const int64_t ns = [] {
+            const char* e = std::getenv("ATTNBENCH_NATIVE_SPIN_US");
+            return e ? std::atoll(e) * 1000 : 50000;
+        }();
+        return ns;
+    }
 
     static Pool& get() {
         static Pool* pool = new Pool();
@@ -337,7 +345,7 @@ public:
         closed_.store(true);  // from here a helper that arrives does nothing; wait for those inside
         for (int64_t start = now_ns(), i = 0; active_.load() != 0; ++i) {
             relax();
-            if (i % 64 == 0 && now_ns() - start > SPIN_NS) std::this_thread::yield();
+            if (i % 64 == 0 && now_ns() - start > spin_ns()) std::this_thread::yield();
         }
     }
 
@@ -357,7 +365,7 @@ private:
         for (;;) {
             for (int64_t start = now_ns(), i = 0; generation_.load() == seen; ++i) {
                 relax();
-                if (i % 64 == 0 && now_ns() - start > SPIN_NS) {
+                if (i % 64 == 0 && now_ns() - start > spin_ns()) {
                     std::unique_lock<std::mutex> lock(sleep_);
                     ++sleeping_;
                     wake_.wait(lock, [&] { return generation_.load() != seen; });
