@@ -47,7 +47,7 @@ SOURCE = Path(__file__).with_name("fused_linear.cpp")
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-ffp-contract=fast")
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 19
+ABI = 20
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -143,6 +143,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_landmark_queries_backward.restype = i32
     lib.attnbench_landmark_queries_backward.argtypes = [p, p, p, p, p, p, i64, i64, i32, i32, i32, f32, p, p, p]
     lib.attnbench_exp.restype = None
+    lib.attnbench_dropout.restype = i32
+    lib.attnbench_dropout.argtypes = [p, i64, ctypes.c_uint32, f32, ctypes.c_uint64, i32, p]
     lib.attnbench_exp.argtypes = [p, i64, p]
     lib.attnbench_softmax_columns.restype = i32
     lib.attnbench_softmax_columns.argtypes = [p, p, p, i64, i64, i64, i32, i32, i32, p, i64, i32, p, p, p]
@@ -300,6 +302,14 @@ def sequence_conv_weight_grad(g: Tensor, v: Tensor, size: int, threads: int = 1)
     _call("attnbench_sequence_conv_weight_grad", g.data_ptr(), v.data_ptr(), b * h, n, dv, size, threads,
           dw.data_ptr())
     return dw.sum(dim=0)
+
+
+def dropout(x: Tensor, threshold: int, scale: float, seed: int, threads: int = 1) -> Tensor:
+    """The kernels' hashed dropout (harness.dropout) of a contiguous float32 CPU tensor: 0 where the draw of
+    (seed, element index) lies below threshold (of 2^32), else x * scale."""
+    out = torch.empty_like(x)
+    _call("attnbench_dropout", x.data_ptr(), x.numel(), threshold, scale, seed, threads, out.data_ptr())
+    return out
 
 
 def exp(x: Tensor) -> Tensor:

@@ -1369,15 +1369,68 @@ int by_width(int dv, Fn&& fn) {
     }
 }
 
+// --- dropout: a counter-based random source ------------------------------------------------------------------
+// keep element i where hash(i, seed) >= threshold: with lowbias32 (C. Wellons' 32-bit integer hash, a bijection)
+// and two keys from the seed, k0 = lowbias32(lo(seed)) and k1 = lowbias32(hi(seed) ^ k0), the draw is
+// lowbias32(lowbias32(lo(i) ^ k0) ^ k1 ^ hi(i) * GOLDEN) (lo, hi: the low and high 32 bits; products mod 2^32).
+// Each element's draw depends only on (seed, i), so results are the same for any threads and split, and the
+// backward recomputes the mask from the seed instead of storing it. harness/dropout.py holds the same function in
+// torch operations (the fallback, and the reference the tests compare with).
+typedef uint32_t vu16 __attribute__((vector_size(64)));
+
+template <typename U>
+inline U lowbias32(U x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+constexpr int64_t DROPOUT_UNIT = 1 << 16;  // elements a unit of work
+constexpr uint32_t GOLDEN = 0x9e3779b9u;
+
+// out[i] = hash(i, seed) >= threshold ? x[i] * scale : 0 for i in [0, n)
+void dropout_impl(const float* x, int64_t n, uint32_t threshold, float scale, uint64_t seed, int threads,
+                  float* out) {
+    const uint32_t k0 = lowbias32<uint32_t>(static_cast<uint32_t>(seed));
+    const uint32_t k1 = lowbias32<uint32_t>(static_cast<uint32_t>(seed >> 32) ^ k0);
+    parallel_units(threads, 1, n, DROPOUT_UNIT, 8.0, [&](int, int64_t, int64_t r0, int64_t r1) {
+        const vu16 lanes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+        int64_t i = r0;
+        for (; i + 16 <= r1; i += 16) {
+            const vu16 lo = (vu16{} + static_cast<uint32_t>(i)) + lanes;
+            const vu16 hi = vu16{} + static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32) * GOLDEN;
+            const vu16 h = lowbias32<vu16>(lowbias32<vu16>(lo ^ k0) ^ k1 ^ hi);
+            const v16 v = load(x + i) * scale;
+            store(out + i, h >= threshold ? v : v16{});  // 16 lanes never straddle 2^32: i is a multiple of 16
+        }
+        for (; i < r1; ++i) {
+            const uint32_t lo = static_cast<uint32_t>(i);
+            const uint32_t hi = static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32) * GOLDEN;
+            out[i] = lowbias32<uint32_t>(lowbias32<uint32_t>(lo ^ k0) ^ k1 ^ hi) >= threshold ? x[i] * scale : 0.0f;
+        }
+    });
+}
+
 }  // namespace
 
 extern "C" {
 
-int attnbench_abi() { return 19; }
+int attnbench_abi() { return 20; }
 
 // the kernels' exp of n floats (a multiple of 16), for the accuracy test
 void attnbench_exp(const float* x, int64_t n, float* out) {
     for (int64_t i = 0; i + 16 <= n; i += 16) store(out + i, vexp(load(x + i)));
+}
+
+// Dropout of n floats (dropout_impl): elements whose draw falls below `threshold` (of 2^32) become 0, the others are
+// scaled by `scale`; on `threads` threads, the same result for any count. Returns 0.
+int attnbench_dropout(const float* x, int64_t n, uint32_t threshold, float scale, uint64_t seed, int threads,
+                      float* out) {
+    dropout_impl(x, n, threshold, scale, seed, threads, out);
+    return 0;
 }
 
 // Outputs of every row, on `threads` threads: out = (phi kv + offset_kv) / guard(phi ksum + offset_den, eps),
