@@ -121,6 +121,24 @@ def test_efficiency_ratios_against_softmax_of_the_same_run(tmp_path: Path) -> No
     assert table.name == "efficiency" and "OOM" in set(table.text["time ms (q25–q75)"])
 
 
+def test_efficiency_table_flags_points_timed_on_a_busy_machine(tmp_path: Path) -> None:
+    """A row the measurement marked busy gets the mark on its time, its load in the machine column and a note; a
+    quiet row gets neither mark nor busy text."""
+    def row(n: int, busy: bool) -> dict:
+        return {"seq_len": n, "batch": 1, "heads": 1, "head_dim": 8, "mode": "forward", "status": "ok",
+                "median_ms": 1.0, "q25_ms": 1.0, "q75_ms": 1.0, "tokens_per_s": 1.0, "peak_mem_bytes": 1.0,
+                "busy": busy, "others_cores": 1.5 if busy else 0.0, "cpu_availability": 0.4 if busy else 1.0,
+                "load_1m": 4.0 if busy else 0.2}
+    write_cell(tmp_path, label="lin", attention="performer", task="none", measurement="efficiency",
+               details={"rows": [row(64, True), row(128, False)]})
+    table = all_tables(load_runs([tmp_path]))[0]
+    text = table.text.set_index("seq_len")
+    assert text.at["64", "time ms (q25–q75)"].endswith("†") and not text.at["128", "time ms (q25–q75)"].endswith("†")
+    assert text.at["64", "machine"] == "busy: others 1.50 cores, core share 0.40, load 4.0"
+    assert text.at["128", "machine"].startswith("quiet:")
+    assert any("busy machine" in note for note in table.notes)
+
+
 def test_paired_table_lists_the_alternated_timings(tmp_path: Path) -> None:
     row = {"seq_len": 64, "batch": 1, "heads": 2, "head_dim": 8, "mode": "forward", "status": "ok", "reason": None,
            "median_ms": 2.0, "q25_ms": 2.0, "q75_ms": 2.0, "tokens_per_s": 1.0, "peak_mem_bytes": 1.0,

@@ -16,12 +16,10 @@ else g++ or c++) with -O3 -march=native in about a second, cached under `$ATTNBE
 ~/.cache/attnbench) by a hash of the source, the compiler and the CPU, and called through ctypes (which
 releases the GIL, so the kernel's threads run in parallel).
 
-Threads: built with -fopenmp where the compiler has it, the kernels' parallel regions run on the OpenMP
-runtime torch has already loaded (libgomp.so.1: the dynamic loader hands the kernels torch's copy), so
-they share torch's worker pool. With threads of their own, torch's workers, spinning for a while after
-each parallel torch operation, took the cores from them: a Performer training step at 1024 tokens ran
-14.5 instead of 23.9 ms (median, the two builds alternated in one process). Without OpenMP the kernels
-start std::threads per call.
+Threads: the kernels' parallel passes run on a pool of their own (`Pool` in the source), whose calling thread
+claims units of work from a shared counter beside the helpers and waits only for units already running, never for
+a helper the scheduler has not yet given a core: with other jobs sharing the cores, the OpenMP team barrier they had
+used waited a time slice of those jobs for such a thread (30-100 ms for a call of 0.05-1 ms).
 
 Without a compiler, on other devices or dtypes, with gradients through the projection (RFA's learned scale,
 Coulomb particles in phase A), or with ATTNBENCH_NATIVE=0, the PyTorch path runs instead; `status()` says
@@ -49,10 +47,9 @@ from torch import Tensor
 
 SOURCE = Path(__file__).with_name("fused_linear.cpp")
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-ffp-contract=fast")
-OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 18
+ABI = 20
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -105,19 +102,9 @@ def _cache_dir() -> Path:
 
 
 def _build(compiler: str) -> Path:
-    """The cached library, built with OpenMP if the compiler can, else without."""
-    errors = []
-    for flags in ((*FLAGS, OPENMP), FLAGS):
-        try:
-            return _build_with(compiler, flags)
-        except RuntimeError as error:
-            errors.append(str(error))
-    raise RuntimeError("; ".join(errors))
-
-
-def _build_with(compiler: str, flags: tuple[str, ...]) -> Path:
+    """The cached library, built on first use."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, " ".join(flags), platform.machine(),
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, " ".join(FLAGS), platform.machine(),
                                     _cpu_signature()]).encode()).hexdigest()[:16]
     target = _cache_dir() / f"fused_linear-{key}.so"
     if target.exists():
@@ -125,9 +112,9 @@ def _build_with(compiler: str, flags: tuple[str, ...]) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # build aside, then one atomic rename
         built = Path(tmp) / target.name
-        result = subprocess.run([compiler, *flags, "-o", str(built), str(SOURCE)], capture_output=True, text=True)
+        result = subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE)], capture_output=True, text=True)
         if result.returncode != 0:
-            raise RuntimeError(f"{compiler} {' '.join(flags)} failed: {result.stderr.strip()[-500:]}")
+            raise RuntimeError(f"{compiler} {' '.join(FLAGS)} failed: {result.stderr.strip()[-500:]}")
         os.replace(built, target)
     return target
 
@@ -135,7 +122,6 @@ def _build_with(compiler: str, flags: tuple[str, ...]) -> Path:
 def _declare(lib: ctypes.CDLL) -> None:
     p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
     lib.attnbench_abi.restype = i32
-    lib.attnbench_openmp.restype = i32
     lib.attnbench_attention.restype = i32
     lib.attnbench_attention.argtypes = [i32, p, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, f32, f32,
                                         f32, i32, p, p]
@@ -160,6 +146,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_landmark_queries_backward.restype = i32
     lib.attnbench_landmark_queries_backward.argtypes = [p, p, p, p, p, p, i64, i64, i32, i32, i32, f32, p, p, p]
     lib.attnbench_exp.restype = None
+    lib.attnbench_dropout.restype = i32
+    lib.attnbench_dropout.argtypes = [p, i64, ctypes.c_uint32, f32, ctypes.c_uint64, i32, p]
     lib.attnbench_exp.argtypes = [p, i64, p]
     lib.attnbench_softmax_columns.restype = i32
     lib.attnbench_softmax_columns.argtypes = [p, p, p, i64, i64, i64, i32, i32, i32, p, i64, i32, p, p, p]
@@ -211,8 +199,7 @@ def status() -> str:
     lib = library()
     if lib is None:
         return f"off: {'turned off (native.turned_off)' if _OFF else _REASON}"
-    threads = "OpenMP" if lib.attnbench_openmp() else "std::thread"
-    return f"on ({_compiler()} {' '.join(FLAGS[:2])}, {threads})"
+    return f"on ({_compiler()} {' '.join(FLAGS[:2])}, thread pool)"
 
 
 def takes(*tensors: Tensor, value_width: int) -> bool:
@@ -471,6 +458,15 @@ def sequence_conv_weight_grad(g: Tensor, v: Tensor, size: int, threads: int = 1)
     _call("attnbench_sequence_conv_weight_grad", g.data_ptr(), v.data_ptr(), b * h, n, dv, size, threads,
           dw.data_ptr())
     return dw.sum(dim=0)
+
+
+def dropout(x: Tensor, threshold: int, scale: float, seed: int, threads: int = 1) -> Tensor:
+    """The kernels' hashed dropout (harness.dropout) of a contiguous float32 CPU tensor: 0 where the draw of
+    (seed, element index) lies below threshold (of 2^32), else x * scale."""
+    _expect("dropout", "x", x, tuple(x.shape))
+    out = torch.empty_like(x)
+    _call("attnbench_dropout", x.data_ptr(), x.numel(), threshold, scale, seed, threads, out.data_ptr())
+    return out
 
 
 def exp(x: Tensor) -> Tensor:

@@ -2,6 +2,8 @@
 kernel fidelity and Coulomb phase-A diagnostics (the synthetic experiment: `kernel_tables`)."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -110,7 +112,8 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
     if rows.empty:
         return rows
     for col in ("median_ms", "q25_ms", "q75_ms", "min_ms", "rounds", "tokens_per_s", "peak_mem_bytes",
-                "roofline_fraction", "gflops_per_s", "roofline_ms", "batch", "heads", "head_dim", "reason", "mode"):
+                "roofline_fraction", "gflops_per_s", "roofline_ms", "batch", "heads", "head_dim", "reason", "mode",
+                "busy", "others_cores", "cpu_availability", "load_1m"):
         if col not in rows:
             rows[col] = np.nan
     rows["mode"] = ["forward" if not isinstance(m, str) else m for m in rows["mode"]]
@@ -125,8 +128,9 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
         reasons = [str(r) for r in bad["reason"] if isinstance(r, str)]
         rec["reason"] = reasons[0] if reasons else None
         for col in ("median_ms", "q25_ms", "q75_ms", "min_ms", "rounds", "tokens_per_s", "peak_mem_bytes",
-                    "roofline_fraction", "gflops_per_s", "roofline_ms"):
+                    "roofline_fraction", "gflops_per_s", "roofline_ms", "others_cores", "cpu_availability", "load_1m"):
             rec[col] = float(pd.to_numeric(ok[col], errors="coerce").mean()) if not ok.empty else np.nan
+        rec["busy"] = bool((ok["busy"] == True).any())  # noqa: E712 - True, not merely present, in any seed's row
         rec["repeats_seeds"] = len(ok)
         out.append(rec)
     eff = pd.DataFrame(out)
@@ -160,13 +164,16 @@ def efficiency_table(results: Results) -> Table | None:
             "label": r.label, "mode": r.mode, "seq_len": fmt(r.seq_len, 0),
             "B×H×d": "×".join(fmt(v, 0) for v in (r.batch, r.heads, r.head_dim))
                      + (f" {r.dtype}" if "dtype" in eff else ""),
-            "time ms (q25–q75)": (f"{fmt(r.median_ms)} ({fmt(r.q25_ms)}–{fmt(r.q75_ms)})" if ok
+            "time ms (q25–q75)": (f"{fmt(r.median_ms)} ({fmt(r.q25_ms)}–{fmt(r.q75_ms)})" + (BUSY_MARK if r.busy
+                                                                                              else "") if ok
                                   else r.status.upper()),
             "tokens/s": fmt(r.tokens_per_s, 0), "peak MiB": fmt(r.peak_mem_mib),
             "speed × softmax": fmt(r.speed_vs_softmax, 2), "memory × softmax": fmt(r.memory_vs_softmax, 2)}
         if eff["roofline_fraction"].notna().any():
             text |= {"GFLOP/s": fmt(r.gflops_per_s, 1), "bound ms": fmt(r.roofline_ms),
                      "roofline fraction": fmt(r.roofline_fraction, 3)}
+        if eff["busy"].any():
+            text["machine"] = busy_text(r)
         text["status"] = r.status if ok or not r.reason else f"{r.status}: {r.reason}"
         text_rows.append(text)
     text = pd.DataFrame(text_rows)
@@ -187,8 +194,26 @@ def efficiency_table(results: Results) -> Table | None:
              "GFLOP/s: counted FLOPs / time; bound ms: the roofline bound, max(FLOPs / matmul rate, bytes / copy "
              "bandwidth), from the machine probed around the point; roofline fraction = bound / time. "
              "OOM / TIMEOUT: the point did not fit (a result, not a crash). Bold: best per run, mode and shape."]
+    if eff["busy"].any():
+        notes.append(f"{BUSY_MARK.strip()}: measured on a busy machine (harness.timing.busy_machine): while it was "
+                     "timed other processes kept cores busy (machine: their average cores, a spinning thread's share "
+                     "of a core, the load average), so its time reads slower than the code is; rerun it on a quiet "
+                     "machine before reading a comparison from it.")
     return Table("efficiency", "Efficiency by sequence length", eff, text, best, notes,
                  key_columns=5 if many_runs else 4)
+
+
+BUSY_MARK = " †"
+
+
+def busy_text(row: Any) -> str:
+    """The machine's load around an efficiency point, e.g. 'busy: others 1.2 cores, core share 0.45, load 4.1'."""
+    if row.status != "ok" or not finite(row.others_cores):
+        return ""
+    parts = [f"others {row.others_cores:.2f} cores"]
+    parts += [f"core share {row.cpu_availability:.2f}"] if finite(row.cpu_availability) else []
+    parts += [f"load {row.load_1m:.1f}"] if finite(row.load_1m) else []
+    return ("busy: " if row.busy else "quiet: ") + ", ".join(parts)
 
 
 def paired_table(results: Results) -> Table | None:

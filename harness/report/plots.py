@@ -78,7 +78,8 @@ def _legend_outside(fig: Figure, axes: Any, extra: list[Line2D] | None = None) -
 
 
 def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot]:
-    """Time and peak memory vs sequence length (log-log), one line per label; OOM/timeout as x at the top."""
+    """Time and peak memory vs sequence length (log-log), one line per label; OOM/timeout as x at the top; points
+    timed on a busy machine (column `busy`) ringed in red."""
     if eff.empty:
         return []
     plots = []
@@ -90,13 +91,18 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
             continue
         fig = _figure(4.2 * len(panels) + 1.0, 4.0)
         axes = fig.subplots(1, len(panels), squeeze=False)[0]
-        failed_seen = False
+        failed_seen = busy_seen = False
         for ax, ((mode, batch, heads, head_dim), part) in zip(axes, panels):
             top = blended_transform_factory(ax.transData, ax.transAxes)
             for label, rows in part.groupby("label", sort=True):
                 rows = rows.sort_values("seq_len")
                 ok = rows[(rows["status"] == "ok") & rows[column].notna()]
                 ax.plot(ok["seq_len"], ok[column] * scale, marker="o", ms=3, color=colors[label], label=label)
+                busy = ok[ok["busy"] == True] if column == "median_ms" and "busy" in ok else ok.iloc[:0]  # noqa: E712
+                if not busy.empty:
+                    busy_seen = True
+                    ax.scatter(busy["seq_len"], busy[column] * scale, marker="o", s=70, facecolors="none",
+                               edgecolors="red", linewidths=1.2, zorder=6)
                 bad = rows[rows["status"].isin(["oom", "timeout"])]
                 if not bad.empty:
                     failed_seen = True
@@ -114,6 +120,8 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
             ax.grid(True, which="both", alpha=0.3)
         extra = [Line2D([], [], color="black", marker="x", linestyle="none", label="OOM / timeout (top edge)")] \
             if failed_seen else []
+        extra += [Line2D([], [], color="red", marker="o", markerfacecolor="none", linestyle="none",
+                         label="timed on a busy machine")] if busy_seen else []
         title = ("Time" if column == "median_ms" else "Peak memory") + " vs sequence length"
         fig.suptitle(title)
         _legend_outside(fig, axes, extra)
