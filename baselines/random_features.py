@@ -471,3 +471,13 @@ class RandomFeaturesAttention(LinearKernelAttention):
                                                 form=cfg.map_form()),
                          eps=cfg.guard(), causal=cfg.causal)
         self.cfg = cfg
+
+    @property
+    def feature_form(self) -> str:
+        """The form this attention's map computes, recorded with results (e.g. 'paper softplus, tau 1.0, floor 1e-06')."""
+        fmap = self.feature_map
+        if not fmap.form.paper or fmap.kind == "trig":
+            return f"scaled {fmap.kind}"
+        extras = f", tau {fmap.form.temperature}, floor {fmap.form.floor}" if fmap.kind != "favor" else ""
+        bias = f", elu bias {fmap.form.elu_bias}" if fmap.kind == "elu" else ""
+        return f"paper {fmap.kind}{extras}{bias}"

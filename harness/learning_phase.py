@@ -72,6 +72,9 @@ class PhaseAConfig(DynamicsConfig):
         require(self.max_steps is None or self.max_steps >= 1, f"phase_a max_steps={self.max_steps} must be >= 1")
         require(self.batch_size >= 2, f"phase_a batch_size={self.batch_size} must be at least 2 (alignment pairs)")
         require(self.probe_examples >= 2, f"phase_a probe_examples={self.probe_examples} must be at least 2")
+        require(not (self.train_norm_value and self.objective == "input-kernel"),
+                "phase_a train_norm_value needs an output objective (within-class or centered-kta); the "
+                "input-kernel objective sees no value projection")
 
     def budget(self, train_rows: int, phase_b_steps: int | None) -> int:
         """Phase-A steps: max_steps, else the steps_fraction of A + B, else epochs x batches per epoch."""

@@ -215,3 +215,5 @@ def test_phase_a_options_are_validated():
         run_learning_phase(model, task["train"], {"stepp": 0.1})
     with pytest.raises(ConfigError, match="resample"):
         run_learning_phase(model, task["train"], {"max_steps": 1, "resample": 99})
+    with pytest.raises(ConfigError, match="train_norm_value"):
+        run_learning_phase(model, task["train"], {"objective": "input-kernel", "train_norm_value": True})

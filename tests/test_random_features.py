@@ -226,6 +226,8 @@ def test_paper_maps_sum_to_sqrt_m_and_omegas_follow_the_form():
     assert (iid @ iid.T - torch.diag(torch.diag(iid @ iid.T))).abs().max() > 0.5
     with pytest.raises(ConfigError, match="temperature"):
         build_attention("random-features", temperature=0.0)
+    assert build_attention("coulomb", feature_map="cos2").feature_form == "paper cos2, tau 1.0, floor 1e-06"
+    assert build_attention("random-features", form="scaled").feature_form == "scaled favor"
 
 
 FEATURE_MAP_ATTENTIONS = {"performer": {"num_features": 32}, "rfa": {"num_features": 16},

@@ -72,7 +72,7 @@ def has_option(attention: str, option_name: str) -> bool:
     return any(f.name == option_name for f in dataclasses.fields(attention_entry(attention).config))
 
 
-RUNTIME_ATTRIBUTES = ("last_backend", "redraw_policy")  # what ran, as opposed to what was asked for
+RUNTIME_ATTRIBUTES = ("last_backend", "redraw_policy", "feature_form")  # what ran, as opposed to what was asked for
 
 
 def attention_runtime(model: TransformerClassifier) -> list[dict[str, Any]]:

@@ -347,7 +347,7 @@ def coulomb_table(results: Results) -> Table | None:
              "after the projection P onto the norm cap. Alignments before → after phase A on held-out rows (the "
              "split in the header): within-class (eq. C.4) and centred kernel-target alignment (App. D) of the "
              "mean-pooled attention outputs, and the eq. 2.2 u-statistic of the feature-map kernel on the pooled "
-             "inputs; the phase-A plot marks the same three. Relative move: |Omega_after - Omega_before| / "
+             "inputs; the phase-A plot marks the objective's one (column 'objective') beside its training-batch curve. Relative move: |Omega_after - Omega_before| / "
              "|Omega_before|. Mean ± std over seeds; bold: largest drift / noise per task."]
     if walks:
         notes.append("Drift below noise (a random walk: the alignment term barely moves the particles, the noise and "

@@ -325,12 +325,12 @@ def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
         fig = _figure(13, 3.2)
         axes = fig.subplots(1, 4)
         _step_panel(axes[0], series, "H", color, "Hamiltonian H (training batch)")
-        _step_panel(axes[1], series, "alignment", color, f"{objective} alignment")
+        _step_panel(axes[1], series, "alignment", color, f"{objective} alignment (training batch)")
         measured = (pa.get("validation_alignment") or {}).get(objective) or {}
         if series and all(finite(measured.get(k)) for k in ("before", "after")):
             last = max(len(steps) for steps in series) - 1
             axes[1].plot([0, last], [measured["before"], measured["after"]], "D", color="crimson",
-                         label=f"validation ({pa.get('probe_split', 'train')} rows), as in the table")
+                         label=f"{pa.get('probe_split', 'train')} rows before / after, as in the table")
         axes[0].legend(fontsize="x-small", loc="best")
         axes[1].legend(fontsize="x-small", loc="best")
         ax = axes[2]
