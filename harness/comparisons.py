@@ -20,13 +20,14 @@ import numpy as np
 
 from harness.metrics import NLL_CLIP
 from harness.predictions import Predictions
-from harness.report.stats import summarize
 
 ResampledMetric = Callable[[Predictions, np.ndarray], np.ndarray]  # (predictions, weights (B, N)) -> (B,)
 
 
 def mean_difference_interval(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
     """Mean of a_s - b_s over seeds s (also std, n), and its 95% t-interval (NaN with fewer than 2 seeds)."""
+    from harness.report.stats import summarize  # here: harness.report's tables import this module
+
     return summarize(np.asarray(a, dtype=float) - np.asarray(b, dtype=float), interval_from=2)
 
 
