@@ -75,7 +75,7 @@ def fit_tfidf_logreg(texts: dict[str, list[str]], labels: dict[str, np.ndarray],
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
     except ImportError:
-        raise UserError("the tfidf-logreg reference needs scikit-learn: pip install 'attnbench[references]'") from None
+        raise UserError("the tfidf-logreg reference needs scikit-learn: pip install scikit-learn") from None
     vectorizers = [TfidfVectorizer(analyzer="word", ngram_range=tuple(config.word_ngrams), min_df=config.min_df,
                                    sublinear_tf=True, lowercase=True),
                    TfidfVectorizer(analyzer="char_wb", ngram_range=tuple(config.char_ngrams), min_df=config.min_df,
