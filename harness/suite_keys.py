@@ -30,6 +30,7 @@ import numpy as np
 from harness.errors import UserError
 
 COMPARISON_KEYS = ("references", "comparisons", "published", "sweep")
+REFERENCE = "reference"  # the attention name of reference-model cells (harness.references), read by the report
 SWEEP_KEYS = ("metric", "grid", "budget", "seed")
 PUBLISHED_KEYS = ("source", "task", "note", "values")
 
@@ -196,8 +197,6 @@ def _is_text_task(name: str) -> bool:
 
 def sweep_trials(cell: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]]:
     """The cell once per sweep trial (training and model overrides, and cell['sweep']); references are not swept."""
-    from harness.references import REFERENCE
-
     sweep = extras.get("sweep")
     if not sweep or cell["attention"]["name"] == REFERENCE or cell["measurement"]["name"] != "accuracy":
         return [cell]
