@@ -13,12 +13,13 @@ from torch import Tensor, nn
 
 from baselines.random_features import seeded_generator
 from harness.options import option, require
-from harness.registry import AttentionConfig, register_attention
+from harness.registry import AttentionConfig, check_heads, register_attention
 
 
 @dataclasses.dataclass
 class LinformerConfig(AttentionConfig):
-    projected_length: int = option(256, "k: rows the keys and values are projected to along the sequence")
+    projected_length: int = option(256, "k: rows the keys and values are projected to along the sequence",
+                                   maximum=65536)
     share_heads: bool = option(True, "one E and one F per layer shared by its heads (headwise sharing); False: per head")
 
     def __post_init__(self) -> None:
@@ -47,6 +48,7 @@ class LinformerAttention(nn.Module):
         if n > self.cfg.max_length:
             raise ValueError(f"sequence length {n} exceeds linformer's max_length={self.cfg.max_length}; "
                              f"build it with a larger max_length")
+        check_heads("linformer", self.e_proj.shape[0], k.shape[1])
         if key_padding_mask is not None:
             keep = key_padding_mask[:, None, :, None].to(k.dtype)
             k, v = k * keep, v * keep

@@ -42,7 +42,7 @@ except ImportError as err:
 
 @dataclasses.dataclass
 class PeerPerformerConfig(AttentionConfig):
-    num_features: int = option(256, "random features M (their nb_features)")
+    num_features: int = option(256, "random features M (their nb_features)", maximum=65536)
     row_norms: RowNorms = option("chi", "row norms of the orthogonal blocks: chi (their ortho_scaling=0) or sqrt-d (1)")
 
     def __post_init__(self) -> None:
@@ -76,7 +76,7 @@ class PerformerPytorch(nn.Module):
 
 @dataclasses.dataclass
 class PeerNystromConfig(AttentionConfig):
-    num_landmarks: int = option(64, "landmarks (their num_landmarks)")
+    num_landmarks: int = option(64, "landmarks (their num_landmarks)", maximum=65536)
     pinv_iterations: int = option(6, "iterations of the iterative pseudo-inverse")
     conv_kernel: int = option(33, "depthwise convolution over V along the sequence (odd; 0 = none)")
 

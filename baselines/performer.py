@@ -18,7 +18,7 @@ from harness.registry import AttentionConfig, register_attention
 
 @dataclasses.dataclass
 class PerformerConfig(AttentionConfig):
-    num_features: int = option(256, "random features M per head (the reference's default 256)")
+    num_features: int = option(256, "random features M per head (the reference's default 256)", maximum=65536)
     row_norms: RowNorms = option("chi", "row norms of the orthogonal blocks: chi (Gaussian-like) or sqrt-d")
     orthogonal: bool = option(True, "orthogonal random features (FAVOR+); False draws i.i.d. Gaussian rows")
     redraw_every: int = option(1000, "redraw the features every N training steps (0 = never); never in evaluation")

@@ -1,40 +1,34 @@
-"""The only code that runs cells: in this process, in local worker processes, or as Ray tasks.
+"""Run a suite: pick the cells, claim the run folder, choose an executor, store every record.
 
 Every cell ends as one stored record (ok / failed / skipped); an exception, a NaN loss, running out
 of memory or a time-out fails that cell only, and the suite goes on. Resume is the default: cells
 whose file says ok or skipped are not run again; failed cells are retried unless
-`retry_failed=False`. Cells run in this process unless a time-out is set or workers > 1; then each
-runs in a spawned worker process that is killed when the cell overruns its time.
+`retry_failed=False`. One process writes a run folder at a time (RUN_DIR/run.lock). Cells run in
+this process (with DEFAULT_CELL_TIMEOUT as a soft limit) unless a time-out is set or workers > 1;
+then each runs in a spawned worker process that is killed when the cell overruns its time. A cell
+whose process died (left in RUN_DIR/in-flight/) is recorded as failed when the next run starts; if
+it is retried, it runs in a process of its own, after the other cells.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import fnmatch
-import multiprocessing
-import multiprocessing.connection
 import os
-import random
 import signal
+import socket
 import threading
 import time
-import traceback
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.cell import DEFAULT_CELL_TIMEOUT, PROCESS_DIED, Cell, CellSink, Executor, died_before, output_to
 from harness.errors import UserError
 from harness.progress import ProgressUI
 from harness.provenance import machine_provenance, now, resolve_device
-from harness.store import FINISHED, RunStore, cell_id, result_record
+from harness.store import FINISHED, RunStore, process_alive
 from harness.suite import Suite, cell_name
-
-Progress = Callable[[str, int, int], None]
-
-
-class CellTimeout(Exception):
-    """A cell ran past its time limit."""
 
 
 @dataclasses.dataclass
@@ -66,6 +60,7 @@ class RunSummary:
     failures: list[tuple[str, str, str]]  # (cell name, cell id, reason)
     seconds: float
     foreign: int = 0  # stored results of cells that are not in this suite (an earlier version of it)
+    notes: list[str] = dataclasses.field(default_factory=list)  # files set aside, deaths recorded, lock taken over
 
     @property
     def exit_code(self) -> int:
@@ -91,85 +86,67 @@ def select_cells(suite: Suite, filters: tuple[str, ...]) -> list[dict[str, Any]]
     return chosen
 
 
-def resolved_config(suite: Suite, cell: dict[str, Any]) -> dict[str, Any]:
-    """Every config of a cell with its defaults filled in (for provenance)."""
-    task = cell["task"]["name"]
-    return {"attention": suite.resolved["attentions"].get(cell["attention"]["label"], {}),
-            "task": suite.resolved["tasks"].get(task, {}),
-            "model": _resolved_model(cell["model"]), "training": suite.resolved.get("training", {}),
-            "measurement": suite.resolved["measurements"][cell["measurement"]["name"]]}
+class RunSink:
+    """The run's side of every executor: in-flight markers, stored records and the progress display."""
+
+    def __init__(self, store: RunStore, ui: ProgressUI, device: str, command: str):
+        self.store, self.ui, self.device, self.command = store, ui, device, command
+        self.running: set[str] = set()
+        self.notes: list[str] = []  # rows dropped for bad data, per cell
+
+    def started(self, cell: Cell) -> None:
+        self.store.mark_in_flight(cell.id, {"cell": cell.spec, "resolved": cell.resolved, "pid": os.getpid(),
+                                            "host": socket.gethostname(), "started_at": now(),
+                                            "device": self.device, "command": self.command})
+        self.running.add(cell.id)
+        self.ui.start(cell.id, cell.name)
+
+    def progress(self, cell: Cell, phase: str, step: int, total: int) -> None:
+        self.ui.update(cell.id, phase, step, total)
+
+    def finished(self, cell: Cell, record: dict[str, Any]) -> None:
+        self.store.write_cell(record)
+        dropped = dropped_rows(record)
+        if dropped:
+            self.notes.append(f"{cell.name}: {dropped} (bad_rows: fail makes this an error)")
+        self.store.clear_in_flight(cell.id)
+        self.running.discard(cell.id)
+        self.ui.finish(cell.id, record["status"])
+
+    def log_path(self, cell: Cell) -> Path:
+        return self.store.log_path(cell.id)
+
+    def stop(self) -> None:
+        """The run ends in order (done, interrupted, an error): no cell it ran is left marked in flight."""
+        for cid in self.running:
+            self.store.clear_in_flight(cid)
+        self.running.clear()
 
 
-def _resolved_model(overrides: dict[str, Any]) -> dict[str, Any]:
-    """The cell's model settings with defaults (vocabulary, classes and length are then set by the task)."""
-    from harness.model import ModelConfig
-    from harness.options import make_options
+@dataclasses.dataclass
+class InProcessExecutor:
+    """Cells one after another in this process, with `threads` torch threads, each within `timeout` seconds."""
 
-    return dataclasses.asdict(make_options(ModelConfig, overrides, what="model"))
+    device: str
+    command: str
+    threads: int | None = None
+    timeout: float | None = None
 
+    def run(self, cells: list[Cell], sink: CellSink) -> None:
+        """Run `cells` here; each ends in `sink.finished`."""
+        import torch
 
-def failure_reason(err: BaseException) -> str:
-    """One line saying why a cell failed."""
-    from harness.train import NonFiniteLossError
-
-    text = (str(err).strip().splitlines() or [""])[0]
-    if isinstance(err, CellTimeout):
-        return f"time-out: {text}"
-    if isinstance(err, NonFiniteLossError):
-        return f"non-finite loss: {text}"
-    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
-        return f"out of memory: {type(err).__name__}: {text}"
-    if not text:  # say where, when the exception says nothing
-        frames = traceback.extract_tb(err.__traceback__)
-        where = f" raised at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
-        return f"{type(err).__name__}{where}"
-    return f"{type(err).__name__}: {text}"
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, numpy and torch so that a cell is reproducible on its own."""
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def execute_cell(cell: dict[str, Any], resolved: dict[str, Any], *, device: str, command: str,
-                 progress: Progress | None = None) -> dict[str, Any]:
-    """Run one cell here and return its record; failures and skips become records, never exceptions."""
-    from harness.measurements import SkipCell, run_cell
-
-    started, t0 = now(), time.perf_counter()
-    outcome: dict[str, Any] = {"status": "ok"}
-    try:
-        seed_everything(cell["seed"])
-        result = run_cell(cell, device=device, progress=progress)
-        outcome.update(metrics=result.get("metrics", {}), details=result.get("details", {}))
-    except SkipCell as err:
-        outcome = {"status": "skipped", "reason": str(err).strip().splitlines()[0] if str(err).strip() else "skipped"}
-    except Exception as err:  # noqa: BLE001 - any failure of one cell is that cell's result
-        outcome = {"status": "failed", "reason": failure_reason(err), "error": traceback.format_exc()}
-    provenance = machine_provenance(device, command)
-    provenance.update(started_at=started, finished_at=now(), seconds=time.perf_counter() - t0,
-                      seed=cell["seed"], config=resolved)
-    return result_record(cell, provenance=provenance, **outcome)
-
-
-def failed_record(cell: dict[str, Any], resolved: dict[str, Any], *, device: str, command: str,
-                  started: str, seconds: float, reason: str) -> dict[str, Any]:
-    """The record of a cell that ended outside `execute_cell` (killed at its time limit, worker died)."""
-    provenance = machine_provenance(device, command)
-    provenance.update(started_at=started, finished_at=now(), seconds=seconds, seed=cell["seed"], config=resolved)
-    return result_record(cell, status="failed", reason=reason, error=None, provenance=provenance)
-
-
-@contextlib.contextmanager
-def output_to(log_path: Path) -> Iterator[None]:
-    """Send what the cell prints (stdout and stderr) to its log file."""
-    with open(log_path, "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        yield
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads or before)
+        try:
+            for cell in cells:
+                sink.started(cell)
+                with output_to(sink.log_path(cell)):
+                    record = cell.run(device=self.device, command=self.command, timeout=self.timeout,
+                                      progress=lambda phase, step, total, c=cell: sink.progress(c, phase, step, total))
+                sink.finished(cell, record)
+        finally:
+            torch.set_num_threads(before)
 
 
 def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
@@ -179,177 +156,119 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
     if options.executor == "ray":
         from harness.ray_executor import require_ray
         require_ray()  # before anything is written
-    cells = select_cells(suite, options.filters)
+    cells = [Cell.of(suite, spec) for spec in select_cells(suite, options.filters)]
+    planned = [Cell.of(suite, spec).id for spec in suite.cells()]  # the whole suite, also with --filter
     store = RunStore(run_dir)
-    ids = [cell_id(c) for c in cells]
-    planned = [cell_id(c) for c in suite.cells()]  # the whole suite, also when --filter runs a part of it
-    store.open(suite.as_dict(), planned, machine_provenance(device if device != "auto" else "cpu", options.command))
-    keep = FINISHED if options.retry_failed else FINISHED + ("failed",)
-    todo = [c for c, i in zip(cells, ids) if store.status(i) not in keep]
-    timeout = options.cell_timeout if options.cell_timeout is not None else suite.cell_timeout
-    ui = ProgressUI(suite.name, total=len(cells), done=len(cells) - len(todo), enabled=options.show_progress)
-    with ui:
-        if options.executor == "ray":
-            from harness.ray_executor import run_on_ray
-            run_on_ray(todo, suite, store, ui, options, timeout)
-        elif (options.workers or 1) > 1 or timeout is not None:
-            _run_in_workers(todo, suite, store, ui, device, options, timeout)
-        else:
-            _run_here(todo, suite, store, ui, device, options.command, options.threads)
+    store.check_writable()
+    store.refuse_other_suite(suite.name)
+    try:
+        with store.claim(options.command) as previous, _sigterm_as_interrupt():
+            notes = [] if previous is None else [_taken_over(previous)]
+            notes += store.open(suite.as_dict(), planned,
+                                machine_provenance(device if device != "auto" else "cpu", options.command))
+            notes += _record_deaths(store, device)
+            keep = FINISHED if options.retry_failed else FINISHED + ("failed",)
+            todo = [c for c in cells if store.status(c.id) not in keep]
+            ran, data_notes = _run_cells(todo, len(cells), suite, store, device, options)
+            notes += data_notes
+    except OSError as err:  # a folder that became unwritable, a full disk
+        raise UserError(f"cannot write the run folder {run_dir}: {err.strerror or err} ({err.filename}); "
+                        f"finished cells are kept; free space or fix permissions and rerun") from None
     counts: dict[str, int] = {}
     failures = []
-    for cell, cid in zip(cells, ids):
-        record = store.read_cell(cid)
+    for cell in cells:
+        record = store.read_cell(cell.id)
         status = record["status"] if record else "missing"
         counts[status] = counts.get(status, 0) + 1
         if status == "failed":
-            failures.append((cell_name(cell), cid, record["reason"]))
+            failures.append((cell.name, cell.id, record["reason"]))
     foreign = len({p.stem for p in store.cells_dir.glob("*.json")} - set(planned))
-    return RunSummary(run_dir, len(cells), len(todo), len(cells) - len(todo), counts, failures,
-                      time.perf_counter() - start, foreign)
+    return RunSummary(run_dir, len(cells), ran, len(cells) - ran, counts, failures, time.perf_counter() - start,
+                      foreign, notes)
 
 
-def _run_here(todo: list[dict[str, Any]], suite: Suite, store: RunStore, ui: ProgressUI, device: str,
-              command: str, threads: int | None) -> None:
-    import torch
+def _run_cells(todo: list[Cell], selected: int, suite: Suite, store: RunStore, device: str,
+               options: RunOptions) -> tuple[int, list[str]]:
+    """Run `todo` with the executor the options ask for (cells whose process died before run last, alone);
+    (how many ran, notes on data the cells dropped)."""
+    explicit = options.cell_timeout if options.cell_timeout is not None else suite.cell_timeout
+    timeout = DEFAULT_CELL_TIMEOUT if explicit is None else explicit
+    ui = ProgressUI(suite.name, total=selected, done=selected - len(todo), enabled=options.show_progress,
+                    log_path=store.log_path)
+    sink = RunSink(store, ui, device, options.command)
+    executor: Executor
+    if options.executor == "ray":
+        from harness.ray_executor import RayExecutor
+        executor = RayExecutor(options.device, options.command, options.address, options.workers,
+                               options.cpus_per_cell, options.threads, timeout)
+        batches = [(executor, todo)]
+    else:
+        from harness.worker_executor import WorkerExecutor
+        isolated = WorkerExecutor(device, options.command, options.workers or 1, options.threads, timeout)
+        if (options.workers or 1) > 1 or explicit is not None:
+            batches = [(isolated, todo)]
+        else:
+            here = InProcessExecutor(device, options.command, options.threads, timeout)
+            died = {c.id for c in todo if died_before(store.read_cell(c.id))}
+            batches = [(here, [c for c in todo if c.id not in died]), (isolated, [c for c in todo if c.id in died])]
+    with ui:
+        try:
+            for executor, cells in batches:
+                if cells:
+                    executor.run(cells, sink)
+        finally:
+            sink.stop()
+    return len(todo), sink.notes
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads or before)
+
+def dropped_rows(record: dict[str, Any]) -> str:
+    """'dropped 62 of 200 train rows (35 null text, 27 null label)' from a record's data provenance, or ''."""
+    parts = []
+    for split, counts in ((record.get("provenance") or {}).get("data") or {}).get("data_problems", {}).items():
+        kinds = {k: n for k, n in counts.items() if k in ("null_text", "empty_text", "null_label") and n}
+        if kinds:
+            listed = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in kinds.items())
+            parts.append(f"{sum(kinds.values())} of {counts.get('rows')} {split} rows ({listed})")
+    return f"dropped {'; '.join(parts)}" if parts else ""
+
+
+def _record_deaths(store: RunStore, device: str) -> list[str]:
+    """Store a failed record for every cell left in flight by a process that died; one note each."""
+    notes = []
+    for cid, marker in store.in_flight().items():
+        if store.read_cell(cid) is None and "cell" in marker:
+            cell = Cell(marker["cell"], marker.get("resolved", {}))
+            where = f"pid {marker.get('pid')} on {marker.get('host')}, started {marker.get('started_at')}"
+            reason = (f"{PROCESS_DIED} ({where}): killed (out of memory, SIGKILL) or a crash in native code; "
+                      f"a retry runs it in a process of its own")
+            store.write_cell(cell.failed(reason, device=marker.get("device", device), command=marker.get("command", ""),
+                                         started=marker.get("started_at", ""), seconds=0.0,
+                                         details={"process_died": {k: marker.get(k) for k in ("pid", "host")}}))
+            notes.append(f"{cell.name}: {PROCESS_DIED} ({where}); recorded as failed")
+        store.clear_in_flight(cid)
+    return notes
+
+
+def _taken_over(holder: dict[str, Any]) -> str:
+    """The note for a lock left by a run that ended without releasing it."""
+    pid, host = holder.get("pid"), holder.get("host")
+    state = ("no longer running" if host != socket.gethostname() or not isinstance(pid, int) or not process_alive(pid)
+             else "not holding it")
+    return f"took over the run folder's lock from pid {pid} on {host} (since {holder.get('started')}), {state}"
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the run in order, like Ctrl-C (no cell is left marked in flight); main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        _run_cells_here(todo, suite, store, ui, device, command)
+        yield
     finally:
-        torch.set_num_threads(before)
-
-
-def _run_cells_here(todo: list[dict[str, Any]], suite: Suite, store: RunStore, ui: ProgressUI, device: str,
-                    command: str) -> None:
-    for cell in todo:
-        cid, name = cell_id(cell), cell_name(cell)
-        ui.start(cid, name)
-        with output_to(store.log_path(cid)):
-            record = execute_cell(cell, resolved_config(suite, cell), device=device, command=command,
-                                  progress=lambda phase, step, total: ui.update(cid, phase, step, total))
-        store.write_cell(record)
-        ui.finish(cid, record["status"])
-
-
-def _worker_main(conn: multiprocessing.connection.Connection, threads: int) -> None:
-    """A spawned worker: run the cells it is sent, stream progress, send back each record."""
-    import torch
-
-    from harness.measurements import MEASUREMENTS
-    from harness.registry import ATTENTIONS
-
-    torch.set_num_threads(threads)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
-    MEASUREMENTS.names(), ATTENTIONS.names()  # import the built-in modules before any cell's clock starts
-    while True:
-        job = conn.recv()
-        if job is None:
-            return
-        cell, resolved, device, command, log_path = job
-        conn.send(("started",))  # the time limit counts from here, not from the worker's imports
-        with output_to(Path(log_path)):
-            record = execute_cell(cell, resolved, device=device, command=command,
-                                  progress=lambda phase, step, total: conn.send(("progress", phase, step, total)))
-        conn.send(("done", record))
-
-
-def _exit_with_parent(parent: int) -> None:
-    """End this worker when its parent is gone (e.g. killed with SIGKILL): no orphaned cells keep running."""
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(1)
-
-
-@dataclasses.dataclass
-class _Worker:
-    process: multiprocessing.process.BaseProcess
-    conn: multiprocessing.connection.Connection
-    cell: dict[str, Any] | None = None
-    started_at: str = ""
-    t0: float | None = None  # when the worker began the cell (None: still starting up)
-
-
-def _run_in_workers(todo: list[dict[str, Any]], suite: Suite, store: RunStore, ui: ProgressUI, device: str,
-                    options: RunOptions, timeout: float | None) -> None:
-    """Run cells in `workers` spawned processes, each with cores // workers torch threads."""
-    ctx = multiprocessing.get_context("spawn")
-    n = max(1, min(options.workers or 1, len(todo)))
-    threads = options.threads or max(1, (os.cpu_count() or 1) // n)
-
-    def spawn() -> _Worker:
-        parent, child = ctx.Pipe()
-        process = ctx.Process(target=_worker_main, args=(child, threads), name="attnbench-worker")
-        process.start()
-        child.close()
-        return _Worker(process, parent)
-
-    def finish(worker: _Worker, record: dict[str, Any]) -> None:
-        store.write_cell(record)
-        ui.finish(cell_id(worker.cell), record["status"])
-        worker.cell = None
-
-    def replace(worker: _Worker) -> _Worker | None:
-        """Kill a worker (timed out or broken); a fresh one takes its place while cells are waiting."""
-        worker.process.kill()
-        worker.process.join()
-        worker.conn.close()
-        return spawn() if pending else None
-
-    pending = deque(todo)
-    workers: list[_Worker | None] = [spawn() for _ in range(n)] if todo else []
-    try:
-        while True:
-            workers = [w for w in workers if w is not None]  # replaced by None: killed, nothing left to give
-            if not pending and all(w.cell is None for w in workers):
-                break
-            for w in workers:
-                if w.cell is None and pending:
-                    w.cell, w.started_at, w.t0 = pending.popleft(), now(), None
-                    cid = cell_id(w.cell)
-                    ui.start(cid, cell_name(w.cell))
-                    w.conn.send((w.cell, resolved_config(suite, w.cell), device, options.command,
-                                 str(store.log_path(cid))))
-            busy = [w for w in workers if w.cell is not None]
-            ready = multiprocessing.connection.wait([w.conn for w in busy], timeout=0.25)
-            for i, w in enumerate(workers):
-                if w is None or w.cell is None:
-                    continue
-                cid = cell_id(w.cell)
-                if w.conn in ready:
-                    try:
-                        kind, *payload = w.conn.recv()
-                    except (EOFError, OSError):
-                        w.process.join(5)
-                        reason = (f"worker process died (exit code {w.process.exitcode}): "
-                                  f"out of memory or a crash in native code")
-                        finish(w, failed_record(w.cell, resolved_config(suite, w.cell), device=device,
-                                                command=options.command, started=w.started_at,
-                                                seconds=0.0 if w.t0 is None else time.perf_counter() - w.t0,
-                                                reason=reason))
-                        workers[i] = replace(w)
-                        continue
-                    if kind == "started":
-                        w.started_at, w.t0 = now(), time.perf_counter()
-                    elif kind == "progress":
-                        ui.update(cid, *payload)
-                    else:
-                        finish(w, payload[0])
-                    continue
-                elapsed = 0.0 if w.t0 is None else time.perf_counter() - w.t0
-                if timeout is not None and elapsed > timeout:
-                    finish(w, failed_record(w.cell, resolved_config(suite, w.cell), device=device,
-                                            command=options.command, started=w.started_at, seconds=elapsed,
-                                            reason=f"time-out: no result after {timeout:g} s (cell time limit)"))
-                    workers[i] = replace(w)
-    finally:
-        for w in filter(None, workers):
-            if w.process.is_alive() and w.cell is None:
-                with contextlib.suppress(OSError):
-                    w.conn.send(None)
-                w.process.join(2)
-            if w.process.is_alive():
-                w.process.kill()
-                w.process.join()
+        signal.signal(signal.SIGTERM, previous)

@@ -15,12 +15,39 @@ from typing import Any, Literal, Union
 from harness.errors import ConfigError, closest
 
 
-def option(default: Any = dataclasses.MISSING, help: str = "", **kwargs: Any) -> Any:
-    """A dataclass field with a help text (shown by `attnbench list`)."""
+def option(default: Any = dataclasses.MISSING, help: str = "", *, minimum: float | None = None,
+           maximum: float | None = None, **kwargs: Any) -> Any:
+    """A dataclass field with a help text (shown by `attnbench list`) and optional bounds on its value
+    (numbers, or every number of a list), checked by `make_options` and suite validation."""
+    metadata = {"help": help, "minimum": minimum, "maximum": maximum}
     if isinstance(default, (list, dict, set)):
         value = default
-        return dataclasses.field(default_factory=lambda: type(value)(value), metadata={"help": help}, **kwargs)
-    return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata=metadata, **kwargs)
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)
+
+
+def bounds_text(f: dataclasses.Field) -> str:
+    """'1..65536', 'at least 0', 'at most 10' or '' for an option's declared bounds."""
+    low, high = f.metadata.get("minimum"), f.metadata.get("maximum")
+    if low is not None and high is not None:
+        return f"{low:g}..{high:g}"
+    if low is not None:
+        return f"at least {low:g}"
+    return f"at most {high:g}" if high is not None else ""
+
+
+def check_option(f: dataclasses.Field, annotation: Any, value: Any, where: str) -> Any:
+    """`value` coerced to the field's type and checked against its declared bounds (ConfigError if not)."""
+    value = coerce(value, annotation, where)
+    low, high = f.metadata.get("minimum"), f.metadata.get("maximum")
+    numbers = value if isinstance(value, list) else [value]
+    for number in numbers:
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            continue
+        if (low is not None and number < low) or (high is not None and number > high):
+            shown = f"{value!r} (its value {number!r})" if isinstance(value, list) else repr(value)
+            raise ConfigError(f"{where} is {shown}, outside its bounds ({bounds_text(f)}); choose a value within them")
+    return value
 
 
 def option_table(config_cls: type) -> list[dict[str, Any]]:
@@ -34,8 +61,9 @@ def option_table(config_cls: type) -> list[dict[str, Any]]:
             default = f.default_factory()
         else:
             default = "(required)"
+        bounds = bounds_text(f)
         rows.append({"name": f.name, "type": _type_name(hints[f.name]), "default": default,
-                     "help": f.metadata.get("help", "")})
+                     "help": f.metadata.get("help", "") + (f" [{bounds}]" if bounds else "")})
     return rows
 
 
@@ -44,15 +72,15 @@ def make_options(config_cls: type, values: Mapping[str, Any], *, what: str) -> A
 
     `what` names the thing being configured in error messages, e.g. "attention 'performer'".
     """
-    valid = [f.name for f in dataclasses.fields(config_cls)]
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
     hints = typing.get_type_hints(config_cls)
     checked = {}
     for key, value in values.items():
-        if key not in hints:
-            hint = closest(key, valid)
+        if key not in fields:
+            hint = closest(str(key), list(fields))
             did_you_mean = f"; did you mean {hint!r}?" if hint else ""
-            raise ConfigError(f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(valid)}")
-        checked[key] = coerce(value, hints[key], f"option {key!r} of {what}")
+            raise ConfigError(f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(fields)}")
+        checked[key] = check_option(fields[key], hints[key], value, f"option {key!r} of {what}")
     try:
         return config_cls(**checked)
     except TypeError as err:  # a required option is missing

@@ -3,6 +3,11 @@
 Layout:  RUN_DIR/run.json              suite name, normalised suite, cell ids, created, provenance
          RUN_DIR/cells/<cell_id>.json  one cell's result (schema below), written only when it ends
          RUN_DIR/logs/<cell_id>.log    what the cell printed
+         RUN_DIR/run.lock              who writes the folder now (pid, host, start, command; flock'ed)
+         RUN_DIR/in-flight/<id>.json   a cell that is running: if it is still there when the next run
+                                       starts, the process died while running that cell
+         RUN_DIR/unreadable/           files that could not be read (truncated, empty, not a result),
+                                       set aside with a time stamp, never deleted; their cells run again
 
 A cell's id is the first 16 hex digits of the sha256 of its canonical JSON (sorted keys), so the
 same cell always lands in the same file: a rerun cannot duplicate it, and a `kill -9` loses at most
@@ -11,10 +16,14 @@ folder, fsync, then os.replace).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
+import fcntl
 import hashlib
 import json
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +32,7 @@ from harness.errors import UserError
 
 SCHEMA = 1
 FINISHED = ("ok", "skipped")  # statuses a rerun keeps; "failed" cells are retried unless told not to
+STATUSES = ("ok", "failed", "skipped")
 
 
 def cell_id(cell: dict[str, Any]) -> str:
@@ -60,6 +70,38 @@ def default_run_dir(suite_name: str, fresh: bool, root: Path = Path("runs")) -> 
     return path
 
 
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def _unreadable(path: Path, cid: str | None) -> str | None:
+    """Why `path` is not a readable cell result (or run.json when cid is None); None when it is."""
+    try:
+        data = json.loads(path.read_text())
+    except UnicodeDecodeError as err:
+        return f"not UTF-8 text ({err.reason})"
+    except json.JSONDecodeError as err:
+        return "an empty file" if not err.doc.strip() else f"not valid JSON: {err.msg} (character {err.pos})"
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not a mapping"
+    if cid is None:
+        return None if isinstance(data.get("suite"), str) else "no suite name in it"
+    if data.get("cell_id") != cid or data.get("status") not in STATUSES or not isinstance(data.get("cell"), dict):
+        return "not the result of this cell (its cell_id, status or cell is missing or wrong)"
+    return None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class RunStore:
     """Read and write one run folder."""
 
@@ -67,28 +109,126 @@ class RunStore:
         self.run_dir = Path(run_dir)
         self.cells_dir = self.run_dir / "cells"
         self.logs_dir = self.run_dir / "logs"
+        self.in_flight_dir = self.run_dir / "in-flight"
+        self.unreadable_dir = self.run_dir / "unreadable"
+        self.lock_path = self.run_dir / "run.lock"
 
-    def open(self, suite: dict[str, Any], cell_ids: list[str], provenance: dict[str, Any]) -> None:
-        """Create (or resume) the folder and record the run; refuse a folder of a different suite."""
-        existing = self.run_info() if (self.run_dir / "run.json").exists() else None
-        if existing is not None and existing.get("suite") != suite["name"]:
-            raise UserError(f"{self.run_dir} holds a run of suite {existing.get('suite')!r}, not {suite['name']!r}; "
-                            f"choose another --out or use --fresh")
-        self.cells_dir.mkdir(parents=True, exist_ok=True)
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
+    def check_writable(self) -> None:
+        """Raise a UserError, writing nothing, if the run folder or one inside it cannot be created or written."""
+        for folder in (self.run_dir, self.cells_dir, self.logs_dir, self.in_flight_dir):
+            existing = folder
+            while not existing.exists() and existing != existing.parent:
+                existing = existing.parent
+            if not existing.is_dir():
+                raise UserError(f"cannot use {self.run_dir} as the run folder: {existing} is a file, not a folder; "
+                                f"give --out a folder path")
+            try:
+                probe = existing / f".attnbench-probe-{os.getpid()}"
+                probe.touch()
+                probe.unlink()
+            except OSError as err:
+                raise UserError(f"cannot write the run folder {self.run_dir}: {existing} is not writable "
+                                f"({err.strerror}); give --out a folder you can write") from None
+
+    def refuse_other_suite(self, suite_name: str) -> None:
+        """Raise a UserError if the folder holds a run of another suite."""
+        path = self.run_dir / "run.json"
+        if path.is_file() and _unreadable(path, None) is None:
+            existing = json.loads(path.read_text()).get("suite")
+            if existing != suite_name:
+                raise UserError(f"{self.run_dir} holds a run of suite {existing!r}, not {suite_name!r}; "
+                                f"choose another --out or use --fresh")
+
+    @contextlib.contextmanager
+    def claim(self, command: str) -> Iterator[dict[str, Any] | None]:
+        """Hold the folder's lock while writing it: one writer per run folder. Yields the holder recorded by a
+        process that ended without releasing it (taken over), or None; a live holder is a UserError naming it."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                holder = self._holder(fd) or {}
+                raise UserError(f"{self.run_dir} is being written by another attnbench run (pid {holder.get('pid')} "
+                                f"on {holder.get('host')}, since {holder.get('started')}: {holder.get('command')}); "
+                                f"wait for it to end, or give another --out") from None
+            previous = self._holder(fd)
+            me = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "command": command}
+            self._write_holder(fd, me)
+            try:
+                yield previous
+            finally:
+                self._write_holder(fd, None)  # released: the file stays (unlinking a locked file races)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _holder(fd: int) -> dict[str, Any] | None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, 65536).decode("utf-8", "replace")
+        try:
+            holder = json.loads(text) if text.strip() else None
+        except json.JSONDecodeError:
+            return None
+        return holder if isinstance(holder, dict) else None
+
+    @staticmethod
+    def _write_holder(fd: int, holder: dict[str, Any] | None) -> None:
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        if holder is not None:
+            os.write(fd, (json.dumps(holder) + "\n").encode())
+        os.fsync(fd)
+
+    def open(self, suite: dict[str, Any], cell_ids: list[str], provenance: dict[str, Any]) -> list[str]:
+        """Create (or resume) the folder and record the run; refuse a folder of a different suite.
+        Returns notes on files set aside because they could not be read (their cells run again)."""
+        self.refuse_other_suite(suite["name"])
+        notes = []
+        path = self.run_dir / "run.json"
+        existing = None
+        if path.is_file():
+            problem = _unreadable(path, None)
+            if problem:
+                notes.append(self._set_aside(path, problem, "it is written anew"))
+            else:
+                existing = json.loads(path.read_text())
+        for folder in (self.cells_dir, self.logs_dir, self.in_flight_dir):
+            folder.mkdir(parents=True, exist_ok=True)
         for stale in self.cells_dir.glob(".*.tmp"):  # left by a killed writer
             stale.unlink(missing_ok=True)
+        for cell in sorted(self.cells_dir.glob("*.json")):
+            problem = _unreadable(cell, cell.stem)
+            if problem:
+                notes.append(self._set_aside(cell, problem, "the cell runs again"))
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         info = {"schema": SCHEMA, "suite": suite["name"], "resolved_suite": suite, "cell_ids": cell_ids,
                 "created": existing.get("created", now) if existing else now, "updated": now,
                 "provenance": provenance}
-        write_json_atomic(self.run_dir / "run.json", info)
+        write_json_atomic(path, info)
+        return notes
+
+    def _set_aside(self, path: Path, problem: str, then: str) -> str:
+        """Move an unreadable file to RUN_DIR/unreadable/ (never delete it); one line saying so."""
+        self.unreadable_dir.mkdir(exist_ok=True)
+        target = self.unreadable_dir / f"{path.name}.{_stamp()}"
+        os.replace(path, target)
+        return f"{path} was unreadable ({problem}); set aside as {target}; {then}"
 
     def run_info(self) -> dict[str, Any]:
         """The run.json record."""
         path = self.run_dir / "run.json"
         if not path.is_file():
             raise UserError(f"{self.run_dir} is not a run folder (no run.json); give a folder made by `attnbench run`")
+        problem = _unreadable(path, None)
+        if problem:
+            raise UserError(f"{path} is unreadable ({problem}); rerun `attnbench run SUITE --out {self.run_dir}` to "
+                            f"write it anew (finished cells are kept)")
         return json.loads(path.read_text())
 
     def cell_path(self, cid: str) -> Path:
@@ -98,9 +238,11 @@ class RunStore:
         return self.logs_dir / f"{cid}.log"
 
     def read_cell(self, cid: str) -> dict[str, Any] | None:
-        """The stored result of a cell, or None if it has not finished."""
+        """The stored result of a cell, or None if it has not finished (or its file is unreadable)."""
         path = self.cell_path(cid)
-        return json.loads(path.read_text()) if path.is_file() else None
+        if not path.is_file() or _unreadable(path, cid):
+            return None
+        return json.loads(path.read_text())
 
     def status(self, cid: str) -> str | None:
         record = self.read_cell(cid)
@@ -113,9 +255,29 @@ class RunStore:
         return path
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Every stored cell result."""
+        """Every readable stored cell result."""
         for path in sorted(self.cells_dir.glob("*.json")):
-            yield json.loads(path.read_text())
+            if not _unreadable(path, path.stem):
+                yield json.loads(path.read_text())
+
+    def mark_in_flight(self, cid: str, marker: dict[str, Any]) -> None:
+        """Record that cell `cid` is running (marker: the cell, its resolved configs, pid, host, start)."""
+        write_json_atomic(self.in_flight_dir / f"{cid}.json", marker)
+
+    def clear_in_flight(self, cid: str) -> None:
+        """The cell is no longer running (its result is stored, or the run stopped in order)."""
+        (self.in_flight_dir / f"{cid}.json").unlink(missing_ok=True)
+
+    def in_flight(self) -> dict[str, dict[str, Any]]:
+        """Markers of cells that were running when their process ended (read while holding the lock)."""
+        markers = {}
+        for path in sorted(self.in_flight_dir.glob("*.json")):
+            try:
+                marker = json.loads(path.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                marker = None  # written while the process died: only its name says which cell
+            markers[path.stem] = marker if isinstance(marker, dict) else {}
+        return markers
 
 
 def result_record(cell: dict[str, Any], *, status: str, reason: str | None = None, error: str | None = None,

@@ -10,7 +10,7 @@ measurement). Schema (top-level keys):
       - softmax
       - {name: performer, label: performer-64, options: {num_features: 64}}
       - {name: random-features, label: vanilla-favor-qk, model: {tie_qk: false}}   # model overrides
-    tasks:                           # a name or {name, options}; seed comes from `seeds`
+    tasks:                           # a name or {name, label, options}; seed comes from `seeds`
       - {name: listops, options: {num_train: 256}}
     seeds: [0, 1, 2]                 # required, distinct integers
     model: {d_model: 64}             # ModelConfig overrides (vocabulary, classes, max_length come from the task)
@@ -41,7 +41,7 @@ import yaml
 import harness
 from harness.errors import ConfigError, UserError, closest, unknown_name_message
 from harness.model import ModelConfig
-from harness.options import coerce
+from harness.options import check_option
 from harness.registry import ATTENTIONS, Registry
 from harness.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
 from harness.train import TrainConfig
@@ -51,13 +51,15 @@ SUITE_KEYS = ("name", "description", "attentions", "tasks", "seeds", "model", "t
 REQUIRED_KEYS = ("name", "description", "seeds", "measurements")
 MODEL_SET_ATTENTION_OPTIONS = ("head_dim", "num_heads", "max_length", "seed")  # filled in by the model
 TASK_SET_MODEL_OPTIONS = ("vocab_size", "num_classes", "max_length", "pad_id", "num_segments")  # from the task
+MAX_SEED = 2**32 - 1  # numpy's seed range
 NO_TASK = {"name": "none", "options": {}}
 NO_ATTENTION = {"name": "none", "label": "none", "options": {}}
 
 
 def suites_dir() -> Path:
-    """The repository's suites/ folder (next to the harness package)."""
-    return Path(harness.__file__).resolve().parents[1] / "suites"
+    """The shipped suites: harness/suites in an installed wheel, else the repository's suites/ beside harness/."""
+    installed = Path(harness.__file__).resolve().parent / "suites"
+    return installed if installed.is_dir() else Path(harness.__file__).resolve().parents[1] / "suites"
 
 
 def suite_names() -> list[str]:
@@ -83,7 +85,14 @@ def find_suite(name_or_path: str) -> Path:
 def read_yaml(path: Path) -> dict[str, Any]:
     """The raw mapping in a suite file (no validation beyond 'is a YAML mapping')."""
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        _refuse_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), "")
+        data = yaml.safe_load(text)
+    except DuplicateKeyError as err:
+        raise UserError(f"{path}: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: cannot read the suite file ({type(err).__name__}: {err}); "
+                        f"check the path and its permissions") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -91,6 +100,30 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError(f"{path}: a suite must be a YAML mapping with keys {', '.join(REQUIRED_KEYS)}")
     return data
+
+
+class DuplicateKeyError(Exception):
+    """A YAML mapping that gives one key twice (YAML would silently keep the last)."""
+
+
+def _refuse_duplicate_keys(node: yaml.Node | None, path: str) -> None:
+    """Walk a composed YAML document; raise DuplicateKeyError naming the key path of a repeated key."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+            if key is not None and key != "<<":
+                where = _join(path, key)
+                if key in seen:
+                    raise DuplicateKeyError(f"{where}: key {key!r} is given twice (lines {seen[key]} and "
+                                            f"{key_node.start_mark.line + 1}); keep one")
+                seen[key] = key_node.start_mark.line + 1
+                _refuse_duplicate_keys(value_node, where)
+            else:
+                _refuse_duplicate_keys(value_node, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _refuse_duplicate_keys(item, f"{path}[{i}]")
 
 
 def suite_description(path: Path) -> str:
@@ -151,9 +184,15 @@ class Suite:
 
 
 def cell_name(cell: dict[str, Any]) -> str:
-    """Readable cell name 'task/label/s<seed>/measurement' (+ '/t<trial>' in a sweep), matched by --filter and `exclude`."""
-    name = f"{cell['task']['name']}/{cell['attention']['label']}/s{cell['seed']}/{cell['measurement']['name']}"
+    """Readable cell name 'task/label/s<seed>/measurement' (+ '/t<trial>' in a sweep), matched by --filter and
+    `exclude`; the task part is the task's label where it has one."""
+    name = f"{task_label(cell['task'])}/{cell['attention']['label']}/s{cell['seed']}/{cell['measurement']['name']}"
     return name + (f"/t{cell['sweep']['trial']}" if "sweep" in cell else "")
+
+
+def task_label(task: dict[str, Any]) -> str:
+    """A suite task's label: the one given, else its name (one task may appear under several labels)."""
+    return task.get("label") or task["name"]
 
 
 def load_suite(name_or_path: str) -> Suite:
@@ -196,7 +235,7 @@ class _Validator:
                                        if not getattr(measurements_registry.get(m["name"]).config, flag, True))
                        for flag in ("uses_task", "uses_seed", "uses_attention")}
         task_free = independent["uses_task"]
-        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False)
+        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False, task_labels=True)
         needs_task = [m["name"] for m in measurements if m["name"] not in task_free]
         if needs_task and not tasks:
             raise self.error("tasks", f"no tasks given, but measurement {needs_task[0]!r} needs one; "
@@ -216,7 +255,7 @@ class _Validator:
             resolved=self.resolved, task_free=task_free, seed_free=independent["uses_seed"],
             attention_free=independent["uses_attention"])
         suite.comparison_keys = validate_comparison_keys(raw, self, [a["label"] for a in suite.attentions],
-                                                         [t["name"] for t in suite.tasks])
+                                                         [task_label(t) for t in suite.tasks])
         if not suite.cells():
             raise self.error("exclude", "the exclude patterns leave no cells to run")
         return suite
@@ -255,6 +294,9 @@ class _Validator:
         for i, seed in enumerate(seeds):
             if not isinstance(seed, int) or isinstance(seed, bool):
                 raise self.error(f"seeds[{i}]", f"is {seed!r}, expected an integer")
+            if not 0 <= seed <= MAX_SEED:
+                raise self.error(f"seeds[{i}]", f"is {seed}; a seed must be an integer in 0..{MAX_SEED} "
+                                                f"(numpy and the task generators take no negative seeds)")
         if len(set(seeds)) != len(seeds):
             raise self.error("seeds", f"{seeds} repeats a seed; each seed must appear once")
         return list(seeds)
@@ -267,11 +309,12 @@ class _Validator:
         return float(value)
 
     def entries(self, value: Any, path: str, registry: Registry, *, labels: bool,
-                model: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                model: dict[str, Any] | None = None, task_labels: bool = False) -> list[dict[str, Any]]:
         """A list of names or {name, label?, options?, model?} mappings, each validated against `registry`.
 
         With `labels` (attentions) an entry may carry a label and `model` overrides for its cells,
-        merged over the suite's `model` (e.g. {tie_qk: false} for one variant).
+        merged over the suite's `model` (e.g. {tie_qk: false} for one variant). With `task_labels` (tasks) an
+        entry may carry a label, kept only where it differs from the name (so that unlabelled cells keep their ids).
         """
         items = self.list(value, path)
         if path == "measurements" and not items:
@@ -282,22 +325,25 @@ class _Validator:
             if isinstance(item, str):
                 item = {"name": item}
             item = self.mapping(item, item_path)
-            self.keys(item, ("name", "label", "options", "model") if labels else ("name", "options"), item_path, ("name",))
+            allowed = ("name", "label", "options", "model") if labels else ("name", "label", "options") if task_labels \
+                else ("name", "options")
+            self.keys(item, allowed, item_path, ("name",))
             name = self.string(item["name"], f"{item_path}.name")
             try:
                 entry = registry.get(name)
             except UserError as err:
                 raise self.error(f"{item_path}.name", str(err)) from None
             options = self.mapping(item.get("options", {}), f"{item_path}.options")
-            label = self.string(item.get("label", name), f"{item_path}.label") if labels else name
+            label = self.string(item.get("label", name), f"{item_path}.label") if labels or task_labels else name
             if "/" in label:
                 raise self.error(f"{item_path}.label", f"label {label!r} must not contain '/'")
             if label in seen:
-                what = "label" if labels else "name"
+                what = "label" if labels or task_labels else "name"
                 raise self.error(item_path, f"{what} {label!r} is already used by {path}[{seen[label]}]; "
-                                            + ("give each entry a distinct label" if labels else "list each once"))
+                                            + ("give each entry a distinct label" if labels or task_labels
+                                               else "list each once"))
             seen[label] = i
-            normal = {"name": name, "options": dict(options)}
+            normal = {"name": name, "options": dict(options), **({"label": label} if label != name else {})}
             resolved_model = None
             if labels:
                 own_model = self.model(item.get("model", {}), f"{item_path}.model")
@@ -346,22 +392,28 @@ class _Validator:
         """Check every key and value against a config dataclass; the resolved config as a dict."""
         values = self.mapping(value, path)
         hints = typing.get_type_hints(config_cls)
-        valid = [f.name for f in dataclasses.fields(config_cls)]
+        fields = {f.name: f for f in dataclasses.fields(config_cls)}
         checked = {}
         for key, item in values.items():
-            if key not in valid:
-                hint = closest(str(key), valid)
+            if key not in fields:
+                hint = closest(str(key), list(fields))
                 did_you_mean = f"; did you mean {hint!r}?" if hint else ""
                 raise self.error(_join(path, str(key)),
-                                 f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(valid)}")
+                                 f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(fields)}")
             try:
-                checked[key] = coerce(item, hints[key], repr(key))
+                checked[key] = check_option(fields[key], hints[key], item, repr(key))
             except ConfigError as err:
                 raise self.error(_join(path, str(key)), str(err)) from None
         try:
             instance = config_cls(**checked)
         except (ConfigError, TypeError, ValueError) as err:
             raise self.error(path, f"{what}: {err}") from None
+        check_inputs = getattr(instance, "check_inputs", None)
+        if callable(check_inputs):
+            try:
+                check_inputs()
+            except UserError as err:
+                raise self.error(path, str(err)) from None
         resolved = _copy_jsonable(dataclasses.asdict(instance))
         if path in ("model", "training"):
             self.resolved[path] = resolved

@@ -9,7 +9,7 @@ and `sweep_trials`.
                                            # vanilla-<map>, every other label with softmax (the default)
     published:                             # numbers from a paper beside ours (a mapping or a list of them)
       - source: "arXiv 2607.23869v1, Table 3"
-        task: rotten_tomatoes              # optional when the suite has one task
+        task: rotten_tomatoes              # the task's label (its name unless given); optional with one task
         note: "..."                        # optional, shown under the table
         values: {softmax: {accuracy: 0.6801, nll: 0.6396}}
     sweep:                                 # tuning on validation, the same trials for every attention

@@ -1,12 +1,16 @@
-"""The one training loop: optional phase A (learned kernels), then phase B with cross-entropy.
+"""The one training loop: optional phase A (the attention's own learning procedure), then phase B with cross-entropy.
 
-Phase B: AdamW, linear warm-up then cosine decay, gradient clipping; the checkpoint evaluated is
-the one chosen on validation (or the last one), and the result says which.
+Phase A is whatever procedure the attention's registry entry names (`Capabilities.learning_phase`,
+"module:function"), called as procedure(model, train, options, device=, seed=, progress=, validation=,
+phase_b_steps=) -> a JSON-able record; the parameters the attention lists in `learning_phase_parameters`
+stay frozen in phase B. Phase B: AdamW, linear warm-up then cosine decay, gradient clipping; the checkpoint
+evaluated is the one chosen on validation (or the last one), and the result says which.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import math
 import time
 from collections.abc import Callable
@@ -16,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.options import option, require
+from harness.progress import epoch_phase
 from harness.tasks.base import Split, TaskData
 
 Progress = Callable[[str, int, int], None]  # (phase, step, total)
@@ -29,9 +34,9 @@ class NonFiniteLossError(RuntimeError):
 class TrainConfig:
     """Phase-B optimisation settings (defaults: the paper's, scaled by suites)."""
 
-    epochs: int = option(10, "training epochs (phase B)")
-    batch_size: int = option(64, "training batch size")
-    eval_batch_size: int = option(256, "evaluation batch size")
+    epochs: int = option(10, "training epochs (phase B)", maximum=100_000)
+    batch_size: int = option(64, "training batch size", maximum=1_048_576)
+    eval_batch_size: int = option(256, "evaluation batch size", minimum=1, maximum=1_048_576)
     lr: float = option(2e-4, "AdamW peak learning rate")
     weight_decay: float = option(0.01, "AdamW weight decay")
     warmup_fraction: float = option(0.1, "fraction of steps of linear warm-up before cosine decay")
@@ -104,6 +109,15 @@ def learning_phase_parameters(model: nn.Module) -> list[nn.Parameter]:
     return params
 
 
+def learning_procedure(model: nn.Module) -> Callable[..., dict[str, Any]] | None:
+    """The phase-A procedure the model's attention declares in the registry (`capabilities.learning_phase`), or None."""
+    spec = getattr(getattr(model, "capabilities", None), "learning_phase", None)
+    if not spec:
+        return None
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed: int = 0,
                      device: torch.device | str = "cpu", progress: Progress | None = None) -> TrainResult:
     """Train `model` on task['train'], select a checkpoint on task['validation']."""
@@ -114,19 +128,19 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
         train = train.subset(slice(0, cfg.max_train_examples))
     start = time.perf_counter()
 
-    phase_a = None
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    procedure = learning_procedure(model)
+    phase_a = None if procedure is None else procedure(model, train, cfg.phase_a, device=device, seed=seed,
+                                                       progress=progress, validation=task["validation"],
+                                                       phase_b_steps=total)
     frozen = learning_phase_parameters(model)
-    if frozen:
-        from harness.learning_phase import run_learning_phase
-        phase_a = run_learning_phase(model, train, cfg.phase_a, device=device, seed=seed, progress=progress)
     for p in frozen:
         p.requires_grad_(False)
     frozen_ids = {id(p) for p in frozen}
     trainable = [p for p in model.parameters() if id(p) not in frozen_ids and p.requires_grad]
 
     optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
     warmup = max(1, int(cfg.warmup_fraction * total))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, total, warmup))
     generator = torch.Generator().manual_seed(seed)
@@ -156,8 +170,8 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
         score = -val_nll if cfg.checkpoint == "best-validation-nll" else val_acc
         if cfg.checkpoint != "last" and score > best_score:
             best_score, best_epoch, best_state = score, epoch, copy.deepcopy(model.state_dict())
-        if progress is not None:
-            progress("phase B", epoch, cfg.epochs)
+        if progress is not None:  # loss, validation accuracy and seconds: a line per epoch off a terminal
+            progress(epoch_phase(history[-1]), epoch, cfg.epochs)
 
     if cfg.checkpoint != "last" and best_state is not None:
         model.load_state_dict(best_state)

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 import yaml
 
 from harness.cli import main
@@ -155,7 +156,7 @@ def test_kill_9_mid_run_then_rerun_gives_every_cell_exactly_once(tmp_path):
 
 
 def test_failure_reasons_are_one_line_and_say_what_happened():
-    from harness.executor import failure_reason
+    from harness.cell import failure_reason
     from harness.train import NonFiniteLossError
 
     def silent():
@@ -170,3 +171,94 @@ def test_failure_reasons_are_one_line_and_say_what_happened():
         "non-finite loss: training loss became nan at epoch 2"
     assert failure_reason(MemoryError("no room")) == "out of memory: MemoryError: no room"
     assert failure_reason(ValueError("bad\nvalue")) == "ValueError: bad"
+
+
+def cli(*args: str) -> subprocess.Popen:
+    """`attnbench ARGS` in a child process that finds the fake_cells plugins."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_a_cell_that_kills_its_process_in_process_mode_is_recorded_and_later_cells_run(tmp_path, capsys):
+    measurements = [{"name": "fake_cells:crasher", "options": {"crash": True}},
+                    {"name": "fake_cells:tiny_train", "options": {"examples": 32}}]
+    path = suite_file(tmp_path, ["softmax"], measurements)
+    for out, flags, reason in (("kept", ["--no-retry-failed"], "the process died while running this cell (pid "),
+                               ("retried", [], "worker process died (exit code 3)")):
+        first = cli("run", str(path), "--out", str(tmp_path / out), "--quiet")
+        assert first.wait(120) == 3  # the cell ended the run's own process
+        assert [p.name for p in (tmp_path / out / "in-flight").iterdir()] != []
+        assert main(["run", str(path), "--out", str(tmp_path / out), "--quiet", *flags]) == 1
+        err = capsys.readouterr().err
+        assert "none/softmax/s0/fake_cells:crasher: the process died while running this cell" in err
+        got = records(tmp_path / out)
+        assert got["softmax/s0/fake_cells:crasher"]["reason"].startswith(reason)
+        assert got["softmax/s0/fake_cells:tiny_train"]["status"] == "ok"
+        assert list((tmp_path / out / "in-flight").iterdir()) == []
+
+
+def test_two_runs_on_one_folder_one_writes_the_other_exits_2(tmp_path, capsys):
+    hold = tmp_path / "hold"
+    hold.touch()
+    measurements = [{"name": "fake_cells:sleeper", "options": {"hold_while": str(hold)}}]
+    path = suite_file(tmp_path, ["softmax"], measurements, seeds=[0, 1])
+    first = cli("run", str(path), "--out", str(tmp_path / "run"), "--quiet")
+    deadline = time.monotonic() + 90
+    while not list((tmp_path / "run" / "in-flight").glob("*.json")):
+        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
+        time.sleep(0.05)
+    assert main(["run", str(path), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"is being written by another attnbench run (pid {first.pid} on " in err and err.count("\n") == 1
+    hold.unlink()
+    assert first.wait(120) == 0
+    stored = list(RunStore(tmp_path / "run").records())
+    assert len(stored) == 2 and all(r["provenance"]["command"].startswith("attnbench run") for r in stored)
+    assert main(["run", str(path), "--out", str(tmp_path / "run"), "--quiet"]) == 0  # the lock was released
+    assert "2 kept from before, 0 run" in capsys.readouterr().out
+
+
+def test_truncated_and_empty_cell_files_are_reported_set_aside_and_rerun(tmp_path, capsys):
+    path = suite_file(tmp_path, ["softmax"], [{"name": "fake_cells:tiny_train", "options": {"examples": 32}}],
+                      seeds=[0, 1])
+    assert main(["run", str(path), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    first, second = sorted((tmp_path / "run" / "cells").glob("*.json"))
+    metrics = json.loads(first.read_text())["metrics"]
+    first.write_text(first.read_text()[:100])
+    second.write_text("")
+    capsys.readouterr()
+    assert main(["run", str(path), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("was unreadable") == 2 and "(0 kept from before, 2 run)" in captured.out
+    assert json.loads(first.read_text())["metrics"] == metrics  # rerun: the same result
+    assert len(list((tmp_path / "run" / "unreadable").iterdir())) == 2
+
+
+def test_provenance_holds_the_model_and_data_that_ran(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "s", "description": "d", "attentions": ["softmax"], "seeds": [0],
+                                    "tasks": [{"name": "fake_cells:tiny_task", "options": {"rows": 24}}],
+                                    "model": MODEL, "training": TRAINING, "measurements": ["accuracy"]}))
+    run_suite(load_suite(str(path)), tmp_path / "run", RunOptions(show_progress=False))
+    (record,) = RunStore(tmp_path / "run").records()
+    model, data = record["provenance"]["config"]["model"], record["provenance"]["data"]
+    assert (model["vocab_size"], model["num_classes"], model["max_length"], model["d_model"]) == (9, 2, 10, 16)
+    assert data["label_names"] == [0, 1] and set(data["splits"]) == {"train", "validation", "test"}
+    from fake_cells import tiny_task
+    from harness.tasks import TASKS
+    task = tiny_task(TASKS.make_config("fake_cells:tiny_task", rows=24))
+    for split, summary in data["splits"].items():  # an independent count of the same seeded rows
+        assert summary == {"size": 24, "class_counts": torch.bincount(task[split].labels, minlength=2).tolist()}
+
+
+def test_in_process_cells_have_a_default_time_limit(tmp_path, monkeypatch):
+    import harness.executor
+
+    monkeypatch.setattr(harness.executor, "DEFAULT_CELL_TIMEOUT", 1.0)
+    suite = load_suite(str(suite_file(tmp_path, ["softmax"], [{"name": "fake_cells:sleeper", "options": {"sleep": 30}}])))
+    start = time.perf_counter()
+    summary = run_suite(suite, tmp_path / "run", RunOptions(show_progress=False))
+    (record,) = RunStore(tmp_path / "run").records()
+    assert time.perf_counter() - start < 20 and summary.exit_code == 1
+    assert record["reason"] == "time-out: the cell ran past its time limit of 1 s"

@@ -73,3 +73,88 @@ def test_fresh_run_folders_never_reuse_an_existing_one(tmp_path):
     first.mkdir()
     second = default_run_dir("smoke", fresh=True, root=tmp_path)
     assert first.name.startswith("smoke-") and second != first and not second.exists()
+
+
+def test_unreadable_cell_files_are_set_aside_never_deleted(tmp_path):
+    store = RunStore(tmp_path / "run")
+    store.open({"name": "smoke"}, [], {})
+    good = result_record(CELL, status="ok", metrics={"accuracy": 0.5})
+    store.write_cell(good)
+    text = store.cell_path(good["cell_id"]).read_text()
+    other = {**CELL, "seed": 1}
+    store.cell_path(cell_id(other)).write_text(text[: len(text) // 2])  # truncated
+    store.cell_path("0" * 16).write_text("")  # empty
+    store.cell_path("1" * 16).write_text(text)  # a result, but not of the cell its name says
+    assert store.read_cell(cell_id(other)) is None and [r["cell_id"] for r in store.records()] == [good["cell_id"]]
+    notes = store.open({"name": "smoke"}, [], {})
+    assert len(notes) == 3 and all("was unreadable" in n and "set aside as" in n for n in notes)
+    assert "an empty file" in " ".join(notes) and "not valid JSON" in " ".join(notes)
+    assert [p.name for p in store.cells_dir.iterdir()] == [f"{good['cell_id']}.json"]
+    kept = sorted(p.name.split(".")[0] for p in (tmp_path / "run" / "unreadable").iterdir())
+    assert kept == sorted(["0" * 16, "1" * 16, cell_id(other)])
+    assert sorted(len(p.read_text()) for p in (tmp_path / "run" / "unreadable").iterdir()) == \
+        sorted([0, len(text), len(text) // 2])  # moved as they were
+
+
+def test_a_truncated_run_json_gives_one_clear_error_and_is_rewritten_by_the_next_run(tmp_path):
+    store = RunStore(tmp_path / "run")
+    store.open({"name": "smoke"}, ["a"], {})
+    path = tmp_path / "run" / "run.json"
+    path.write_text(path.read_text()[:30])
+    with pytest.raises(UserError, match=r"run\.json is unreadable \(not valid JSON: .*\); rerun `attnbench run"):
+        store.run_info()
+    (note,) = store.open({"name": "smoke"}, ["a"], {})
+    assert "run.json was unreadable" in note and store.run_info()["cell_ids"] == ["a"]
+
+
+def test_one_writer_per_run_folder_and_a_dead_holder_is_taken_over(tmp_path):
+    store = RunStore(tmp_path / "run")
+    with store.claim("attnbench run first") as previous:
+        assert previous is None
+        holder = json.loads(store.lock_path.read_text())
+        assert holder["pid"] == os.getpid() and holder["command"] == "attnbench run first"
+        with pytest.raises(UserError, match=rf"is being written by another attnbench run \(pid {os.getpid()} on "
+                                            rf".*attnbench run first\); wait for it to end, or give another --out"):
+            with RunStore(tmp_path / "run").claim("attnbench run second"):
+                pass
+    assert store.lock_path.read_text() == ""  # released
+    dead = {"pid": 2**22 + 12345, "host": "elsewhere", "started": "2026-01-01T00:00:00+00:00", "command": "x"}
+    store.lock_path.write_text(json.dumps(dead))  # a holder that was killed: the file names it, nobody locks it
+    with store.claim("attnbench run third") as previous:
+        assert previous == dead
+
+
+def test_an_output_path_through_a_file_or_an_unwritable_folder_is_refused_before_writing(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "run"):
+        with pytest.raises(UserError, match=r"afile is a file, not a folder; give --out a folder path"):
+            RunStore(out).check_writable()
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if not read_only(locked):
+        pytest.skip("cannot make a read-only folder here (root without chattr)")
+    try:
+        with pytest.raises(UserError, match=r"cannot write the run folder .*locked/run: .*locked is not writable"):
+            RunStore(locked / "run").check_writable()
+    finally:
+        writable(locked)
+    assert list(locked.iterdir()) == []
+
+
+def read_only(folder) -> bool:
+    """Make `folder` read-only even for root (chattr +i), else with chmod; whether it worked."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() == 0:
+        return bool(shutil.which("chattr")) and subprocess.run(["chattr", "+i", str(folder)]).returncode == 0
+    folder.chmod(0o555)
+    return True
+
+
+def writable(folder) -> None:
+    import subprocess
+
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-i", str(folder)])
+    folder.chmod(0o755)

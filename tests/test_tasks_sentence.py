@@ -196,3 +196,75 @@ def test_hub_branch_maps_columns_and_replaces_an_unlabelled_test_split(tmp_path,
     assert calls == [("nyu-mll/glue", "sst2")] and data.info["source"] == "hub nyu-mll/glue/sst2"
     assert {s: len(data[s]) for s in ("train", "validation", "test")} == {"train": 45, "validation": 5, "test": 8}
     assert data["test"].labels.tolist() == [i % 2 for i in range(8)]
+
+
+def test_bad_rows_are_counted_per_split_and_can_fail_the_task(tmp_path, cache_dir):
+    texts = [f"row {i} was {'good' if i % 2 else 'bad'}" for i in range(60)]
+    labels = ["pos" if i % 2 else "neg" for i in range(60)]
+    for i in range(0, 12):  # 4 null texts, 4 blank texts, 4 null labels
+        texts[i] = None if i < 4 else ("   " if i < 8 else texts[i])
+        labels[i] = None if i >= 8 else labels[i]
+    pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "t.csv", index=False)
+    data = load_task("text", files={"train": str(tmp_path / "t.csv")}, cache_dir=cache_dir, max_length=12,
+                     vocab_size=100)
+    counted = data.info["data_problems"]["train"]
+    assert counted == {"rows": 60, "kept": 48, "null_text": 4, "empty_text": 4, "null_label": 4, "unlabelled": 0}
+    assert sum(len(data[s]) for s in ("train", "validation", "test")) == 48
+    assert data.info["label_names"] == ["neg", "pos"]
+    with pytest.raises(UserError, match=r"the train split has 12 bad rows of 60 \(4 null text, 4 empty text, "
+                                        r"4 null label\); fix the data or set bad_rows: drop"):
+        load_task("text", files={"train": str(tmp_path / "t.csv")}, bad_rows="fail", cache_dir=cache_dir,
+                  max_length=12, vocab_size=100)
+
+
+def test_unlabelled_hub_test_rows_are_counted_apart_from_bad_rows(tmp_path, cache_dir):
+    _write_jsonl(tmp_path / "qqp" / "train.jsonl", _questions(40) + [{"question1": None, "question2": "x", "label": 1}])
+    _write_jsonl(tmp_path / "qqp" / "test.jsonl", [{**r, "label": -1} for r in _questions(10)])
+    data = load_task("qqp", data_dir=str(tmp_path), cache_dir=cache_dir, max_length=16, vocab_size=100)
+    assert data.info["data_problems"]["train"]["null_text"] == 1
+    assert data.info["data_problems"]["test"] == {"rows": 10, "kept": 0, "null_text": 0, "empty_text": 0,
+                                                  "null_label": 0, "unlabelled": 10}
+
+
+def _suite(tmp_path: Path, task: dict) -> Path:
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "s", "description": "d", "attentions": ["softmax"], "tasks": [task],
+                                    "seeds": [0], "measurements": ["accuracy"]}))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "parquet"])
+def test_validation_reads_headers_for_missing_columns_and_files(tmp_path, fmt):
+    from harness.suite import load_suite
+
+    frame = pd.DataFrame({"sentence": ["a b", "c d"], "stars": [0, 1]})
+    path = tmp_path / f"t.{fmt}"
+    {"csv": lambda: frame.to_csv(path, index=False), "tsv": lambda: frame.to_csv(path, sep="\t", index=False),
+     "jsonl": lambda: frame.to_json(path, orient="records", lines=True), "parquet": lambda: frame.to_parquet(path)}[fmt]()
+    ok = {"name": "text", "options": {"files": {"train": str(path)}, "text_columns": ["sentence"], "label_column": "stars"}}
+    assert load_suite(str(_suite(tmp_path, ok))).tasks[0]["name"] == "text"
+    with pytest.raises(UserError, match=r"s\.yaml: tasks\[0\]\.options: text task file .*column\(s\) \['label'\] "
+                                        r"not in the data; its columns are \['sentence', 'stars'\]"):
+        load_suite(str(_suite(tmp_path, {"name": "text", "options": {"files": {"train": str(path)},
+                                                                     "text_columns": ["sentence"]}})))
+    with pytest.raises(UserError, match=r"tasks\[0\]\.options: text task: file .*nope\.csv' does not exist"):
+        load_suite(str(_suite(tmp_path, {"name": "text", "options": {"files": {"train": str(tmp_path / "nope.csv")}}})))
+
+
+def test_hub_task_without_data_is_refused_at_validation_when_offline(tmp_path, monkeypatch):
+    from harness.suite import load_suite
+
+    monkeypatch.setenv("ATTNBENCH_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError, match=r"tasks\[0\]\.options: task 'sst2': .*sst2/train\.jsonl does not exist and "
+                                        r"the Hugging Face Hub is offline"):
+        load_suite(str(_suite(tmp_path, {"name": "sst2"})))
+    _write_jsonl(tmp_path / "sst2" / "train.jsonl", [{"text": "wrong column", "label": 0}])
+    with pytest.raises(UserError, match=r"column\(s\) \['sentence'\] not in the data"):
+        load_suite(str(_suite(tmp_path, {"name": "sst2"})))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    monkeypatch.setenv("ATTNBENCH_DATA_DIR", str(tmp_path / "empty"))
+    assert load_suite(str(_suite(tmp_path, {"name": "sst2"}))).tasks == [{"name": "sst2", "options": {}}]

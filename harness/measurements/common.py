@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
-import random
 from typing import Any
 
-import numpy as np
-import torch
 
+from harness.cell import record_what_ran, seed_everything
 from harness.measurements import SkipCell
 from harness.model import ModelConfig, TransformerClassifier
 from harness.options import make_options
@@ -15,13 +13,6 @@ from harness.registry import attention_entry
 from harness.tasks import load_task
 from harness.tasks.base import TaskData
 from harness.train import Progress, TrainConfig, TrainResult, train_classifier
-
-
-def seed_everything(seed: int) -> None:
-    """Seed torch, numpy and random (the model and the loop also take explicit seeds)."""
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
 
 
 def attention_label(cell: dict[str, Any]) -> str:
@@ -33,7 +24,9 @@ def attention_label(cell: dict[str, Any]) -> str:
 def load_cell_task(cell: dict[str, Any], **overrides: Any) -> TaskData:
     """load_task(name, seed=cell seed, **options) with some options overridden (e.g. label_noise)."""
     options = {**(cell["task"].get("options") or {}), **overrides}
-    return load_task(cell["task"]["name"], seed=cell["seed"], **options)
+    task = load_task(cell["task"]["name"], seed=cell["seed"], **options)
+    record_what_ran("data", task.summary())
+    return task
 
 
 def check_capabilities(attention: str, task: TaskData) -> None:
@@ -50,7 +43,9 @@ def model_config(cell: dict[str, Any], task: TaskData) -> ModelConfig:
     """ModelConfig from the cell's overrides; vocabulary, classes, length, padding and segments from the task."""
     sizes = {"vocab_size": task.vocab_size, "num_classes": task.num_classes, "max_length": task.max_length,
              "pad_id": task.pad_id, "num_segments": 2 if task.pair else 1}
-    return make_options(ModelConfig, {**(cell.get("model") or {}), **sizes}, what="model")
+    config = make_options(ModelConfig, {**(cell.get("model") or {}), **sizes}, what="model")
+    record_what_ran("model", dataclasses.asdict(config))
+    return config
 
 
 def train_cell_model(cell: dict[str, Any], task: TaskData, *, device: str, progress: Progress | None = None,

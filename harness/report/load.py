@@ -137,7 +137,7 @@ def _read_cell(tag: str, path: Path) -> dict[str, Any]:
             "cell_id": data.get("cell_id", path.stem),
             "suite": cell.get("suite"),
             "measurement": (cell.get("measurement") or {}).get("name"),
-            "task": task.get("name"),
+            "task": task.get("label") or task.get("name"),
             "task_options": task.get("options") or {},
             "label": data.get("label") or attention.get("label") or attention.get("name"),
             "attention": attention.get("name"),

@@ -9,13 +9,14 @@ import numpy as np
 import pandas as pd
 
 from harness.report.load import Results, metric_frame, not_ok
-from harness.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table, kernel_table,
+from harness.report.kernel_tables import kernel_tables
+from harness.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table,
                                                paired_table, robustness_tables)
-from harness.report.stats import metric_direction, rank, summarize
-from harness.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary, slug
 from harness.report.paired import paired_comparison_table
 from harness.report.published import published_table
+from harness.report.stats import metric_direction, rank, summarize
 from harness.report.sweep import sweep_table
+from harness.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary, slug
 
 HEADLINE = ("accuracy", "macro_f1", "ece")
 METRIC_ORDER = ("accuracy", "macro_f1", "ece", "mcc", "balanced_accuracy", "roc_auc", "pr_auc", "nll",
@@ -177,11 +178,11 @@ def all_tables(results: Results) -> list[Table]:
     tasks = sorted(set(results.cells.loc[results.cells["measurement"] == "accuracy", "task"].dropna()))
     tables: list[Table | None] = [leaderboard_table(results) if tasks else None]
     tables += [task_table(results, t) for t in tasks]
+    tables += [paired_comparison_table(results), published_table(results), sweep_table(results.sweep)]
     tables += [*robustness_tables(results), efficiency_table(results), paired_table(results),
-               fidelity_table(results), coulomb_table(results), kernel_table(results)]
+               fidelity_table(results), coulomb_table(results), *kernel_tables(results)]
     other = results.ok[~results.ok["measurement"].isin(BUILTIN_MEASUREMENTS)]  # plug-in measurements
     tables += [task_table(results, str(task), str(m))
                for (m, task), _ in other.groupby(["measurement", "task"], sort=True)]
-    tables += [paired_comparison_table(results), published_table(results), sweep_table(results.sweep)]
     tables.append(problems_table(results))
     return [t for t in tables if t is not None]

@@ -33,11 +33,16 @@ TASKS = Registry("task", builtin_modules=["harness.tasks.listops", "harness.task
 class TaskConfig:
     """Options every task has; task families subclass this with their own."""
 
-    seed: int = option(0, "seed of generation and of the label noise")
+    seed: int = option(0, "seed of generation and of the label noise", minimum=0, maximum=2**32 - 1)
     label_noise: float = option(0.0, "fraction of TRAIN labels flipped to another class (seeded)")
 
     def __post_init__(self) -> None:
         require(0.0 <= self.label_noise <= 1.0, f"label_noise={self.label_noise} must lie in [0, 1]")
+
+    def check_inputs(self) -> None:
+        """Check what can be checked before anything runs (data files, their columns); raise UserError.
+
+        Suite validation calls it; tasks that read files override it (reading headers only)."""
 
 
 def register_task(name: str, *, config: type = TaskConfig,

@@ -79,3 +79,12 @@ class TaskData:
 
     def __getitem__(self, split: str) -> Split:
         return self.splits[split]
+
+    def summary(self) -> dict:
+        """What a cell ran on (JSON-able, for its provenance): sizes, class names, class counts and split
+        sizes, plus the task's own info (source, files, tokenizer, rows dropped for bad data)."""
+        names = self.info.get("label_names", list(range(self.num_classes)))
+        splits = {name: {"size": len(split), "class_counts": torch.bincount(split.labels, minlength=self.num_classes)
+                         .tolist()} for name, split in self.splits.items()}
+        return {**self.info, "task": self.name, "num_classes": self.num_classes, "vocab_size": self.vocab_size,
+                "max_length": self.max_length, "pair": self.pair, "label_names": names, "splits": splits}

@@ -30,7 +30,7 @@ class ListOpsConfig(SyntheticConfig):
     """Options of the ListOps generator (defaults sized for CPU; LRA used lengths 500-2000)."""
 
     min_length: int = option(32, "shortest expression in tokens")
-    max_length: int = option(128, "longest expression in tokens (the row width)")
+    max_length: int = option(128, "longest expression in tokens (the row width)", maximum=65536)
     max_depth: int = option(10, "maximum nesting depth (LRA: 10)")
     max_args: int = option(5, "maximum arguments of an operator (LRA: 10, for lengths 500-2000)")
     num_classes: int = option(10, "values are the digits 0..num_classes-1; SM is the sum modulo num_classes")

@@ -29,7 +29,7 @@ class NonlinearConfig(SyntheticConfig):
     """Options of the noisy nonlinear token task."""
 
     min_length: int = option(16, "fewest tokens in a row")
-    max_length: int = option(64, "most tokens in a row (the row width)")
+    max_length: int = option(64, "most tokens in a row (the row width)", maximum=65536)
     num_tokens: int = option(64, "token types (vocabulary without padding)")
     num_features: int = option(8, "feature dimension p of each token type")
     num_classes: int = option(2, "classes: equal-mass quantile bins of the score")

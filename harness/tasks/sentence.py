@@ -13,7 +13,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -30,17 +30,21 @@ DATA_ENV = "ATTNBENCH_DATA_DIR"
 class TextTaskConfig(TaskConfig):
     """Tokenisation and split options shared by every sentence task."""
 
-    max_length: int = option(128, "tokens per row incl. [CLS]/[SEP]; longer texts are truncated")
+    max_length: int = option(128, "tokens per row incl. [CLS]/[SEP]; longer texts are truncated", maximum=65536)
     tokenizer: str = option(LOCAL, "'wordpiece' (trained on the training split, cached), a hub name such as "
                                     "'bert-base-uncased' (needs the network), or a tokenizer.json path")
-    vocab_size: int = option(8000, "vocabulary size of the locally trained WordPiece tokenizer")
+    vocab_size: int = option(8000, "vocabulary size of the locally trained WordPiece tokenizer",
+                             maximum=1_000_000)
     cache_dir: str | None = option(None, "tokenizer cache folder (default $ATTNBENCH_CACHE or ~/.cache/attnbench)")
     data_dir: str | None = option(None, f"folder of local data files (default ${DATA_ENV})")
     max_train_examples: int | None = option(None, "keep this many training rows (seeded sample; None = all)")
     max_eval_examples: int | None = option(None, "keep this many validation and test rows each (None = all)")
     validation_fraction: float = option(0.1, "share of train carved out as validation when it is missing")
     test_fraction: float = option(0.1, "share of train carved out as test when it is missing (text task)")
-    split_seed: int = option(0, "seed of carving and sampling rows (kept fixed across training seeds)")
+    split_seed: int = option(0, "seed of carving and sampling rows (kept fixed across training seeds)", minimum=0,
+                             maximum=2**32 - 1)
+    bad_rows: Literal["drop", "fail"] = option("drop", "rows with a null or empty text or a null label: drop them "
+                                                       "(counted in the cell's provenance) or fail the cell")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -73,6 +77,13 @@ class TextFilesConfig(TextTaskConfig):
         require(len(self.text_columns) in (1, 2),
                 f"text_columns={self.text_columns} must name one column, or two for sentence pairs")
 
+    def check_inputs(self) -> None:
+        """Every file exists, its format is known and its header holds the text and label columns."""
+        for split, given in self.files.items():
+            path = _resolve(str(given), self)
+            check_columns(f"text task file {str(path)!r}", (*self.text_columns, self.label_column),
+                          file_columns(path, _format(path, self.format)))
+
 
 @dataclasses.dataclass(frozen=True)
 class HubDataset:
@@ -91,6 +102,25 @@ HUB_DATASETS = {
     "rotten_tomatoes": HubDataset("rotten_tomatoes", "cornell-movie-review-data/rotten_tomatoes", None, ("text",)),
     "qqp": HubDataset("qqp", "nyu-mll/glue", "qqp", ("question1", "question2")),
 }
+
+
+@dataclasses.dataclass
+class HubTaskConfig(TextTaskConfig):
+    """Options of one named data set of HUB_DATASETS (the class attribute `dataset` says which)."""
+
+    dataset: ClassVar[str] = ""
+
+    def check_inputs(self) -> None:
+        """Local files have the data set's columns; without them the hub must be reachable (not offline)."""
+        spec = HUB_DATASETS[self.dataset]
+        folder = local_folder(spec, self)
+        if folder is None and (self.data_dir is not None or hub_offline()):
+            raise missing_local_files(spec, self, "the Hugging Face Hub is offline (HF_HUB_OFFLINE / "
+                                                  "HF_DATASETS_OFFLINE)" if self.data_dir is None else None)
+        for split in SPLITS if folder is not None else ():
+            if (folder / f"{split}.jsonl").is_file():
+                check_columns(f"task {spec.name!r} file {str(folder / f'{split}.jsonl')!r}",
+                              (*spec.text_columns, spec.label_column), file_columns(folder / f"{split}.jsonl", "json"))
 
 
 @dataclasses.dataclass
@@ -138,48 +168,121 @@ def expected_files_hint(spec: HubDataset, directory: Path | None) -> str:
             f"and set {DATA_ENV}={where} (or the task option data_dir: {where})")
 
 
-def load_hub_rows(spec: HubDataset, cfg: TextTaskConfig) -> tuple[dict[str, TextRows], dict]:
-    """Rows per split from local files in the hub's layout if present, else from the hub."""
+def hub_offline() -> bool:
+    """Whether the environment tells Hugging Face libraries not to reach the hub."""
+    return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+               for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def local_folder(spec: HubDataset, cfg: TextTaskConfig) -> Path | None:
+    """DATA_DIR/<task> when it holds train.jsonl, else None."""
     directory = data_directory(cfg)
     folder = directory / spec.name if directory else None
-    if folder is not None and (folder / "train.jsonl").is_file():
+    return folder if folder is not None and (folder / "train.jsonl").is_file() else None
+
+
+def missing_local_files(spec: HubDataset, cfg: TextTaskConfig, hub_failure: str | None) -> UserError:
+    """The error for a hub task without local files (hub_failure: why the hub cannot serve it, if tried)."""
+    directory = data_directory(cfg)
+    train = f"{directory / spec.name / 'train.jsonl'} does not exist" if directory else "no local files"
+    hub = f" and {hub_failure}" if hub_failure else ""
+    return UserError(f"task {spec.name!r}: {train}{hub}; " + expected_files_hint(spec, directory))
+
+
+def load_hub_rows(spec: HubDataset, cfg: TextTaskConfig) -> tuple[dict[str, TextRows], dict]:
+    """Rows per split from local files in the hub's layout if present, else from the hub."""
+    folder = local_folder(spec, cfg)
+    if folder is not None:
         files = {s: str(folder / f"{s}.jsonl") for s in SPLITS if (folder / f"{s}.jsonl").is_file()}
         with quiet_datasets() as datasets:
             loaded = datasets.load_dataset("json", data_files=files)
         source = {"source": f"local files {folder}", "files": files}
     elif cfg.data_dir is not None:
-        raise UserError(f"task {spec.name!r}: {folder / 'train.jsonl'} does not exist; "
-                        + expected_files_hint(spec, directory))
+        raise missing_local_files(spec, cfg, None)
     else:
         try:
             with quiet_datasets() as datasets:
                 loaded = datasets.load_dataset(spec.hub_path, spec.hub_config)
         except Exception as err:  # offline, hub unreachable, or dataset moved
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-            missing = f"{folder / 'train.jsonl'} does not exist and " if folder else "no local files and "
-            raise UserError(f"task {spec.name!r}: {missing}loading {spec.hub_path} from the Hugging Face Hub "
-                            f"failed ({reason}); "
-                            + expected_files_hint(spec, directory)) from None
+            raise missing_local_files(spec, cfg, f"loading {spec.hub_path} from the Hugging Face Hub failed "
+                                                 f"({reason})") from None
         source = {"source": f"hub {spec.hub_path}" + (f"/{spec.hub_config}" if spec.hub_config else "")}
-    rows = {s: dataset_rows(loaded[s], spec.text_columns, spec.label_column, f"task {spec.name!r}",
-                            unlabelled=(None, -1)) for s in SPLITS if s in loaded}
-    return rows, source
+    rows, problems = {}, {}
+    for split in SPLITS:
+        if split in loaded:
+            rows[split], problems[split] = dataset_rows(loaded[split], spec.text_columns, spec.label_column,
+                                                        f"task {spec.name!r}", unlabelled=(None, -1))
+    return rows, {**source, "data_problems": problems}
+
+
+def check_columns(what: str, wanted: tuple[str, ...], columns: list[str] | None) -> None:
+    """Raise a UserError naming the wanted columns that `columns` lacks (None: columns unknown, no check)."""
+    missing = [c for c in wanted if columns is not None and c not in columns]
+    if missing:
+        raise UserError(f"{what}: column(s) {missing} not in the data; its columns are {columns}; "
+                        f"name the right ones with text_columns / label_column")
+
+
+def file_columns(path: Path, fmt: str) -> list[str] | None:
+    """The column names of a data file read from its header only (csv/tsv first line, the first JSON line,
+    the parquet schema); None when the header does not say (e.g. a JSON array)."""
+    import csv
+    import json
+
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet
+            return list(pyarrow.parquet.read_schema(path).names)
+        with open(path, newline="", encoding="utf-8") as f:
+            if fmt in ("csv", "tsv"):
+                return next(csv.reader(f, delimiter="\t" if fmt == "tsv" else ","), [])
+            first = next((line for line in f if line.strip()), "")
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError) as err:
+        raise UserError(f"cannot read the header of {str(path)!r} ({type(err).__name__}: {err}); "
+                        f"check the file and its format") from None
+    try:
+        row = json.loads(first)
+    except ValueError:
+        return None
+    return list(row) if isinstance(row, dict) else None
+
+
+ROW_PROBLEMS = ("null_text", "empty_text", "null_label")  # dropped rows; "unlabelled" rows are expected (GLUE test)
 
 
 def dataset_rows(dataset: Any, text_columns: tuple[str, ...] | list[str], label_column: str, what: str,
-                 unlabelled: tuple[Any, ...] = (None,)) -> TextRows:
-    """Texts and labels of one `datasets.Dataset`, dropping rows without text or with a label in `unlabelled`."""
-    missing = [c for c in (*text_columns, label_column) if c not in dataset.column_names]
-    if missing:
-        raise UserError(f"{what}: column(s) {missing} not in the data; its columns are {dataset.column_names}; "
-                        f"name the right ones with text_columns / label_column")
+                 unlabelled: tuple[Any, ...] = (None,)) -> tuple[TextRows, dict[str, int]]:
+    """Texts and labels of one `datasets.Dataset` without the rows that have a null or empty text, a null
+    label or a label in `unlabelled`; and how many rows were dropped for each reason."""
+    check_columns(what, (*text_columns, label_column), list(dataset.column_names))
     table = dataset.with_format("arrow")[:]
     columns = [table.column(c).to_pylist() for c in (*text_columns, label_column)]
-    keep = [i for i, row in enumerate(zip(*columns))
-            if row[-1] not in unlabelled and all(t is not None for t in row[:-1])]
+    counts = dict.fromkeys(("rows", "kept", *ROW_PROBLEMS, "unlabelled"), 0)
+    keep = []
+    for i, row in enumerate(zip(*columns)):
+        texts, label = row[:-1], row[-1]
+        problem = ("null_text" if any(t is None for t in texts) else
+                   "empty_text" if any(not str(t).strip() for t in texts) else
+                   "null_label" if label is None else "unlabelled" if label in unlabelled else None)
+        counts[problem or "kept"] += 1
+        if problem is None:
+            keep.append(i)
+    counts["rows"] = len(columns[0])
     texts = [str(columns[0][i]) for i in keep]
     pairs = [str(columns[1][i]) for i in keep] if len(text_columns) == 2 else None
-    return TextRows(texts, pairs, [columns[-1][i] for i in keep])
+    return TextRows(texts, pairs, [columns[-1][i] for i in keep]), counts
+
+
+def refuse_bad_rows(name: str, problems: dict[str, dict[str, int]], cfg: TextTaskConfig) -> None:
+    """With bad_rows: fail, raise a UserError saying how many rows of which split are bad and why."""
+    bad = {split: {k: c[k] for k in ROW_PROBLEMS if c[k]} for split, c in problems.items()}
+    bad = {split: kinds for split, kinds in bad.items() if kinds}
+    if cfg.bad_rows == "fail" and bad:
+        split, kinds = next(iter(bad.items()))
+        listed = ", ".join(f"{count} {kind.replace('_', ' ')}" for kind, count in kinds.items())
+        raise UserError(f"task {name!r}: the {split} split has {sum(kinds.values())} bad rows of "
+                        f"{problems[split]['rows']} ({listed}); fix the data or set bad_rows: drop")
 
 
 def complete_splits(rows: dict[str, TextRows], cfg: TextTaskConfig,
@@ -235,6 +338,7 @@ def build_text_task(name: str, rows: dict[str, TextRows], cfg: TextTaskConfig, l
     label_names None: a local `text` task (classes from the training labels, missing splits carved
     from train); else a hub task (a test split without labels is replaced by validation).
     """
+    refuse_bad_rows(name, info.get("data_problems", {}), cfg)
     rows, notes = complete_splits(rows, cfg, validation_as_test=label_names is not None)
     labels, names = label_ids(rows, label_names)
     if len(names) < 2:
@@ -265,12 +369,18 @@ def _hub_task(name: str) -> Callable[[TextTaskConfig], TaskData]:
     return load
 
 
-register_task("sst2", config=TextTaskConfig,
+def _hub_config(name: str) -> type:
+    """The options dataclass of hub data set `name` (HubTaskConfig with its `dataset` set)."""
+    return dataclasses.make_dataclass(f"HubTaskConfig_{name}", [], bases=(HubTaskConfig,),
+                                      namespace={"dataset": name, "__doc__": HubTaskConfig.__doc__})
+
+
+register_task("sst2", config=_hub_config("sst2"),
               description="SST-2 sentence sentiment (2 classes); hub glue/sst2 or local sst2/*.jsonl")(_hub_task("sst2"))
-register_task("rotten_tomatoes", config=TextTaskConfig,
+register_task("rotten_tomatoes", config=_hub_config("rotten_tomatoes"),
               description="Rotten Tomatoes review-sentence sentiment (2 classes); hub or local "
                           "rotten_tomatoes/*.jsonl")(_hub_task("rotten_tomatoes"))
-register_task("qqp", config=TextTaskConfig,
+register_task("qqp", config=_hub_config("qqp"),
               description="Quora Question Pairs duplicate detection (sentence pairs, 2 classes); hub glue/qqp "
                           "or local qqp/*.jsonl")(_hub_task("qqp"))
 
@@ -299,14 +409,15 @@ def _format(path: Path, chosen: str) -> str:
 @register_task("text", config=TextFilesConfig)
 def text_files(cfg: TextFilesConfig) -> TaskData:
     """Your own text classification files (csv/tsv/jsonl/parquet), single texts or pairs, any classes."""
-    rows = {}
+    rows, problems = {}, {}
     for split, given in cfg.files.items():
         path = _resolve(str(given), cfg)
         fmt = _format(path, cfg.format)
         extra = {"delimiter": "\t"} if fmt == "tsv" else {}
         with quiet_datasets() as datasets:
             loaded = datasets.load_dataset("csv" if fmt == "tsv" else fmt, data_files={split: str(path)}, **extra)
-        rows[split] = dataset_rows(loaded[split], cfg.text_columns, cfg.label_column, f"text task file {str(path)!r}")
+        rows[split], problems[split] = dataset_rows(loaded[split], cfg.text_columns, cfg.label_column,
+                                                    f"text task file {str(path)!r}")
     info = {"source": "local files", "files": {s: str(_resolve(str(p), cfg)) for s, p in cfg.files.items()},
-            "columns": {"text": list(cfg.text_columns), "label": cfg.label_column}}
+            "columns": {"text": list(cfg.text_columns), "label": cfg.label_column}, "data_problems": problems}
     return build_text_task("text", rows, cfg, None, info)

@@ -19,9 +19,9 @@ Sampler = Callable[[np.random.Generator], "Example | None"]  # None = rejected d
 class SyntheticConfig(TaskConfig):
     """Split sizes and balancing shared by every generated task."""
 
-    num_train: int = option(2000, "training examples")
-    num_validation: int = option(500, "validation examples")
-    num_test: int = option(500, "test examples")
+    num_train: int = option(2000, "training examples", maximum=10_000_000)
+    num_validation: int = option(500, "validation examples", maximum=10_000_000)
+    num_test: int = option(500, "test examples", maximum=10_000_000)
     max_draws: int = option(2_000_000, "give up after this many draws (rejections included)")
 
     def __post_init__(self) -> None:
