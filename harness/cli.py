@@ -105,8 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("runs/leaderboard"), metavar="DIR",
                    help="output folder (default runs/leaderboard)")
 
-    p = verbs.add_parser("show", help="show one stored cell result",
-                         description="Print one cell result: its configuration, status, metrics and provenance.")
+    p = verbs.add_parser("show", help="show stored cell results",
+                         description="Print stored cell results: configuration, status, metrics and provenance.")
     p.add_argument("cell", metavar="CELL",
                    help="a cell name task/label/s<seed>/measurement or a glob over names (every match is shown), "
                         "a cell id (or its prefix), or a cells/<id>.json path")
@@ -238,11 +238,12 @@ def _describe(entry: Any, *, show_capabilities: bool) -> str:
 # --- check ------------------------------------------------------------------------------------
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from harness.attention_properties import check_attention
+    from harness.attention_properties import HEAD_DIM, MAX_LENGTH, check_attention
     from harness.registry import ATTENTIONS
 
     options = _parse_options(args.option)
-    ATTENTIONS.make_config(args.attention, **options)  # unknown names and options: one line, exit 2
+    ATTENTIONS.make_config(args.attention, head_dim=HEAD_DIM, max_length=MAX_LENGTH,
+                           **options)  # unknown names and options: one line, exit 2
     verdicts = check_attention(args.attention, options)
     for verdict in verdicts:
         print(verdict.line(), flush=True)

@@ -189,7 +189,7 @@ def _entry_for_plain_class(name: str, cls: Callable[..., Any], source: str) -> E
     """Wrap an unregistered nn.Module class: its __init__ keyword arguments become its options."""
     params = inspect.signature(cls).parameters
     base = {f.name for f in dataclasses.fields(AttentionConfig)}
-    extra = [(p.name, Any, dataclasses.field(default=p.default))
+    extra = [(p.name, Any, option(p.default, f"keyword argument of {getattr(cls, '__name__', 'the plugin')}"))
              for p in params.values()
              if p.name not in base and p.default is not inspect.Parameter.empty
              and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

@@ -15,9 +15,6 @@ from harness.train import TrainConfig, predict_proba, train_classifier
 
 NAMES = attention_names()
 CAUSAL = [name for name in NAMES if attention_entry(name).capabilities.causal]
-# one head's feature map on several heads: helper "coulomb"'s part of issue 19 (item 1); strict, so that the
-# marker fails, and is removed, once their fix is merged
-FEATURE_MAPS_PENDING = {"performer", "rfa", "random-features", "coulomb"}
 # smaller than the defaults where a variant's cost grows with them, to keep training tests to seconds
 FAST = {"performer": {"num_features": 32}, "random-features": {"num_features": 32}, "coulomb": {"num_features": 32},
         "rfa": {"num_features": 16}, "nystromformer": {"num_landmarks": 8}, "linformer": {"projected_length": 8}}
@@ -31,9 +28,7 @@ def test_the_issue_families_are_registered():
 def _cases():
     for name in NAMES:
         for prop in PROPERTIES:
-            pending = prop.startswith("one head") and name in FEATURE_MAPS_PENDING
-            marks = [pytest.mark.xfail(strict=True, reason="issue 19 item 1, helper coulomb")] if pending else []
-            yield pytest.param(name, prop, marks=marks, id=f"{name}-{prop.replace(' ', '_')}")
+            yield pytest.param(name, prop, id=f"{name}-{prop.replace(' ', '_')}")
 
 
 @pytest.mark.parametrize("name, prop", list(_cases()))
