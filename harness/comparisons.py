@@ -14,19 +14,20 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from harness.metrics import NLL_CLIP
 from harness.predictions import Predictions
-from harness.report.stats import summarize
 
 ResampledMetric = Callable[[Predictions, np.ndarray], np.ndarray]  # (predictions, weights (B, N)) -> (B,)
 
 
 def mean_difference_interval(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
     """Mean of a_s - b_s over seeds s (also std, n), and its 95% t-interval (NaN with fewer than 2 seeds)."""
+    from harness.report.stats import summarize  # here: harness.report's tables import this module
+
     return summarize(np.asarray(a, dtype=float) - np.asarray(b, dtype=float), interval_from=2)
 
 
@@ -86,8 +87,30 @@ def bootstrap_weights(n: int, resamples: int, rng: np.random.Generator) -> np.nd
     return rng.multinomial(n, np.full(n, 1.0 / n), size=resamples).astype(float)
 
 
+CHUNK = 250  # resamples drawn (and scored) at a time
+CACHED_VALUES = 10_000_000  # resamples x rows up to which one seed's resamples are kept for the next pair
+
+
+def _resample_chunks(n: int, resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """The resampling weights of `seed`, CHUNK rows at a time (the same draws whether cached or not)."""
+    if n * resamples <= CACHED_VALUES:
+        yield from _cached_chunks(n, resamples, seed)
+        return
+    rng = np.random.default_rng(seed)
+    for start in range(0, resamples, CHUNK):
+        yield bootstrap_weights(n, min(CHUNK, resamples - start), rng)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_chunks(n: int, resamples: int, seed: int) -> tuple[np.ndarray, ...]:
+    """One seed's weights, kept: every pair and metric of a seed is scored on the same resamples."""
+    rng = np.random.default_rng(seed)
+    return tuple(bootstrap_weights(n, min(CHUNK, resamples - start), rng).astype(np.float32)
+                 for start in range(0, resamples, CHUNK))
+
+
 def paired_bootstrap_p(a: Predictions, b: Predictions, metric: ResampledMetric, *, resamples: int = 2000,
-                       seed: int = 0, chunk: int = 250) -> float:
+                       seed: int = 0) -> float:
     """Two-sided paired bootstrap p-value of metric(a) - metric(b) = 0 over the test examples.
 
     Both models are scored on the same resampled rows; the null distribution is the resampled
@@ -99,10 +122,8 @@ def paired_bootstrap_p(a: Predictions, b: Predictions, metric: ResampledMetric, 
     n = len(a.labels)
     full = np.ones((1, n))
     observed = float(metric(a, full)[0] - metric(b, full)[0])
-    rng = np.random.default_rng(seed)
     extreme = 0
-    for start in range(0, resamples, chunk):
-        weights = bootstrap_weights(n, min(chunk, resamples - start), rng)
+    for weights in _resample_chunks(n, resamples, seed):
         d = metric(a, weights) - metric(b, weights)
         extreme += int(np.sum(np.abs(d - observed) >= abs(observed) - 1e-12))
     return (1 + extreme) / (1 + resamples)

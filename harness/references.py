@@ -26,9 +26,10 @@ from harness.measurements.common import load_cell_task, train_config
 from harness.metrics import classification_metrics, reliability_bins
 from harness.options import make_options, option, require
 from harness.predictions import encode_predictions
+from harness.suite_keys import REFERENCE
 from harness.tasks.base import TaskData
 
-REFERENCE = "reference"  # the attention name of reference cells
+__all__ = ["REFERENCE", "REFERENCES", "measure_reference", "reference_attention", "reference_names"]
 
 
 @dataclasses.dataclass

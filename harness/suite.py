@@ -255,7 +255,7 @@ class _Validator:
             resolved=self.resolved, task_free=task_free, seed_free=independent["uses_seed"],
             attention_free=independent["uses_attention"])
         suite.comparison_keys = validate_comparison_keys(raw, self, [a["label"] for a in suite.attentions],
-                                                         [t["name"] for t in suite.tasks])
+                                                         [task_label(t) for t in suite.tasks])
         if not suite.cells():
             raise self.error("exclude", "the exclude patterns leave no cells to run")
         return suite

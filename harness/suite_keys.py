@@ -9,7 +9,7 @@ and `sweep_trials`.
                                            # vanilla-<map>, every other label with softmax (the default)
     published:                             # numbers from a paper beside ours (a mapping or a list of them)
       - source: "arXiv 2607.23869v1, Table 3"
-        task: rotten_tomatoes              # optional when the suite has one task
+        task: rotten_tomatoes              # the task's label (its name unless given); optional with one task
         note: "..."                        # optional, shown under the table
         values: {softmax: {accuracy: 0.6801, nll: 0.6396}}
     sweep:                                 # tuning on validation, the same trials for every attention
@@ -27,14 +27,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from harness.errors import UserError
+from harness.errors import ConfigError, UserError
 
 COMPARISON_KEYS = ("references", "comparisons", "published", "sweep")
+REFERENCE = "reference"  # the attention name of reference-model cells (harness.references), read by the report
 SWEEP_KEYS = ("metric", "grid", "budget", "seed")
 PUBLISHED_KEYS = ("source", "task", "note", "values")
 
 
-class _Validator(Protocol):
+class Checker(Protocol):
+    """What these checks use of harness.suite's validator: errors with the file and key path, type checks."""
+
     def error(self, key_path: str, message: str) -> UserError: ...
     def list(self, value: Any, path: str) -> list[Any]: ...
     def mapping(self, value: Any, path: str) -> dict[str, Any]: ...
@@ -42,7 +45,7 @@ class _Validator(Protocol):
     def keys(self, mapping: dict[str, Any], valid: tuple[str, ...], path: str, required: tuple[str, ...] = ()) -> None: ...
 
 
-def validate_comparison_keys(raw: dict[str, Any], v: _Validator, labels: list[str],
+def validate_comparison_keys(raw: dict[str, Any], v: Checker, labels: list[str],
                              tasks: list[str]) -> dict[str, Any]:
     """The normalised references / comparisons / published / sweep of a raw suite (absent keys left out)."""
     out: dict[str, Any] = {}
@@ -58,7 +61,7 @@ def validate_comparison_keys(raw: dict[str, Any], v: _Validator, labels: list[st
     return out
 
 
-def _references(value: Any, v: _Validator, labels: list[str]) -> list[dict[str, Any]]:
+def _references(value: Any, v: Checker, labels: list[str]) -> list[dict[str, Any]]:
     from harness.references import reference_attention
 
     out = []
@@ -79,7 +82,7 @@ def _references(value: Any, v: _Validator, labels: list[str]) -> list[dict[str, 
     return out
 
 
-def _comparisons(value: Any, v: _Validator, labels: list[str]) -> list[Any]:
+def _comparisons(value: Any, v: Checker, labels: list[str]) -> list[Any]:
     out: list[Any] = []
     for i, item in enumerate(v.list(value, "comparisons")):
         path = f"comparisons[{i}]"
@@ -97,7 +100,7 @@ def _comparisons(value: Any, v: _Validator, labels: list[str]) -> list[Any]:
     return out
 
 
-def _published(value: Any, v: _Validator, labels: list[str], tasks: list[str]) -> list[dict[str, Any]]:
+def _published(value: Any, v: Checker, labels: list[str], tasks: list[str]) -> list[dict[str, Any]]:
     from harness.metrics import metric_direction
 
     blocks = value if isinstance(value, list) else [value]
@@ -129,7 +132,7 @@ def _published(value: Any, v: _Validator, labels: list[str], tasks: list[str]) -
     return out
 
 
-def _sweep(value: Any, v: _Validator) -> dict[str, Any]:
+def _sweep(value: Any, v: Checker) -> dict[str, Any]:
     from harness.metrics import metric_direction
 
     sweep = v.mapping(value, "sweep")
@@ -156,7 +159,7 @@ def _sweep(value: Any, v: _Validator) -> dict[str, Any]:
             "trials": [trials[j] for j in chosen]}
 
 
-def _trial(point: dict[str, Any], v: _Validator, path: str) -> dict[str, Any]:
+def _trial(point: dict[str, Any], v: Checker, path: str) -> dict[str, Any]:
     """One grid point split into training and model overrides, each checked against its config."""
     from harness.model import ModelConfig
     from harness.options import make_options
@@ -175,7 +178,7 @@ def _trial(point: dict[str, Any], v: _Validator, path: str) -> dict[str, Any]:
     try:
         make_options(TrainConfig, training, what="sweep training")
         make_options(ModelConfig, model, what="sweep model")
-    except Exception as err:  # noqa: BLE001 - ConfigError or the config's own ValueError: one user line
+    except (ConfigError, ValueError, TypeError) as err:  # a wrong type, or a value the config refuses
         raise v.error(path, f"{point}: {err}") from None
     return {"values": dict(point), "training": training, "model": model}
 
@@ -196,8 +199,6 @@ def _is_text_task(name: str) -> bool:
 
 def sweep_trials(cell: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]]:
     """The cell once per sweep trial (training and model overrides, and cell['sweep']); references are not swept."""
-    from harness.references import REFERENCE
-
     sweep = extras.get("sweep")
     if not sweep or cell["attention"]["name"] == REFERENCE or cell["measurement"]["name"] != "accuracy":
         return [cell]

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats as scipy_stats
 from statsmodels.stats.contingency_tables import mcnemar
 
-from harness import metrics
+from harness import comparisons, metrics
 from harness.comparisons import (RESAMPLED, bootstrap_weights, combine_p_values, default_pairs,
                                  mcnemar_exact, mean_difference_interval, paired_bootstrap_p, per_example_p)
 from harness.predictions import Predictions, decode_predictions, encode_predictions
@@ -92,6 +92,15 @@ def test_bootstrap_p_extremes() -> None:
 def test_bootstrap_weights_are_resamples_of_n_rows() -> None:
     w = bootstrap_weights(50, 40, np.random.default_rng(0))
     assert w.shape == (40, 50) and np.all(w.sum(axis=1) == 50) and np.all(w >= 0)
+
+
+def test_cached_and_streamed_resamples_give_the_same_p(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(6)
+    labels = rng.integers(0, 2, size=300)
+    a, b = _random_model(rng, labels, 1.2), _random_model(rng, labels, 1.0)
+    cached = paired_bootstrap_p(a, b, RESAMPLED["macro_f1"], resamples=600, seed=1)
+    monkeypatch.setattr(comparisons, "CACHED_VALUES", 0)
+    assert paired_bootstrap_p(a, b, RESAMPLED["macro_f1"], resamples=600, seed=1) == cached
 
 
 def test_per_example_p_uses_mcnemar_for_accuracy_and_refuses_other_rows() -> None:

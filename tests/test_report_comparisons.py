@@ -110,11 +110,14 @@ def test_verdict_says_when_the_examples_do_not_back_the_seeds() -> None:
     assert verdict({"mean": 0.02, "ci_low": math.nan, "ci_high": math.nan}, "max", 0.001) == "one seed: no interval"
 
 
-def test_paired_table_in_every_format_and_the_page(paired_run: tuple[Path, dict]) -> None:
+def test_paired_and_published_tables_in_every_format_and_the_page(paired_run: tuple[Path, dict]) -> None:
+    _plan(paired_run[0], published=[{"source": "Table 3", "task": "rt", "note": "",
+                                     "values": {"softmax": {"accuracy": 0.7}}}])
     report = write_report(paired_run[0])
-    for suffix in ("md", "csv", "tex"):
-        assert (report / "tables" / f"paired.{suffix}").is_file()
-    assert 'id="table-paired"' in (report / "index.html").read_text()
+    for name in ("paired", "published"):
+        for suffix in ("md", "csv", "tex"):
+            assert (report / "tables" / f"{name}.{suffix}").is_file()
+        assert f'id="table-{name}"' in (report / "index.html").read_text()
 
 
 def test_published_table_arithmetic(tmp_path: Path) -> None:

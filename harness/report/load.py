@@ -14,11 +14,11 @@ import pandas as pd
 
 from harness.errors import UserError
 from harness.report.sweep import select_trials
+from harness.suite_keys import REFERENCE
 
 SCHEMA = 1
 CELL_COLUMNS = ["run", "cell_id", "suite", "measurement", "task", "label", "attention", "seed",
                 "status", "reason", "file", "trial"]
-REFERENCE = "reference"  # the attention name of reference-model cells (harness.references)
 
 
 @dataclasses.dataclass
@@ -53,6 +53,10 @@ class Results:
         """The ok cells of one measurement."""
         ok = self.ok
         return ok[ok["measurement"] == measurement]
+
+    def reference_labels(self) -> set[str]:
+        """Labels of reference-model cells (attention name 'reference'), which tables mark and do not rank."""
+        return set(self.cells.loc[self.cells["attention"] == REFERENCE, "label"].dropna())
 
     def labels(self) -> list[str]:
         """Every attention label seen in any cell, sorted (the key for colours)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.report.load import REFERENCE, Results, metric_frame, not_ok
+from harness.report.load import Results, metric_frame, not_ok
 from harness.report.kernel_tables import kernel_tables
 from harness.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table,
                                                paired_table, robustness_tables)
@@ -27,11 +27,6 @@ BUILTIN_MEASUREMENTS = ("accuracy", "robustness", "efficiency", "fidelity", "ker
 
 REFERENCE_NOTE = ("(reference): an attention-free reference model (majority class; TF-IDF + logistic regression "
                   "with C chosen on validation) on the same splits; shown for scale, not ranked, never bold.")
-
-
-def reference_labels(cells: pd.DataFrame) -> set[str]:
-    """Labels of reference-model cells (attention name 'reference')."""
-    return set(cells.loc[cells["attention"] == REFERENCE, "label"].dropna())
 
 
 def shown_label(label: str, references: set[str]) -> str:
@@ -66,7 +61,7 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     stats = {(lab, m): summarize(frame[(frame["label"] == lab) & (frame["metric"] == m)]["value"])
              for lab in labels for m in metrics}
     means = pd.DataFrame({m: [stats[(lab, m)]["mean"] for lab in labels] for m in metrics}, index=labels)
-    references = reference_labels(cells)
+    references = results.reference_labels()
     ranked = means.drop(index=[lab for lab in labels if lab in references])
     ranks = pd.DataFrame({m: rank(ranked[m], metric_direction(m)) if metric_direction(m) else np.nan
                           for m in metrics}, index=ranked.index).reindex(labels)
@@ -116,7 +111,7 @@ def leaderboard_table(results: Results) -> Table:
     per = {(t, lab, m): summarize(frame[(frame["task"] == t) & (frame["label"] == lab)
                                         & (frame["metric"] == m)]["value"])
            for t in tasks for lab in labels for m in HEADLINE}
-    references = reference_labels(cells)
+    references = results.reference_labels()
     rank_parts = {lab: [] for lab in labels}
     for t in tasks:
         for m in HEADLINE:
