@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
+import math
 import typing
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+        problem = " ".join(str(getattr(err, "problem", None) or err).split("\n")[0].split())
+        raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: a suite must be a YAML mapping with keys {', '.join(REQUIRED_KEYS)}")
     return data
@@ -290,7 +292,7 @@ class _Validator:
     def timeout(self, value: Any) -> float | None:
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
             raise self.error("cell_timeout", f"is {value!r}, expected a positive number of seconds")
         return float(value)
 

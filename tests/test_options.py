@@ -40,3 +40,9 @@ def test_a_huge_feature_count_is_refused_when_the_attention_is_built():
 
     with pytest.raises(ConfigError, match="'num_features' of attention 'performer' is 1000000000, outside"):
         build_attention("performer", head_dim=8, num_heads=2, num_features=1_000_000_000)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "-inf", 10**400])
+def test_non_finite_numbers_are_refused(value):
+    with pytest.raises(ConfigError, match="expected a finite number"):
+        make_options(Bounded, {"rate": value}, what="x")
