@@ -135,12 +135,13 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
     if annotation is float:
         number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            number = float(value) if abs(value) < 2**1023 else math.inf
+            huge = isinstance(value, int) and abs(value) >= 2**1023  # float() of it would overflow
+            number = (math.inf if value > 0 else -math.inf) if huge else float(value)
         elif isinstance(value, str):  # YAML reads 1e-3 as a string
             with contextlib.suppress(ValueError):
                 number = float(value)
-        if number is None or not math.isfinite(number):
-            raise ConfigError(f"{where} is {value!r}, expected a {'finite ' if number is not None else ''}number")
+        if number is None or math.isnan(number):  # inf is a value (e.g. beta: inf, zero temperature)
+            raise ConfigError(f"{where} is {value!r}, expected a number")
         return number
     if annotation is str:
         if isinstance(value, str):
