@@ -1,7 +1,7 @@
 """Suites: YAML files naming attentions, tasks, seeds, model/training settings and measurements.
 
-A suite is validated completely (unknown keys, wrong types, unknown names and options, at any
-depth) before anything runs, then expanded into cells, one per (task, attention, seed,
+A suite is validated completely (unknown keys, keys given twice, wrong types, option bounds, unknown
+names and options at any depth, data files and their columns) before anything runs, then expanded into cells, one per (task, attention, seed,
 measurement). Schema (top-level keys):
 
     name: smoke                      # required; default run folder runs/<name>
@@ -16,7 +16,7 @@ measurement). Schema (top-level keys):
     model: {d_model: 64}             # ModelConfig overrides (vocabulary, classes, max_length come from the task)
     training: {epochs: 2}            # TrainConfig fields (phase_a: PhaseAConfig fields)
     measurements: [accuracy, {name: efficiency, options: {...}}]   # required
-    cell_timeout: 600                # optional seconds per cell (CLI --cell-timeout overrides)
+    cell_timeout: 600                # optional seconds per cell (CLI --cell-timeout overrides; default 6 h)
     exclude: ["qqp/linformer*"]      # optional glob patterns over cell names to leave out
 
 Measurements declare what they depend on with class attributes of their options dataclass
