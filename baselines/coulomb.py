@@ -1,15 +1,17 @@
 """The Coulomb particle model (PAPER.md): learned random-feature kernels for linear attention.
 
 The omegas of a random-feature map are particles moved by projected Langevin dynamics on
-H(Omega) = -A(Omega) + lambda * W_s(Omega): kernel-target alignment A pulls them towards features
-that separate the labels, the softened Riesz energy W_s pushes them apart. The physics lives in
-plain functions (`kernel_target_alignment`, `riesz_energy`, `langevin_step`, `particle_step`,
-`align_particles`); `CoulombAttention` is the random-features attention whose omegas are the
-particles (nn.Parameter), moved only by phase A (`harness.learning_phase`).
+H(Omega) = -A(Omega) + lambda * W_s(Omega): an alignment A pulls them towards features that separate
+the labels, the Riesz energy W_s pushes them apart. The physics lives in plain functions
+(`within_class_alignment`, eq. C.4, the default objective on the attention outputs;
+`kernel_target_alignment`, eq. 2.2 and Appendix D; `riesz_energy`; `langevin_step`, `langevin_move`;
+`particle_step`, `align_particles` for the generic eq. 2.2 setting); `CoulombAttention` is the
+random-features attention whose omegas are the particles (nn.Parameter), moved only by phase A
+(`harness.learning_phase`, the procedure the registry entry names).
 
-Where the factor M of the paper's update lives: H averages over particles, so dH/d omega_k is
-O(1/M); `particle_step` multiplies the autograd gradient by M (the mean-field force on particle k)
-before clipping and passes that force to `langevin_step`, which applies it as given.
+Where the factor N of the paper's update lives: H averages over particles, so dH/d omega_k is
+O(1/N); the callers multiply the autograd gradient by N (the mean-field force on particle k)
+before clipping and pass that force to `langevin_move`, which applies it as given.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from baselines.random_features import (FeatureMapKind, RandomFeatureMap, RandomFeaturesAttention,
+from baselines.random_features import (SCALED, FeatureMapKind, MapForm, RandomFeatureMap, RandomFeaturesAttention,
                                        RandomFeaturesConfig, feature_values)
 from harness.errors import ConfigError
 from harness.options import option, require
@@ -83,6 +85,20 @@ def kernel_target_alignment(phi: Tensor, y: Tensor, kind: str = "ustat", *,
     return inner / (k_norm * t_norm).clamp_min(torch.finfo(phi.dtype).tiny)
 
 
+def within_class_alignment(pooled: Tensor, labels: Tensor) -> Tensor:
+    """Eq. C.4: 1/(n(n-1)) sum_{i<j} [y_i = y_j] <pooled_i, pooled_j>: pooled (n, d) float, labels (n,) int -> scalar.
+
+    Only same-class pairs count; no centring, no normalisation. By class sums S_c = sum_{y_i = c} p_i:
+    sum_{i<j, same class} <p_i, p_j> = (sum_c |S_c|^2 - sum_i |p_i|^2) / 2, so O(n d) time; differentiable.
+    """
+    n = pooled.shape[0]
+    if n < 2:
+        raise ValueError(f"alignment needs at least 2 examples, got {n}")
+    e = _one_hot(labels, None, pooled.dtype)
+    class_sums = e.T @ pooled  # (C, d)
+    return (class_sums.square().sum() - pooled.square().sum()) / (2 * n * (n - 1))
+
+
 def particle_alignments(phi: Tensor, y: Tensor, num_particles: int, *, num_classes: int | None = None) -> Tensor:
     """Each particle's share of the ustat alignment, times M: phi (n, k*M) in k blocks of M -> (M,); mean = ustat."""
     n = phi.shape[0]
@@ -112,28 +128,30 @@ def pairwise_squared_distances(omega: Tensor) -> Tensor:
 
 def _pair_kernel_terms(omega: Tensor, s: float, eps: float) -> Tensor:
     """(M, M) float64: log g_s(r_kl) for s > 0 (diagonal -inf), g_0(r_kl) for s = 0 (diagonal 0)."""
-    log_r2 = torch.log(pairwise_squared_distances(omega) + eps * eps)
     diagonal = torch.eye(omega.shape[0], dtype=torch.bool, device=omega.device)
+    log_r2 = torch.log((pairwise_squared_distances(omega) + eps * eps).masked_fill(diagonal, 1.0))  # no log 0 on k = l
     if s == 0:
         return (-0.5 * log_r2).masked_fill(diagonal, 0.0)
     return (-0.5 * s * log_r2).masked_fill(diagonal, -math.inf)
 
 
 def _check_softening(s: float, eps: float) -> None:
-    if eps <= 0:
-        raise ConfigError(f"softening eps={eps} must be positive (it keeps coincident particles finite)")
+    if eps < 0:
+        raise ConfigError(f"softening eps={eps} must be >= 0 (0 = none, the paper's)")
+    if eps == 0:
+        return
     worst = s / 2 * math.log(1 / eps ** 2) if eps < 1 else 0.0  # log g_s at r = 0
     if worst + math.log(max(s, 1.0)) + 2 * math.log(max(1 / eps, 1.0)) > MAX_LOG_FLOAT64:
         raise ConfigError(f"Riesz exponent s={s} with softening eps={eps} overflows float64 at coincident "
                           f"particles (eps^-s = e^{worst:.0f}); raise the softening or lower s")
 
 
-def riesz_energy(omega: Tensor, s: float | None = None, eps: float = 1e-2) -> Tensor:
-    """W_s = 1/(M(M-1)) sum_{k != l} g_s(|w_k - w_l|): omega (M, d) -> float64 scalar.
+def riesz_energy(omega: Tensor, s: float | None = 0.0, eps: float = 0.0) -> Tensor:
+    """W_{N,s} = 1/(2N(N-1)) sum_{k != l} g_s(|w_k - w_l|) (eq. 2.3): omega (N, d) -> float64 scalar.
 
-    Softened Riesz kernel g_s(r) = (r^2 + eps^2)^(-s/2), g_0(r) = -log sqrt(r^2 + eps^2); s = None
-    means Coulomb, s = d - 2. Summed in log space (logsumexp) in float64, so neither far particles
-    (underflow) nor coincident ones (eps^-s, checked against float64's range) give inf or nan.
+    g_0(r) = -log r (log repulsion, the paper's experiments), g_s(r) = r^-s for s > 0; s = None means
+    Coulomb, s = d - 2. eps > 0 softens r^2 to r^2 + eps^2 (the paper uses none: coincident particles then
+    give inf). Summed in log space (logsumexp) in float64, so far particles do not underflow to nan.
     """
     m, d = omega.shape
     if m < 2:
@@ -142,12 +160,12 @@ def riesz_energy(omega: Tensor, s: float | None = None, eps: float = 1e-2) -> Te
     _check_softening(s, eps)
     terms = _pair_kernel_terms(omega, s, eps)
     if s == 0:
-        return terms.sum() / (m * (m - 1))
-    return torch.exp(torch.logsumexp(terms.flatten(), dim=0) - math.log(m * (m - 1)))
+        return terms.sum() / (2 * m * (m - 1))
+    return torch.exp(torch.logsumexp(terms.flatten(), dim=0) - math.log(2 * m * (m - 1)))
 
 
-def particle_potentials(omega: Tensor, s: float | None = None, eps: float = 1e-2) -> Tensor:
-    """Each particle's repulsion potential (g_s * rho)(w_k) = 1/(M-1) sum_{l != k} g_s: (M, d) -> (M,); mean = W_s."""
+def particle_potentials(omega: Tensor, s: float | None = 0.0, eps: float = 0.0) -> Tensor:
+    """Each particle's repulsion potential (g_s * rho)(w_k) = 1/(N-1) sum_{l != k} g_s: (N, d) -> (N,); mean = 2 W."""
     m, d = omega.shape
     s = coulomb_exponent(d, s)
     _check_softening(s, eps)
@@ -165,19 +183,47 @@ def project_to_ball(omega: Tensor, radius: float) -> Tensor:
     return omega * (radius / norms).clamp(max=1.0)
 
 
+def _drift_and_noise(omega: Tensor, grad: Tensor, step: float, beta: float,
+                     generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """step * grad and sqrt(2 step / beta) xi (zeros for beta = inf), xi drawn on the CPU from `generator`."""
+    if not math.isfinite(beta):
+        return step * grad, torch.zeros_like(omega)
+    xi = torch.randn(omega.shape, generator=generator, dtype=omega.dtype).to(omega.device)
+    return step * grad, math.sqrt(2 * step / beta) * xi
+
+
 def langevin_step(omega: Tensor, grad: Tensor, step: float, beta: float, radius: float,
                   generator: torch.Generator | None = None) -> Tensor:
     """One projected Langevin update P(omega - step * grad + sqrt(2 step / beta) xi): (..., M, d) -> same.
 
-    `grad` is applied as given (the caller scales by M, see the module docstring); beta = inf gives
+    `grad` is applied as given (the caller scales by N, see the module docstring); beta = inf gives
     plain projected gradient descent. xi is drawn on the CPU from `generator`, so runs repeat exactly
     on any device.
     """
-    new = omega - step * grad
-    if math.isfinite(beta):
-        noise = torch.randn(omega.shape, generator=generator, dtype=omega.dtype)
-        new = new + math.sqrt(2 * step / beta) * noise.to(omega.device)
-    return project_to_ball(new, radius)
+    drift, noise = _drift_and_noise(omega, grad, step, beta, generator)
+    return project_to_ball(omega - drift + noise, radius)
+
+
+def langevin_move(omega: Tensor, grad: Tensor, step: float, beta: float, radius: float,
+                  generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """`langevin_step` with what shows whether it is a walk: omega (S, M, d) -> new (S, M, d) and, per system (S,),
+    the median over particles of |drift| = |step grad| and |noise| = |sqrt(2 step / beta) xi|, the mean particle
+    norm before and after the projection, and the fraction of particles the projection moved."""
+    drift, noise = _drift_and_noise(omega, grad, step, beta, generator)
+    new = omega - drift + noise
+    projected = project_to_ball(new, radius)
+    norms = new.norm(dim=-1)
+    stats = {"drift": drift.norm(dim=-1).median(dim=-1).values,
+             "noise": noise.norm(dim=-1).median(dim=-1).values,
+             "norm_before_projection": norms.mean(dim=-1),
+             "norm_after_projection": projected.norm(dim=-1).mean(dim=-1),
+             "projected_fraction": (norms > radius).double().mean(dim=-1)}
+    return projected, stats
+
+
+def clip_forces(force: Tensor, clip: float) -> Tensor:
+    """Each particle's force (last axis) scaled down to norm <= clip."""
+    return force * (clip / force.norm(dim=-1, keepdim=True).clamp_min(1e-30)).clamp(max=1.0)
 
 
 @dataclasses.dataclass
@@ -187,15 +233,15 @@ class DynamicsConfig:
     step: float = option(2e-3, "Langevin step eta (paper: 2e-3)")
     beta: float = option(50.0, "inverse temperature; inf = no noise (paper: 50)")
     repulsion: float = option(1e-3, "repulsion weight lambda (paper: 1e-3)")
-    riesz_s: float | None = option(None, "Riesz exponent s; None = Coulomb, s = d - 2 (paper)")
-    softening: float = option(1e-2, "eps of the softened kernel (r^2 + eps^2)^(-s/2) (ours)")
-    grad_clip: float = option(10.0, "clip each particle's force M * dH/domega_k to this norm (paper: 10; per particle is ours)")
+    riesz_s: float | None = option(0.0, "Riesz exponent s: 0 = log repulsion (paper), s > 0 Riesz, None = Coulomb d - 2")
+    softening: float = option(0.0, "eps of the softened kernel (r^2 + eps^2)^(-s/2); 0 = none (paper)")
+    grad_clip: float = option(10.0, "clip each particle's force N * dH/domega_k to this norm (paper: 10; per particle is ours)")
     radius: float = option(1.5, "particle norm cap R (paper: 1.5)")
     radius_units: Literal["sqrt_dim", "absolute"] = option(
         "sqrt_dim", "units of R, softening and repulsion distances: sqrt(d), the typical norm of a Gaussian "
-        "omega (ours; keeps the initial Gaussian particles inside the cap), or absolute (literal paper)")
+        "omega (ours; keeps the initial Gaussian particles inside the cap), or absolute (literal paper; the paper suites)")
     tolerance: float = option(1e-6, "stop when the largest particle move falls below this (paper: 1e-6)")
-    alignment: AlignmentKind = option("ustat", "alignment maximised: ustat (paper), normalized, centered")
+    alignment: AlignmentKind = option("ustat", "eq. 2.2 alignment of the feature-map kernel: ustat (paper), normalized, centered")
 
     def __post_init__(self) -> None:
         require(self.step > 0, f"step={self.step} must be positive")
@@ -204,11 +250,22 @@ class DynamicsConfig:
         require(self.grad_clip > 0, f"grad_clip={self.grad_clip} must be positive")
         require(self.radius > 0, f"radius={self.radius} must be positive")
         require(self.tolerance >= 0, f"tolerance={self.tolerance} must be >= 0")
-        require(self.softening > 0, f"softening={self.softening} must be positive")
+        require(self.softening >= 0, f"softening={self.softening} must be >= 0 (0 = none)")
 
     def unit(self, dim: int) -> float:
         """Length unit of R and of repulsion distances for particles of dimension `dim`."""
         return math.sqrt(dim) if self.radius_units == "sqrt_dim" else 1.0
+
+    def energy(self, omega: Tensor) -> Tensor:
+        """W_s of each system's particles in the configured units: omega (S, N, d) -> (S,) float64."""
+        unit = self.unit(omega.shape[-1])
+        return torch.stack([riesz_energy(w / unit, self.riesz_s, self.softening) for w in omega])
+
+    def move(self, omega: Tensor, grad: Tensor, generator: torch.Generator | None = None
+             ) -> tuple[Tensor, dict[str, Tensor]]:
+        """One projected Langevin move of systems omega (S, N, d) from dH/domega: force N grad clipped per particle."""
+        force = clip_forces(omega.shape[-2] * grad, self.grad_clip)
+        return langevin_move(omega, force, self.step, self.beta, self.radius * self.unit(omega.shape[-1]), generator)
 
 
 Features = Callable[[Tensor], Tensor]  # particles (S, M, d) -> features (S, n, k*M), Gram / (k*M) = kernel
@@ -220,20 +277,18 @@ def particle_step(omega: Tensor, features: Features, labels: Tensor, cfg: Dynami
     """One Langevin step of S independent particle systems omega (S, M, d) on one batch.
 
     Returns the new particles (S, M, d) and per system {H, alignment, energy} at the start of the
-    step and {max_move, min_distance, mean_norm} after it. Systems with active[s] False stay put.
+    step, {max_move, min_distance, mean_norm} after it and the move's statistics (`langevin_move`).
+    Systems with active[s] False stay put.
     """
     num, m, d = omega.shape
-    unit = cfg.unit(d)
     w = omega.detach().clone().requires_grad_(True)
     phi = features(w)
     align = torch.stack([kernel_target_alignment(phi[i], labels, cfg.alignment, num_classes=num_classes)
                          for i in range(num)])
-    energy = torch.stack([riesz_energy(w[i] / unit, cfg.riesz_s, cfg.softening) for i in range(num)])
+    energy = cfg.energy(w)
     hamiltonian = -align.double() + cfg.repulsion * energy
     (grad,) = torch.autograd.grad(hamiltonian.sum(), w)
-    force = m * grad
-    force = force * (cfg.grad_clip / force.norm(dim=-1, keepdim=True).clamp_min(1e-30)).clamp(max=1.0)
-    new = langevin_step(omega.detach(), force, cfg.step, cfg.beta, cfg.radius * unit, generator)
+    new, moved = cfg.move(omega.detach(), grad, generator)
     if active is not None:
         new = torch.where(active.to(new.device)[:, None, None], new, omega.detach())
     moves = (new - omega).norm(dim=-1).amax(dim=-1)
@@ -241,16 +296,25 @@ def particle_step(omega: Tensor, features: Features, labels: Tensor, cfg: Dynami
     min_distance = torch.stack([pairwise_squared_distances(new[i]).masked_fill(eye, math.inf).min().sqrt()
                                 for i in range(num)])
     mean_norm = new.norm(dim=-1).mean(dim=-1)
-    table = torch.stack([hamiltonian.detach(), align.detach().double(), energy.detach(), moves.double(),
-                         min_distance.double(), mean_norm.double()], dim=1).cpu().tolist()
-    keys = ("H", "alignment", "energy", "max_move", "min_distance", "mean_norm")
+    columns = [hamiltonian.detach(), align.detach().double(), energy.detach(), moves.double(),
+               min_distance.double(), mean_norm.double(), *(t.double() for t in moved.values())]
+    keys = ("H", "alignment", "energy", "max_move", "min_distance", "mean_norm", *moved)
+    table = torch.stack(columns, dim=1).cpu().tolist()
     return new, [dict(zip(keys, row)) for row in table]
 
 
 def resample_particles(omega: Tensor, phi: Tensor, labels: Tensor, count: int, cfg: DynamicsConfig, *,
                        weights: Literal["gibbs", "uniform"] = "gibbs", generator: torch.Generator | None = None,
                        num_classes: int | None = None) -> Tensor:
-    """Draw `count` distinct particles from the final configuration omega (M, d) -> (count, d).
+    """Draw `count` distinct particles from the final configuration omega (M, d) -> (count, d) (`resample_index`)."""
+    return omega[resample_index(omega, phi, labels, count, cfg, weights=weights, generator=generator,
+                                num_classes=num_classes)]
+
+
+def resample_index(omega: Tensor, phi: Tensor, labels: Tensor, count: int, cfg: DynamicsConfig, *,
+                   weights: Literal["gibbs", "uniform"] = "gibbs", generator: torch.Generator | None = None,
+                   num_classes: int | None = None) -> Tensor:
+    """Indices (count,), ascending, of `count` distinct particles drawn from the final configuration omega (M, d).
 
     gibbs: probability proportional to exp(-beta U_k) with the per-particle potential
     U_k = -a_k + lambda (g_s * rho)(w_k), a_k particle k's ustat alignment on features phi (n, k*M)
@@ -271,7 +335,7 @@ def resample_particles(omega: Tensor, phi: Tensor, labels: Tensor, count: int, c
                                       generator=generator)
         else:
             index = torch.argsort(potential)[:count]
-    return omega[index.sort().values.to(omega.device)]
+    return index.sort().values.to(omega.device)
 
 
 def align_particles(omega: Tensor, batches: Iterable[tuple[Features, Tensor]], cfg: DynamicsConfig, *,
@@ -306,8 +370,9 @@ class CoulombFeatureMap(RandomFeatureMap):
     """A random-feature map whose omegas (H, M, d) are particles: an nn.Parameter, drawn like the Vanilla twin's."""
 
     def __init__(self, head_dim: int, num_heads: int, num_features: int, kind: str = "porf-softplus",
-                 seed: int = 0, *, orthogonal: bool = True, scaling: str = "chi"):
-        super().__init__(head_dim, num_heads, num_features, kind, seed, orthogonal=orthogonal, scaling=scaling)
+                 seed: int = 0, *, orthogonal: bool = True, scaling: str = "chi", form: MapForm = SCALED):
+        super().__init__(head_dim, num_heads, num_features, kind, seed, orthogonal=orthogonal, scaling=scaling,
+                         form=form)
         initial = self.omega
         del self.omega  # the Vanilla buffer becomes a parameter with the same values
         self.omega = nn.Parameter(initial.clone())
@@ -321,12 +386,15 @@ class CoulombFeatureMap(RandomFeatureMap):
         Key-style evaluation (favor's stabilising max is one detached factor per batch and head), times
         sqrt(number of features) so that `kernel_target_alignment`'s K = Phi Phi^T / M is the map's kernel.
         """
-        phi = feature_values(self.kind, x, self.omega if omega is None else omega, is_query=False)
+        phi = feature_values(self.kind, x, self.omega if omega is None else omega, is_query=False, form=self.form,
+                             phase=self.phase)
         return phi * math.sqrt(phi.shape[-1])
 
-    def set_particles(self, omega: Tensor) -> None:
-        """Replace the particles (e.g. by D resampled ones): omega (H, D, d)."""
+    def set_particles(self, omega: Tensor, phase: Tensor | None = None) -> None:
+        """Replace the particles (e.g. by D resampled ones): omega (H, D, d), and cos2's phases (H, D) with them."""
         self.omega.data = omega.detach().clone()
+        if phase is not None:
+            self.phase = phase.detach().clone()
         self.num_features = omega.shape[1] * (2 if self.kind == "trig" else 1)
 
 
@@ -341,7 +409,8 @@ class CoulombConfig(RandomFeaturesConfig):
         super().__post_init__()
 
 
-@register_attention("coulomb", config=CoulombConfig, learning_phase=True, causal=True, positive_features=False)
+@register_attention("coulomb", config=CoulombConfig, learning_phase="harness.learning_phase:run_learning_phase",
+                    causal=True, positive_features=lambda cfg: cfg.feature_map != "trig")
 class CoulombAttention(RandomFeaturesAttention):
     """Kernel-<map>: random-feature attention whose omegas are Coulomb particles learned in phase A."""
 

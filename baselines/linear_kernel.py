@@ -275,9 +275,9 @@ def run_on_threads(fn: Callable[[int, int], Any], ranges: list[tuple[int, int]])
 @contextlib.contextmanager
 def torch_threads(count: int) -> Iterator[None]:
     """torch's intra-op thread count set to `count` within, restored after. For the small operations around the
-    fused kernels: too small to gain from threads, and in a build of the kernels without OpenMP (own threads,
-    not torch's pool) torch's workers, spinning for a while after a parallel operation, would take the cores
-    from the next kernel call (measured: 40-60% slower)."""
+    fused kernels: too small to gain from threads, and torch's workers, spinning for a while after a parallel
+    operation, would take the cores from the kernels' own helper threads in the next call (measured with a
+    std::thread build of the kernels: 40-60% slower)."""
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:

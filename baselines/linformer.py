@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from baselines.random_features import seeded_generator
 from harness.options import option, require
-from harness.registry import AttentionConfig, register_attention
+from harness.registry import AttentionConfig, check_heads, register_attention
 
 
 @dataclasses.dataclass
@@ -48,6 +48,7 @@ class LinformerAttention(nn.Module):
         if n > self.cfg.max_length:
             raise ValueError(f"sequence length {n} exceeds linformer's max_length={self.cfg.max_length}; "
                              f"build it with a larger max_length")
+        check_heads("linformer", self.e_proj.shape[0], k.shape[1])
         if key_padding_mask is not None:
             keep = key_padding_mask[:, None, :, None].to(k.dtype)
             k, v = k * keep, v * keep

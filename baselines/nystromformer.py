@@ -18,7 +18,7 @@ from baselines import native
 from baselines.linear_kernel import chunk_rows, run_on_threads, scratch, split_rows, torch_threads
 from baselines.random_features import seeded_generator
 from harness.options import option, require
-from harness.registry import AttentionConfig, register_attention
+from harness.registry import AttentionConfig, check_heads, register_attention
 
 CONV_BLOCK = 16  # outputs per Toeplitz block of the sequence convolution
 
@@ -306,9 +306,14 @@ class NystromAttention(nn.Module):
             landmark_values = _landmark_attention(q_land * d ** -0.5, k, v, key_padding_mask, rows)
             out = _query_attention(q, k_land, pinv @ landmark_values, keep, rows)
         if self.conv is not None:
-            skip = (v if real is None else v * real, self.conv.weight[:, 0, :, 0])
+            skip = (v if real is None else v * real, self.conv_weight(h))
             out = out + sequence_conv(*skip) if torch.is_grad_enabled() else sequence_conv(*skip, out=out)
         return out
+
+    def conv_weight(self, heads: int) -> Tensor:
+        """The convolution's taps for a call on `heads` heads, (heads, K): its own per head, or one head's shared."""
+        check_heads("nystromformer", self.cfg.num_heads, heads)
+        return self.conv.weight[:, 0, :, 0].expand(heads, -1)
 
     @staticmethod
     def _fused(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, num_landmarks: int) -> bool:
@@ -327,7 +332,7 @@ class NystromAttention(nn.Module):
         values, *_ = native.landmark_values(k, v, q_land, native.real_rows(key_padding_mask), threads)
         conv = None
         if self.conv is not None:
-            conv = ((v if real is None else v * real).contiguous(), self.conv.weight[:, 0, :, 0].contiguous())
+            conv = ((v if real is None else v * real).contiguous(), self.conv_weight(q.shape[1]).contiguous())
         return native.landmark_queries(q, k_land, pinv @ values.view(*q_land.shape[:3], -1), threads, conv)[0]
 
     def _landmarks(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, num_landmarks: int,

@@ -1,7 +1,23 @@
-"""Random-feature maps phi_omega(x) = f(omega^T x) with fixed random omegas (the paper's "Vanilla" kernels).
+"""Random-feature maps phi_omega(x) built from u = omega^T x with fixed random omegas (the paper's "Vanilla" kernels).
 
-Feature maps (PAPER.md "Kernel and features"; u = omega^T x with x scaled by d^{-1/4} for every map,
-Performer's scaling and **our default** for the others):
+Two forms (`MapForm`). The paper's (PAPER.md "The feature maps", the default of `random-features` and
+`coulomb`), with temperature tau, floor and Z(x) the per-token l1 normaliser making sum_i phi_i(x) = sqrt(M)
+(queries and keys alike; a key's normaliser reweights that key):
+
+    favor          (1/sqrt(M)) exp(u_i - |x|^2/2)                       no renormalisation
+    elu            max(1 + elu(u_i / tau + b), floor) / Z(x)             b: `elu_bias`, one scalar (0)
+    softplus       (softplus(u_i / tau) + floor) / Z(x)
+    sigmoid2       sigmoid(u_i / tau)^2 / Z(x)
+    softmaxfeat    sqrt(M) softmax(u / tau) over the M features          sums to sqrt(M) by construction
+    cos2           cos(u_i + b_i)^2 / Z(x)                               b_i ~ U[0, 2 pi) fixed per head and feature
+    porf-softplus  the softplus map, omegas in orthogonal blocks
+
+**Our readings**: the floor clamps elu before Z (so the sum stays sqrt(M)); Z itself is guarded below by the
+floor; tau acts only where the paper writes it (not in favor, cos2); the omegas of every map but porf-softplus
+are i.i.d. Gaussian (porf-softplus differs from softplus only by its orthogonal omegas).
+
+The scaled form (`form: scaled`, today's, and Performer's convention): x scaled by d^{-1/4} for every map,
+features f(u) / sqrt(M) without renormalisation, no temperature, floor or phases, orthogonal omegas:
 
     favor          exp(u - |x|^2/2 - max) + eps   (Performer's positive features, stabilised)
     elu            elu(u) + 1
@@ -10,14 +26,15 @@ Performer's scaling and **our default** for the others):
     cos2           cos(u)^2
     softmaxfeat    softmax of (u_1..u_M) over the M features
     porf-softplus  softplus(u), omegas always positive orthogonal random features (orthogonal, chi norms)
-    trig           [sin(u), cos(u)] (RFA's; NOT positive, so the normaliser can change sign)
 
-favor's max is taken of the whole exponent u - |x|^2/2 (the reference takes it of u alone: the same
-estimator up to where eps sits; ours keeps the largest feature at 1, so eps stays negligible for
-inputs of large norm, where the reference's features sink into eps).
+    trig           [sin(u), cos(u)] (RFA's; not in the paper; NOT positive, so the normaliser can change
+                   sign): the scaled form in both
 
-Every map is scaled by M^{-1/2}, so phi(x)^T phi(x') = (1/M) sum_k f(omega_k^T x) f(omega_k^T x') is the
-kernel estimate K(x, x') itself.
+favor's stabilising max (both forms) is taken of the whole exponent u - |x|^2/2: a constant factor per query
+row and per (batch, head) of keys, which cancels in the attention. In the scaled form every map's scale
+M^{-1/2} makes phi(x)^T phi(x') = (1/M) sum_k f(omega_k^T x) f(omega_k^T x') the kernel estimate itself.
+
+Parameters made for one head (`num_heads` 1) serve every head of a call (`per_head`).
 """
 from __future__ import annotations
 
@@ -31,17 +48,50 @@ from torch import Tensor, nn
 
 from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, no_grad_recorded, scratch
 from baselines.native import NativeSpec
+from harness.errors import ConfigError
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
 FeatureMapKind = Literal["favor", "elu", "softplus", "sigmoid2", "cos2", "softmaxfeat", "porf-softplus", "trig"]
 FEATURE_MAPS: tuple[str, ...] = FeatureMapKind.__args__
 RowNorms = Literal["chi", "sqrt-d"]
+FormName = Literal["paper", "scaled"]
 FAVOR_EPS = 1e-6
+CAUSAL_FAVOR_CAP = 80.0  # causal paper favor: largest key exponent above the first key's (exp(88) overflows float32)
+TEMPERED = ("elu", "softplus", "porf-softplus", "sigmoid2", "softmaxfeat")  # maps whose u the paper divides by tau
 # elementwise operations per projection u = omega^T x (cost accounting, one FLOP each): favor max, subtract, exp;
 # elu clamp, exp, relu, add; softmaxfeat max, subtract, exp, sum, divide; trig sin, cos
 ELEMENTWISE_OPS = {"favor": 3, "elu": 4, "softplus": 1, "porf-softplus": 1, "sigmoid2": 2, "cos2": 2,
                    "softmaxfeat": 5, "trig": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class MapForm:
+    """Which form a map computes (module docstring): the paper's, with its tau, floor and elu bias, or the scaled one."""
+
+    paper: bool = True
+    temperature: float = 1.0
+    floor: float = 1e-6
+    elu_bias: float = 0.0
+
+    def input_scale(self, kind: str, dim: int) -> float:
+        """alpha in u = omega^T (alpha x): 1 / tau for the tempered paper maps, 1 for the others, d^{-1/4} scaled."""
+        if not self.paper or kind == "trig":
+            return dim ** -0.25
+        return 1.0 / self.temperature if kind in TEMPERED else 1.0
+
+
+SCALED = MapForm(paper=False)
+
+
+def per_head(t: Tensor, heads: int) -> Tensor:
+    """Per-head parameters (H, ...) for a call on `heads` heads: as they are, or one head's expanded to all."""
+    if t.shape[0] == heads:
+        return t
+    if t.shape[0] == 1:
+        return t.expand(heads, *t.shape[1:])
+    raise ConfigError(f"the attention was built with num_heads={t.shape[0]} but called on {heads} heads; build it "
+                      f"with num_heads={heads}, or with num_heads=1 to share one head's parameters across every head")
 
 
 def seeded_generator(*keys: int) -> torch.Generator:
@@ -84,9 +134,17 @@ def draw_omegas(num_heads: int, num_features: int, dim: int, seed: int, *, ortho
     return torch.stack(out)
 
 
-def projection_weights(omega: Tensor, batch: int, alpha: float = 1.0, dtype: torch.dtype | None = None) -> Tensor:
-    """alpha omega^T laid out for one batched product: omega (H, M, d) -> (batch * H, d, M) (a view for batch 1)."""
-    w = (omega.to(dtype or omega.dtype) * alpha).transpose(-2, -1)
+def draw_phases(num_heads: int, num_features: int, seed: int, draw: int = 0) -> Tensor:
+    """cos2's random phases b ~ U[0, 2 pi) per head -> (H, M); head h from a generator seeded (seed, h, draw, 1)."""
+    return torch.stack([torch.rand(num_features, generator=seeded_generator(seed, head, draw, 1)) * (2 * math.pi)
+                        for head in range(num_heads)])
+
+
+def projection_weights(omega: Tensor, batch: int, alpha: float = 1.0, dtype: torch.dtype | None = None,
+                       heads: int | None = None) -> Tensor:
+    """alpha omega^T laid out for one batched product: omega (H, M, d) -> (batch * heads, d, M) (a view for batch 1
+    and H heads); `heads` (default H) expands one head's omegas to every head (`per_head`)."""
+    w = (per_head(omega, heads or omega.shape[0]).to(dtype or omega.dtype) * alpha).transpose(-2, -1)
     return w if batch == 1 else w.expand(batch, *w.shape).reshape(-1, *w.shape[1:])
 
 
@@ -151,27 +209,36 @@ def trig_features(x: Tensor, weights: Tensor, out: Tensor | None = None) -> Tens
 
 
 def _favor_chunk(x: Tensor, weights: Tensor, scale: float, is_query: bool,
-                 key_padding_mask: Tensor | None, out: Tensor | None = None) -> FeatureChunk:
-    """favor features of a block, phi = scale (exp(u - |x'|^2/2 - max) + eps), u = omega x', x' = x d^{-1/4}
-    (folded into `weights`), factored as values exp(u - m_i) (m_i the row's largest u, so every value is in
-    (0, 1]) times row weights.
+                 key_padding_mask: Tensor | None, out: Tensor | None = None, norm_coef: float | None = None,
+                 eps: float = FAVOR_EPS, causal: bool = False) -> FeatureChunk:
+    """favor features of a block, phi = scale (exp(u - |x'|^2/2 - max) + eps), u = omega x', x' = alpha x
+    (alpha folded into `weights`; `norm_coef` = alpha^2 / 2, default d^{-1/4}'s), factored as values exp(u - m_i)
+    (m_i the row's largest u, so every value is in (0, 1]) times row weights.
 
     A query's max is over its own row, where |x'|^2/2 is a constant: its values are the features, no row
     weight. A key's row weight is exp(m_i - |x'_i|^2/2 - L), L the block's largest exponent (its log-scale,
-    over real positions; padding gets weight 0), so that values * weight = exp(u - |x'|^2/2 - L).
+    over real positions; padding gets weight 0), so that values * weight = exp(u - |x'|^2/2 - L). `causal`: L is
+    the first real key's exponent instead, which every query with a real key sees, so no later key moves an
+    earlier output (the exponent above it is capped at CAUSAL_FAVOR_CAP against overflow).
     """
     u = project(x, weights, out)
     row_max = u.detach().amax(dim=-1, keepdim=True)  # (B, H, C, 1)
     values = u.sub_(row_max).exp_() if no_grad_recorded(u) else (u - row_max).exp()
     if is_query:
-        return FeatureChunk(values, scale, FAVOR_EPS)
-    d = x.shape[-1]
-    row_log = row_max - (x * x).sum(dim=-1, keepdim=True) * (d ** -0.5 / 2)  # m_i - |x'_i|^2 / 2
+        return FeatureChunk(values, scale, eps)
+    norm_coef = x.shape[-1] ** -0.5 / 2 if norm_coef is None else norm_coef
+    row_log = row_max - (x * x).sum(dim=-1, keepdim=True) * norm_coef  # m_i - |x'_i|^2 / 2
     if key_padding_mask is not None:
         row_log = row_log.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
+    if causal:
+        first = key_padding_mask.to(torch.uint8).argmax(dim=1) if key_padding_mask is not None else x.new_zeros(
+            x.shape[0], dtype=torch.long)  # (B,): the first real position (0 without a mask)
+        anchor = row_log.detach().gather(2, first[:, None, None, None].expand(-1, x.shape[1], 1, 1))
+        anchor = anchor.masked_fill(anchor == -math.inf, 0.0)
+        return FeatureChunk(values, scale, eps, None, torch.exp((row_log - anchor).clamp_max(CAUSAL_FAVOR_CAP)))
     log_scale = row_log.detach().amax(dim=-2, keepdim=True)  # (B, H, 1, 1): -inf for a block without real keys
     row_weights = torch.exp(row_log - log_scale.masked_fill(log_scale == -math.inf, 0.0))
-    return FeatureChunk(values, scale, FAVOR_EPS, log_scale, row_weights)
+    return FeatureChunk(values, scale, eps, log_scale, row_weights)
 
 
 def _unscaled_features(kind: str, u: Tensor) -> Tensor:
@@ -199,19 +266,57 @@ def random_feature_flops(kind: str, n: int, d: int, m: int) -> float:
     return 2 * (2.0 * n * m * d + ELEMENTWISE_OPS[kind] * n * m) + (2.0 * n * d if kind == "favor" else 0.0)
 
 
+def _paper_values(kind: str, u: Tensor, form: MapForm, phase: Tensor | None) -> Tensor:
+    """f of a renormalised paper map (module docstring), before Z: u (B, H, N, M) projected with `input_scale`;
+    in place of u where no gradient is recorded."""
+    inplace = no_grad_recorded(u)
+    if kind == "cos2":
+        shifted = phase[:, None, :].to(u.dtype)
+        u = u.add_(shifted) if inplace else u + shifted
+        return u.cos_().square_() if inplace else torch.cos(u).square()
+    if kind == "elu":
+        if form.elu_bias:
+            u = u.add_(form.elu_bias) if inplace else u + form.elu_bias
+        return elu_plus_one(u, u).clamp_min(form.floor)
+    if kind in ("softplus", "porf-softplus"):
+        return nn.functional.softplus(u) + form.floor
+    if kind == "sigmoid2":
+        return torch.sigmoid(u).square()
+    raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
+
+
+def _paper_chunk(kind: str, x: Tensor, weights: Tensor, m: int, form: MapForm, phase: Tensor | None,
+                 is_query: bool, key_padding_mask: Tensor | None, out: Tensor | None) -> FeatureChunk:
+    """A paper map's features of x (B, H, N, d) in factored form: favor's with alpha 1, softmaxfeat's as
+    sqrt(M) softmax, the others as values f(u) with row weights sqrt(M) / Z(x)."""
+    if kind == "favor":
+        return _favor_chunk(x, weights, m ** -0.5, is_query, key_padding_mask, out, norm_coef=0.5, eps=0.0)
+    u = project(x, weights, out)
+    if kind == "softmaxfeat":
+        return FeatureChunk(torch.softmax(u, dim=-1), math.sqrt(m))
+    values = _paper_values(kind, u, form, phase)
+    normaliser = values.sum(dim=-1, keepdim=True).clamp_min(form.floor)
+    return FeatureChunk(values, row_weights=math.sqrt(m) / normaliser)
+
+
 def feature_chunk(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
                   key_padding_mask: Tensor | None = None, out: Tensor | None = None,
-                  weights: Tensor | None = None) -> FeatureChunk:
-    """Features of x (B, H, N, d) for omega (H, M, d) in factored form (`FeatureChunk`); see `feature_values`.
+                  weights: Tensor | None = None, form: MapForm = SCALED, phase: Tensor | None = None) -> FeatureChunk:
+    """Features of x (B, H, N, d) for omega (H or 1, M, d) in `form` in factored form (`FeatureChunk`); see
+    `feature_values`. `phase` (H or 1, M): cos2's phases in the paper form.
 
     A block of rows of a longer sequence gives that block's rows of the sequence's features once the
     kernel combines the blocks' log-scales (favor keys); every other map is position by position.
     `out` (B, H, N, M_out): scratch the values may be written into; `weights`: `projection_weights(omega,
-    B, d^{-1/4})` when the caller already holds them.
+    B, form.input_scale(kind, d), heads=H)` when the caller already holds them.
     """
-    scale = omega.shape[-2] ** -0.5
+    m = omega.shape[-2]
     if weights is None:
-        weights = projection_weights(omega, x.shape[0], x.shape[-1] ** -0.25, x.dtype)
+        weights = projection_weights(omega, x.shape[0], form.input_scale(kind, x.shape[-1]), x.dtype, x.shape[1])
+    if form.paper and kind != "trig":
+        phase = None if phase is None else per_head(phase, x.shape[1])
+        return _paper_chunk(kind, x, weights, m, form, phase, is_query, key_padding_mask, out)
+    scale = m ** -0.5
     if kind == "favor":
         return _favor_chunk(x, weights, scale, is_query, key_padding_mask, out)
     if kind == "trig":
@@ -220,64 +325,84 @@ def feature_chunk(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
 
 
 def feature_values(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
-                   key_padding_mask: Tensor | None = None) -> Tensor:
-    """Features f(omega^T x) / sqrt(M): x (B, H, N, d), omega (H, M, d) -> (B, H, N, M) (2M for trig).
+                   key_padding_mask: Tensor | None = None, form: MapForm = SCALED,
+                   phase: Tensor | None = None) -> Tensor:
+    """Features of x (B, H, N, d) for omega (H or 1, M, d) -> (B, H, N, M) (2M for trig), in `form` (default scaled).
 
     Differentiable in x and omega. Only `favor` depends on is_query / key_padding_mask: its stabilising
     max is per position for queries and over features and real positions for keys (a constant factor
     per row or per (batch, head), cancelled by the attention's normaliser).
     """
-    return feature_chunk(kind, x, omega, is_query=is_query, key_padding_mask=key_padding_mask).materialise()
+    return feature_chunk(kind, x, omega, is_query=is_query, key_padding_mask=key_padding_mask, form=form,
+                         phase=phase).materialise()
 
 
 class RandomFeatureMap(FeatureMap):
-    """phi(x) = f(omega^T x) / sqrt(M) with omegas (H, M, d) held as a fixed buffer `omega` (never trained)."""
+    """phi(x) built from omega^T x in a `MapForm`, omegas (H, M, d) held as a fixed buffer `omega` (never trained);
+    cos2 in the paper form also holds its phases `phase` (H, M) (None otherwise). H = 1 serves any head count."""
 
     def __init__(self, head_dim: int, num_heads: int, num_features: int, kind: str = "favor", seed: int = 0,
-                 *, orthogonal: bool = True, scaling: RowNorms = "chi"):
+                 *, orthogonal: bool = True, scaling: RowNorms = "chi", form: MapForm = SCALED):
         super().__init__()
         if kind not in FEATURE_MAPS:
             raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
-        self.kind, self.seed = kind, seed
+        self.kind, self.seed, self.form = kind, seed, form
         self.orthogonal = orthogonal or kind == "porf-softplus"
         self.scaling = "chi" if kind == "porf-softplus" else scaling
         self.num_features = 2 * num_features if kind == "trig" else num_features
         self.positive = kind != "trig"
         self.register_buffer("omega", draw_omegas(num_heads, num_features, head_dim, seed,
                                                   orthogonal=self.orthogonal, scaling=self.scaling))
+        phases = form.paper and kind == "cos2"
+        self.register_buffer("phase", draw_phases(num_heads, num_features, seed) if phases else None)
         self.register_buffer("draw", torch.zeros((), dtype=torch.long))  # redraws so far; omegas of draw k are seeded
 
     def new_feature_map(self) -> None:
-        """Replace the omegas by the next seeded draw (seed, head, draw + 1)."""
+        """Replace the omegas (and cos2's phases) by the next seeded draw (seed, head, draw + 1)."""
         self.draw += 1
         h, m, d = self.omega.shape
         self.omega.copy_(draw_omegas(h, m, d, self.seed, orthogonal=self.orthogonal, scaling=self.scaling,
                                      draw=int(self.draw)))
+        if self.phase is not None:
+            self.phase.copy_(draw_phases(h, m, self.seed, int(self.draw)))
 
     def _weights(self, x: Tensor) -> Tensor:
-        """omega^T d^{-1/4} laid out for x's batch (`projection_weights`), kept while the omegas are unchanged."""
-        batch, d = x.shape[0], x.shape[-1]
-        return self.derived("weights", lambda: projection_weights(self.omega, batch, d ** -0.25, x.dtype), self.omega,
-                            key=(batch, d, x.dtype))
+        """alpha omega^T laid out for x's batch and heads (`projection_weights`), kept while the omegas are unchanged."""
+        (batch, heads, _, d), alpha = x.shape, self.form.input_scale(self.kind, x.shape[-1])
+        return self.derived("weights", lambda: projection_weights(self.omega, batch, alpha, x.dtype, heads),
+                            self.omega, key=(batch, heads, d, x.dtype))
 
     def native_spec(self, x: Tensor) -> NativeSpec | None:
-        """favor, elu and trig run fused: omega^T d^{-1/4} as (H, d, M), the maps' scale, eps and |x'|^2 / 2."""
-        if self.kind not in ("favor", "elu", "trig"):
+        """Where the fused kernels compute this form exactly: favor in both forms, trig, elu in the scaled form
+        (omega^T alpha as (H or 1, d, M), the map's scale, eps and |x'|^2 / 2); None (the PyTorch path) otherwise."""
+        per_head(self.omega, x.shape[1])  # one error for a head count the omegas cannot serve, on every path
+        paper = self.form.paper and self.kind != "trig"  # trig has one form
+        if self.kind not in (("favor",) if paper else ("favor", "elu", "trig")):
             return None
         d, m = x.shape[-1], self.omega.shape[-2]
-        weights = self.derived("native", lambda: projection_weights(self.omega, 1, d ** -0.25, x.dtype).contiguous(),
+        alpha = self.form.input_scale(self.kind, d)
+        weights = self.derived("native", lambda: projection_weights(self.omega, 1, alpha, x.dtype).contiguous(),
                                self.omega, key=(d, x.dtype))
+        if paper:
+            return NativeSpec("favor", weights, m ** -0.5, 0.0, 0.5)
         favor = self.kind == "favor"
         return NativeSpec(self.kind, weights, m ** -0.5, FAVOR_EPS if favor else 0.0, d ** -0.5 / 2 if favor else 0.0)
 
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
-        return feature_chunk(self.kind, x, self.omega, is_query=True, out=out, weights=self._weights(x))
+        return feature_chunk(self.kind, x, self.omega, is_query=True, out=out, weights=self._weights(x),
+                             form=self.form, phase=self.phase)
 
     def key_chunk(self, x: Tensor, key_padding_mask: Tensor | None = None, out: Tensor | None = None) -> FeatureChunk:
         return feature_chunk(self.kind, x, self.omega, is_query=False, key_padding_mask=key_padding_mask, out=out,
-                             weights=self._weights(x))
+                             weights=self._weights(x), form=self.form, phase=self.phase)
 
     def forward_keys(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """Materialised key features (the causal form). The paper's favor stabilises its keys by the first real
+        key's exponent rather than the sequence's largest, which later keys would move (without the scaled form's
+        eps and d^{-1/4} that leak is not small)."""
+        if self.form.paper and self.kind == "favor":
+            return _favor_chunk(x, self._weights(x), self.omega.shape[-2] ** -0.5, False, key_padding_mask,
+                                norm_coef=0.5, eps=0.0, causal=True).materialise()
         return self.key_chunk(x, key_padding_mask).materialise()
 
     def cost(self, n: int, d: int) -> dict[str, float]:
@@ -288,21 +413,53 @@ class RandomFeatureMap(FeatureMap):
 
 @dataclasses.dataclass
 class RandomFeaturesConfig(AttentionConfig):
-    feature_map: FeatureMapKind = option("favor", "feature map f applied to omega^T x (see PAPER.md)")
+    feature_map: FeatureMapKind = option("favor", "feature map applied to u = omega^T x (see PAPER.md)")
+    form: FormName = option(
+        "paper", "paper: the maps of PAPER.md (temperature, floor, l1 renormalisation to sqrt(M) of queries and "
+        "keys except favor and softmaxfeat, cos2 phases, favor exp(u - |x|^2/2) / sqrt(M)); scaled: the earlier "
+        "forms (x scaled by d^-1/4, f(u) / sqrt(M), favor + eps 1e-6, cos2 without phases, orthogonal omegas)")
+    temperature: float = option(1.0, "paper form: tau dividing u in elu, softplus, sigmoid2, softmaxfeat (ours: 1)")
+    floor: float = option(1e-6, "paper form: floor of elu and softplus, and guard of the normaliser Z (ours: 1e-6)")
+    elu_bias: float = option(0.0, "paper form: the bias b in elu(u / tau + b), the same for every feature")
     num_features: int = option(256, "number of random frequencies M per head (trig gives 2M features)",
                                 maximum=65536)
-    orthogonal: bool = option(True, "orthogonal Gaussian blocks (True) or i.i.d. Gaussian omegas (False)")
+    orthogonal: bool | None = option(
+        None, "orthogonal Gaussian blocks (True) or i.i.d. Gaussian omegas (False); None: the form's own "
+        "(paper: i.i.d. except porf-softplus; scaled: orthogonal)")
     row_norms: RowNorms = option("chi", "row norms of orthogonal blocks: chi (Gaussian-like) or sqrt-d")
-    eps: float = option(1e-6, "guard keeping the linear-attention normaliser away from zero")
+    eps: float | None = option(
+        None, "guard keeping the linear-attention normaliser away from zero; None: 1e-6, or 1e-30 for the paper's "
+        "favor, whose features carry an arbitrary stabilising scale that a guard of 1e-6 would swamp")
 
     def __post_init__(self) -> None:
         require(self.num_features >= 1, f"num_features={self.num_features} must be at least 1")
-        require(self.eps > 0, f"eps={self.eps} must be positive")
-        require(self.orthogonal or self.feature_map != "porf-softplus",
+        require(self.eps is None or self.eps > 0, f"eps={self.eps} must be positive")
+        require(self.temperature > 0, f"temperature={self.temperature} must be positive")
+        require(self.floor > 0, f"floor={self.floor} must be positive")
+        require(self.orthogonal is not False or self.feature_map != "porf-softplus",
                 "feature_map='porf-softplus' always uses orthogonal omegas; drop orthogonal=False")
 
+    def map_form(self) -> MapForm:
+        """The `MapForm` these options ask for."""
+        if self.form == "scaled":
+            return SCALED
+        return MapForm(True, self.temperature, self.floor, self.elu_bias)
 
-@register_attention("random-features", config=RandomFeaturesConfig, causal=True, positive_features=False)
+    def guard(self) -> float:
+        """The normaliser guard: `eps`, else the form's default."""
+        if self.eps is not None:
+            return self.eps
+        return 1e-30 if self.form == "paper" and self.feature_map == "favor" else 1e-6
+
+    def orthogonal_omegas(self) -> bool:
+        """Whether the omegas are drawn in orthogonal blocks (`orthogonal`, else the form's default)."""
+        if self.orthogonal is not None:
+            return self.orthogonal
+        return self.form == "scaled" or self.feature_map == "porf-softplus"
+
+
+@register_attention("random-features", config=RandomFeaturesConfig, causal=True,
+                    positive_features=lambda cfg: cfg.feature_map != "trig")
 class RandomFeaturesAttention(LinearKernelAttention):
     """Vanilla random-feature attention: fixed random omegas, a choice of feature map (trig is not positive)."""
 
@@ -310,6 +467,7 @@ class RandomFeaturesAttention(LinearKernelAttention):
 
     def __init__(self, cfg: RandomFeaturesConfig):
         super().__init__(self.feature_map_class(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.feature_map,
-                                                cfg.seed, orthogonal=cfg.orthogonal, scaling=cfg.row_norms),
-                         eps=cfg.eps, causal=cfg.causal)
+                                                cfg.seed, orthogonal=cfg.orthogonal_omegas(), scaling=cfg.row_norms,
+                                                form=cfg.map_form()),
+                         eps=cfg.guard(), causal=cfg.causal)
         self.cfg = cfg

@@ -2,7 +2,8 @@
 
 phi(x) = M^{-1/2} [sin(W x^), cos(W x^)], x^ = x / (|x| + 1e-3), W = sigma * W_random / tau with a learned
 per-head sigma (initialised to 1). In training a fresh seeded W_random is drawn every forward (option);
-evaluation always uses the first draw, so it is deterministic. Features are not positive.
+evaluation always uses the first draw, so it is deterministic. Features are not positive. Built with
+num_heads 1, the one head's W and sigma serve every head of a call.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from torch import Tensor, nn
 
 from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
 from baselines.native import NativeSpec
-from baselines.random_features import draw_omegas, projection_weights, trig_features
+from baselines.random_features import draw_omegas, per_head, projection_weights, trig_features
 from harness.options import option, require
 from harness.registry import AttentionConfig, register_attention
 
@@ -40,20 +41,21 @@ class RfaFeatureMap(FeatureMap):
         self.train_omega.copy_(self._draw(*self.omega.shape, draw=self.draw))
 
     def native_spec(self, x: Tensor) -> NativeSpec:
-        """sin/cos of unit-normalised x projected on sigma omega / tau, (H, d, M)."""
+        """sin/cos of unit-normalised x projected on sigma omega / tau, (H or 1, d, M)."""
         omega = self.train_omega if self.training else self.omega
+        per_head(omega, x.shape[1])  # one error for a head count the parameters cannot serve, on every path
         weights = self.derived("native", lambda: self._projection(omega, 1, x.dtype).contiguous(), self.sigma, omega,
                                key=x.dtype)
         return NativeSpec("trig", weights, omega.shape[1] ** -0.5, unit_eps=NORM_EPS)
 
-    def _projection(self, omega: Tensor, batch: int, dtype: torch.dtype) -> Tensor:
-        """sigma omega / tau laid out for `batch` (`projection_weights`): (B*H, d, M)."""
-        return projection_weights(self.sigma[:, None, None] * omega / self.tau, batch, dtype=dtype)
+    def _projection(self, omega: Tensor, batch: int, dtype: torch.dtype, heads: int | None = None) -> Tensor:
+        """sigma omega / tau laid out for `batch` and `heads` (`projection_weights`): (B*heads, d, M)."""
+        return projection_weights(self.sigma[:, None, None] * omega / self.tau, batch, dtype=dtype, heads=heads)
 
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         omega = self.train_omega if self.training else self.omega
-        weights = self.derived("weights", lambda: self._projection(omega, x.shape[0], x.dtype), self.sigma, omega,
-                               key=(x.shape[0], x.dtype))
+        weights = self.derived("weights", lambda: self._projection(omega, x.shape[0], x.dtype, x.shape[1]), self.sigma,
+                               omega, key=(x.shape[0], x.shape[1], x.dtype))
         unit = x / (x.norm(dim=-1, keepdim=True) + NORM_EPS)
         return FeatureChunk(trig_features(unit, weights, out), omega.shape[1] ** -0.5)
 

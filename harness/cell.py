@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from harness.provenance import machine_provenance, now
 from harness.store import cell_id, result_record
-from harness.suite import Suite, cell_name
+from harness.suite import Suite, cell_name, task_label
 
 Progress = Callable[[str, int, int], None]
 
@@ -114,7 +114,7 @@ class Cell:
         from harness.options import make_options
 
         resolved = {"attention": suite.resolved["attentions"].get(spec["attention"]["label"], {}),
-                    "task": suite.resolved["tasks"].get(spec["task"]["name"], {}),
+                    "task": suite.resolved["tasks"].get(task_label(spec["task"]), {}),
                     "model": dataclasses.asdict(make_options(ModelConfig, spec["model"], what="model")),
                     "training": suite.resolved.get("training", {}),
                     "measurement": suite.resolved["measurements"][spec["measurement"]["name"]]}

@@ -1,7 +1,7 @@
-"""The `attnbench` command: list, run, report, leaderboard, show.
+"""The `attnbench` command: list, check, run, report, leaderboard, show.
 
 User mistakes (a misspelt suite, attention or option, a missing folder) print one line on stderr
-and exit with code 2; `run` exits 1 when any cell failed, 0 otherwise.
+and exit with code 2; `run` exits 1 when any cell failed, `check` when any property fails, 0 otherwise.
 """
 from __future__ import annotations
 
@@ -20,11 +20,14 @@ _ALIASES = {"attentions": "attention", "task": "tasks", "measurement": "measurem
             "suite": "suites"}
 EPILOG = """examples:
   attnbench list attention '*linear*'    attentions whose name matches a glob, with their options
+  attnbench list attention my_pkg.attn:MyAttention   describe a plugin class
+  attnbench check performer              the attention property tests, native kernels on and off
   attnbench run smoke                    run (or resume) the smoke suite into runs/smoke
   attnbench run my_suite.yaml --workers 2 --cell-timeout 600
   attnbench report runs/smoke            tables and plots from stored results
   attnbench leaderboard runs/smoke runs/synthetic --out runs/leaderboard
-  attnbench show 3f2a9c0d1e2b4a5f --run runs/smoke"""
+  attnbench show 3f2a9c0d1e2b4a5f --run runs/smoke
+  attnbench show 'listops/*/s0/accuracy' --run runs/synthetic"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +44,20 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(attentions also with capability flags), or the shipped suites.")
     p.add_argument("what", nargs="?", default=None, metavar="WHAT",
                    help=f"one of: {', '.join(LISTABLE)} (default: a short listing of everything)")
-    p.add_argument("pattern", nargs="?", default="*", help="glob over names, e.g. '*linear*' (default: all)")
+    p.add_argument("pattern", nargs="?", default="*",
+                   help="glob over names, e.g. '*linear*' (default: all); for attentions also a "
+                        "'package.module:Class' string, described as the registry would build it")
+
+    p = verbs.add_parser("check", help="run the attention property tests on one attention",
+                         description="Check the properties every attention must have, on a registered name, an "
+                                     "entry-point plugin or a 'package.module:Class' string: padding invariance, "
+                                     "finite outputs at lengths 1 and 4096, gradients, determinism in evaluation, "
+                                     "causality when claimed, one head's parameters shared by every head; each over "
+                                     "several (batch, heads) shapes, with the native kernels on and off. Prints each "
+                                     "property's verdict; exit code 0 when all hold, 1 otherwise.")
+    p.add_argument("attention", metavar="NAME|module:Class")
+    p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
+                   help="an attention option (repeatable; the value is read as YAML), e.g. -o num_features=64")
 
     p = verbs.add_parser("run", help="run (or resume) a suite", formatter_class=argparse.RawDescriptionHelpFormatter,
                          description="Validate a suite, expand it into cells and run those not finished yet. "
@@ -89,9 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("runs/leaderboard"), metavar="DIR",
                    help="output folder (default runs/leaderboard)")
 
-    p = verbs.add_parser("show", help="show one stored cell result",
-                         description="Print one cell result: its configuration, status, metrics and provenance.")
-    p.add_argument("cell", metavar="CELL_JSON_OR_ID", help="a cells/<id>.json path, or a cell id (or its prefix)")
+    p = verbs.add_parser("show", help="show stored cell results",
+                         description="Print stored cell results: configuration, status, metrics and provenance.")
+    p.add_argument("cell", metavar="CELL",
+                   help="a cell name task/label/s<seed>/measurement or a glob over names (every match is shown), "
+                        "a cell id (or its prefix), or a cells/<id>.json path")
     p.add_argument("--run", type=Path, default=None, metavar="RUN_DIR",
                    help="the run folder to look the id up in (default: every folder under runs/)")
     p.add_argument("--json", action="store_true", help="print the whole stored JSON")
@@ -102,8 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `attnbench` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
-        return {"list": cmd_list, "run": cmd_run, "report": cmd_report, "leaderboard": cmd_leaderboard,
-                "show": cmd_show}[args.verb](args)
+        return {"list": cmd_list, "check": cmd_check, "run": cmd_run, "report": cmd_report,
+                "leaderboard": cmd_leaderboard, "show": cmd_show}[args.verb](args)
     except UserError as err:
         print(f"attnbench: error: {err}", file=sys.stderr)
         return 2
@@ -153,6 +171,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"{name:<22} {text}")
         return 0
     registry = _registry(what)
+    if what == "attention" and ":" in args.pattern:
+        print(_describe(registry.get(args.pattern), show_capabilities=True))
+        return 0
     names = registry.names(args.pattern)
     if not names:
         raise UserError(f"no {registry.kind} matches {args.pattern!r}; registered: {', '.join(registry.names())}")
@@ -199,15 +220,49 @@ def _describe(entry: Any, *, show_capabilities: bool) -> str:
     from harness.suite import MODEL_SET_ATTENTION_OPTIONS
 
     lines = [f"{entry.name}: {entry.description}" + ("" if entry.source == "builtin" else f"  [{entry.source}]")]
-    if show_capabilities:
-        flags = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in entry.capabilities.as_dict().items())
-        lines.append(f"  capabilities: {flags}")
     set_elsewhere = MODEL_SET_ATTENTION_OPTIONS if issubclass(entry.config, AttentionConfig) else ("seed",)
+    if show_capabilities:
+        depends = {flag for flag, _ in entry.depends}
+        flags = ", ".join(f"{k}={'yes' if v else 'no'}" + ("*" if k in depends else "")
+                          for k, v in entry.capabilities.as_dict().items())
+        lines.append(f"  capabilities: {flags}" + ("  (* with the default options; depends on them)" if depends else ""))
+        if not entry.capabilities.causal:  # no causal form: the inherited option only refuses True
+            set_elsewhere = (*set_elsewhere, "causal")
     for row in entry.options():
         if row["name"] in set_elsewhere:
             continue
         lines.append(f"  {row['name']} ({row['type']}; default {json.dumps(row['default'], default=str)}): {row['help']}")
     return "\n".join(lines)
+
+
+# --- check ------------------------------------------------------------------------------------
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from harness.attention_properties import HEAD_DIM, MAX_LENGTH, check_attention
+    from harness.registry import ATTENTIONS
+
+    options = _parse_options(args.option)
+    ATTENTIONS.make_config(args.attention, head_dim=HEAD_DIM, max_length=MAX_LENGTH,
+                           **options)  # unknown names and options: one line, exit 2
+    verdicts = check_attention(args.attention, options)
+    for verdict in verdicts:
+        print(verdict.line(), flush=True)
+    failed = sum(v.ok is False for v in verdicts)
+    print(f"{args.attention}: {'all properties hold' if not failed else f'{failed} of {len(verdicts)} checks fail'}")
+    return 1 if failed else 0
+
+
+def _parse_options(pairs: list[str]) -> dict[str, Any]:
+    """['num_features=64', ...] -> {'num_features': 64, ...}, each value read as YAML."""
+    import yaml
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"--option {pair!r} is not KEY=VALUE; e.g. --option num_features=64")
+        options[key] = yaml.safe_load(value)
+    return options
 
 
 # --- run --------------------------------------------------------------------------------------
@@ -281,38 +336,68 @@ def _print_leaderboard(report_dir: Path) -> None:
 
 # --- show -------------------------------------------------------------------------------------
 
-def find_cell_file(cell: str, run_dir: Path | None) -> Path:
-    """A cell result file from a path, or from an id (prefix) within one run folder or all of runs/."""
+def find_cell_files(cell: str, run_dir: Path | None) -> list[Path]:
+    """Cell result files from a path; a cell id (prefix); or a cell name task/label/s<seed>/measurement or a glob
+    over names (every match, in name order), within one run folder or every folder under runs/."""
+    import fnmatch
+
     path = Path(cell)
-    if path.suffix == ".json" or path.exists():
+    if path.suffix == ".json" or path.is_file():
         if not path.is_file():
             raise UserError(f"cell file {cell!r} does not exist")
-        return path
+        return [path]
     roots = [run_dir] if run_dir is not None else sorted(p for p in Path("runs").glob("*") if p.is_dir())
     if run_dir is not None and not (run_dir / "cells").is_dir():
         raise UserError(f"{run_dir} is not a run folder (no cells/); give the folder made by `attnbench run`")
-    matches = [p for root in roots for p in sorted((root / "cells").glob(f"{cell}*.json"))]
-    if not matches:
-        where = str(run_dir) if run_dir is not None else "any folder under runs/"
-        raise UserError(f"no cell id starting with {cell!r} in {where}; ids are the file names in RUN_DIR/cells/")
-    if len(matches) > 1:
-        raise UserError(f"cell id prefix {cell!r} is ambiguous ({len(matches)} files, e.g. {matches[0]}, "
-                        f"{matches[1]}); give more characters or --run")
-    return matches[0]
+    where = str(run_dir) if run_dir is not None else "any folder under runs/"
+    if "/" not in cell and not any(c in cell for c in "*?["):  # an id or its prefix
+        matches = [p for root in roots for p in sorted((root / "cells").glob(f"{cell}*.json"))]
+        if not matches:
+            raise UserError(f"no cell id starting with {cell!r} in {where}; give a cell id (the file names in "
+                            f"RUN_DIR/cells/) or a cell name task/label/s<seed>/measurement")
+        if len(matches) > 1:
+            raise UserError(f"cell id prefix {cell!r} is ambiguous ({len(matches)} files, e.g. {matches[0]}, "
+                            f"{matches[1]}); give more characters or --run")
+        return matches
+    named = sorted((name, p) for root in roots for p in (root / "cells").glob("*.json")
+                   if (name := _stored_cell_name(p)) is not None and fnmatch.fnmatchcase(name, cell))
+    if not named:
+        raise UserError(f"no cell named {cell!r} in {where}; names are task/label/s<seed>/measurement as "
+                        f"`attnbench run` prints them (globs work: 'listops/*/s0/accuracy')")
+    return [p for _, p in named]
+
+
+def _stored_cell_name(path: Path) -> str | None:
+    """The name task/label/s<seed>/measurement of a stored cell result, or None for a file that is not one."""
+    from harness.suite import cell_name
+
+    try:
+        return cell_name(json.loads(path.read_text())["cell"])
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return None
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    paths = find_cell_files(args.cell, args.run)
+    for i, path in enumerate(paths):
+        if i:
+            print()
+        _show_cell(path, as_json=args.json)
+    return 0
+
+
+def _show_cell(path: Path, *, as_json: bool) -> None:
+    """Print one stored cell result: its name, status, configuration, metrics and provenance."""
     from harness.suite import cell_name
 
-    path = find_cell_file(args.cell, args.run)
     try:
         record = json.loads(path.read_text())
         name = cell_name(record["cell"])
     except (json.JSONDecodeError, KeyError, TypeError) as err:
         raise UserError(f"{path} is not a cell result file ({err})") from None
-    if args.json:
+    if as_json:
         print(json.dumps(record, indent=1, sort_keys=True))
-        return 0
+        return
     prov = record.get("provenance", {})
     print(f"{name}  ({record['cell_id']})  {record['status']}" + (f": {record['reason']}" if record.get("reason") else ""))
     print(f"attention {json.dumps(record['cell']['attention'])}")
@@ -324,4 +409,3 @@ def cmd_show(args: argparse.Namespace) -> int:
           + (" (dirty)" if prov.get("git_dirty") else ""))
     if record.get("error"):
         print(record["error"].rstrip(), file=sys.stderr)
-    return 0

@@ -193,7 +193,8 @@ def _run_cells(todo: list[Cell], selected: int, suite: Suite, store: RunStore, d
     (how many ran, notes on data the cells dropped)."""
     explicit = options.cell_timeout if options.cell_timeout is not None else suite.cell_timeout
     timeout = DEFAULT_CELL_TIMEOUT if explicit is None else explicit
-    ui = ProgressUI(suite.name, total=selected, done=selected - len(todo), enabled=options.show_progress)
+    ui = ProgressUI(suite.name, total=selected, done=selected - len(todo), enabled=options.show_progress,
+                    log_path=store.log_path)
     sink = RunSink(store, ui, device, options.command)
     executor: Executor
     if options.executor == "ray":

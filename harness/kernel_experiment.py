@@ -1,249 +1,312 @@
-"""The paper's synthetic kernel-learning experiment (PAPER.md "Reported setup (synthetic)"), no Transformer.
+"""The paper's synthetic experiment (PAPER.md "Synthetic experiment (Appendix F.1)"), no Transformer.
 
-A fixed n x p Gaussian design; binary labels from sin(pi x1) + x2 x3 + 0.5 sin(x4 + x5) plus
-Gaussian noise of scale sigma on the latent (**ours**: the summaries name only "sine and
-interaction terms"; the latent is centred at its median so low-noise classes are balanced, and one
-standard-normal noise draw is scaled by every sigma, so levels differ only in sigma). A seeded
-train/test split; inputs standardised on the training rows. Compared, each with accuracy, F1 and
-seconds: logistic regression, an exact RBF-kernel SVM (gamma 0.5), fixed random Fourier features
-(omega ~ N(0, I), the RBF kernel with gamma 0.5) + logistic regression, and the same features with
-particles learned by the Coulomb dynamics (`baselines.coulomb.align_particles`, full batch on the
-training rows, starting from the fixed draw) + logistic regression, for each feature budget and
-repulsion weight lambda, plus the lambda ablation at one budget.
+Design: X (n, p) standard normal from the global seed (the cell's seed; the paper's is 42),
+logit l(x) = 1.5 sin(pi x1) + 0.8 x2^2 - x3 x4 + 0.5 sin(3 x5) + 1{p > 5} x_{6:p}^T w with
+w ~ N(0, 0.3^2 I) drawn once, labels y ~ Bernoulli(sigmoid(l(x) + xi)), xi ~ N(0, sigma^2). One
+70/30 split (random_state 0) for every trial and level; per trial only the noise (xi and the
+Bernoulli draw) and the methods' randomness are redrawn. Within a trial one standard-normal draw
+and one uniform draw serve every sigma (**ours**: the paper does not say), so levels differ only in
+sigma. Three parts: the noise sweep (every method, `harness.kernel_methods`), the lambda ablation
+(Langevin particles only) and the runtime-scaling sweep over n with fitted exponents t ~ n^gamma.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
-from torch import Tensor
+from scipy.special import expit
 
-from baselines.coulomb import DynamicsConfig, align_particles, kernel_target_alignment
-from baselines.random_features import feature_values
+from harness import kernel_methods as km
+from harness.kernel_particles import ParticleDynamics
 from harness.options import option, require
+
+Row = dict[str, Any]
+Progress = Callable[[str, int, int], None]
+
+PAPER_SMALLEST_SIGMA_ACCURACY = {"langevin lambda=0.5": 0.655, "rbf-svm gamma=0.5": 0.63, "rff": 0.56,
+                                 "importance-sampling": 0.48}
+"""Figure 1 read off at the smallest sigma (approximate; PAPER.md): the Langevin curve is "Alg-1"."""
+PAPER_SCALING_EXPONENTS = {"mkl": 1.96, "rbf-svm gamma=0.5": 1.48, "importance-sampling": 0.97, "rff": 0.80,
+                           "langevin lambda=0.5": 0.73, "logistic": 0.02}
+"""Table 6: fitted exponents of wall time t ~ n^gamma, n = 100 to 20,000."""
 
 
 @dataclasses.dataclass
 class KernelExperimentConfig:
-    """Design, noise levels, methods and particle dynamics of the tabular experiment."""
+    """Design, noise levels, methods, particle dynamics and sweeps of Appendix F.1 (defaults: the paper's)."""
 
-    uses_task: ClassVar[bool] = False  # suites run it once per seed, not per task or attention
+    uses_task: ClassVar[bool] = False  # a tabular experiment: run once per seed, not per task or attention
     uses_attention: ClassVar[bool] = False
 
-    num_samples: int = option(400, "rows of the design matrix (paper: 400)")
-    num_inputs: int = option(5, "columns p of the design matrix (paper: p >= 5)")
-    sigma_min: float = option(1e-5, "smallest label-noise scale (paper: 1e-5)")
-    sigma_max: float = option(1e5, "largest label-noise scale (paper: 1e5)")
-    noise_levels: int = option(10, "log-spaced noise levels from sigma_min to sigma_max (paper: 10)")
-    test_fraction: float = option(0.25, "share of rows held out for testing (ours)")
-    feature_budgets: list[int] = option([64, 256], "numbers of particles M compared, fixed vs learned (paper: 64, 256)")
-    lambdas: list[float] = option([0.5, 0.0], "repulsion weights of the learned-particle methods (paper: 0.5, 0)")
-    ablation_lambdas: list[float] = option([0.0, 0.2, 0.5, 0.8, 1.0, 1.5], "lambda ablation (paper's grid)")
-    ablation_budget: int = option(64, "number of particles in the lambda ablation (ours)")
-    svm_gamma: float = option(0.5, "RBF kernel exp(-gamma |x - x'|^2) of the SVM and of the fixed features (paper: 0.5)")
-    steps: int = option(300, "particle steps, full batch on the training rows (ours)")
-    step: float = option(0.05, "Langevin step eta (ours: the attention's 2e-3 barely moves tabular particles)")
-    beta: float = option(1e4, "inverse temperature of the dynamics (ours)")
-    radius: float = option(1.5, "particle norm cap R in units of sqrt(p) (paper's 1.5, our units)")
-    classifier_c: float = option(1.0, "inverse L2 strength of every logistic regression (sklearn's C)")
+    num_samples: int = option(400, "rows n of the design (paper: 400)")
+    num_inputs: int = option(5, "columns p of the design (paper: p >= 5, default 5)")
+    test_fraction: float = option(0.3, "share of rows in the one test split (paper: 0.3)")
+    split_seed: int = option(0, "random_state of the one train/test split (paper: 0)")
+    sigma_min: float = option(1e-5, "smallest noise scale sigma (paper: 1e-5)")
+    sigma_max: float = option(1e5, "largest noise scale sigma (paper: 1e5)")
+    noise_levels: int = option(10, "log-spaced sigma levels (paper: 10)")
+    trials: int = option(3, "trials per level: noise and method randomness redrawn (paper: 3 in the text, 10 in captions)")
+    num_features: int = option(200, "feature budget D of every random-feature method (paper: 200)")
+    svm_gamma: float = option(0.5, "RBF gamma of the SVM, the RFF draw and the particles' start (paper: 0.5)")
+    misspecified_gammas: list[float] = option([0.01, 100.0], "mis-specified RBF SVM gammas (paper: 0.01, 100)")
+    mkl_gammas: list[float] = option([0.1, 0.3, 0.7, 1.0, 1.3, 1.6], "RBF gammas of the MKL Grams (paper)")
+    mkl_max_iter: int = option(1000, "MEMO iterations (MKLpy's default 1000; each fits a hard-margin SVM)")
+    is_candidates: int = option(10_000, "Sinha-Duchi candidate features N_w (paper: 1e4)")
+    is_rho_fraction: float = option(0.005, "Sinha-Duchi rho / N_w (paper: 0.005)")
+    is_tol: float = option(1e-10, "Sinha-Duchi bisection tolerance (paper: 1e-10)")
+    particles: int = option(300, "Langevin particles N; D of them kept (paper: 300)")
+    particle_step: float = option(30.0, "Langevin step eta (paper: 30)")
+    particle_beta: float = option(100.0, "inverse temperature beta of the dynamics and the resampling (paper: 100)")
+    particle_steps: int = option(2000, "Langevin steps T_max (paper: 2000)")
+    frequency_radius: float = option(5.0, "frequency norm cap |omega| <= R (paper: 5)")
+    grad_clip: float = option(1.0, "clip of each particle's drift N grad_k H (paper: 1.0; per particle is ours)")
+    riesz_s: float = option(0.0, "repulsion g_s: 0 = log (paper), s > 0 Riesz r^-s")
+    lambdas: list[float] = option([0.5, 0.0], "repulsion weights of the Langevin methods: Alg-1 and robust (paper)")
+    ablation_lambdas: list[float] = option([0.0, 0.2, 0.5, 0.8, 1.0, 1.5], "lambda ablation (paper's grid); [] skips it")
+    ablation_trials: int | None = option(None, "trials of the ablation (None: `trials`)")
+    scaling_sizes: list[int] = option([100, 200, 500, 1000, 2000, 5000, 10000, 20000],
+                                      "n of the runtime sweep (paper: 100 to 20,000); [] skips it")
+    scaling_max_rows: dict[str, int] = option(
+        {}, "largest n per scaling method (mkl, rbf-svm, importance-sampling, rff, langevin, logistic); "
+        "larger sizes are recorded as skipped with the reason")
+    memory_gib: float = option(8.0, "memory the MKL Grams may take (6 kernels + combination, float64); above: skipped")
 
     def __post_init__(self) -> None:
-        require(self.num_samples >= 8, f"num_samples={self.num_samples} must be at least 8")
-        require(self.num_inputs >= 5, f"num_inputs={self.num_inputs} must be at least 5 (the label function uses 5)")
-        require(0 < self.sigma_min <= self.sigma_max, f"need 0 < sigma_min <= sigma_max, got {self.sigma_min}, {self.sigma_max}")
-        require(self.noise_levels >= 1, f"noise_levels={self.noise_levels} must be at least 1")
+        require(self.num_samples >= 20, f"num_samples={self.num_samples} must be at least 20")
+        require(self.num_inputs >= 5, f"num_inputs={self.num_inputs} must be at least 5 (the logit uses x1..x5)")
         require(0 < self.test_fraction < 1, f"test_fraction={self.test_fraction} must lie in (0, 1)")
-        require(all(m >= 2 for m in self.feature_budgets + [self.ablation_budget]),
-                f"feature budgets {self.feature_budgets} and ablation_budget={self.ablation_budget} must be >= 2")
-        require(self.steps >= 1, f"steps={self.steps} must be at least 1")
-        self.dynamics(0.0)  # validates step, beta, radius
-
-    def dynamics(self, repulsion: float) -> DynamicsConfig:
-        """The particle dynamics at repulsion weight lambda (other settings: the attention's defaults)."""
-        return DynamicsConfig(step=self.step, beta=self.beta, radius=self.radius, repulsion=repulsion)
+        require(0 < self.sigma_min <= self.sigma_max, f"need 0 < sigma_min <= sigma_max, got {self.sigma_min}, {self.sigma_max}")
+        require(self.noise_levels >= 1 and self.trials >= 1, f"noise_levels={self.noise_levels} and trials={self.trials} must be >= 1")
+        require(2 <= self.num_features <= self.particles,
+                f"num_features={self.num_features} must lie in [2, particles={self.particles}] (Algorithm 2 keeps D of N)")
+        require(self.num_features <= self.is_candidates, f"num_features={self.num_features} exceeds is_candidates={self.is_candidates}")
+        require(self.particle_step > 0 and self.particle_beta > 0, "particle_step and particle_beta must be positive")
+        require(self.frequency_radius > 0 and self.grad_clip > 0, "frequency_radius and grad_clip must be positive")
+        require(self.riesz_s >= 0, f"riesz_s={self.riesz_s} must be >= 0 (0 = log repulsion)")
+        require(self.mkl_max_iter >= 1 and self.particle_steps >= 1, "mkl_max_iter and particle_steps must be >= 1")
+        require(all(n >= 20 for n in self.scaling_sizes), f"scaling_sizes {self.scaling_sizes} must all be >= 20")
+        unknown = sorted(set(self.scaling_max_rows) - set(SCALING_METHODS))
+        require(not unknown, f"scaling_max_rows names {unknown}; valid: {', '.join(SCALING_METHODS)}")
 
     def sigmas(self) -> list[float]:
-        """The noise levels, log-spaced."""
+        """The noise levels, log-spaced from sigma_min to sigma_max."""
         return np.logspace(math.log10(self.sigma_min), math.log10(self.sigma_max), self.noise_levels).tolist()
+
+    def dynamics(self) -> ParticleDynamics:
+        """Algorithm 1's settings."""
+        return ParticleDynamics(num_particles=self.particles, step=self.particle_step, beta=self.particle_beta,
+                                steps=self.particle_steps, radius=self.frequency_radius, grad_clip=self.grad_clip,
+                                riesz_s=self.riesz_s)
+
+
+SCALING_METHODS = ("mkl", "rbf-svm", "importance-sampling", "rff", "langevin", "logistic")
 
 
 @dataclasses.dataclass
-class TabularData:
-    """Standardised train/test design (float64) and 0/1 labels of one noise level."""
+class Design:
+    """The fixed inputs, their logits and the one split (indices)."""
 
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-
-
-def label_function(x: np.ndarray) -> np.ndarray:
-    """The nonlinear signal: sin(pi x1) + x2 x3 + 0.5 sin(x4 + x5) for x (n, p >= 5) -> (n,)."""
-    return np.sin(np.pi * x[:, 0]) + x[:, 1] * x[:, 2] + 0.5 * np.sin(x[:, 3] + x[:, 4])
+    x: np.ndarray
+    logit: np.ndarray
+    train: np.ndarray
+    test: np.ndarray
 
 
-def make_tabular_data(cfg: KernelExperimentConfig, sigma: float, seed: int) -> TabularData:
-    """The fixed seeded design with labels at noise scale sigma, split and standardised."""
+def logit(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """1.5 sin(pi x1) + 0.8 x2^2 - x3 x4 + 0.5 sin(3 x5) + x_{6:p}^T w: x (n, p), w (p - 5,) -> (n,)."""
+    value = 1.5 * np.sin(np.pi * x[:, 0]) + 0.8 * x[:, 1] ** 2 - x[:, 2] * x[:, 3] + 0.5 * np.sin(3 * x[:, 4])
+    return value + x[:, 5:] @ w
+
+
+def make_design(num_samples: int, num_inputs: int, seed: int, test_fraction: float, split_seed: int) -> Design:
+    """X ~ N(0, 1) and w ~ N(0, 0.3^2) from the global seed; the split by sklearn's train_test_split."""
+    from sklearn.model_selection import train_test_split
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((cfg.num_samples, cfg.num_inputs))
-    noise = rng.standard_normal(cfg.num_samples)
-    order = rng.permutation(cfg.num_samples)
-    signal = label_function(x)
-    y = (signal - np.median(signal) + sigma * noise > 0).astype(np.int64)
-    n_test = max(2, round(cfg.test_fraction * cfg.num_samples))
-    test, train = order[:n_test], order[n_test:]
-    mean, std = x[train].mean(axis=0), x[train].std(axis=0)
-    z = (x - mean) / std
-    return TabularData(z[train], y[train], z[test], y[test])
+    x = rng.standard_normal((num_samples, num_inputs))
+    w = rng.normal(0.0, 0.3, num_inputs - 5)
+    train, test = train_test_split(np.arange(num_samples), test_size=test_fraction, random_state=split_seed)
+    return Design(x, logit(x, w), np.sort(train), np.sort(test))
 
 
-def fourier_features(x: Tensor, omega: Tensor) -> Tensor:
-    """Random Fourier features through the shared `trig` map: x (n, p), omega (S, M, p) -> (S, n, 2M).
-
-    feature_values scales x by p^(-1/4); x is pre-scaled by p^(1/4) so u = omega^T x. Features are
-    multiplied by sqrt(2M), so Phi Phi^T / (2M) = (1/M) sum_k cos(omega_k^T (x - x')), the RBF kernel
-    exp(-|x - x'|^2 / 2) in expectation for omega ~ N(0, I).
-    """
-    p = x.shape[-1]
-    phi = feature_values("trig", (x * p ** 0.25)[None, None].expand(1, omega.shape[0], -1, -1), omega,
-                         is_query=False)[0]
-    return phi * math.sqrt(phi.shape[-1])
+def trial_labels(design: Design, sigmas: list[float], seed: int, trial: int) -> np.ndarray:
+    """0/1 labels (levels, n): y = 1{u < sigmoid(l + sigma z)}, z and u drawn once per trial."""
+    rng = np.random.default_rng([seed, trial, 1])
+    z, u = rng.standard_normal(len(design.logit)), rng.uniform(size=len(design.logit))
+    latent = design.logit[None, :] + np.asarray(sigmas)[:, None] * z[None, :]
+    return (u[None, :] < expit(latent)).astype(np.int64)
 
 
-def initial_particles(num_particles: int, cfg: KernelExperimentConfig, seed: int) -> Tensor:
-    """The fixed random-feature draw, omega ~ N(0, 2 gamma I): (1, M, p) float64."""
-    generator = torch.Generator().manual_seed(seed * 7919 + num_particles)
-    omega = torch.randn(1, num_particles, cfg.num_inputs, generator=generator, dtype=torch.float64)
-    return omega * math.sqrt(2 * cfg.svm_gamma)
+def bayes_accuracy(design: Design) -> float:
+    """Expected test accuracy of the Bayes rule 1{l(x) > 0} as sigma -> 0: mean of max(p, 1 - p), p = sigmoid(l)."""
+    p = expit(design.logit[design.test])
+    return float(np.maximum(p, 1 - p).mean())
 
 
-def learn_particles(data: TabularData, omega: Tensor, cfg: KernelExperimentConfig, repulsion: float,
-                    seed: int) -> tuple[Tensor, list[dict[str, float]]]:
-    """Coulomb dynamics of omega (1, M, p) on the training rows (full batch) -> particles, step diagnostics."""
-    x = torch.from_numpy(data.x_train)
-    y = torch.from_numpy(data.y_train)
-    generator = torch.Generator().manual_seed(seed)
-    omega, history = align_particles(omega, [(lambda w: fourier_features(x, w), y)], cfg.dynamics(repulsion),
-                                     max_steps=cfg.steps, generator=generator, num_classes=2)
-    return omega, history[0]
+def method_generator(seed: int, trial: int, level: int, name: str) -> np.random.Generator:
+    """Each method's own randomness for one (trial, level >= 0): independent of the others and of the run order."""
+    return np.random.default_rng([seed, trial, 2, level, zlib.crc32(name.encode())])
 
 
-def _scores(classifier: Any, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
-            y_test: np.ndarray) -> tuple[float, float]:
-    """Fit, then (accuracy, F1) on the test rows; a single-class training set predicts that class.
+def methods(cfg: KernelExperimentConfig, lambdas: list[float]) -> dict[str, Callable[..., Any]]:
+    """Label -> fit(split, rng) -> predictions (or (predictions, extra dict)) of the noise sweep."""
+    table: dict[str, Callable[..., Any]] = {"logistic": km.logistic_regression}
+    for gamma in [cfg.svm_gamma, *cfg.misspecified_gammas]:
+        table[f"rbf-svm gamma={gamma:g}"] = lambda s, r, g=gamma: km.rbf_svm(s, r, g)
+    table["rff"] = lambda s, r: km.random_fourier_features(s, r, cfg.num_features, cfg.svm_gamma)
 
-    One BLAS/OpenMP thread: these problems are tiny, and more threads only contend (10x slower here).
-    """
+    def mkl(s: km.Split, r: np.random.Generator) -> tuple[np.ndarray, dict[str, Any]]:
+        predictions, weights = km.mkl_memo(s, r, cfg.mkl_gammas, cfg.mkl_max_iter)
+        return predictions, {"mkl_weights": weights.tolist()}
+
+    table["mkl"] = mkl
+    table["importance-sampling"] = lambda s, r: km.importance_sampling(
+        s, r, cfg.num_features, cfg.svm_gamma, cfg.is_candidates, cfg.is_rho_fraction, cfg.is_tol)
+    for lam in lambdas:
+        table[f"langevin lambda={lam:g}"] = lambda s, r, lam=lam: km.langevin_particles(
+            s, r, lam, cfg.num_features, cfg.svm_gamma, cfg.dynamics())
+    return table
+
+
+def scores(y_true: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    """Test accuracy and binary F1 (zero_division 0)."""
     from sklearn.metrics import accuracy_score, f1_score
+    return {"accuracy": float(accuracy_score(y_true, predictions)),
+            "f1": float(f1_score(y_true, predictions, zero_division=0))}
+
+
+def timed_fit(fit: Callable[..., Any], split: km.Split, y_test: np.ndarray, rng: np.random.Generator) -> Row:
+    """Run one method: its scores, wall seconds (fit + predict) and any extra it reports."""
     from threadpoolctl import threadpool_limits
-    if len(np.unique(y_train)) < 2:
-        predictions = np.full_like(y_test, y_train[0])
-    else:
-        with threadpool_limits(limits=1):
-            predictions = classifier.fit(x_train, y_train).predict(x_test)
-    return float(accuracy_score(y_test, predictions)), float(f1_score(y_test, predictions, zero_division=0))
+    start = time.perf_counter()
+    with threadpool_limits(limits=1):  # tiny problems; more BLAS threads only contend
+        out = fit(split, rng)
+    seconds = time.perf_counter() - start
+    predictions, extra = out if isinstance(out, tuple) else (out, {})
+    return {**scores(y_test, predictions), "seconds": seconds, **extra}
 
 
-def _features_np(x: np.ndarray, omega: Tensor) -> np.ndarray:
-    with torch.no_grad():
-        return fourier_features(torch.from_numpy(x), omega)[0].numpy()
-
-
-Row = dict[str, Any]
-
-
-def run_noise_level(cfg: KernelExperimentConfig, sigma: float, seed: int) -> list[Row]:
-    """All methods at one noise level -> rows {method, sigma, num_features, lambda, accuracy, f1, seconds, ...}."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.svm import SVC
-
-    data = make_tabular_data(cfg, sigma, seed)
+def run_levels(cfg: KernelExperimentConfig, design: Design, seed: int, part: str, trials: int,
+               table: dict[str, Callable[..., Any]], progress: Progress | None) -> list[Row]:
+    """Every method of `table` at every (trial, sigma) -> rows {part, method, sigma, trial, accuracy, f1, seconds}."""
+    sigmas = cfg.sigmas()
     rows: list[Row] = []
-
-    def record(method: str, fit: Callable[[], tuple[float, float]], num_features: int | None = None,
-               lam: float | None = None, extra: dict[str, float] | None = None) -> None:
-        start = time.perf_counter()
-        accuracy, f1 = fit()
-        rows.append({"method": method, "sigma": sigma, "num_features": num_features, "lambda": lam,
-                     "accuracy": accuracy, "f1": f1, "seconds": time.perf_counter() - start, **(extra or {})})
-
-    def linear() -> LogisticRegression:
-        return LogisticRegression(C=cfg.classifier_c, max_iter=2000)
-
-    record("logistic", lambda: _scores(linear(), data.x_train, data.y_train, data.x_test, data.y_test))
-    record("rbf-svm", lambda: _scores(SVC(kernel="rbf", gamma=cfg.svm_gamma), data.x_train, data.y_train,
-                                      data.x_test, data.y_test))
-
-    def on_features(omega: Tensor) -> tuple[float, float]:
-        return _scores(linear(), _features_np(data.x_train, omega), data.y_train,
-                       _features_np(data.x_test, omega), data.y_test)
-
-    runs = [(m, lam) for m in cfg.feature_budgets for lam in cfg.lambdas]
-    runs += [(cfg.ablation_budget, lam) for lam in cfg.ablation_lambdas if (cfg.ablation_budget, lam) not in runs]
-    for m in sorted({m for m, _ in runs}):
-        omega = initial_particles(m, cfg, seed)
-        record("fixed-rff", lambda: on_features(omega), m)
-        for budget, lam in runs:
-            if budget == m:
-                _record_learned(record, on_features, data, omega, cfg, lam, seed)
+    done, total = 0, trials * len(sigmas)
+    for trial in range(trials):
+        labels = trial_labels(design, sigmas, seed, trial)
+        for level, sigma in enumerate(sigmas):
+            y = labels[level]
+            split = km.Split(design.x[design.train], y[design.train], design.x[design.test])
+            for name, fit in table.items():
+                row = timed_fit(fit, split, y[design.test], method_generator(seed, trial, level, name))
+                rows.append({"part": part, "method": name, "sigma": sigma, "trial": trial,
+                             "n": len(design.x), **row})
+            done += 1
+            if progress is not None:
+                progress(part, done, total)
     return rows
 
 
-def _record_learned(record: Callable[..., None], on_features: Callable[[Tensor], tuple[float, float]],
-                    data: TabularData, omega: Tensor, cfg: KernelExperimentConfig, lam: float, seed: int) -> None:
-    """One learned-particle row: dynamics time included in its seconds; alignment before/after kept."""
-    info: dict[str, float] = {}
-
-    def fit() -> tuple[float, float]:
-        learned, history = learn_particles(data, omega, cfg, lam, seed)
-        info.update(alignment_before=history[0]["alignment"], alignment_after=_alignment(data, learned),
-                    steps=len(history))
-        return on_features(learned)
-
-    record("learned", fit, omega.shape[1], lam, info)
+def scaling_methods(cfg: KernelExperimentConfig) -> dict[str, tuple[str, Callable[..., Any]]]:
+    """Scaling label -> (its noise-sweep label, fit): one variant per method (gamma 0.5, lambda 0.5)."""
+    table = methods(cfg, cfg.lambdas[:1])
+    names = {"mkl": "mkl", "rbf-svm": f"rbf-svm gamma={cfg.svm_gamma:g}", "importance-sampling": "importance-sampling",
+             "rff": "rff", "langevin": f"langevin lambda={cfg.lambdas[0]:g}" if cfg.lambdas else "", "logistic": "logistic"}
+    return {key: (label, table[label]) for key, label in names.items() if label in table}
 
 
-def _alignment(data: TabularData, omega: Tensor) -> float:
-    with torch.no_grad():
-        phi = fourier_features(torch.from_numpy(data.x_train), omega)[0]
-        return float(kernel_target_alignment(phi, torch.from_numpy(data.y_train), num_classes=2))
+def mkl_bytes(n_train: int, num_kernels: int) -> int:
+    """Float64 memory of the MKL training Grams plus their combination."""
+    return 8 * n_train * n_train * (num_kernels + 1)
 
 
-def run_kernel_experiment(cfg: KernelExperimentConfig, seed: int = 0,
-                          progress: Callable[[str, int, int], None] | None = None) -> list[Row]:
-    """Every noise level of the experiment -> all rows."""
+def run_scaling(cfg: KernelExperimentConfig, seed: int, progress: Progress | None) -> list[Row]:
+    """Wall time of each method against n at the smallest sigma, trial 0 -> rows (skipped ones with a reason)."""
     rows: list[Row] = []
-    sigmas = cfg.sigmas()
-    for i, sigma in enumerate(sigmas):
-        rows.extend(run_noise_level(cfg, sigma, seed))
+    table = scaling_methods(cfg)
+    for i, n in enumerate(cfg.scaling_sizes):
+        design = make_design(n, cfg.num_inputs, seed, cfg.test_fraction, cfg.split_seed)
+        y = trial_labels(design, [cfg.sigma_min], seed, 0)[0]
+        split = km.Split(design.x[design.train], y[design.train], design.x[design.test])
+        for key, (label, fit) in table.items():
+            row = {"part": "scaling", "method": label, "sigma": cfg.sigma_min, "trial": 0, "n": n}
+            reason = skip_reason(cfg, key, n, len(design.train))
+            if reason:
+                rows.append({**row, "status": "skipped", "reason": reason})
+            else:
+                rows.append({**row, "status": "ok",
+                             **timed_fit(fit, split, y[design.test], method_generator(seed, 0, 10_000 + i, label))})
         if progress is not None:
-            progress("kernel", i + 1, len(sigmas))
+            progress("scaling", i + 1, len(cfg.scaling_sizes))
+    return rows
+
+
+def skip_reason(cfg: KernelExperimentConfig, key: str, n: int, n_train: int) -> str:
+    """Why a scaling cell is not run ('' when it is): a per-method cap, or MKL Grams beyond memory_gib."""
+    cap = cfg.scaling_max_rows.get(key)
+    if cap is not None and n > cap:
+        return f"n={n} above scaling_max_rows[{key}]={cap} (compute budget of the run)"
+    if key == "mkl" and mkl_bytes(n_train, len(cfg.mkl_gammas)) > cfg.memory_gib * 2 ** 30:
+        gib = mkl_bytes(n_train, len(cfg.mkl_gammas)) / 2 ** 30
+        return f"MKL Grams need {gib:.1f} GiB at n={n} ({len(cfg.mkl_gammas)} + 1 float64 {n_train}^2), above memory_gib={cfg.memory_gib:g}"
+    return ""
+
+
+def fit_exponent(sizes: list[float], seconds: list[float]) -> dict[str, float]:
+    """Least squares of log t = gamma log n + c -> {exponent, intercept, r2, points}; nan below 2 sizes."""
+    n, t = np.asarray(sizes, dtype=float), np.asarray(seconds, dtype=float)
+    keep = (n > 0) & (t > 0)
+    if len(np.unique(n[keep])) < 2:
+        return {"exponent": math.nan, "intercept": math.nan, "r2": math.nan, "points": int(keep.sum())}
+    log_n, log_t = np.log(n[keep]), np.log(t[keep])
+    slope, intercept = np.polyfit(log_n, log_t, 1)
+    residual = log_t - (slope * log_n + intercept)
+    r2 = 1.0 - residual.var() / log_t.var() if log_t.var() > 0 else 1.0
+    return {"exponent": float(slope), "intercept": float(intercept), "r2": float(r2), "points": int(keep.sum())}
+
+
+def run_kernel_experiment(cfg: KernelExperimentConfig, seed: int = 42, progress: Progress | None = None) -> list[Row]:
+    """The noise sweep, the lambda ablation and the scaling sweep -> all rows."""
+    design = make_design(cfg.num_samples, cfg.num_inputs, seed, cfg.test_fraction, cfg.split_seed)
+    rows = run_levels(cfg, design, seed, "noise", cfg.trials, methods(cfg, cfg.lambdas), progress)
+    extra = [lam for lam in cfg.ablation_lambdas if lam not in cfg.lambdas]
+    if cfg.ablation_lambdas:
+        ablation_trials = cfg.trials if cfg.ablation_trials is None else cfg.ablation_trials
+        reused = [{**r, "part": "ablation"} for r in rows
+                  if r["trial"] < ablation_trials and r["method"] in {f"langevin lambda={lam:g}" for lam in cfg.ablation_lambdas}]
+        table = {k: v for k, v in methods(cfg, extra).items() if k.startswith("langevin")}
+        rows += reused + (run_levels(cfg, design, seed, "ablation", ablation_trials, table, progress) if extra else [])
+    if cfg.scaling_sizes:
+        rows += run_scaling(cfg, seed, progress)
     return rows
 
 
 def summarise(rows: list[Row]) -> dict[str, float]:
-    """Flat metrics: mean accuracy / F1 over noise levels per method label, and learned/fixed budget retention."""
-    groups: dict[str, list[Row]] = {}
-    for row in rows:
-        groups.setdefault(method_label(row), []).append(row)
-    metrics = {}
-    for label, group in groups.items():
-        metrics[f"{label}/accuracy"] = float(np.mean([r["accuracy"] for r in group]))
-        metrics[f"{label}/f1"] = float(np.mean([r["f1"] for r in group]))
-        metrics[f"{label}/seconds"] = float(np.mean([r["seconds"] for r in group]))
+    """Flat metrics: accuracy / F1 at the smallest sigma and averaged over levels per method; scaling exponents."""
+    metrics: dict[str, float] = {}
+    noise = [r for r in rows if r["part"] == "noise"]
+    if noise:
+        smallest = min(r["sigma"] for r in noise)
+        for name in dict.fromkeys(r["method"] for r in noise):
+            mine = [r for r in noise if r["method"] == name]
+            low = [r for r in mine if r["sigma"] == smallest]
+            for key in ("accuracy", "f1"):
+                metrics[f"{name}/{key}@smallest_sigma"] = float(np.mean([r[key] for r in low]))
+                metrics[f"{name}/{key}"] = float(np.mean([r[key] for r in mine]))
+            metrics[f"{name}/seconds"] = float(np.mean([r["seconds"] for r in mine]))
+    for name, fit in scaling_fits(rows).items():
+        if math.isfinite(fit["exponent"]):
+            metrics[f"scaling/{name}/exponent"] = fit["exponent"]
     return metrics
 
 
-def method_label(row: Row) -> str:
-    """'logistic', 'fixed-rff@64', 'learned@256,lambda=0.5'."""
-    label = row["method"]
-    if row["num_features"] is not None:
-        label += f"@{row['num_features']}"
-    if row["lambda"] is not None:
-        label += f",lambda={row['lambda']:g}"
-    return label
+def scaling_fits(rows: list[Row]) -> dict[str, dict[str, float]]:
+    """The fitted exponent per method over its scaling rows that ran."""
+    done = [r for r in rows if r["part"] == "scaling" and r.get("status") == "ok"]
+    return {name: fit_exponent([r["n"] for r in done if r["method"] == name],
+                               [r["seconds"] for r in done if r["method"] == name])
+            for name in dict.fromkeys(r["method"] for r in done)}

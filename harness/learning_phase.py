@@ -1,56 +1,87 @@
 """Phase A of two-phase training: align the Coulomb particles of every attention layer and head.
 
-Everything but the particles is frozen: the model runs in evaluation mode under no_grad, forward
-pre-hooks on the attention modules capture the inputs of each head's feature map, and each
-(layer, head) particle system takes one Langevin step per batch (`baselines.coulomb.particle_step`)
-on those inputs against the sequence labels. Each step is one forward pass of the model up to the
-last attention (inputs of later layers reflect the earlier layers' current particles) plus
-O(n M + M^2 d) work per head.
+The procedure `coulomb` names in the registry (`Capabilities.learning_phase`); the training loop runs it
+without knowing what it does. Everything but the particles is frozen (LayerNorm and value projections too,
+unless `train_norm_value`): the model runs in evaluation mode, forward hooks on the attention modules
+capture their inputs (q, k, key_padding_mask) and outputs, and each (layer, head) particle system takes one
+projected Langevin step per batch (`DynamicsConfig.move`) on H = -V + lambda W_s.
 
-Representations (PAPER.md, **our default**): the inputs to each head's feature map, mean-pooled over
-the real tokens of each sequence; option `pooling: token` uses every real token with its sequence's
-label. With tied Q = K the inputs are the queries; with untied projections the pooled queries and
-pooled keys are stacked (2n examples, each with its sequence label), since the kernel acts on both.
+Objectives V (PAPER.md "In attention: what phase A aligns"):
+- within-class (default, eq. C.4): `within_class_alignment` of each attention layer's attention outputs
+  (heads concatenated, before the output projection), mean-pooled over real tokens, with gradients through
+  the attention into the particles; each layer's particles follow the gradient of its own layer's H, the
+  layers below at their current particles (**our default**: the paper does not say which layer);
+- centered-kta (Appendix D): centred kernel-target alignment of the same pooled outputs;
+- input-kernel (eq. 2.2, the earlier objective): the `kernel_target_alignment` (option `alignment`) of the
+  feature-map kernel on the pooled feature-map inputs, one head at a time (`particle_step`);
+- `pooling: token` (eq. C.5) aligns every real token with its sequence's label instead of the pooled rows.
+
+Every result carries what shows a random walk: per step, the median over particles of the drift
+|eta N grad H| and of the noise |sqrt(2 eta / beta) xi| and their ratio; the three alignments on held-out
+validation rows before and after; particle norms before and after the projection; the relative move.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 import time
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from baselines.coulomb import DynamicsConfig, kernel_target_alignment, particle_step, resample_particles
+from baselines.coulomb import (DynamicsConfig, kernel_target_alignment, particle_step, resample_index,
+                               within_class_alignment)
 from harness.errors import ConfigError
 from harness.options import make_options, option, require
 from harness.tasks.base import Split
 from harness.train import Progress
 
 DISTANCE_SAMPLES = 2000  # pairwise distances kept (before and after) for histograms
+ALIGNMENTS = ("within-class", "centered-kta", "input-kernel")  # measured before and after on validation rows
 
 
 @dataclasses.dataclass
 class PhaseAConfig(DynamicsConfig):
-    """Phase-A budget and data on top of the particle dynamics (paper: about 2 epochs)."""
+    """Phase-A objective, budget and data on top of the particle dynamics."""
 
-    epochs: float = option(2.0, "passes over the training data (paper: about 2)")
-    max_steps: int | None = option(None, "step budget; None = epochs x batches per epoch")
-    batch_size: int = option(64, "sequences per Langevin step")
+    objective: Literal["within-class", "centered-kta", "input-kernel"] = option(
+        "within-class", "V: within-class alignment of pooled attention outputs (eq. C.4, paper), centred KTA of "
+        "them (App. D), or the feature-map kernel's alignment on pooled inputs (eq. 2.2, the earlier objective)")
     pooling: Literal["mean", "token"] = option(
-        "mean", "representations aligned: mean over real tokens per sequence (ours), or every real token")
-    probe_examples: int = option(512, "training rows on which alignment before/after is measured")
+        "mean", "rows aligned: mean over real tokens per sequence (C.4), or every real token (C.5)")
+    epochs: float = option(10.0, "passes over the training data at most, with the early stop (App. F: 10)")
+    steps_fraction: float | None = option(
+        None, "instead: phase A takes this fraction of all training steps, A + B (Sec. 5: 0.2)")
+    max_steps: int | None = option(None, "step budget overriding epochs and steps_fraction")
+    batch_size: int = option(64, "sequences per Langevin step")
+    train_norm_value: bool = option(
+        False, "also train LayerNorm and value-projection parameters on H (gradient steps of size `step`, no "
+        "noise; ours); default: particles only")
+    probe_examples: int = option(512, "validation rows on which the alignments before/after are measured")
     resample: int | None = option(None, "keep D particles per head drawn from the final configuration (None = all)")
     resample_weights: Literal["gibbs", "uniform"] = option(
-        "gibbs", "resampling law: Gibbs weights exp(-beta U_k) of each particle's potential, or uniform")
+        "gibbs", "resampling law: Gibbs weights exp(-beta U_k) of each particle's eq. 2.2 potential, or uniform")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.epochs > 0, f"phase_a epochs={self.epochs} must be positive")
+        require(self.steps_fraction is None or 0 < self.steps_fraction < 1,
+                f"phase_a steps_fraction={self.steps_fraction} must lie in (0, 1)")
         require(self.max_steps is None or self.max_steps >= 1, f"phase_a max_steps={self.max_steps} must be >= 1")
         require(self.batch_size >= 2, f"phase_a batch_size={self.batch_size} must be at least 2 (alignment pairs)")
         require(self.probe_examples >= 2, f"phase_a probe_examples={self.probe_examples} must be at least 2")
+
+    def budget(self, train_rows: int, phase_b_steps: int | None) -> int:
+        """Phase-A steps: max_steps, else the steps_fraction of A + B, else epochs x batches per epoch."""
+        if self.max_steps is not None:
+            return self.max_steps
+        if self.steps_fraction is not None:
+            if phase_b_steps is None:
+                raise ConfigError("phase_a steps_fraction needs the phase-B step count; give max_steps or epochs")
+            return max(1, math.ceil(self.steps_fraction / (1 - self.steps_fraction) * phase_b_steps))
+        return max(1, math.ceil(self.epochs * math.ceil(train_rows / self.batch_size)))
 
 
 def particle_modules(model: nn.Module) -> list[nn.Module]:
@@ -66,34 +97,41 @@ def particle_modules(model: nn.Module) -> list[nn.Module]:
     return found
 
 
+def norm_value_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """LayerNorm and value-projection (`v_proj`) parameters: what `train_norm_value` lets phase A move."""
+    return [p for name, module in model.named_modules()
+            if isinstance(module, nn.LayerNorm) or name.rsplit(".", 1)[-1] == "v_proj" for p in module.parameters()]
+
+
 class _AllCaptured(Exception):
     """Raised by the last capture hook of a pass: the rest of the forward pass is not needed."""
 
 
 class _Capture:
-    """Forward pre-hooks that keep (q, k, key_padding_mask) of each attention module in one pass.
+    """Forward hooks that keep (q, k, key_padding_mask) and the output of each attention module in one pass.
 
-    Once every module's inputs are in, the pass is cut short (the layers after the last attention
-    and the classifier do not affect the particles), which saves about half a forward for 2 layers.
+    Once every module's output is in, the pass is cut short (the layers after the last attention and the
+    classifier do not affect the particles), which saves about half a forward for 2 layers.
     """
 
     def __init__(self, modules: list[nn.Module]):
         self.inputs: list[tuple[Tensor, Tensor, Tensor | None] | None] = [None] * len(modules)
+        self.outputs: list[Tensor | None] = [None] * len(modules)
         self.pending: set[int] = set()
-        self.handles = [m.register_forward_pre_hook(self._hook(i), with_kwargs=True) for i, m in enumerate(modules)]
+        self.handles = [m.register_forward_hook(self._hook(i), with_kwargs=True) for i, m in enumerate(modules)]
 
     def _hook(self, index: int):
-        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output: Tensor) -> None:
             q, k = args[0], args[1] if len(args) > 1 else kwargs["k"]
             mask = kwargs.get("key_padding_mask", args[3] if len(args) > 3 else None)
-            self.inputs[index] = (q, k, mask)
+            self.inputs[index], self.outputs[index] = (q, k, mask), output
             self.pending.discard(index)
             if not self.pending:
                 raise _AllCaptured
         return hook
 
     def run(self, model: nn.Module, batch: tuple, device: torch.device) -> Tensor:
-        """Forward `batch` (ids, mask, segments, labels) until every module's inputs are captured -> labels."""
+        """Forward `batch` (ids, mask, segments, labels) until every module's output is captured -> labels."""
         ids, mask, seg, labels = (None if t is None else t.to(device) for t in batch)
         self.pending = set(range(len(self.inputs)))
         try:
@@ -109,11 +147,30 @@ class _Capture:
             handle.remove()
 
 
+def _real_tokens(mask: Tensor | None, b: int, n: int, device: torch.device) -> Tensor:
+    return torch.ones(b, n, dtype=torch.bool, device=device) if mask is None else mask
+
+
+def pooled_outputs(out: Tensor, mask: Tensor | None, labels: Tensor, pooling: str) -> tuple[Tensor, Tensor]:
+    """Attention outputs (B, H, N, D), heads concatenated -> rows (B, H*D) mean-pooled over real tokens, or every
+    real token (T, H*D) with its sequence's label; and the rows' labels."""
+    b, h, n, d = out.shape
+    mask = _real_tokens(mask, b, n, out.device)
+    rows = out.transpose(1, 2).reshape(b, n, h * d)
+    if pooling == "token":
+        return rows[mask], labels[:, None].expand(b, n)[mask]
+    weights = mask.to(out.dtype)[..., None]
+    return (rows * weights).sum(1) / weights.sum(1).clamp_min(1.0), labels
+
+
 def representations(q: Tensor, k: Tensor, mask: Tensor | None, labels: Tensor,
                     pooling: str) -> tuple[Tensor, Tensor]:
-    """Feature-map inputs to align: q, k (B, H, N, d), mask (B, N) -> x (1, H, n, d) and labels (n,)."""
+    """Feature-map inputs (eq. 2.2): q, k (B, H, N, d), mask (B, N) -> x (1, H, n, d) and labels (n,).
+
+    With tied Q = K the inputs are the queries; with untied projections the pooled queries and pooled keys are
+    stacked (2n examples, each with its sequence label), since the kernel acts on both."""
     b, _, n, _ = q.shape
-    mask = torch.ones(b, n, dtype=torch.bool, device=q.device) if mask is None else mask
+    mask = _real_tokens(mask, b, n, q.device)
     sources = [q] if k is q else [q, k]
     if pooling == "mean":
         weights = mask.to(q.dtype)[:, None, :, None]
@@ -126,23 +183,40 @@ def representations(q: Tensor, k: Tensor, mask: Tensor | None, labels: Tensor,
     return xs.unsqueeze(0), ys
 
 
-def _probe_alignment(model: nn.Module, modules: list[nn.Module], capture: _Capture, probe: Split,
-                     cfg: PhaseAConfig, device: torch.device, num_classes: int) -> list[list[float]]:
-    """Alignment per layer and head on the whole probe split (one batch of representations)."""
+def output_alignment(kind: str, rows: Tensor, labels: Tensor, num_classes: int) -> Tensor:
+    """V of pooled outputs rows (n, D): within-class (eq. C.4) or centered-kta (App. D) -> scalar."""
+    if kind == "within-class":
+        return within_class_alignment(rows, labels)
+    return kernel_target_alignment(rows, labels, "centered", num_classes=num_classes)
+
+
+def _probe_alignments(model: nn.Module, modules: list[nn.Module], capture: _Capture, probe: Split,
+                      cfg: PhaseAConfig, device: torch.device, num_classes: int) -> dict[str, list[float]]:
+    """Each of ALIGNMENTS per layer on the probe rows (mean over heads for input-kernel), without gradients."""
+    rows: list[list[Tensor]] = [[] for _ in modules]
     xs: list[list[Tensor]] = [[] for _ in modules]
     ys: list[list[Tensor]] = [[] for _ in modules]
-    for batch in probe.batches(cfg.batch_size):
-        labels = capture.run(model, batch, device)
-        for i, (q, k, mask) in enumerate(capture.inputs):
-            x, y = representations(q, k, mask, labels, cfg.pooling)
-            xs[i].append(x)
-            ys[i].append(y)
-    result = []
-    for module, x, y in zip(modules, xs, ys):
-        phi = module.feature_map.kernel_features(torch.cat(x, dim=2))[0]  # (H, n, k*M)
-        labels = torch.cat(y)
-        result.append([float(kernel_target_alignment(p, labels, cfg.alignment, num_classes=num_classes))
-                       for p in phi])
+    xys: list[list[Tensor]] = [[] for _ in modules]
+    with torch.no_grad():
+        for batch in probe.batches(cfg.batch_size):
+            labels = capture.run(model, batch, device)
+            for i, ((q, k, mask), out) in enumerate(zip(capture.inputs, capture.outputs)):
+                pooled, y = pooled_outputs(out, mask, labels, cfg.pooling)
+                x, xy = representations(q, k, mask, labels, cfg.pooling)
+                rows[i].append(pooled.double())
+                ys[i].append(y)
+                xs[i].append(x)
+                xys[i].append(xy)
+        result: dict[str, list[float]] = {kind: [] for kind in ALIGNMENTS}
+        for module, r, y, x, xy in zip(modules, rows, ys, xs, xys):
+            r, y = torch.cat(r), torch.cat(y)
+            for kind in ALIGNMENTS[:2]:
+                result[kind].append(float(output_alignment(kind, r, y, num_classes)))
+            phi = module.feature_map.kernel_features(torch.cat(x, dim=2))[0]  # (H, n, k*M)
+            labels = torch.cat(xy)
+            heads = [float(kernel_target_alignment(p.double(), labels, cfg.alignment, num_classes=num_classes))
+                     for p in phi]
+            result["input-kernel"].append(sum(heads) / len(heads))
     return result
 
 
@@ -154,20 +228,19 @@ def _distance_sample(modules: list[nn.Module], generator: torch.Generator) -> li
     return distances[index].tolist()
 
 
-def _mean(table: list[list[float]]) -> float:
-    values = [v for row in table for v in row]
-    return sum(values) / len(values)
-
-
 def _resample(modules: list[nn.Module], last: list[tuple[Tensor, Tensor]], cfg: PhaseAConfig,
               generator: torch.Generator, num_classes: int) -> None:
-    """Replace each head's particles by cfg.resample drawn from its final configuration (potentials on the last batch)."""
+    """Replace each head's particles (and cos2's phases) by cfg.resample drawn from its final configuration,
+    with eq. 2.2 potentials on the last batch's inputs."""
     for module, (x, y) in zip(modules, last):
+        fmap = module.feature_map
         omega = module.learning_phase_parameters()[0].detach()
-        phi = module.feature_map.kernel_features(x, omega)[0]
-        kept = [resample_particles(omega[h], phi[h], y, cfg.resample, cfg, weights=cfg.resample_weights,
-                                   generator=generator, num_classes=num_classes) for h in range(omega.shape[0])]
-        module.feature_map.set_particles(torch.stack(kept))
+        phi = fmap.kernel_features(x, omega)[0]
+        index = torch.stack([resample_index(omega[h], phi[h], y, cfg.resample, cfg, weights=cfg.resample_weights,
+                                            generator=generator, num_classes=num_classes)
+                             for h in range(omega.shape[0])])  # (H, D)
+        phase = None if getattr(fmap, "phase", None) is None else torch.gather(fmap.phase, 1, index)
+        fmap.set_particles(torch.stack([omega[h, index[h]] for h in range(omega.shape[0])]), phase)
 
 
 def _json_config(cfg: PhaseAConfig) -> dict[str, Any]:
@@ -175,9 +248,30 @@ def _json_config(cfg: PhaseAConfig) -> dict[str, Any]:
             for k, v in dataclasses.asdict(cfg).items()}
 
 
+def _median(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else math.nan
+
+
+def walk_summary(diagnostics: list[list[list[dict[str, float]]]]) -> dict[str, Any]:
+    """Medians over steps, layers and heads of the per-step move statistics; drift / noise below 1 is a walk."""
+    rows = [row for layer in diagnostics for head in layer for row in head]
+    summary = {key: _median([row[key] for row in rows if key in row])
+               for key in ("drift", "noise", "norm_before_projection", "norm_after_projection", "projected_fraction")}
+    summary["drift_noise_ratio"] = (summary["drift"] / summary["noise"]
+                                    if summary["noise"] > 0 else (math.inf if summary["drift"] > 0 else math.nan))
+    summary["drift_below_noise"] = bool(summary["drift_noise_ratio"] < 1)
+    first = [head[0] for layer in diagnostics for head in layer if head]
+    summary["first_step_norm_before_projection"] = _median([row["norm_before_projection"] for row in first])
+    summary["first_step_norm_after_projection"] = _median([row["norm_after_projection"] for row in first])
+    return summary
+
+
 def run_learning_phase(model: nn.Module, train_split: Split, options: dict, *, device: torch.device | str = "cpu",
-                       seed: int = 0, progress: Progress | None = None) -> dict[str, Any]:
-    """Phase A: move every attention's particles, nothing else; returns budget, time and diagnostics (JSON-able)."""
+                       seed: int = 0, progress: Progress | None = None, validation: Split | None = None,
+                       phase_b_steps: int | None = None) -> dict[str, Any]:
+    """Phase A: move every attention's particles (and, by option, LayerNorm and value projections), nothing else;
+    returns budget, time, alignments on `validation` (else the first training rows) and walk diagnostics."""
     cfg = make_options(PhaseAConfig, options or {}, what="phase_a")
     device = torch.device(device)
     modules = particle_modules(model)
@@ -190,40 +284,87 @@ def run_learning_phase(model: nn.Module, train_split: Split, options: dict, *, d
     if len(train_split) < 2:
         raise ConfigError(f"phase A needs at least 2 training sequences to align pairs, got {len(train_split)}")
     num_classes = max(2, int(train_split.labels.max()) + 1)
-    steps_per_epoch = math.ceil(len(train_split) / cfg.batch_size)
-    budget = cfg.max_steps if cfg.max_steps is not None else max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    budget = cfg.budget(len(train_split), phase_b_steps)
     generator = torch.Generator().manual_seed(seed)
-    probe = train_split.subset(slice(0, cfg.probe_examples))
+    probe_split = "validation" if validation is not None and len(validation) >= 2 else "train"
+    probe = (validation if probe_split == "validation" else train_split).subset(slice(0, cfg.probe_examples))
+    initial = [m.learning_phase_parameters()[0].detach().clone() for m in modules]
     was_training = model.training
+    flags = {id(p): p.requires_grad for p in model.parameters()}
+    moving = {id(p) for m in modules for p in m.learning_phase_parameters()}
+    extra = [p for p in norm_value_parameters(model) if id(p) not in moving] if cfg.train_norm_value else []
+    moving |= {id(p) for p in extra}
     model.eval()
     capture = _Capture(modules)
     start = time.perf_counter()
     try:
-        with torch.no_grad():
-            before = _probe_alignment(model, modules, capture, probe, cfg, device, num_classes)
+        for p in model.parameters():
+            p.requires_grad_(id(p) in moving)
+        before = _probe_alignments(model, modules, capture, probe, cfg, device, num_classes)
         distances_before = _distance_sample(modules, generator)
-        diagnostics, last, steps, stopped = _run_dynamics(model, modules, capture, train_split, cfg, budget,
+        diagnostics, last, steps, stopped = _run_dynamics(model, modules, extra, capture, train_split, cfg, budget,
                                                           generator, device, num_classes, progress)
         if cfg.resample is not None:
             _resample(modules, last, cfg, generator, num_classes)
-        with torch.no_grad():
-            after = _probe_alignment(model, modules, capture, probe, cfg, device, num_classes)
+        after = _probe_alignments(model, modules, capture, probe, cfg, device, num_classes)
     finally:
         capture.remove()
         model.train(was_training)
+        for p in model.parameters():
+            p.requires_grad_(flags[id(p)])
+    moves = [float((m.learning_phase_parameters()[0].detach()[:, :w.shape[1]] - w).norm() / w.norm())
+             if m.learning_phase_parameters()[0].shape == w.shape else math.nan for m, w in zip(modules, initial)]
+    objective = cfg.objective
     return {"seconds": time.perf_counter() - start, "steps": steps, "budget_steps": budget,
             "stopped_early": stopped, "examples_per_step": cfg.batch_size,
             "num_particles": [int(m.learning_phase_parameters()[0].shape[1]) for m in modules],
-            "alignment_kind": cfg.alignment, "pooling": cfg.pooling,
-            "alignment_before": _mean(before), "alignment_after": _mean(after),
-            "alignment_before_per_head": before, "alignment_after_per_head": after,
+            "objective": objective, "alignment_kind": objective, "pooling": cfg.pooling, "probe_split": probe_split,
+            "probe_rows": len(probe),
+            "alignment_before": sum(before[objective]) / len(modules),
+            "alignment_after": sum(after[objective]) / len(modules),
+            "validation_alignment": {kind: {"before": sum(before[kind]) / len(modules),
+                                            "after": sum(after[kind]) / len(modules),
+                                            "before_per_layer": before[kind], "after_per_layer": after[kind]}
+                                     for kind in ALIGNMENTS},
+            "walk": walk_summary(diagnostics), "relative_move_per_layer": moves,
+            "relative_move": sum(moves) / len(moves),
             "diagnostics": diagnostics, "distances_before": distances_before,
             "distances_after": _distance_sample(modules, generator), "config": _json_config(cfg)}
 
 
-def _run_dynamics(model: nn.Module, modules: list[nn.Module], capture: _Capture, train: Split, cfg: PhaseAConfig,
-                  budget: int, generator: torch.Generator, device: torch.device, num_classes: int,
-                  progress: Progress | None) -> tuple[list, list[tuple[Tensor, Tensor]], int, bool]:
+def _output_step(modules: list[nn.Module], params: list[Tensor], extra: list[nn.Parameter], capture: _Capture,
+                 labels: Tensor, cfg: PhaseAConfig, generator: torch.Generator, num_classes: int
+                 ) -> list[tuple[Tensor, list[dict[str, float]]]]:
+    """One step of every layer on an output objective: each layer's particles down the gradient of its own
+    H = -V(pooled outputs) + lambda sum_h W_h (the captured graph), LayerNorm and value parameters (`extra`) down
+    the gradient of the sum over layers. Returns each layer's new particles (H, M, d) and per-head rows."""
+    results, total = [], 0.0
+    for i, (module, param) in enumerate(zip(modules, params)):
+        q, k, mask = capture.inputs[i]
+        rows, y = pooled_outputs(capture.outputs[i], mask, labels, cfg.pooling)
+        align = output_alignment(cfg.objective, rows, y, num_classes).double()
+        energy = cfg.energy(param)
+        hamiltonian = -align + cfg.repulsion * energy.sum()
+        (grad,) = torch.autograd.grad(hamiltonian, param, retain_graph=True)
+        total = total + hamiltonian
+        new, moved = cfg.move(param.detach(), grad, generator)
+        align, energy = align.detach(), energy.detach()
+        head_rows = [{"H": float(-align + cfg.repulsion * energy[h]), "alignment": float(align),
+                      "energy": float(energy[h]), "max_move": float((new[h] - param[h].detach()).norm(dim=-1).max()),
+                      **{key: float(value[h]) for key, value in moved.items()}} for h in range(param.shape[0])]
+        results.append((new, head_rows))
+    if extra:
+        grads = torch.autograd.grad(total, extra, allow_unused=True)
+        with torch.no_grad():
+            for p, g in zip(extra, grads):
+                if g is not None:
+                    p.sub_(cfg.step * g)
+    return results
+
+
+def _run_dynamics(model: nn.Module, modules: list[nn.Module], extra: list[nn.Parameter], capture: _Capture,
+                  train: Split, cfg: PhaseAConfig, budget: int, generator: torch.Generator, device: torch.device,
+                  num_classes: int, progress: Progress | None) -> tuple[list, list[tuple[Tensor, Tensor]], int, bool]:
     """The phase-A loop: one forward pass and one particle step per head per batch, until budget or rest."""
     params = [m.learning_phase_parameters()[0] for m in modules]
     active = [torch.ones(p.shape[0], dtype=torch.bool) for p in params]
@@ -234,21 +375,17 @@ def _run_dynamics(model: nn.Module, modules: list[nn.Module], capture: _Capture,
         for batch in train.batches(cfg.batch_size, shuffle=True, generator=generator):
             if len(batch[3]) < 2:
                 continue  # a last batch of one sequence has no pairs to align
-            with torch.no_grad():
+            with torch.set_grad_enabled(cfg.objective != "input-kernel"):
                 labels = capture.run(model, batch, device)
-            last = []
-            for i, (module, param) in enumerate(zip(modules, params)):
-                q, k, mask = capture.inputs[i]
-                x, y = representations(q, k, mask, labels, cfg.pooling)
-                last.append((x, y))
-                if not active[i].any():
-                    continue
-
-                def features(w: Tensor, feature_map: nn.Module = module.feature_map, x: Tensor = x) -> Tensor:
-                    return feature_map.kernel_features(x, w)[0]  # (H, n, k*M)
-
-                new, rows = particle_step(param.detach(), features, y, cfg, generator=generator,
-                                          num_classes=num_classes, active=active[i])
+            last = [(x.detach(), y) for x, y in (representations(*inputs, labels, cfg.pooling)
+                                                 for inputs in capture.inputs)]
+            if cfg.objective == "input-kernel":
+                steps_taken = [_input_kernel_step(module, param, x, y, cfg, generator, num_classes, on)
+                               for module, param, (x, y), on in zip(modules, params, last, active)]
+            else:
+                steps_taken = _output_step(modules, params, extra, capture, labels, cfg, generator, num_classes)
+            for i, (param, (new, rows)) in enumerate(zip(params, steps_taken)):
+                new = torch.where(active[i].to(new.device)[:, None, None], new, param.detach())
                 with torch.no_grad():
                     param.copy_(new)
                 for h, row in enumerate(rows):
@@ -261,3 +398,15 @@ def _run_dynamics(model: nn.Module, modules: list[nn.Module], capture: _Capture,
             if steps >= budget or not any(a.any() for a in active):
                 break
     return diagnostics, last, steps, not any(a.any() for a in active)
+
+
+def _input_kernel_step(module: nn.Module, param: Tensor, x: Tensor, y: Tensor, cfg: PhaseAConfig,
+                       generator: torch.Generator, num_classes: int, active: Tensor
+                       ) -> tuple[Tensor, list[dict[str, float]]]:
+    """One eq. 2.2 step of one layer's heads (`particle_step`) on its pooled feature-map inputs x (1, H, n, d)."""
+    x = x.detach()
+
+    def features(w: Tensor) -> Tensor:
+        return module.feature_map.kernel_features(x, w)[0]  # (H, n, k*M)
+
+    return particle_step(param.detach(), features, y, cfg, generator=generator, num_classes=num_classes, active=active)

@@ -13,14 +13,66 @@ Conventions (each matches scikit-learn where it has the metric):
 - ECE bins the top-1 confidence into equal-width bins (lower, upper], the first bin also holding
   0; the equal-mass variant puts its bin edges at confidence quantiles (bins of nearly equal
   count; tied confidences share a bin).
+
+Directions: every metric a measurement reports is declared once with `register_metric(pattern,
+direction, description)`, beside the code that computes it ("max": higher is better, "min": lower
+is better, None: not ranked); the reports read `metric_direction(name)` and never guess from names.
+A pattern is an exact name or a glob over full names (e.g. "*_tokens_per_s@*"); exact names win.
 """
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import fnmatch
+from typing import Any, Literal
 
 import numpy as np
 
 NLL_CLIP = 1e-15
+
+Direction = Literal["max", "min"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricInfo:
+    """A declared metric (or glob of metric names): which way is better, and what it is."""
+
+    pattern: str
+    direction: Direction | None
+    description: str
+
+
+METRICS: dict[str, MetricInfo] = {}
+
+
+def register_metric(pattern: str, direction: Direction | None, description: str) -> None:
+    """Declare a metric name (or a glob over names) and whether higher ("max") or lower ("min") is better."""
+    if direction not in ("max", "min", None):
+        raise ValueError(f"direction={direction!r} for metric {pattern!r} must be 'max', 'min' or None")
+    known = METRICS.get(pattern)
+    if known is not None and known.direction != direction:
+        raise ValueError(f"metric {pattern!r} is already declared with direction {known.direction!r}")
+    METRICS[pattern] = MetricInfo(pattern, direction, description)
+
+
+def metric_info(name: str) -> MetricInfo | None:
+    """The declaration that covers `name` (exact first, then the first glob that matches), or None."""
+    _load_declarations()
+    if name in METRICS:
+        return METRICS[name]
+    return next((m for m in METRICS.values() if fnmatch.fnmatchcase(name, m.pattern)), None)
+
+
+def metric_direction(name: str) -> Direction | None:
+    """'max' if higher is better, 'min' if lower is better, None if the metric is undeclared or not ranked."""
+    info = metric_info(name)
+    return info.direction if info is not None else None
+
+
+def _load_declarations() -> None:
+    """Import the measurement modules (built-in and plug-in), where the rest of the metrics are declared."""
+    from harness.measurements import measurement_names
+
+    measurement_names()
 
 
 def _as_arrays(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -210,3 +262,18 @@ def classification_metrics(probs: Any, labels: Any, n_bins: int = 15) -> dict[st
         metrics["roc_auc"] = roc_auc(p, y)
         metrics["pr_auc"] = average_precision(p, y)
     return metrics
+
+
+for _name, _direction, _text in (
+        ("accuracy", "max", "fraction of rows whose arg-max class is the label"),
+        ("macro_f1", "max", "unweighted mean of per-class F1"),
+        ("weighted_f1", "max", "per-class F1 weighted by label support"),
+        ("mcc", "max", "multi-class Matthews correlation coefficient"),
+        ("balanced_accuracy", "max", "mean per-class recall"),
+        ("roc_auc", "max", "binary ROC-AUC of P(class 1)"),
+        ("pr_auc", "max", "binary average precision of P(class 1)"),
+        ("nll", "min", "mean negative log-probability of the true class"),
+        ("brier", "min", "Brier score (halved for two classes)"),
+        ("ece", "min", "expected calibration error, equal-width bins"),
+        ("ece_equal_mass", "min", "expected calibration error, equal-mass bins")):
+    register_metric(_name, _direction, _text)

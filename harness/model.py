@@ -11,6 +11,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from harness.dropout import HashDropout
 from harness.options import option, require
 from harness.registry import attention_entry, build_attention
 
@@ -27,6 +28,9 @@ class ModelConfig:
     num_heads: int = option(2, "attention heads", minimum=1, maximum=1024)
     ffn_dim: int = option(256, "feed-forward width", minimum=1, maximum=1_048_576)
     dropout: float = option(0.1, "dropout rate")
+    dropout_rng: Literal["hash", "torch"] = option(
+        "hash", "dropout's random source: hash (harness.dropout: one seed per call from torch's generator, each "
+                "element's draw a hash of it; a tenth of nn.Dropout's time) or torch (nn.Dropout, bernoulli_)")
     pooling: Literal["mean", "first"] = option("mean", "sequence pooling: mean over real tokens or first token")
     tie_qk: bool = option(True, "share one projection for queries and keys (Q = K, the paper's setting)")
     num_segments: int = option(1, "segment embeddings: 2 for sentence-pair tasks")
@@ -41,6 +45,11 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+
+def make_dropout(cfg: ModelConfig) -> nn.Module:
+    """A dropout layer at the configured rate, from the configured random source."""
+    return HashDropout(cfg.dropout) if cfg.dropout_rng == "hash" else nn.Dropout(cfg.dropout)
 
 
 class MultiHeadAttention(nn.Module):
@@ -78,9 +87,9 @@ class EncoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.attn = MultiHeadAttention(cfg, attention, attention_options, seed)
         self.norm2 = nn.LayerNorm(cfg.d_model)
-        self.ffn = nn.Sequential(nn.Linear(cfg.d_model, cfg.ffn_dim), nn.GELU(), nn.Dropout(cfg.dropout),
+        self.ffn = nn.Sequential(nn.Linear(cfg.d_model, cfg.ffn_dim), nn.GELU(), make_dropout(cfg),
                                  nn.Linear(cfg.ffn_dim, cfg.d_model))
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = make_dropout(cfg)
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         x = x + self.dropout(self.attn(self.norm1(x), mask))
@@ -100,7 +109,7 @@ class TransformerClassifier(nn.Module):
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
         self.position_embedding = nn.Embedding(cfg.max_length, cfg.d_model)
         self.segment_embedding = nn.Embedding(cfg.num_segments, cfg.d_model) if cfg.num_segments > 1 else None
-        self.embedding_dropout = nn.Dropout(cfg.dropout)
+        self.embedding_dropout = make_dropout(cfg)
         self.layers = nn.ModuleList(
             EncoderLayer(cfg, attention, self.attention_options, seed=seed * 1000 + i) for i in range(cfg.num_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model)

@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness.errors import UnknownNameError, UserError, unknown_name_message
+from harness.errors import ConfigError, UnknownNameError, UserError, unknown_name_message
 from harness.options import make_options, option, option_table
 
 ENTRY_POINT_GROUP = "attnbench.attention"
@@ -33,7 +33,7 @@ class Capabilities:
     padding_mask: bool = True  # honours key_padding_mask
     causal: bool = False  # has a causal (autoregressive) form
     needs_max_length: bool = False  # parameters depend on a maximum sequence length
-    learning_phase: bool = False  # has a phase-A learning procedure before ordinary training
+    learning_phase: str | None = None  # "module:function" of a procedure (phase A) the training loop runs first
     positive_features: bool = True  # random-feature maps: features are non-negative
 
     def as_dict(self) -> dict[str, bool]:
@@ -48,11 +48,17 @@ class Entry:
     factory: Callable[..., Any]  # called with one validated config instance
     config: type
     description: str
-    capabilities: Capabilities
+    capabilities: Capabilities  # with the default options where a flag depends on them
     source: str = "builtin"
+    depends: tuple[tuple[str, Callable[[Any], bool]], ...] = ()  # (flag, config -> bool) for option-dependent flags
 
     def options(self) -> list[dict[str, Any]]:
         return option_table(self.config)
+
+    def capabilities_for(self, config: Any) -> Capabilities:
+        """The flags of this entry built with `config` (a validated config instance): option-dependent flags,
+        such as positive_features with a configurable feature map, evaluated on it."""
+        return dataclasses.replace(self.capabilities, **{flag: bool(rule(config)) for flag, rule in self.depends})
 
 
 class Registry:
@@ -66,12 +72,17 @@ class Registry:
         self._entry_point_group = entry_point_group
 
     def register(self, name: str, *, config: type, description: str | None = None,
-                 **capabilities: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Class/function decorator: `@registry.register("name", config=MyConfig, causal=True)`."""
+                 **capabilities: bool | Callable[[Any], bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Class/function decorator: `@registry.register("name", config=MyConfig, causal=True)`; a flag that
+        depends on the options is a function of the config instance, e.g.
+        `positive_features=lambda cfg: cfg.feature_map != "trig"`."""
 
         def decorate(factory: Callable[..., Any]) -> Callable[..., Any]:
             doc = description or (inspect.getdoc(factory) or "").split("\n")[0]
-            entry = Entry(name, factory, config, doc, Capabilities(**capabilities), _source_of(factory))
+            depends = tuple((flag, rule) for flag, rule in capabilities.items() if callable(rule))
+            defaults = {flag: bool(rule(config())) for flag, rule in depends}
+            entry = Entry(name, factory, config, doc, Capabilities(**{**capabilities, **defaults}), _source_of(factory),
+                          depends)
             self._entries[name] = entry
             factory.__attnbench_entry__ = entry
             return factory
@@ -178,7 +189,7 @@ def _entry_for_plain_class(name: str, cls: Callable[..., Any], source: str) -> E
     """Wrap an unregistered nn.Module class: its __init__ keyword arguments become its options."""
     params = inspect.signature(cls).parameters
     base = {f.name for f in dataclasses.fields(AttentionConfig)}
-    extra = [(p.name, Any, dataclasses.field(default=p.default))
+    extra = [(p.name, Any, option(p.default, f"keyword argument of {getattr(cls, '__name__', 'the plugin')}"))
              for p in params.values()
              if p.name not in base and p.default is not inspect.Parameter.empty
              and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
@@ -197,10 +208,11 @@ ATTENTIONS = Registry("attention", builtin_modules=["baselines"], entry_point_gr
 
 
 def register_attention(name: str, *, config: type = AttentionConfig, description: str | None = None,
-                       **capabilities: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                       **capabilities: bool | Callable[[Any], bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register an attention class under `name`; it is built as `cls(config_instance)`.
 
-    Capabilities: padding_mask, causal, needs_max_length, learning_phase, positive_features.
+    Capabilities: padding_mask, causal, needs_max_length, learning_phase, positive_features; each a bool, or a
+    function of the config instance where it depends on the options.
     """
     return ATTENTIONS.register(name, config=config, description=description, **capabilities)
 
@@ -210,9 +222,23 @@ def attention_names(pattern: str = "*") -> list[str]:
     return ATTENTIONS.names(pattern)
 
 
+def attention_capabilities(name: str, **options: Any) -> Capabilities:
+    """The capability flags of attention `name` built with `options` (those that depend on options evaluated)."""
+    return ATTENTIONS.get(name).capabilities_for(ATTENTIONS.make_config(name, **options))
+
+
 def attention_entry(name: str) -> Entry:
     """The registry entry (factory, config class, capabilities) for an attention name or "module:Class"."""
     return ATTENTIONS.get(name)
+
+
+def check_heads(attention: str, num_heads: int, given: int) -> None:
+    """Per-head parameters built for `num_heads` heads serve a call on `given` heads: the same count, or one head's
+    parameters shared by every head (num_heads left at 1, as performer-pytorch shares its projection); else a
+    ConfigError naming num_heads."""
+    if num_heads not in (1, given):
+        raise ConfigError(f"attention {attention!r} was built with num_heads={num_heads} but called on {given} heads; "
+                          f"build it with num_heads={given}, or num_heads=1 to share one head's parameters")
 
 
 def build_attention(name: str, **options: Any) -> Any:

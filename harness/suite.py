@@ -10,7 +10,7 @@ measurement). Schema (top-level keys):
       - softmax
       - {name: performer, label: performer-64, options: {num_features: 64}}
       - {name: random-features, label: vanilla-favor-qk, model: {tie_qk: false}}   # model overrides
-    tasks:                           # a name or {name, options}; seed comes from `seeds`
+    tasks:                           # a name or {name, label, options}; seed comes from `seeds`
       - {name: listops, options: {num_train: 256}}
     seeds: [0, 1, 2]                 # required, distinct integers
     model: {d_model: 64}             # ModelConfig overrides (vocabulary, classes, max_length come from the task)
@@ -18,6 +18,7 @@ measurement). Schema (top-level keys):
     measurements: [accuracy, {name: efficiency, options: {...}}]   # required
     cell_timeout: 600                # optional seconds per cell (CLI --cell-timeout overrides; default 6 h)
     exclude: ["qqp/linformer*"]      # optional glob patterns over cell names to leave out
+    references / comparisons / published / sweep   # optional, see harness.suite_keys
 
 Measurements declare what they depend on with class attributes of their options dataclass
 (`uses_task`, `uses_seed`, `uses_attention`, all True unless set to False, as typing.ClassVar):
@@ -43,10 +44,11 @@ from harness.errors import ConfigError, UserError, closest, unknown_name_message
 from harness.model import ModelConfig
 from harness.options import check_option
 from harness.registry import ATTENTIONS, Registry
+from harness.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
 from harness.train import TrainConfig
 
 SUITE_KEYS = ("name", "description", "attentions", "tasks", "seeds", "model", "training",
-              "measurements", "cell_timeout", "exclude")
+              "measurements", "cell_timeout", "exclude", *COMPARISON_KEYS)
 REQUIRED_KEYS = ("name", "description", "seeds", "measurements")
 MODEL_SET_ATTENTION_OPTIONS = ("head_dim", "num_heads", "max_length", "seed")  # filled in by the model
 TASK_SET_MODEL_OPTIONS = ("vocab_size", "num_classes", "max_length", "pad_id", "num_segments")  # from the task
@@ -56,8 +58,9 @@ NO_ATTENTION = {"name": "none", "label": "none", "options": {}}
 
 
 def suites_dir() -> Path:
-    """The repository's suites/ folder (next to the harness package)."""
-    return Path(harness.__file__).resolve().parents[1] / "suites"
+    """The shipped suites: harness/suites in an installed wheel, else the repository's suites/ beside harness/."""
+    installed = Path(harness.__file__).resolve().parent / "suites"
+    return installed if installed.is_dir() else Path(harness.__file__).resolve().parents[1] / "suites"
 
 
 def suite_names() -> list[str]:
@@ -152,13 +155,15 @@ class Suite:
     task_free: frozenset[str]  # measurement names that do not use a task
     seed_free: frozenset[str]  # measurement names that do not use a seed
     attention_free: frozenset[str]  # measurement names that do not use an attention
+    comparison_keys: dict[str, Any] = dataclasses.field(default_factory=dict)  # harness.suite_keys
 
     def as_dict(self) -> dict[str, Any]:
         """The normalised suite (JSON-able), as stored in run.json."""
         return {"name": self.name, "description": self.description, "path": str(self.path),
                 "attentions": self.attentions, "tasks": self.tasks, "seeds": self.seeds,
                 "model": self.model, "training": self.training, "measurements": self.measurements,
-                "cell_timeout": self.cell_timeout, "exclude": self.exclude, "resolved": self.resolved}
+                "cell_timeout": self.cell_timeout, "exclude": self.exclude, "resolved": self.resolved,
+                **self.comparison_keys}
 
     def cells(self) -> list[dict[str, Any]]:
         """Every cell of the suite, in a stable order (measurement, task, attention, seed)."""
@@ -168,21 +173,28 @@ class Suite:
             seeds = self.seeds[:1] if measurement["name"] in self.seed_free else self.seeds
             attentions = [NO_ATTENTION] if measurement["name"] in self.attention_free else self.attentions
             for task in tasks:
-                for attention in attentions:
+                for attention in attentions + reference_entries(self.comparison_keys, measurement["name"], task):
                     for seed in seeds:
                         spec = {k: v for k, v in attention.items() if k != "model"}
                         model = {**self.model, **attention.get("model", {})}
                         cell = {"suite": self.name, "task": _copy(task), "attention": _copy(spec),
                                 "seed": seed, "model": _copy(model), "training": _copy(self.training),
                                 "measurement": _copy(measurement)}
-                        if not any(fnmatch.fnmatchcase(cell_name(cell), p) for p in self.exclude):
-                            cells.append(cell)
+                        cells += [c for c in sweep_trials(cell, self.comparison_keys)
+                                  if not any(fnmatch.fnmatchcase(cell_name(c), p) for p in self.exclude)]
         return cells
 
 
 def cell_name(cell: dict[str, Any]) -> str:
-    """Readable cell name 'task/label/s<seed>/measurement', matched by --filter and `exclude`."""
-    return f"{cell['task']['name']}/{cell['attention']['label']}/s{cell['seed']}/{cell['measurement']['name']}"
+    """Readable cell name 'task/label/s<seed>/measurement' (+ '/t<trial>' in a sweep), matched by --filter and
+    `exclude`; the task part is the task's label where it has one."""
+    name = f"{task_label(cell['task'])}/{cell['attention']['label']}/s{cell['seed']}/{cell['measurement']['name']}"
+    return name + (f"/t{cell['sweep']['trial']}" if "sweep" in cell else "")
+
+
+def task_label(task: dict[str, Any]) -> str:
+    """A suite task's label: the one given, else its name (one task may appear under several labels)."""
+    return task.get("label") or task["name"]
 
 
 def load_suite(name_or_path: str) -> Suite:
@@ -225,7 +237,7 @@ class _Validator:
                                        if not getattr(measurements_registry.get(m["name"]).config, flag, True))
                        for flag in ("uses_task", "uses_seed", "uses_attention")}
         task_free = independent["uses_task"]
-        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False)
+        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False, task_labels=True)
         needs_task = [m["name"] for m in measurements if m["name"] not in task_free]
         if needs_task and not tasks:
             raise self.error("tasks", f"no tasks given, but measurement {needs_task[0]!r} needs one; "
@@ -244,6 +256,8 @@ class _Validator:
             exclude=[self.string(p, f"exclude[{i}]") for i, p in enumerate(self.list(raw.get("exclude", []), "exclude"))],
             resolved=self.resolved, task_free=task_free, seed_free=independent["uses_seed"],
             attention_free=independent["uses_attention"])
+        suite.comparison_keys = validate_comparison_keys(raw, self, [a["label"] for a in suite.attentions],
+                                                         [t["name"] for t in suite.tasks])
         if not suite.cells():
             raise self.error("exclude", "the exclude patterns leave no cells to run")
         return suite
@@ -297,11 +311,12 @@ class _Validator:
         return float(value)
 
     def entries(self, value: Any, path: str, registry: Registry, *, labels: bool,
-                model: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                model: dict[str, Any] | None = None, task_labels: bool = False) -> list[dict[str, Any]]:
         """A list of names or {name, label?, options?, model?} mappings, each validated against `registry`.
 
         With `labels` (attentions) an entry may carry a label and `model` overrides for its cells,
-        merged over the suite's `model` (e.g. {tie_qk: false} for one variant).
+        merged over the suite's `model` (e.g. {tie_qk: false} for one variant). With `task_labels` (tasks) an
+        entry may carry a label, kept only where it differs from the name (so that unlabelled cells keep their ids).
         """
         items = self.list(value, path)
         if path == "measurements" and not items:
@@ -312,22 +327,25 @@ class _Validator:
             if isinstance(item, str):
                 item = {"name": item}
             item = self.mapping(item, item_path)
-            self.keys(item, ("name", "label", "options", "model") if labels else ("name", "options"), item_path, ("name",))
+            allowed = ("name", "label", "options", "model") if labels else ("name", "label", "options") if task_labels \
+                else ("name", "options")
+            self.keys(item, allowed, item_path, ("name",))
             name = self.string(item["name"], f"{item_path}.name")
             try:
                 entry = registry.get(name)
             except UserError as err:
                 raise self.error(f"{item_path}.name", str(err)) from None
             options = self.mapping(item.get("options", {}), f"{item_path}.options")
-            label = self.string(item.get("label", name), f"{item_path}.label") if labels else name
+            label = self.string(item.get("label", name), f"{item_path}.label") if labels or task_labels else name
             if "/" in label:
                 raise self.error(f"{item_path}.label", f"label {label!r} must not contain '/'")
             if label in seen:
-                what = "label" if labels else "name"
+                what = "label" if labels or task_labels else "name"
                 raise self.error(item_path, f"{what} {label!r} is already used by {path}[{seen[label]}]; "
-                                            + ("give each entry a distinct label" if labels else "list each once"))
+                                            + ("give each entry a distinct label" if labels or task_labels
+                                               else "list each once"))
             seen[label] = i
-            normal = {"name": name, "options": dict(options)}
+            normal = {"name": name, "options": dict(options), **({"label": label} if label != name else {})}
             resolved_model = None
             if labels:
                 own_model = self.model(item.get("model", {}), f"{item_path}.model")

@@ -14,6 +14,8 @@
   Out-of-memory (torch.OutOfMemoryError, MemoryError, or the subprocess killed) and calls longer
   than the budget come back as readings with a status, not as exceptions.
 - `measure_machine()`: the machine's fp32 matrix-multiply rate and copy bandwidth (the roofline).
+- `machine_load()`, `cpu_snapshot()` / `others_cores()`: how busy the machine is (load average, the share of a
+  core a spinning thread gets, and the cores other processes kept busy between two snapshots).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import ctypes
 import dataclasses
 import gc
 import multiprocessing
+import os
 import resource
 import time
 import traceback
@@ -342,3 +345,76 @@ def measure_machine(device: str = "cpu", *, threads: int | None = None, matmul_s
             "threads": threads, "device": device, "matmul_size": matmul_size, "copy_bytes": src.nbytes,
             "method": "best of repeated fp32 torch.mm (n x n) and tensor copy (read + write bytes)"}
     return dict(_MACHINE[key])
+
+
+# --- machine load -------------------------------------------------------------------------------
+
+# a point is flagged as measured on a busy machine where, while it was timed, other processes used at least
+# BUSY_OTHER_CORES cores on average, or a spinning thread probed next to it got less than BUSY_AVAILABILITY of a
+# core: other work then took the cores for part of the time, and its times read slower than the code is
+BUSY_OTHER_CORES = 0.25
+BUSY_AVAILABILITY = 0.8
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_availability(seconds: float = 0.02) -> float:
+    """The share of `seconds` of wall time that a thread spinning on the CPU actually ran (its CPU time over the
+    wall time): about 1 with a core to spare, 0.5 where it shares a core with one other busy thread."""
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    while time.perf_counter() - wall0 < seconds:
+        pass
+    return min(1.0, (time.thread_time() - cpu0) / (time.perf_counter() - wall0))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def machine_load(seconds: float = 0.02) -> dict[str, Any]:
+    """How busy the machine is now: the 1-minute load average, the usable CPUs and `cpu_availability`."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {"load_1m": load, "cpus": usable_cpus(), "cpu_availability": cpu_availability(seconds)}
+
+
+@dataclasses.dataclass
+class CpuSnapshot:
+    """Wall clock, the machine's busy CPU seconds (all processes, /proc/stat) and this process's CPU seconds."""
+
+    wall_s: float
+    machine_busy_s: float
+    own_s: float
+
+
+def cpu_snapshot() -> CpuSnapshot | None:
+    """The CPU counters now; None where the machine's are unreadable (no /proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = sum(fields[:8]) - idle  # user .. steal; guest time is already counted in user
+    own = os.times()
+    return CpuSnapshot(time.perf_counter(), busy / CLOCK_TICKS, own.user + own.system)
+
+
+def others_cores(before: CpuSnapshot | None, after: CpuSnapshot | None) -> float | None:
+    """Cores that other processes kept busy on average between two snapshots (machine busy time less this
+    process's, over the wall time); None without snapshots. Resolution: a clock tick (10 ms) of CPU time."""
+    if before is None or after is None or after.wall_s <= before.wall_s:
+        return None
+    others = (after.machine_busy_s - before.machine_busy_s) - (after.own_s - before.own_s)
+    return max(0.0, others / (after.wall_s - before.wall_s))
+
+
+def busy_machine(others: float | None, availability: float | None) -> bool:
+    """Whether a measurement with these readings was taken on a busy machine (see BUSY_OTHER_CORES)."""
+    return (others is not None and others >= BUSY_OTHER_CORES) or \
+        (availability is not None and availability < BUSY_AVAILABILITY)

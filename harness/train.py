@@ -1,12 +1,16 @@
-"""The one training loop: optional phase A (learned kernels), then phase B with cross-entropy.
+"""The one training loop: optional phase A (the attention's own learning procedure), then phase B with cross-entropy.
 
-Phase B: AdamW, linear warm-up then cosine decay, gradient clipping; the checkpoint evaluated is
-the one chosen on validation (or the last one), and the result says which.
+Phase A is whatever procedure the attention's registry entry names (`Capabilities.learning_phase`,
+"module:function"), called as procedure(model, train, options, device=, seed=, progress=, validation=,
+phase_b_steps=) -> a JSON-able record; the parameters the attention lists in `learning_phase_parameters`
+stay frozen in phase B. Phase B: AdamW, linear warm-up then cosine decay, gradient clipping; the checkpoint
+evaluated is the one chosen on validation (or the last one), and the result says which.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import math
 import time
 from collections.abc import Callable
@@ -16,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.options import option, require
+from harness.progress import epoch_phase
 from harness.tasks.base import Split, TaskData
 
 Progress = Callable[[str, int, int], None]  # (phase, step, total)
@@ -36,8 +41,9 @@ class TrainConfig:
     weight_decay: float = option(0.01, "AdamW weight decay")
     warmup_fraction: float = option(0.1, "fraction of steps of linear warm-up before cosine decay")
     grad_clip: float = option(1.0, "gradient-norm clip (0 = off)")
-    checkpoint: Literal["best-validation", "last"] = option(
-        "best-validation", "which checkpoint is evaluated: best validation accuracy, or the last epoch")
+    checkpoint: Literal["best-validation", "best-validation-nll", "last"] = option(
+        "best-validation", "which checkpoint is evaluated: best validation accuracy, lowest validation NLL, "
+                           "or the last epoch")
     max_train_examples: int | None = option(None, "use only the first N training rows (None = all)")
     phase_a: dict = option({}, "options of the learning phase (phase A) for attentions that have one")
 
@@ -88,6 +94,11 @@ def _accuracy(probs: Tensor, labels: Tensor) -> float:
     return float((probs.argmax(dim=1) == labels).float().mean())
 
 
+def _nll(probs: Tensor, labels: Tensor) -> float:
+    """Mean negative log-probability of the true class, clipped at 1e-15 like harness.metrics.log_loss."""
+    return float(-probs[torch.arange(len(labels)), labels].clamp_min(1e-15).log().mean())
+
+
 def learning_phase_parameters(model: nn.Module) -> list[nn.Parameter]:
     """Parameters only phase A may move (e.g. Coulomb particles), gathered from the attention modules."""
     params: list[nn.Parameter] = []
@@ -96,6 +107,15 @@ def learning_phase_parameters(model: nn.Module) -> list[nn.Parameter]:
         if callable(getter) and module is not model:
             params.extend(getter())
     return params
+
+
+def learning_procedure(model: nn.Module) -> Callable[..., dict[str, Any]] | None:
+    """The phase-A procedure the model's attention declares in the registry (`capabilities.learning_phase`), or None."""
+    spec = getattr(getattr(model, "capabilities", None), "learning_phase", None)
+    if not spec:
+        return None
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed: int = 0,
@@ -108,24 +128,24 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
         train = train.subset(slice(0, cfg.max_train_examples))
     start = time.perf_counter()
 
-    phase_a = None
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    procedure = learning_procedure(model)
+    phase_a = None if procedure is None else procedure(model, train, cfg.phase_a, device=device, seed=seed,
+                                                       progress=progress, validation=task["validation"],
+                                                       phase_b_steps=total)
     frozen = learning_phase_parameters(model)
-    if frozen:
-        from harness.learning_phase import run_learning_phase
-        phase_a = run_learning_phase(model, train, cfg.phase_a, device=device, seed=seed, progress=progress)
     for p in frozen:
         p.requires_grad_(False)
     frozen_ids = {id(p) for p in frozen}
     trainable = [p for p in model.parameters() if id(p) not in frozen_ids and p.requires_grad]
 
     optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
     warmup = max(1, int(cfg.warmup_fraction * total))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, total, warmup))
     generator = torch.Generator().manual_seed(seed)
     history: list[dict[str, float]] = []
-    best_state, best_acc, best_epoch = None, -1.0, 0
+    best_state, best_score, best_epoch = None, -math.inf, 0
 
     for epoch in range(1, cfg.epochs + 1):
         model.train()
@@ -144,16 +164,18 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
             losses.append(loss.item())
         val_probs = predict_proba(model, task["validation"], cfg.eval_batch_size, device)
         val_acc = _accuracy(val_probs, task["validation"].labels)
+        val_nll = _nll(val_probs, task["validation"].labels)
         history.append({"epoch": epoch, "train_loss": sum(losses) / len(losses), "val_accuracy": val_acc,
-                        "seconds": time.perf_counter() - start})
-        if cfg.checkpoint == "best-validation" and val_acc > best_acc:
-            best_acc, best_epoch, best_state = val_acc, epoch, copy.deepcopy(model.state_dict())
-        if progress is not None:
-            progress("phase B", epoch, cfg.epochs)
+                        "val_nll": val_nll, "seconds": time.perf_counter() - start})
+        score = -val_nll if cfg.checkpoint == "best-validation-nll" else val_acc
+        if cfg.checkpoint != "last" and score > best_score:
+            best_score, best_epoch, best_state = score, epoch, copy.deepcopy(model.state_dict())
+        if progress is not None:  # loss, validation accuracy and seconds: a line per epoch off a terminal
+            progress(epoch_phase(history[-1]), epoch, cfg.epochs)
 
-    if cfg.checkpoint == "best-validation" and best_state is not None:
+    if cfg.checkpoint != "last" and best_state is not None:
         model.load_state_dict(best_state)
-        label = f"best-validation (epoch {best_epoch})"
+        label = f"{cfg.checkpoint} (epoch {best_epoch})"
     else:
         best_epoch = cfg.epochs
         label = f"last (epoch {cfg.epochs})"

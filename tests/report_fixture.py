@@ -28,11 +28,14 @@ def provenance(seed: int, device: str = "cpu") -> dict[str, Any]:
 def write_cell(run_dir: Path, *, label: str, attention: str | None = None, task: str = "sst2",
                measurement: str = "accuracy", seed: int = 0, status: str = "ok", reason: str | None = None,
                metrics: dict[str, float] | None = None, details: dict[str, Any] | None = None,
-               task_options: dict[str, Any] | None = None, suite: str = "smoke", device: str = "cpu") -> Path:
-    """Write one cell result file RUN_DIR/cells/<cell_id>.json and return its path."""
+               task_options: dict[str, Any] | None = None, suite: str = "smoke", device: str = "cpu",
+               sweep: dict[str, Any] | None = None) -> Path:
+    """Write one cell result file RUN_DIR/cells/<cell_id>.json and return its path (`sweep`: the cell's trial)."""
     cell = {"suite": suite, "task": {"name": task, "options": task_options or {}},
             "attention": {"name": attention or LABELS.get(label, label), "label": label, "options": {}},
             "seed": seed, "model": {}, "training": {}, "measurement": {"name": measurement, "options": {}}}
+    if sweep is not None:
+        cell["sweep"] = sweep
     cell_id = hashlib.sha256(json.dumps(cell, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
     result = {"schema": 1, "cell_id": cell_id, "cell": cell, "label": label, "status": status,
               "reason": reason, "error": "Traceback ...\nRuntimeError: boom" if status == "failed" else None,
@@ -68,6 +71,11 @@ def _phase_a(rng: np.random.Generator, steps: int = 40) -> dict[str, Any]:
         diags.append(heads)
     return {"seconds": float(rng.uniform(5, 8)), "steps": steps, "alignment_before": 0.05,
             "alignment_after": float(0.24 + rng.normal(0, 0.01)), "diagnostics": diags,
+            "objective": "within-class", "probe_split": "validation", "relative_move": 0.3,
+            "validation_alignment": {k: {"before": 0.05, "after": float(0.2 + rng.normal(0, 0.01))}
+                                     for k in ("within-class", "centered-kta", "input-kernel")},
+            "walk": {"drift": 1e-4, "noise": 0.07, "drift_noise_ratio": 1e-4 / 0.07, "norm_before_projection": 1.5,
+                     "norm_after_projection": 1.49},
             "distances_before": rng.gamma(4, 0.3, 300).tolist(), "distances_after": rng.gamma(9, 0.2, 300).tolist()}
 
 
@@ -158,14 +166,24 @@ def make_fake_run(run_dir: Path, device: str = "cpu", seed: int = 0, tasks: tupl
                                           "rel_error": float(0.1 + 0.05 * rng.random()), "max_abs_error": 0.3}
                                          for n in (256, 1024) for kind in ("random", "trained")]}, device=device)
     for s in SEEDS:
-        rows = [{"method": method, "sigma": sigma, "num_features": 64, "lambda": lam,
+        rows = [{"part": part, "method": method, "sigma": sigma, "trial": trial, "n": 400,
                  "accuracy": float(0.9 - 0.02 * math.log10(sigma + 1) + rng.normal(0, 0.01)), "f1": 0.85,
                  "seconds": 0.5}
-                for method, lam in (("logistic", None), ("rbf-svm", None), ("random-features", None),
-                                    ("particles", 0.5), ("particles", 0.0))
-                for sigma in (1e-5, 1e-1, 1e3)]
+                for part, methods in (("noise", ("logistic", "rbf-svm gamma=0.5", "rbf-svm gamma=100", "rff",
+                                                 "langevin lambda=0.5", "langevin lambda=0")),
+                                      ("ablation", ("langevin lambda=0", "langevin lambda=1.5")))
+                for method in methods for sigma in (1e-5, 1e-1, 1e3) for trial in (0, 1)]
+        rows += [{"part": "scaling", "method": method, "sigma": 1e-5, "trial": 0, "n": n, "status": "ok",
+                  "accuracy": 0.6, "f1": 0.7, "seconds": 1e-3 * n ** gamma}
+                 for method, gamma in (("rff", 0.8), ("langevin lambda=0.5", 0.7)) for n in (100, 1000, 10000)]
+        rows.append({"part": "scaling", "method": "mkl", "sigma": 1e-5, "trial": 0, "n": 10000, "status": "skipped",
+                     "reason": "n=10000 above scaling_max_rows[mkl]=2000 (compute budget of the run)"})
+        fits = {"rff": {"exponent": 0.8, "intercept": 0.0, "r2": 1.0, "points": 3},
+                "langevin lambda=0.5": {"exponent": 0.7, "intercept": 0.0, "r2": 1.0, "points": 3}}
         write_cell(run_dir, label="tabular", attention="none", task="none", measurement="kernel", seed=s,
-                   details={"rows": rows}, device=device)
+                   details={"rows": rows, "scaling_fits": fits, "bayes_accuracy": 0.76,
+                            "paper": {"smallest_sigma_accuracy": {"rff": 0.56, "langevin lambda=0.5": 0.655},
+                                      "scaling_exponents": {"rff": 0.80, "mkl": 1.96}}}, device=device)
     (run_dir / "cells" / "0000broken000000.json").write_text("{not json")
     planned = sorted(p.stem for p in (run_dir / "cells").glob("*.json")) + ["ffffffffffffffff"]  # one never ran
     (run_dir / "run.json").write_text(json.dumps({"schema": 1, "suite": "smoke", "cell_ids": planned}))

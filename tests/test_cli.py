@@ -1,4 +1,4 @@
-"""The attnbench command: listings, help, user errors (one line, exit 2, nothing written), show."""
+"""The attnbench command: listings, check, help, user errors (one line, exit 2, nothing written), show, progress."""
 from __future__ import annotations
 
 import os
@@ -31,7 +31,7 @@ def tiny_suite(tmp_path: Path, **changes) -> Path:
 
 
 def test_help_of_every_verb(capsys):
-    for verb in ([], ["list"], ["run"], ["report"], ["leaderboard"], ["show"]):
+    for verb in ([], ["list"], ["check"], ["run"], ["report"], ["leaderboard"], ["show"]):
         with pytest.raises(SystemExit) as info:
             main([*verb, "--help"])
         assert info.value.code == 0
@@ -110,3 +110,77 @@ def test_console_script_exits_1_when_a_cell_fails(tmp_path):
     assert result.returncode == 1, result.stderr
     assert "failed: none/raises/s0/fake_cells:tiny_train: RuntimeError: this attention always fails" in result.stderr
     assert "1 cells: 0 ok, 1 failed" in result.stdout
+
+
+def test_check_prints_each_verdict_and_exits_1_when_a_property_fails(capsys):
+    assert main(["check", "softmax"]) == 0
+    out = capsys.readouterr().out
+    for prop in ("padding invariance", "finite at lengths 1 and 4096", "gradients", "determinism in evaluation",
+                 "causality", "one head's parameters shared by every head"):
+        assert f"holds  {prop} (native on)" in out and f"holds  {prop} (native off)" in out
+    assert out.rstrip().endswith("softmax: all properties hold")
+    assert main(["check", "leaky_attention:LeakyAttention"]) == 1  # tests/leaky_attention.py lets padding in
+    out = capsys.readouterr().out
+    assert "FAILS  padding invariance (native on): batch" in out and "n/a    causality" in out
+    assert main(["check", "softmax", "-o", "backend=fast"]) == 2
+    assert "backend" in capsys.readouterr().err
+    assert main(["check", "softmax", "-o", "backend"]) == 2 and "KEY=VALUE" in capsys.readouterr().err
+
+
+def test_list_attention_describes_a_module_class(capsys):
+    assert main(["list", "attention", "leaky_attention:LeakyAttention"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("leaky_attention:LeakyAttention: Every query reads the mean") and "capabilities: " in out
+    assert main(["list", "attention", "leaky_attention:Missing"]) == 2
+
+
+def test_list_attention_flags_match_the_options(capsys):
+    assert main(["list", "attention", "linformer"]) == 0
+    out = capsys.readouterr().out
+    assert "causal=no" in out and "causal (bool" not in out  # no causal form: the option is not offered
+    assert main(["list", "attention", "coulomb"]) == 0
+    assert "positive_features=yes*" in capsys.readouterr().out  # porf-softplus by default; trig is not positive
+
+
+def test_show_takes_cell_names_and_globs(tmp_path, capsys):
+    assert main(["run", str(tiny_suite(tmp_path)), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["show", "none/softmax/s1/fake_cells:tiny_train", "--run", "runs/tiny"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("none/softmax/s1/fake_cells:tiny_train  (") and "/s0/" not in out
+    assert main(["show", "none/softmax/*"]) == 0  # every folder under runs/
+    out = capsys.readouterr().out
+    assert out.count("fake_cells:tiny_train  (") == 2 and out.index("/s0/") < out.index("/s1/")
+    assert main(["show", "none/softmax/s7/*", "--run", "runs/tiny"]) == 2
+    assert "no cell named 'none/softmax/s7/*'" in capsys.readouterr().err
+
+
+def test_tasks_take_labels_so_one_task_can_appear_twice(tmp_path, capsys):
+    tasks = [{"name": "tiny-task", "label": "small", "options": {"rows": 16}},
+             {"name": "tiny-task", "label": "large", "options": {"rows": 48}}]
+    path = tiny_suite(tmp_path, tasks=tasks, seeds=[0], measurements=["fake_cells:echo"])
+    assert main(["run", str(path), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["show", "*/softmax/s0/fake_cells:echo", "--run", "runs/tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "small/softmax/s0/fake_cells:echo" in out and "large/softmax/s0/fake_cells:echo" in out
+    unlabelled = tiny_suite(tmp_path, tasks=["tiny-task", "tiny-task"], measurements=["fake_cells:echo"])
+    assert main(["run", str(unlabelled), "--quiet"]) == 2
+    assert "tasks[1]: label 'tiny-task' is already used by tasks[0]" in capsys.readouterr().err
+
+
+def test_off_a_terminal_each_cell_and_epoch_prints_a_line_and_logs_it(tmp_path):
+    path = tiny_suite(tmp_path, seeds=[0], training={"epochs": 2, "batch_size": 32})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-m", "harness", "run", str(path), "--out", str(tmp_path / "run")],
+                            env=env, capture_output=True, text=True, timeout=120)  # stdout is a pipe
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    name = "none/softmax/s0/fake_cells:tiny_train"
+    assert f"start {name} (" in lines[0]
+    epochs = [line for line in lines if f"{name} phase B" in line]
+    assert [e.split("phase B ")[1][:4] for e in epochs] == ["1/2:", "2/2:"]
+    assert all(" loss " in e and "val_accuracy" in e and e.endswith(" s") for e in epochs)
+    assert f"end {name}: ok in " in lines[3] and lines[4].startswith("tiny: 1 cells: 1 ok")
+    log = next((tmp_path / "run" / "logs").glob("*.log")).read_text().splitlines()
+    assert [line.split(" ", 1)[1] for line in log] == [line.split(" ", 1)[1] for line in lines[:4]]

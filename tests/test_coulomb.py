@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from baselines.coulomb import (DynamicsConfig, align_particles, kernel_target_alignment, langevin_step,
+from baselines.coulomb import (DynamicsConfig, align_particles, kernel_target_alignment, langevin_move, langevin_step,
+                               within_class_alignment,
                                particle_alignments, particle_potentials, particle_step, resample_particles,
                                riesz_energy)
 from harness.errors import ConfigError
@@ -62,6 +63,39 @@ def test_alignment_is_differentiable_and_rejects_unknown_kind():
         kernel_target_alignment(phi, y, "cka")
 
 
+def naive_within_class(pooled: torch.Tensor, labels: torch.Tensor) -> float:
+    n = pooled.shape[0]
+    total = sum(float(pooled[i] @ pooled[j]) for i in range(n) for j in range(i + 1, n) if labels[i] == labels[j])
+    return total / (n * (n - 1))
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_within_class_alignment_equals_the_double_loop_and_is_differentiable(classes):
+    g = torch.Generator().manual_seed(classes)
+    pooled = torch.randn(9, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, classes, (9,), generator=g)
+    value = within_class_alignment(pooled, labels)
+    assert value.item() == pytest.approx(naive_within_class(pooled.detach(), labels), rel=1e-12)
+    assert torch.autograd.gradcheck(lambda p: within_class_alignment(p, labels), (pooled,))
+    assert within_class_alignment(pooled, torch.arange(9)).item() == pytest.approx(0.0)  # no same-class pair
+    with pytest.raises(ValueError, match="at least 2"):
+        within_class_alignment(pooled[:1], labels[:1])
+
+
+def test_langevin_move_reports_drift_noise_and_projection():
+    omega = torch.zeros(2, 4000, 3, dtype=torch.float64)
+    omega[1, :10] = 5.0  # ten particles outside the cap
+    grad = torch.ones_like(omega)
+    new, stats = langevin_move(omega, grad, step=0.02, beta=4.0, radius=2.0, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(stats["drift"], torch.full((2,), 0.02 * math.sqrt(3), dtype=torch.float64))
+    chi_median = math.sqrt(2 * 0.02 / 4.0) * math.sqrt(3 * (1 - 2 / 27) ** 3)  # median of a chi_3, approximately
+    assert stats["noise"][0].item() == pytest.approx(chi_median, rel=0.05)
+    assert stats["projected_fraction"][1].item() == pytest.approx(10 / 4000)
+    assert stats["norm_before_projection"][1] > stats["norm_after_projection"][1]
+    assert new.norm(dim=-1).max() <= 2.0 + 1e-12
+    torch.testing.assert_close(new, langevin_step(omega, grad, 0.02, 4.0, 2.0, torch.Generator().manual_seed(0)))
+
+
 def naive_energy(omega: torch.Tensor, s: float, eps: float) -> float:
     m = omega.shape[0]
     total = 0.0
@@ -70,7 +104,7 @@ def naive_energy(omega: torch.Tensor, s: float, eps: float) -> float:
             if k != l:
                 r2 = float(((omega[k] - omega[l]) ** 2).sum()) + eps ** 2
                 total += -0.5 * math.log(r2) if s == 0 else r2 ** (-s / 2)
-    return total / (m * (m - 1))
+    return total / (2 * m * (m - 1))  # eq. 2.3: W = 1/(2N(N-1)) sum_{k != l} g_s
 
 
 @pytest.mark.parametrize("s", [None, 0.0, 1.0, 2.5])
@@ -78,7 +112,9 @@ def test_riesz_energy_equals_double_loop(s):
     omega = torch.randn(7, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     expected = naive_energy(omega, 2.0 if s is None else s, 0.05)  # s=None is Coulomb, d - 2 = 2
     assert riesz_energy(omega, s, eps=0.05).item() == pytest.approx(expected, rel=1e-10)
-    assert particle_potentials(omega, s, eps=0.05).mean().item() == pytest.approx(expected, rel=1e-10)
+    assert particle_potentials(omega, s, eps=0.05).mean().item() == pytest.approx(2 * expected, rel=1e-10)
+    unsoftened = naive_energy(omega, 2.0 if s is None else s, 0.0)
+    assert riesz_energy(omega, s).item() == pytest.approx(unsoftened, rel=1e-10)  # default: no softening
 
 
 @pytest.mark.parametrize("s", [0.0, 3.0])
@@ -91,7 +127,7 @@ def test_riesz_energy_is_finite_for_coincident_particles_and_large_s():
     omega = torch.zeros(4, 64, dtype=torch.float64, requires_grad=True)
     energy = riesz_energy(omega, s=100.0, eps=0.1)  # every pair at r = 0: eps^-s = 1e100
     energy.backward()
-    assert torch.isfinite(energy) and energy.item() == pytest.approx(1e100, rel=1e-9)
+    assert torch.isfinite(energy) and energy.item() == pytest.approx(1e100 / 2, rel=1e-9)
     assert torch.isfinite(omega.grad).all()
     far = torch.randn(6, 64, dtype=torch.float64) * 100
     assert torch.isfinite(riesz_energy(far, s=500.0, eps=1.0))  # underflows to 0, never nan
@@ -222,7 +258,7 @@ def test_coulomb_particles_are_the_learning_phase_parameters_and_seeded():
     a.feature_map.new_feature_map()  # particles are learned, never redrawn
     assert torch.equal(particles, before)
     caps = attention_entry("coulomb").capabilities
-    assert caps.learning_phase and not caps.positive_features
+    assert caps.learning_phase and caps.positive_features  # the default map, porf-softplus, is positive
 
 
 def test_coulomb_default_map_and_option_errors():

@@ -1,4 +1,4 @@
-"""The tabular kernel experiment: data, features against the RBF kernel, rows, and the `kernel` measurement."""
+"""The synthetic experiment (Appendix F.1): design, labels, rows of every part, exponent fit, and the `kernel` measurement."""
 from __future__ import annotations
 
 import json
@@ -6,103 +6,123 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
-from baselines.coulomb import kernel_target_alignment
 from harness.errors import ConfigError
-from harness.kernel_experiment import (KernelExperimentConfig, fourier_features, initial_particles,
-                                       learn_particles, make_tabular_data, method_label, run_noise_level,
-                                       summarise)
+from harness.kernel_experiment import (KernelExperimentConfig, fit_exponent, logit, make_design, run_kernel_experiment,
+                                       scaling_fits, skip_reason, summarise, trial_labels)
 from harness.options import make_options
 
-SMALL = dict(num_samples=80, noise_levels=2, sigma_min=1e-3, sigma_max=1e3, feature_budgets=[8, 16],
-             lambdas=[0.5, 0.0], ablation_lambdas=[0.0, 1.0], ablation_budget=8, steps=20)
+SMALL = dict(num_samples=60, noise_levels=2, trials=2, particles=12, num_features=8, particle_steps=5,
+             mkl_max_iter=3, is_candidates=200, ablation_lambdas=[0.0, 1.0], scaling_sizes=[40, 80])
 
 
 def small_config(**overrides) -> KernelExperimentConfig:
-    return make_options(KernelExperimentConfig, {**SMALL, **overrides}, what="kernel")
+    return make_options(KernelExperimentConfig, {**SMALL, **overrides}, what="measurement 'kernel'")
 
 
-def test_design_is_seeded_split_and_standardised():
+def test_logit_against_a_hand_computed_value():
+    x = np.array([[0.5, 2.0, 1.0, -3.0, math.pi / 6, 1.0, 2.0]])
+    # 1.5 sin(pi/2) + 0.8 * 4 - (1)(-3) + 0.5 sin(pi/2) + (1 * 0.1 + 2 * -0.2) = 1.5 + 3.2 + 3 + 0.5 - 0.3
+    assert logit(x, np.array([0.1, -0.2]))[0] == pytest.approx(7.9)
+    assert logit(x[:, :5], np.zeros(0))[0] == pytest.approx(8.2)
+
+
+def test_design_is_the_global_seed_and_one_70_30_split():
+    from sklearn.model_selection import train_test_split
+    a, b = make_design(400, 5, 42, 0.3, 0), make_design(400, 5, 42, 0.3, 0)
+    assert np.array_equal(a.x, b.x) and np.array_equal(a.x, np.random.default_rng(42).standard_normal((400, 5)))
+    train, test = train_test_split(np.arange(400), test_size=0.3, random_state=0)
+    assert np.array_equal(a.train, np.sort(train)) and np.array_equal(a.test, np.sort(test))
+    assert len(a.test) == 120 and not np.array_equal(make_design(400, 5, 7, 0.3, 0).x, a.x)
+    wide = make_design(50, 8, 42, 0.3, 0)
+    w = np.random.default_rng(42)
+    w.standard_normal((50, 8))
+    assert np.allclose(wide.logit, logit(wide.x, w.normal(0.0, 0.3, 3)))
+
+
+def test_labels_follow_the_logit_and_only_the_noise_changes_between_trials():
+    design = make_design(4000, 5, 42, 0.3, 0)
+    labels = trial_labels(design, [1e-5, 1e5], 42, 0)
+    assert labels.shape == (2, 4000) and set(np.unique(labels)) == {0, 1}
+    probability = 1 / (1 + np.exp(-design.logit))
+    assert abs(labels[0].mean() - probability.mean()) < 0.02  # Bernoulli(sigmoid(l)) at negligible noise
+    agreement = (labels[0] == (design.logit > 0)).mean()
+    assert 0.6 < agreement < 0.85  # the labels are noisy even at sigma -> 0
+    assert abs(labels[1].mean() - 0.5) < 0.03  # sigma = 1e5 drowns the logit
+    assert np.array_equal(labels, trial_labels(design, [1e-5, 1e5], 42, 0))
+    assert not np.array_equal(labels[0], trial_labels(design, [1e-5], 42, 1)[0])
+
+
+def test_exponent_fit_recovers_synthetic_power_laws():
+    n = np.array([100, 300, 1000, 3000, 10000])
+    fit = fit_exponent(n.tolist(), (0.002 * n ** 1.5).tolist())
+    assert fit["exponent"] == pytest.approx(1.5) and fit["r2"] == pytest.approx(1.0) and fit["points"] == 5
+    noisy = 3e-4 * n ** 0.7 * np.exp(np.random.default_rng(0).normal(0, 0.05, 5))
+    assert fit_exponent(n.tolist(), noisy.tolist())["exponent"] == pytest.approx(0.7, abs=0.05)
+    assert math.isnan(fit_exponent([100], [1.0])["exponent"])
+
+
+def test_scaling_caps_and_memory_are_recorded_reasons():
+    cfg = small_config(scaling_max_rows={"mkl": 1000}, memory_gib=1.0)
+    assert skip_reason(cfg, "mkl", 500, 350) == ""
+    assert "scaling_max_rows[mkl]=1000" in skip_reason(cfg, "mkl", 2000, 1400)
+    assert "GiB" in skip_reason(small_config(memory_gib=1.0), "mkl", 20000, 14000)
+    assert skip_reason(cfg, "rff", 20000, 14000) == ""
+
+
+def test_every_part_produces_its_rows():
     cfg = small_config()
-    a, b = make_tabular_data(cfg, 1e-3, seed=1), make_tabular_data(cfg, 1e-3, seed=1)
-    assert np.array_equal(a.x_train, b.x_train) and np.array_equal(a.y_test, b.y_test)
-    assert a.x_train.shape == (60, 5) and a.x_test.shape == (20, 5)
-    assert np.allclose(a.x_train.mean(axis=0), 0) and np.allclose(a.x_train.std(axis=0), 1)
-    assert not np.array_equal(make_tabular_data(cfg, 1e-3, seed=2).x_train, a.x_train)
-
-
-def test_noise_scale_controls_the_labels():
-    cfg = small_config(num_samples=400)
-    clean, cleaner = make_tabular_data(cfg, 1e-5, 0), make_tabular_data(cfg, 1e-9, 0)
-    noisy = make_tabular_data(cfg, 1e5, 0)
-    assert np.array_equal(clean.x_train, noisy.x_train)  # one fixed design for every sigma
-    assert np.array_equal(clean.y_train, cleaner.y_train)
-    assert abs(clean.y_train.mean() - 0.5) < 0.06  # latent centred at its median
-    agreement = (clean.y_train == noisy.y_train).mean()
-    assert 0.4 < agreement < 0.6  # sigma = 1e5 drowns the signal
-
-
-def test_fourier_features_give_the_rbf_kernel():
-    x = torch.randn(6, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    omega = torch.randn(1, 20000, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    phi = fourier_features(x, omega)[0]
-    gram = phi @ phi.T / phi.shape[1]
-    exact_estimate = torch.cos((x @ omega[0].T)[:, None, :] - (x @ omega[0].T)[None, :, :]).mean(-1)
-    assert torch.allclose(gram, exact_estimate, atol=1e-10)
-    rbf = torch.exp(-torch.cdist(x, x).square() / 2)  # gamma = 0.5
-    assert (gram - rbf).abs().max() < 0.03
-
-
-def test_learned_particles_raise_alignment_at_low_noise():
-    cfg = small_config(num_samples=200, steps=60)
-    data = make_tabular_data(cfg, 1e-3, seed=0)
-    omega = initial_particles(16, cfg, seed=0)
-    learned, history = learn_particles(data, omega, cfg, repulsion=0.0, seed=0)
-    assert learned.shape == omega.shape and len(history) == 60
-    before = kernel_target_alignment(fourier_features(torch.from_numpy(data.x_train), omega)[0],
-                                     torch.from_numpy(data.y_train)).item()
-    assert history[0]["alignment"] == pytest.approx(before)
-    assert history[-1]["alignment"] > 3 * before > 0
-    assert learned.norm(dim=-1).max() <= cfg.radius * math.sqrt(5) + 1e-9
-
-
-def test_rows_cover_every_method_budget_and_lambda_once():
-    cfg = small_config()
-    rows = run_noise_level(cfg, 1e-3, seed=0)
-    labels = [method_label(r) for r in rows]
-    assert labels == ["logistic", "rbf-svm", "fixed-rff@8", "learned@8,lambda=0.5", "learned@8,lambda=0",
-                      "learned@8,lambda=1", "fixed-rff@16", "learned@16,lambda=0.5", "learned@16,lambda=0"]
-    for row in rows:
-        assert {"method", "sigma", "num_features", "lambda", "accuracy", "f1", "seconds"} <= set(row)
+    rows = run_kernel_experiment(cfg, seed=42)
+    noise = [r for r in rows if r["part"] == "noise"]
+    names = ["logistic", "rbf-svm gamma=0.5", "rbf-svm gamma=0.01", "rbf-svm gamma=100", "rff", "mkl",
+             "importance-sampling", "langevin lambda=0.5", "langevin lambda=0"]
+    assert list(dict.fromkeys(r["method"] for r in noise)) == names
+    assert len(noise) == len(names) * 2 * 2
+    for row in noise:
         assert 0 <= row["accuracy"] <= 1 and 0 <= row["f1"] <= 1 and row["seconds"] >= 0
-    from sklearn.svm import SVC
-    data = make_tabular_data(cfg, 1e-3, seed=0)
-    svm = SVC(kernel="rbf", gamma=0.5).fit(data.x_train, data.y_train)
-    assert rows[1]["accuracy"] == pytest.approx(float((svm.predict(data.x_test) == data.y_test).mean()))
-    noisy = run_noise_level(small_config(feature_budgets=[8], ablation_lambdas=[], lambdas=[0.0]), 1e3, seed=0)
-    metrics = summarise(rows + noisy)
-    assert metrics["rbf-svm/accuracy"] == pytest.approx((rows[1]["accuracy"] + noisy[1]["accuracy"]) / 2)
+    ablation = {(r["method"], r["trial"]) for r in rows if r["part"] == "ablation"}
+    assert ablation == {(f"langevin lambda={lam}", t) for lam in ("0", "1") for t in (0, 1)}
+    scaling = [r for r in rows if r["part"] == "scaling"]
+    assert {r["n"] for r in scaling} == {40, 80} and all(r["status"] == "ok" for r in scaling)
+    fits = scaling_fits(rows)
+    assert set(fits) == {"mkl", "rbf-svm gamma=0.5", "importance-sampling", "rff", "langevin lambda=0.5", "logistic"}
+    metrics = summarise(rows)
+    smallest = min(r["sigma"] for r in noise)
+    assert smallest == pytest.approx(1e-5)
+    low = [r["accuracy"] for r in noise if r["method"] == "rff" and r["sigma"] == smallest]
+    assert len(low) == 2
+    assert metrics["rff/accuracy@smallest_sigma"] == pytest.approx(np.mean(low))
+    assert metrics["scaling/rff/exponent"] == pytest.approx(fits["rff"]["exponent"])
+    again = run_kernel_experiment(cfg, seed=42)
+    assert [r["accuracy"] for r in again] == [r["accuracy"] for r in rows]  # seeded end to end
 
 
 def test_kernel_measurement_through_run_cell():
     from harness.measurements import measurement_names, run_cell
     assert "kernel" in measurement_names()
-    cell = {"suite": "t", "task": {"name": "none", "options": {}}, "attention": {"name": "none"}, "seed": 0,
+    cell = {"suite": "t", "task": {"name": "none", "options": {}}, "attention": {"name": "none"}, "seed": 42,
             "model": {}, "training": {},
-            "measurement": {"name": "kernel", "options": {**SMALL, "noise_levels": 1, "feature_budgets": [8],
-                                                          "ablation_lambdas": []}}}
+            "measurement": {"name": "kernel", "options": {**SMALL, "noise_levels": 1, "trials": 1,
+                                                          "ablation_lambdas": [], "scaling_sizes": []}}}
     result = run_cell(cell)
     json.dumps(result, allow_nan=False)
-    assert [method_label(r) for r in result["details"]["rows"]] == [
-        "logistic", "rbf-svm", "fixed-rff@8", "learned@8,lambda=0.5", "learned@8,lambda=0"]
-    assert set(result["metrics"]) >= {"logistic/accuracy", "learned@8,lambda=0/f1", "fixed-rff@8/seconds"}
+    assert {r["part"] for r in result["details"]["rows"]} == {"noise"}
+    assert result["details"]["paper"]["scaling_exponents"]["mkl"] == 1.96
+    assert "langevin lambda=0.5/accuracy@smallest_sigma" in result["metrics"]
 
 
-def test_config_errors_name_the_option():
-    with pytest.raises(ConfigError, match="num_inputs=3"):
-        small_config(num_inputs=3)
-    with pytest.raises(ConfigError, match="sigma_min"):
-        small_config(sigma_min=10.0, sigma_max=1.0)
-    with pytest.raises(ConfigError, match="step="):
-        small_config(step=-1.0)
+@pytest.mark.parametrize("options, message", [
+    (dict(num_inputs=3), "num_inputs=3"), (dict(sigma_min=10.0, sigma_max=1.0), "sigma_min"),
+    (dict(num_features=20), "num_features=20"), (dict(scaling_max_rows={"svm": 10}), "scaling_max_rows names"),
+    (dict(riesz_s=-1.0), "riesz_s=-1"), (dict(scaling_sizes=[5]), "scaling_sizes")])
+def test_config_errors_name_the_option(options, message):
+    with pytest.raises(ConfigError, match=message):
+        small_config(**options)
+
+
+def test_bayes_accuracy_is_the_expected_accuracy_of_the_bayes_rule():
+    design = make_design(400, 5, 42, 0.3, 0)
+    from harness.kernel_experiment import bayes_accuracy
+    hits = [(trial_labels(design, [1e-5], 42, t)[0][design.test] == (design.logit[design.test] > 0)).mean()
+            for t in range(300)]
+    assert bayes_accuracy(design) == pytest.approx(np.mean(hits), abs=0.005)

@@ -100,20 +100,69 @@ def test_same_seed_same_particles_and_json_result():
     assert result["steps"] == result["budget_steps"] == 4
     assert len(result["diagnostics"]) == 2 and all(len(layer) == 2 for layer in result["diagnostics"])
     step = result["diagnostics"][1][0][-1]
-    assert set(step) == {"H", "alignment", "energy", "max_move", "min_distance", "mean_norm"}
+    assert set(step) == {"H", "alignment", "energy", "max_move", "drift", "noise", "norm_before_projection",
+                         "norm_after_projection", "projected_fraction"}
     assert step["H"] == pytest.approx(-step["alignment"] + 1e-3 * step["energy"])
-    heads = result["alignment_after_per_head"]
-    assert result["alignment_after"] == pytest.approx(sum(sum(h) for h in heads) / 4)
+    assert result["objective"] == "within-class" and result["probe_split"] == "train"
+    measured = result["validation_alignment"]
+    assert set(measured) == {"within-class", "centered-kta", "input-kernel"}
+    assert result["alignment_after"] == pytest.approx(sum(measured["within-class"]["after_per_layer"]) / 2)
+    walk = result["walk"]
+    assert walk["drift_noise_ratio"] == pytest.approx(walk["drift"] / walk["noise"])
+    assert walk["noise"] == pytest.approx(math.sqrt(2 * 2e-3 / 50) * math.sqrt(8), rel=0.5)  # |xi| ~ sqrt(d), d = 8
+    assert 0 < result["relative_move"] < 1
     assert len(result["distances_before"]) == len(result["distances_after"]) == 2 * 2 * 8 * 7 // 2
 
 
-def test_default_budget_is_two_epochs_and_model_is_restored():
+def test_default_budget_is_ten_epochs_fraction_by_option_and_model_is_restored():
     model, task = toy_model(), toy_task()
     model.train()
-    result = run_learning_phase(model, task["train"], {"batch_size": 32}, seed=0)
-    assert result["steps"] == 2 * math.ceil(96 / 32)
+    result = run_learning_phase(model, task["train"], {"batch_size": 32}, seed=0, validation=task["validation"])
+    assert result["steps"] == 10 * math.ceil(96 / 32) and result["probe_split"] == "validation"
+    assert result["probe_rows"] == 32
     assert model.training
-    assert all(not m._forward_pre_hooks for m in model.attention_modules())
+    assert all(not m._forward_hooks for m in model.attention_modules())
+    assert all(p.requires_grad for p in model.parameters())
+    result = run_learning_phase(model, task["train"], {"batch_size": 32, "steps_fraction": 0.2}, phase_b_steps=20)
+    assert result["budget_steps"] == 5  # A = 20% of A + B
+    with pytest.raises(ConfigError, match="steps_fraction"):
+        run_learning_phase(model, task["train"], {"steps_fraction": 0.2})
+
+
+def test_phase_a_is_the_procedure_the_registry_names_and_train_does_not_import_it():
+    from harness.registry import attention_entry
+    from harness.train import learning_procedure
+    assert attention_entry("coulomb").capabilities.learning_phase == "harness.learning_phase:run_learning_phase"
+    assert learning_procedure(toy_model()) is run_learning_phase
+    source = open(train_classifier.__code__.co_filename).read()
+    assert "learning_phase import" not in source and "import harness.learning_phase" not in source
+
+
+def test_within_class_alignment_of_outputs_matches_the_pooled_attention_outputs():
+    model, task = toy_model(feature_map="softplus"), toy_task()
+    result = run_learning_phase(model, task["train"], {"max_steps": 1, "batch_size": 16}, seed=0,
+                                validation=task["validation"])
+    before = result["validation_alignment"]["within-class"]["before_per_layer"]
+    fresh = toy_model(feature_map="softplus").eval()
+    outputs = []
+    handle = fresh.attention_modules()[0].register_forward_hook(lambda m, a, out: outputs.append(out))
+    split = task["validation"]
+    with torch.no_grad():
+        fresh(split.input_ids, split.attention_mask)
+    handle.remove()
+    out, mask = outputs[0], split.attention_mask  # (B, H, N, D)
+    rows = (out.transpose(1, 2).flatten(2) * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    from baselines.coulomb import within_class_alignment
+    assert before[0] == pytest.approx(float(within_class_alignment(rows.double(), split.labels)), rel=1e-5)
+
+
+def test_norm_value_option_moves_layer_norms_and_value_projections_only():
+    model, task = toy_model(), toy_task()
+    state = others(model)
+    run_learning_phase(model, task["train"], {"max_steps": 3, "batch_size": 32, "train_norm_value": True}, seed=0)
+    changed = {n for n, v in others(model).items() if not torch.equal(v, state[n])}
+    assert any("v_proj" in n for n in changed) and any("norm1" in n for n in changed)
+    assert all("v_proj" in n or "norm" in n for n in changed), changed
 
 
 def test_mean_pooling_over_real_tokens_and_untied_keys():
@@ -143,11 +192,21 @@ def test_token_pooling_untied_model_and_resampling():
     assert model(batch[0], batch[1]).shape == (8, 2)
 
 
-def test_alignment_rises_on_a_task_with_signal():
+def test_input_kernel_alignment_rises_on_a_task_with_signal():
     model, task = toy_model(feature_map="trig", num_features=16), toy_task()
     result = run_learning_phase(model, task["train"], {"max_steps": 30, "batch_size": 96, "step": 0.05,
-                                                       "beta": "inf", "alignment": "centered"}, seed=0)
+                                                       "beta": "inf", "alignment": "centered",
+                                                       "objective": "input-kernel"}, seed=0)
     assert result["alignment_after"] > result["alignment_before"] + 0.01
+
+
+def test_within_class_alignment_of_outputs_rises_without_noise():
+    model, task = toy_model(feature_map="softplus", num_features=16), toy_task()
+    result = run_learning_phase(model, task["train"], {"max_steps": 30, "batch_size": 96, "step": 0.5,
+                                                       "beta": "inf", "repulsion": 0.0}, seed=0,
+                                validation=task["validation"])
+    assert result["alignment_after"] > 1.05 * result["alignment_before"]
+    assert result["walk"]["noise"] == 0 and result["walk"]["drift"] > 0
 
 
 def test_phase_a_options_are_validated():

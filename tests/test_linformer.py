@@ -40,3 +40,14 @@ def test_needs_max_length_and_rejects_longer_sequences():
     x = torch.randn(1, 1, 9, 4)
     with pytest.raises(ValueError, match="exceeds linformer's max_length=8"):
         attn(x, x, x)
+
+
+def test_one_heads_projections_serve_any_heads_and_other_counts_name_num_heads():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 12, 8, generator=g) for _ in range(3))
+    shared = build_attention("linformer", head_dim=8, max_length=16, projected_length=4, share_heads=False)
+    heads = [shared(q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1]) for i in range(4)]
+    torch.testing.assert_close(shared(q, k, v), torch.cat(heads, dim=1))
+    two = build_attention("linformer", head_dim=8, num_heads=2, max_length=16, projected_length=4, share_heads=False)
+    with pytest.raises(ConfigError, match="num_heads=2 but called on 4 heads"):
+        two(q, k, v)

@@ -141,7 +141,8 @@ def test_efficiency_cell_rows_memory_and_roofline():
         assert r["gflops_per_s"] == pytest.approx(r["flops"] / r["median_ms"] / 1e6)
     assert {"forward_ms@32", "train_ms@64", "forward_roofline_fraction@64"} <= set(result["metrics"])
     above_one = [r for r in rows if r["roofline_fraction"] > 1]
-    assert bool(above_one) == bool(result["details"]["notes"])
+    assert bool(above_one) == any("roofline fraction above 1" in note for note in result["details"]["notes"])
+    assert all(isinstance(r["busy"], bool) and r["others_cores"] >= 0 for r in rows)
 
 
 def test_efficiency_rounds_interleave_the_points_and_pool_their_calls(monkeypatch):
@@ -162,6 +163,20 @@ def test_efficiency_rounds_interleave_the_points_and_pool_their_calls(monkeypatc
     assert all(r["rounds"] == 3 and r["repeats"] >= 3 and r["min_ms"] <= r["q25_ms"] <= r["median_ms"] for r in rows)
     # probe j precedes pass j and probe j + 1 follows it; point 0 has passes 1, 3, 5: better probes 2, 4, 6 -> 4
     assert [r["probe_matmul_gflops"] for r in rows] == [4.0, 5.0]
+
+
+def test_efficiency_rows_record_the_machine_load_and_flag_a_busy_machine(monkeypatch):
+    """Each point carries the load read around its timed passes; where other processes held the cores it is
+    flagged busy (row and notes), where none did it is not."""
+    from harness.measurements import efficiency
+    options = {**EFFICIENCY_FAST, "seq_lens": [16], "modes": ["forward"]}
+    for others, busy in ((1.5, True), (0.0, False)):
+        monkeypatch.setattr(efficiency, "others_cores", lambda *a, o=others: o)
+        monkeypatch.setattr(efficiency, "machine_load", lambda s: {"load_1m": 3.0, "cpus": 2, "cpu_availability": 1.0})
+        details = run_cell(tiny_cell("efficiency", "elu-linear", options=options))["details"]
+        row = details["rows"][0]
+        assert row["busy"] is busy and row["others_cores"] == others and row["load_1m"] == 3.0
+        assert any("busy machine" in note for note in details["notes"]) is busy
 
 
 def test_efficiency_paired_times_two_attentions_call_by_call(monkeypatch):

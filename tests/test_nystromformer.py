@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from baselines.nystromformer import iterative_pinv, sequence_conv
+from harness.errors import ConfigError
 from harness.registry import build_attention
 
 
@@ -154,3 +155,12 @@ def test_blockwise_inference_equals_the_differentiable_route(monkeypatch, n, lan
         expected = attn(q, k, v, key_padding_mask=m)
         with torch.no_grad():
             torch.testing.assert_close(attn(q, k, v, key_padding_mask=m), expected)
+
+
+def test_a_convolution_built_for_other_head_counts_names_num_heads():
+    attn = build_attention("nystromformer", head_dim=16, num_heads=2, num_landmarks=16).eval()
+    q = torch.randn(1, 4, 32, 16)
+    with pytest.raises(ConfigError, match="num_heads=2 but called on 4 heads"):
+        attn(q, q, q)
+    no_conv = build_attention("nystromformer", head_dim=16, num_heads=2, num_landmarks=16, conv_kernel=0).eval()
+    assert no_conv(q, q, q).shape == q.shape  # no per-head parameters: any head count

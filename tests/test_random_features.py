@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from baselines.random_features import (FEATURE_MAPS, RandomFeatureMap, feature_values, orthogonal_gaussian,
+from baselines import native
+from baselines.random_features import (FEATURE_MAPS, SCALED, RandomFeatureMap, feature_values, orthogonal_gaussian,
                                        seeded_generator)
 from harness.errors import ConfigError
 from harness.registry import build_attention
@@ -19,11 +20,11 @@ NAIVE = {  # f(u) per PAPER.md, one scalar at a time
 
 
 @pytest.mark.parametrize("kind", sorted(NAIVE))
-def test_elementwise_maps_match_their_definition(kind):
+def test_scaled_elementwise_maps_match_their_definition(kind):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, 2, 3, 4, generator=g, dtype=torch.float64)
     omega = torch.randn(2, 5, 4, generator=g, dtype=torch.float64)
-    phi = feature_values(kind, x, omega, is_query=True)
+    phi = feature_values(kind, x, omega, is_query=True, form=SCALED)
     for h in range(2):
         for n in range(3):
             for k in range(5):
@@ -102,14 +103,16 @@ def test_seed_fixes_omegas_per_head_and_they_are_buffers():
 
 
 @pytest.mark.parametrize("kind", FEATURE_MAPS)
-def test_attention_matches_naive_normalised_kernel(kind):
+def test_scaled_attention_matches_naive_normalised_kernel(kind):
     torch.manual_seed(0)
-    attn = build_attention("random-features", head_dim=8, num_heads=2, feature_map=kind, num_features=16, seed=1)
+    attn = build_attention("random-features", head_dim=8, num_heads=2, feature_map=kind, num_features=16, seed=1,
+                           form="scaled")
     q, k, v = (torch.randn(2, 2, 6, 8, dtype=torch.float64) for _ in range(3))
     mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
     out = attn.double()(q, k, v, key_padding_mask=mask)
     fq = feature_values(kind, q, attn.feature_map.omega, is_query=True)
     fk = feature_values(kind, k, attn.feature_map.omega, is_query=False, key_padding_mask=mask)
+    assert attn.feature_map.omega.shape == (2, 16, 8) and attn.feature_map.phase is None
     for b in range(2):
         for h in range(2):
             n = int(mask[b].sum())
@@ -125,3 +128,153 @@ def test_config_errors_are_clear():
         build_attention("random-features", feature_map="softplu")
     with pytest.raises(ConfigError, match="num_features=0"):
         build_attention("random-features", num_features=0)
+
+
+def paper_phi(kind: str, x: torch.Tensor, omega: torch.Tensor, phase: torch.Tensor | None, tau: float = 1.0,
+              floor: float = 1e-6, bias: float = 0.0) -> torch.Tensor:
+    """PAPER.md's table, token by token in float64: x (N, d), omega (M, d) -> phi (N, M)."""
+    m = omega.shape[0]
+    rows = []
+    for token in x.double():
+        u = omega.double() @ token
+        if kind == "favor":
+            rows.append(torch.exp(u - token @ token / 2) / math.sqrt(m))
+            continue
+        if kind == "softmaxfeat":
+            rows.append(math.sqrt(m) * torch.exp(u / tau) / torch.exp(u / tau).sum())
+            continue
+        if kind == "elu":
+            f = torch.clamp(1 + torch.nn.functional.elu(u / tau + bias), min=floor)
+        elif kind in ("softplus", "porf-softplus"):
+            f = torch.log1p(torch.exp(u / tau)) + floor
+        elif kind == "sigmoid2":
+            f = torch.sigmoid(u / tau) ** 2
+        else:
+            f = torch.cos(u + phase.double()) ** 2
+        rows.append(math.sqrt(m) * f / f.sum())
+    return torch.stack(rows)
+
+
+def naive_attention(phi_q: torch.Tensor, phi_k: torch.Tensor, v: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """O(n^2) linear attention with explicit features: (N, M), (N, M), (N, D), real (N,) bool -> (N, D)."""
+    weights = (phi_q @ phi_k.T) * real.double()[None, :]
+    return weights @ v.double() / weights.sum(dim=1, keepdim=True)
+
+
+PAPER_MAPS = [k for k in FEATURE_MAPS if k != "trig"]
+
+
+def use_native(on: bool, monkeypatch) -> None:
+    """The module's switch: off makes every call take the PyTorch path (as ATTNBENCH_NATIVE=0 does)."""
+    if not on:
+        monkeypatch.setattr(native, "library", lambda: None)
+
+
+@pytest.mark.parametrize("kind", PAPER_MAPS)
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("native_on", [True, False])
+def test_paper_maps_through_the_attention_match_the_formula(kind, grad, native_on, monkeypatch):
+    use_native(native_on, monkeypatch)
+    options = {"temperature": 0.7, "elu_bias": 0.3} if kind in ("elu", "softplus") else {}
+    attn = build_attention("random-features", head_dim=16, num_heads=2, feature_map=kind, num_features=16, seed=3,
+                           **options)
+    fmap = attn.feature_map
+    assert fmap.omega.shape == (2, 16, 16)
+    assert (fmap.phase is not None) == (kind == "cos2") and (kind != "cos2" or fmap.phase.shape == (2, 16))
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (0.4 * torch.randn(2, 2, 20, 16, generator=g) for _ in range(3))
+    q.requires_grad_(grad)
+    mask = torch.tensor([[True] * 20, [True] * 13 + [False] * 7])
+    with torch.set_grad_enabled(grad):
+        out = attn(q, k, v, key_padding_mask=mask)
+    tau, bias = options.get("temperature", 1.0), options.get("elu_bias", 0.0)
+    for b in range(2):
+        for h in range(2):
+            phase = None if fmap.phase is None else fmap.phase[h]
+            phi_q = paper_phi(kind, q[b, h].detach(), fmap.omega[h], phase, tau, bias=bias)
+            phi_k = paper_phi(kind, k[b, h], fmap.omega[h], phase, tau, bias=bias)
+            expected = naive_attention(phi_q, phi_k, v[b, h], mask[b])
+            torch.testing.assert_close(out[b, h].detach().double(), expected, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", PAPER_MAPS)
+def test_paper_maps_causal_form_matches_the_formula(kind):
+    attn = build_attention("random-features", head_dim=16, feature_map=kind, num_features=16, causal=True, seed=2)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 70, 16, generator=g) for _ in range(3))
+    k[:, :, 60:] *= 4.0  # loud later keys must not reach earlier outputs
+    out = attn(q, k, v)
+    fmap = attn.feature_map
+    for h in range(2):
+        phase = None if fmap.phase is None else fmap.phase[0]
+        phi_q, phi_k = paper_phi(kind, q[0, h], fmap.omega[0], phase), paper_phi(kind, k[0, h], fmap.omega[0], phase)
+        weights = (phi_q @ phi_k.T).tril()
+        expected = weights @ v[0, h].double() / weights.sum(1, keepdim=True)
+        torch.testing.assert_close(out[0, h].detach().double(), expected, rtol=2e-4, atol=2e-5)
+
+
+def test_paper_maps_sum_to_sqrt_m_and_omegas_follow_the_form():
+    x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
+    for kind in ("elu", "softplus", "sigmoid2", "cos2", "porf-softplus", "softmaxfeat"):
+        fmap = build_attention("random-features", head_dim=8, num_heads=2, feature_map=kind, num_features=24).feature_map
+        phi = fmap.double().forward_keys(x)
+        torch.testing.assert_close(phi.sum(-1), torch.full((1, 2, 5), math.sqrt(24), dtype=torch.float64))
+    iid = build_attention("random-features", head_dim=8, feature_map="softplus", num_features=8).feature_map.omega[0]
+    porf = build_attention("random-features", head_dim=8, feature_map="porf-softplus", num_features=8).feature_map.omega[0]
+    gram = porf @ porf.T
+    torch.testing.assert_close(gram - torch.diag(torch.diag(gram)), torch.zeros(8, 8), atol=1e-4, rtol=0)
+    assert (iid @ iid.T - torch.diag(torch.diag(iid @ iid.T))).abs().max() > 0.5
+    with pytest.raises(ConfigError, match="temperature"):
+        build_attention("random-features", temperature=0.0)
+
+
+FEATURE_MAP_ATTENTIONS = {"performer": {"num_features": 32}, "rfa": {"num_features": 16},
+                          "random-features": {"feature_map": "favor", "num_features": 32},
+                          "random-features-elu": {"feature_map": "elu", "num_features": 32, "form": "scaled"},
+                          "coulomb": {"feature_map": "favor", "num_features": 32},
+                          "coulomb-softplus": {"feature_map": "softplus", "num_features": 32},
+                          "elu-linear": {}}
+
+
+def _build(label: str, **options):
+    return build_attention(label.split("-elu")[0].split("-softplus")[0], head_dim=16, seed=0,
+                           **FEATURE_MAP_ATTENTIONS[label], **options).eval()
+
+
+@pytest.mark.parametrize("label", sorted(FEATURE_MAP_ATTENTIONS))
+@pytest.mark.parametrize("batch, heads", [(1, 1), (2, 4), (3, 2)])
+def test_one_head_parameters_serve_any_head_count_on_both_paths(label, batch, heads, monkeypatch):
+    g = torch.Generator().manual_seed(heads)
+    q, k, v = (torch.randn(batch, heads, 24, 16, generator=g) for _ in range(3))
+    outputs, calls = [], []
+    for native_on in (True, False):
+        with monkeypatch.context() as patch:
+            use_native(native_on, patch)
+            real = native.attention
+            patch.setattr(native, "attention", lambda *a: calls.append(native_on) or real(*a))
+            attn = _build(label)
+            with torch.no_grad():
+                outputs.append(attn(q, k, v))
+            outputs.append(attn(q, k, v.requires_grad_(True)).detach())
+            v.requires_grad_(False)
+    for out in outputs[1:]:
+        torch.testing.assert_close(out, outputs[0], rtol=1e-4, atol=1e-5)
+    fused = label != "coulomb-softplus" and native.library() is not None  # the paper's softplus has no exact fused form
+    assert (True in calls) == fused and False not in calls
+    per_head = _build(label, num_heads=heads)  # num_heads copies of head 0's draw give the same outputs
+    shared = _build(label)
+    for name, tensor in shared.state_dict().items():
+        per_head.state_dict()[name].copy_(tensor.expand_as(per_head.state_dict()[name]) if tensor.ndim else tensor)
+    with torch.no_grad():
+        torch.testing.assert_close(per_head(q, k, v), outputs[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("label", sorted(set(FEATURE_MAP_ATTENTIONS) - {"elu-linear"}))
+@pytest.mark.parametrize("native_on", [True, False])
+def test_a_head_count_the_parameters_cannot_serve_names_num_heads(label, native_on, monkeypatch):
+    use_native(native_on, monkeypatch)
+    attn = _build(label, num_heads=2)
+    x = torch.randn(1, 3, 8, 16)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad), pytest.raises(ConfigError, match="num_heads=2 but called on 3 heads"):
+            attn(x, x, x)

@@ -1,13 +1,14 @@
 """The attention registry: glob listing, did-you-mean errors, typed options, and user plugins."""
 import dataclasses
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 
 from harness.errors import ConfigError, UnknownNameError, UserError
 from harness.model import ModelConfig, TransformerClassifier
-from harness.registry import ATTENTIONS, attention_entry, attention_names, build_attention
+from harness.registry import ATTENTIONS, attention_capabilities, attention_entry, attention_names, build_attention
 
 PLUGIN = '''
 import torch
@@ -128,7 +129,7 @@ def test_registered_plugin_keeps_its_typed_config(plugin_dir):
     assert build_attention("toy_registered_plugin:Hot", temperature=2.0).cfg.temperature == 2.0
 
 
-def test_plugin_by_installed_entry_point(plugin_dir):
+def test_plugin_by_installed_entry_point(plugin_dir, capsys):
     (plugin_dir / "toy_attention_plugin.py").write_text(textwrap.dedent(PLUGIN))
     dist = plugin_dir / "toy_attention_plugin-0.1.dist-info"
     dist.mkdir()
@@ -141,7 +142,74 @@ def test_plugin_by_installed_entry_point(plugin_dir):
     mask = torch.tensor([[True] * 4, [True] * 3 + [False]])
     torch.testing.assert_close(attn(v, v, v, key_padding_mask=mask), 3.0 * _expected_mean(v, mask))
     assert attention_entry("toy-mean").source.startswith("entry point")
+    from harness.cli import main
+    assert main(["list", "attention", "toy-*"]) == 0
+    assert "toy-mean: Every position gets the mean" in capsys.readouterr().out
     model = TransformerClassifier(ModelConfig(vocab_size=11, max_length=8, d_model=16, num_heads=2, num_layers=1),
                                   "toy-mean", {"scale": 0.5})
     logits = model(torch.randint(1, 11, (3, 8)), torch.ones(3, 8, dtype=torch.bool))
     assert logits.shape == (3, 2) and torch.isfinite(logits).all()
+
+
+def _readme_block(first_line: str) -> str:
+    """The README's fenced code block that starts with `first_line`."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index(first_line)
+    return text[start:text.index("```", start)]
+
+
+def _naive_linear(phi_q, phi_k, v, mask, causal):
+    """The O(N^2) formula in float64: w_ij = phi(q_i) . phi(k_j) over real (and, causal, earlier) keys."""
+    w = phi_q.double() @ phi_k.double().transpose(-2, -1) * mask[:, None, None, :]
+    if causal:
+        w = w.tril()
+    return (w @ v.double()) / w.sum(-1, keepdim=True)
+
+
+def test_the_readmes_feature_map_plugin_runs_as_written(plugin_dir, capsys):
+    from harness.attention_properties import check_attention
+    from harness.cli import main
+
+    (plugin_dir / "my_attn").mkdir()
+    (plugin_dir / "my_attn" / "relu_linear.py").write_text(_readme_block("# my_attn/relu_linear.py"))
+    spec = "my_attn.relu_linear:ReluLinearAttention"
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 9, 16, generator=g) for _ in range(3))
+    mask = torch.tensor([[True] * 9, [True] * 5 + [False] * 4])
+    for causal in (False, True):
+        attn = build_attention(spec, head_dim=16, causal=causal).eval()
+        phi = lambda x: torch.relu(x) + 1e-3  # noqa: E731 - the map, independently
+        out = attn(q, k, v, key_padding_mask=mask)
+        expected = _naive_linear(phi(q), phi(k), v, mask, causal).float()
+        torch.testing.assert_close(out[0], expected[0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(out[1, :, :5], expected[1, :, :5], rtol=1e-4, atol=1e-5)
+    assert all(v.ok is not False for v in check_attention(spec)), [v.line() for v in check_attention(spec)]
+    assert main(["list", "attention", spec]) == 0
+    assert "causal=yes" in capsys.readouterr().out
+    assert main(["check", spec]) == 0
+
+
+@pytest.mark.parametrize("name", attention_names())
+def test_capability_flags_match_behaviour(name):
+    """needs_max_length: building without one fails exactly then; positive_features (feature-map attentions,
+    for every map they offer): the features of random inputs are never negative exactly then."""
+    entry = attention_entry(name)
+    if entry.capabilities.needs_max_length:
+        with pytest.raises(ConfigError, match="max_length"):
+            build_attention(name, head_dim=16)
+    else:
+        build_attention(name, head_dim=16)
+    maps = getattr(entry.config, "__dataclass_fields__", {}).get("feature_map")
+    kinds = list(getattr(maps.type, "__args__", ())) if maps is not None and not isinstance(maps.type, str) else []
+    if maps is not None and not kinds:
+        from baselines.random_features import FEATURE_MAPS
+        kinds = list(FEATURE_MAPS)
+    for options in ([{"feature_map": kind} for kind in kinds] or [{}]):
+        attn = build_attention(name, head_dim=16, max_length=64, **options).eval()
+        if not hasattr(attn, "feature_map"):
+            continue
+        x = 3 * torch.randn(2, 1, 50, 16, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            smallest = min(attn.feature_map.forward_queries(x).min(), attn.feature_map.forward_keys(x).min())
+        claimed = attention_capabilities(name, **options).positive_features
+        assert claimed == bool(smallest >= 0), (name, options, float(smallest))

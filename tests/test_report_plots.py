@@ -52,7 +52,8 @@ def test_every_plot_written_non_empty_and_readable(written: tuple[list, dict]) -
     plots, _ = written
     names = {p.name for p in plots}
     assert {"time_vs_length", "memory_vs_length", "accuracy_vs_throughput", "reliability_sst2",
-            "robustness_sst2", "coulomb_sst2_kernel-favor", "kernel_experiment"} == names
+            "robustness_sst2", "coulomb_sst2_kernel-favor", "kernel_experiment", "kernel_ablation",
+            "kernel_scaling"} == names
     for plot in plots:
         assert plot.png.stat().st_size > 10_000 and plot.svg.stat().st_size > 10_000, plot.name
         pixels = mpimg.imread(plot.png)
@@ -66,7 +67,9 @@ def test_oom_points_marked_and_legends_name_labels(written: tuple[list, dict]) -
     assert "OOM / timeout" in svg["time_vs_length"] and "OOM / timeout" in svg["memory_vs_length"]
     assert "sequence length (tokens)" in svg["time_vs_length"] and "(ms)" in svg["time_vs_length"]
     assert "Pareto front" in svg["accuracy_vs_throughput"]
-    assert "particles M=64 λ=0.5" in svg["kernel_experiment"] and "logistic M=64" in svg["kernel_experiment"]
+    assert "langevin lambda=0.5" in svg["kernel_experiment"] and "test F1" in svg["kernel_experiment"]
+    assert "langevin lambda=1.5" in svg["kernel_ablation"]
+    assert "γ = 0.80 (paper 0.80)" in svg["kernel_scaling"]
     for name, label in itertools.product(("time_vs_length", "robustness_sst2", "accuracy_vs_throughput"), LABELS):
         assert label in svg[name], (name, label)
 

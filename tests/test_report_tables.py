@@ -16,7 +16,9 @@ from harness.report import write_leaderboard, write_report
 from harness.report.formats import latex_escape, to_latex, to_markdown, write_table
 from harness.report.load import detail_rows, load_runs, run_provenance
 from harness.report.stats import metric_direction, summarize, t_quantile_975
-from harness.report.measurement_tables import (coulomb_table, efficiency_frame, fidelity_table, kernel_table,
+from harness.report.kernel_tables import (kernel_ablation_table, kernel_paper_table, kernel_scaling_table,
+                                          kernel_table)
+from harness.report.measurement_tables import (coulomb_table, efficiency_frame, fidelity_table,
                                                robustness_tables)
 from harness.report.tables import all_tables, leaderboard_table, task_table
 from report_fixture import make_fake_run, write_cell
@@ -119,6 +121,24 @@ def test_efficiency_ratios_against_softmax_of_the_same_run(tmp_path: Path) -> No
     assert table.name == "efficiency" and "OOM" in set(table.text["time ms (q25–q75)"])
 
 
+def test_efficiency_table_flags_points_timed_on_a_busy_machine(tmp_path: Path) -> None:
+    """A row the measurement marked busy gets the mark on its time, its load in the machine column and a note; a
+    quiet row gets neither mark nor busy text."""
+    def row(n: int, busy: bool) -> dict:
+        return {"seq_len": n, "batch": 1, "heads": 1, "head_dim": 8, "mode": "forward", "status": "ok",
+                "median_ms": 1.0, "q25_ms": 1.0, "q75_ms": 1.0, "tokens_per_s": 1.0, "peak_mem_bytes": 1.0,
+                "busy": busy, "others_cores": 1.5 if busy else 0.0, "cpu_availability": 0.4 if busy else 1.0,
+                "load_1m": 4.0 if busy else 0.2}
+    write_cell(tmp_path, label="lin", attention="performer", task="none", measurement="efficiency",
+               details={"rows": [row(64, True), row(128, False)]})
+    table = all_tables(load_runs([tmp_path]))[0]
+    text = table.text.set_index("seq_len")
+    assert text.at["64", "time ms (q25–q75)"].endswith("†") and not text.at["128", "time ms (q25–q75)"].endswith("†")
+    assert text.at["64", "machine"] == "busy: others 1.50 cores, core share 0.40, load 4.0"
+    assert text.at["128", "machine"].startswith("quiet:")
+    assert any("busy machine" in note for note in table.notes)
+
+
 def test_paired_table_lists_the_alternated_timings(tmp_path: Path) -> None:
     row = {"seq_len": 64, "batch": 1, "heads": 2, "head_dim": 8, "mode": "forward", "status": "ok", "reason": None,
            "median_ms": 2.0, "q25_ms": 2.0, "q75_ms": 2.0, "tokens_per_s": 1.0, "peak_mem_bytes": 1.0,
@@ -129,7 +149,7 @@ def test_paired_table_lists_the_alternated_timings(tmp_path: Path) -> None:
     write_cell(tmp_path, label="plain", attention="softmax", task="none", measurement="efficiency",
                details={"rows": [{k: v for k, v in row.items() if not k.startswith("paired")}]})
     tables = {t.name: t for t in all_tables(load_runs([tmp_path]))}
-    text = tables["paired"].text
+    text = tables["paired_timing"].text
     assert list(text["label"]) == ["ours"] and list(text["paired with"]) == ["theirs"]
     assert text["paired / this (q25–q75)"].iloc[0] == "2.40 (2.20–2.60)"
 
@@ -147,13 +167,30 @@ def test_robustness_coulomb_kernel_tables_from_fake_run(tmp_path: Path) -> None:
     budget = robustness_tables(results)[1]
     assert budget.name == "robustness_feature_budget" and set(budget.text["label"]) == {"kernel-favor"}
     assert budget.data.set_index("level").at[16, "accuracy_mean"] == pytest.approx(0.79 - 0.05)
-    coul = coulomb_table(results).data
-    after = [c["details"]["phase_a"]["alignment_after"] for _, c in results.of("accuracy").iterrows()
-             if c["label"] == "kernel-favor"]
-    assert coul["alignment_after_mean"].item() == pytest.approx(np.mean(after))
+    coulomb = coulomb_table(results)
+    after = [c["details"]["phase_a"]["validation_alignment"]["within-class"]["after"]
+             for _, c in results.of("accuracy").iterrows() if c["label"] == "kernel-favor"]
+    assert coulomb.data["within-class after_mean"].item() == pytest.approx(np.mean(after))
+    assert coulomb.text["walk?"].item() == "drift below noise: a random walk" and "random walk" in coulomb.notes[1]
     kern = kernel_table(results)
     assert {"σ=1e-05", "σ=1e-01", "σ=1e+03"} <= set(kern.text.columns)
     assert kern.best.any().any()
+    rows = [r for _, c in results.of("kernel").iterrows() for r in c["details"]["rows"]
+            if r["part"] == "noise" and r["method"] == "rff" and r["sigma"] == 1e-5]
+    at = kern.data[(kern.data["method"] == "rff") & (kern.data["sigma"] == 1e-5)]
+    assert at["accuracy_mean"].item() == pytest.approx(np.mean([r["accuracy"] for r in rows]))
+    assert at["accuracy_std"].item() == pytest.approx(np.std([r["accuracy"] for r in rows], ddof=1))
+    paper = kernel_paper_table(results)
+    rff = paper.data[paper.data["method"] == "rff"]
+    assert rff["paper_accuracy"].item() == 0.56
+    assert rff["difference"].item() == pytest.approx(at["accuracy_mean"].item() - 0.56)
+    assert paper.text["method"].iloc[-1].startswith("Bayes rule") and paper.text["accuracy (ours)"].iloc[-1] == "0.760"
+    assert set(kernel_ablation_table(results).data["method"]) == {"langevin lambda=0", "langevin lambda=1.5"}
+    scaling = kernel_scaling_table(results)
+    mkl = scaling.text[scaling.text["method"] == "mkl"].iloc[0]
+    assert mkl["n=10,000"] == "skipped" and mkl["γ (paper, Table 6)"] == "1.96" and mkl["γ (ours)"] == "—"
+    assert any("scaling_max_rows[mkl]=2000" in note for note in scaling.notes)
+    assert scaling.text[scaling.text["method"] == "rff"]["γ (ours)"].item().startswith("0.80")
 
 
 def test_failed_skipped_unreadable_cells_are_listed(tmp_path: Path) -> None:

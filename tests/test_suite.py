@@ -136,7 +136,12 @@ def test_exclude_patterns_remove_cells(tmp_path):
 def test_every_shipped_suite_validates(name, monkeypatch):
     for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):  # hub tasks without local files may use the hub:
         monkeypatch.setenv(variable, "0")  # their data is checked where it runs (test_hub_task_without_data...)
-    suite = load_suite(name)
+    try:
+        suite = load_suite(name)
+    except UserError as err:  # e.g. peers after a [dev]-only install: skipped, saying which extra to install
+        if "needs the optional extra" not in str(err):
+            raise
+        pytest.skip(f"suite {name!r}: {err}")
     assert suite.name == name == Path(find_suite(name)).stem
     assert suite.description and "\n" not in suite.description
     assert suite.cells()

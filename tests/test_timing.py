@@ -1,6 +1,8 @@
 """The timing/memory probe: orders cheap vs expensive work, sees real allocations, records OOM and time-outs."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -118,3 +120,27 @@ def test_retained_allocator_reuses_freed_memory_for_large_tensors():
     resident = timing._proc_status_bytes("VmRSS")
     del tensor
     assert resident - timing._proc_status_bytes("VmRSS") < 16 * 2**20
+
+
+def test_others_cores_sees_another_process_spinning_and_busy_machine_flags_it():
+    """Two child processes spinning for 0.6 s keep other cores busy between two snapshots (this process only
+    sleeps); busy_machine flags such readings and a quiet one (no other use, a full core) not."""
+    code = "import time\nend = time.time() + 0.6\nwhile time.time() < end: pass"
+    children = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
+    time.sleep(0.05)
+    before = timing.cpu_snapshot()
+    time.sleep(0.4)
+    after = timing.cpu_snapshot()
+    for child in children:
+        child.wait()
+    others = timing.others_cores(before, after)
+    assert others is not None and others >= 0.5
+    assert timing.busy_machine(others, None) and timing.busy_machine(None, 0.5)
+    assert not timing.busy_machine(0.0, 1.0) and not timing.busy_machine(None, None)
+
+
+def test_cpu_availability_is_a_share_of_a_core():
+    share = timing.cpu_availability(0.02)
+    assert 0.0 < share <= 1.0
+    load = timing.machine_load(0.01)
+    assert load["cpus"] >= 1 and 0.0 < load["cpu_availability"] <= 1.0

@@ -16,12 +16,10 @@ else g++ or c++) with -O3 -march=native in about a second, cached under `$ATTNBE
 ~/.cache/attnbench) by a hash of the source, the compiler and the CPU, and called through ctypes (which
 releases the GIL, so the kernel's threads run in parallel).
 
-Threads: built with -fopenmp where the compiler has it, the kernels' parallel regions run on the OpenMP
-runtime torch has already loaded (libgomp.so.1: the dynamic loader hands the kernels torch's copy), so
-they share torch's worker pool. With threads of their own, torch's workers, spinning for a while after
-each parallel torch operation, took the cores from them: a Performer training step at 1024 tokens ran
-14.5 instead of 23.9 ms (median, the two builds alternated in one process). Without OpenMP the kernels
-start std::threads per call.
+Threads: the kernels' parallel passes run on a pool of their own (`Pool` in the source), whose calling thread
+claims units of work from a shared counter beside the helpers and waits only for units already running, never for
+a helper the scheduler has not yet given a core: with other jobs sharing the cores, the OpenMP team barrier they had
+used waited a time slice of those jobs for such a thread (30-100 ms for a call of 0.05-1 ms).
 
 Without a compiler, on other devices or dtypes, with gradients through the projection (RFA's learned scale,
 Coulomb particles in phase A), or with ATTNBENCH_NATIVE=0, the PyTorch path runs instead; `status()` says
@@ -30,6 +28,7 @@ rounding).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import hashlib
@@ -39,6 +38,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +47,14 @@ from torch import Tensor
 
 SOURCE = Path(__file__).with_name("fused_linear.cpp")
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-ffp-contract=fast")
-OPENMP = "-fopenmp"  # tried first; the build falls back to std::threads without it
 KINDS = {"favor": 0, "elu": 1, "trig": 2}
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 18
+ABI = 20
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
 _REASON: str | None = None  # why the native kernels are off, once tried
+_OFF = False  # within `turned_off`
 
 
 @dataclasses.dataclass
@@ -102,19 +102,9 @@ def _cache_dir() -> Path:
 
 
 def _build(compiler: str) -> Path:
-    """The cached library, built with OpenMP if the compiler can, else without."""
-    errors = []
-    for flags in ((*FLAGS, OPENMP), FLAGS):
-        try:
-            return _build_with(compiler, flags)
-        except RuntimeError as error:
-            errors.append(str(error))
-    raise RuntimeError("; ".join(errors))
-
-
-def _build_with(compiler: str, flags: tuple[str, ...]) -> Path:
+    """The cached library, built on first use."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, " ".join(flags), platform.machine(),
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, " ".join(FLAGS), platform.machine(),
                                     _cpu_signature()]).encode()).hexdigest()[:16]
     target = _cache_dir() / f"fused_linear-{key}.so"
     if target.exists():
@@ -122,9 +112,9 @@ def _build_with(compiler: str, flags: tuple[str, ...]) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # build aside, then one atomic rename
         built = Path(tmp) / target.name
-        result = subprocess.run([compiler, *flags, "-o", str(built), str(SOURCE)], capture_output=True, text=True)
+        result = subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE)], capture_output=True, text=True)
         if result.returncode != 0:
-            raise RuntimeError(f"{compiler} {' '.join(flags)} failed: {result.stderr.strip()[-500:]}")
+            raise RuntimeError(f"{compiler} {' '.join(FLAGS)} failed: {result.stderr.strip()[-500:]}")
         os.replace(built, target)
     return target
 
@@ -132,7 +122,6 @@ def _build_with(compiler: str, flags: tuple[str, ...]) -> Path:
 def _declare(lib: ctypes.CDLL) -> None:
     p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
     lib.attnbench_abi.restype = i32
-    lib.attnbench_openmp.restype = i32
     lib.attnbench_attention.restype = i32
     lib.attnbench_attention.argtypes = [i32, p, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, f32, f32,
                                         f32, i32, p, p]
@@ -157,6 +146,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_landmark_queries_backward.restype = i32
     lib.attnbench_landmark_queries_backward.argtypes = [p, p, p, p, p, p, i64, i64, i32, i32, i32, f32, p, p, p]
     lib.attnbench_exp.restype = None
+    lib.attnbench_dropout.restype = i32
+    lib.attnbench_dropout.argtypes = [p, i64, ctypes.c_uint32, f32, ctypes.c_uint64, i32, p]
     lib.attnbench_exp.argtypes = [p, i64, p]
     lib.attnbench_softmax_columns.restype = i32
     lib.attnbench_softmax_columns.argtypes = [p, p, p, i64, i64, i64, i32, i32, i32, p, i64, i32, p, p, p]
@@ -165,6 +156,8 @@ def _declare(lib: ctypes.CDLL) -> None:
 def library() -> ctypes.CDLL | None:
     """The compiled kernels, building them on first use; None (with `status()` saying why) where unavailable."""
     global _LIB, _REASON
+    if _OFF:
+        return None
     if _LIB is not None or _REASON is not None:
         return _LIB
     with _LOCK:
@@ -189,13 +182,24 @@ def library() -> ctypes.CDLL | None:
         return _LIB
 
 
+@contextlib.contextmanager
+def turned_off(off: bool = True) -> Iterator[None]:
+    """Within (when `off`): `library()` answers None, so every attention takes its PyTorch path, as with
+    ATTNBENCH_NATIVE=0; for comparing the two paths in one process."""
+    global _OFF
+    before, _OFF = _OFF, _OFF or off
+    try:
+        yield
+    finally:
+        _OFF = before
+
+
 def status() -> str:
     """'on (...)' or 'off: reason': recorded with efficiency results."""
     lib = library()
     if lib is None:
-        return f"off: {_REASON}"
-    threads = "OpenMP" if lib.attnbench_openmp() else "std::thread"
-    return f"on ({_compiler()} {' '.join(FLAGS[:2])}, {threads})"
+        return f"off: {'turned off (native.turned_off)' if _OFF else _REASON}"
+    return f"on ({_compiler()} {' '.join(FLAGS[:2])}, thread pool)"
 
 
 def takes(*tensors: Tensor, value_width: int) -> bool:
@@ -228,12 +232,76 @@ def _ptr(t: Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
+# The boundary: the kernels read and write through raw pointers with the sizes they are given, so every call checks
+# the tensors it passes (device, dtype, a dense row-major layout, exact shape) and the widths the kernels assume,
+# raising ValueError before anything runs: no Python call can make them read or write out of bounds.
+
+class NativeShapeError(ValueError):
+    """A call into the native kernels with a tensor or size they cannot take."""
+
+
+def _expect(kernel: str, name: str, t: Tensor | None, shape: tuple[int, ...], dtype: torch.dtype = torch.float32,
+            optional: bool = False) -> None:
+    """Raise unless t is a contiguous CPU tensor of `dtype` and exactly `shape` (None allowed when `optional`)."""
+    if t is None:
+        if optional:
+            return
+        raise NativeShapeError(f"native.{kernel}: {name} is missing; it must be a {dtype} tensor of shape {shape}")
+    if t.device.type != "cpu" or t.dtype != dtype or tuple(t.shape) != tuple(shape) or not t.is_contiguous():
+        layout = "contiguous" if t.is_contiguous() else f"strides {t.stride()}"
+        raise NativeShapeError(f"native.{kernel}: {name} must be a contiguous {dtype} CPU tensor of shape "
+                               f"{tuple(shape)}; got {tuple(t.shape)} {t.dtype} on {t.device} ({layout})")
+
+
+def _expect_size(kernel: str, what: str, value: int, *, multiple: int = 1, allowed: tuple[int, ...] = (),
+                 at_least: int = 1) -> None:
+    """Raise unless the size `value` is at least `at_least`, a multiple of `multiple` and (if given) in `allowed`."""
+    if value < at_least or value % multiple or (allowed and value not in allowed):
+        rule = f"one of {allowed}" if allowed else f"a multiple of {multiple}" if multiple > 1 else f">= {at_least}"
+        raise NativeShapeError(f"native.{kernel}: {what} = {value} is not {rule}")
+
+
+def _expect_projection(kernel: str, w: Tensor | None, d: int, heads: int, h: int) -> tuple[int, int]:
+    """Check a projection (heads_w, d, m) whose head bh reads w[bh % heads_w]: heads_w 1 (shared), h (per head) or
+    heads (per batch row and head), m a multiple of 16 -> (m, heads_w); without one (m = d): (d, 1)."""
+    if w is None:
+        return d, 1
+    if w.dim() != 3 or w.shape[0] not in (1, h, heads):
+        raise NativeShapeError(f"native.{kernel}: the projection must be (1, {d}, M), ({h}, {d}, M) or ({heads}, {d}, "
+                               f"M) for {h} heads; got {tuple(w.shape)}: build the attention with num_heads={h}, "
+                               f"or num_heads=1 to share one head's parameters")
+    _expect(kernel, "the projection", w, (w.shape[0], d, w.shape[2]))
+    _expect_size(kernel, "its feature count M", w.shape[2], multiple=16)
+    return w.shape[2], w.shape[0]
+
+
+def _expect_rows(kernel: str, q: Tensor, *others: tuple[str, Tensor, int | None]) -> tuple[int, int, int, int]:
+    """Check q (B, H, N, d), d a multiple of 16, and each (name, tensor, width) as (B, H, N, width or d), widths
+    among VALUE_WIDTHS -> (B, H, N, d)."""
+    if q.dim() != 4:
+        raise NativeShapeError(f"native.{kernel}: queries must be (B, H, N, d); got shape {tuple(q.shape)}")
+    b, h, n, d = q.shape
+    _expect(kernel, "q", q, (b, h, n, d))
+    _expect_size(kernel, "the head width d", d, multiple=16)
+    for name, t, width in others:
+        if width is not None:
+            _expect_size(kernel, f"the width of {name}", width, allowed=VALUE_WIDTHS)
+        _expect(kernel, name, t, (b, h, n, d if width is None else width))
+    return b, h, n, d
+
+
+def _expect_threads(kernel: str, threads: int) -> None:
+    _expect_size(kernel, "threads", threads)
+
+
 def attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None, eps: float,
               threads: int = 1, saved: list[Tensor | None] | None = None) -> Tensor:
     """The whole non-causal attention in one call: the key sums, the state finished with the map's scale and
     offset, the query rows; q, k (B, H, N, d), v (B, H, N, Dv) contiguous, `real` (B, N) uint8 or None
     -> (B, H, N, Dv). `saved`: `Attention`'s buffers for the backward (training), or None."""
-    b, h, n, d = q.shape
+    b, h, n, d = _expect_call("attention", spec, q, k, v, real, threads)
+    if saved is not None:
+        _expect_saved("attention", spec, saved, b * h, n, d, v.shape[-1])
     w = spec.weights
     out = torch.empty(b, h, n, v.shape[-1])
     _call(
@@ -243,6 +311,42 @@ def attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | 
         int(spec.unit_eps is not None), spec.unit_eps or 0.0, spec.scale, spec.offset, eps, threads, out.data_ptr(),
         None if saved is None else _pointers(saved))
     return out
+
+
+def _expect_call(kernel: str, spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None,
+                 threads: int) -> tuple[int, int, int, int]:
+    """The checks of a whole-attention call: q, k (B, H, N, d), v (B, H, N, Dv), the map's kind and projection,
+    `real` (B, N) uint8 or None, threads >= 1 -> (B, H, N, d)."""
+    if spec.kind not in KINDS:
+        raise NativeShapeError(f"native.{kernel}: feature kind {spec.kind!r} is not one of {sorted(KINDS)}")
+    b, h, n, d = _expect_rows(kernel, q, ("k", k, None), ("v", v, v.shape[-1]))
+    if spec.weights is None and spec.kind != "elu":
+        raise NativeShapeError(f"native.{kernel}: feature kind {spec.kind!r} needs a projection (weights)")
+    _expect_projection(kernel, spec.weights, d, b * h, h)
+    _expect(kernel, "the key mask", real, (b, n), torch.uint8, optional=True)
+    _expect_threads(kernel, threads)
+    return b, h, n, d
+
+
+def _expect_saved(kernel: str, spec: NativeSpec, saved: list[Tensor | None], heads: int, n: int, d: int,
+                  dv: int) -> None:
+    """`Attention`'s buffers in struct Saved's order: the state (heads, F, Dv), (heads, F), its offsets (heads, Dv),
+    (heads,), favor's log max (heads,), then the kept features (heads, N, F) twice and the keys' row maxima
+    (heads, N), those three all given or all None."""
+    f = spec.num_features if spec.weights is not None else d
+    if len(saved) != 8:
+        raise NativeShapeError(f"native.{kernel}: saved must hold 8 buffers (struct Saved); got {len(saved)}")
+    for name, t, shape in (("s_kv", saved[0], (heads, f, dv)), ("s_ksum", saved[1], (heads, f)),
+                           ("off_kv", saved[2], (heads, dv)), ("off_den", saved[3], (heads,))):
+        _expect(kernel, f"saved {name}", t, shape)
+    _expect(kernel, "saved log_max", saved[4], (heads,), optional=spec.kind != "favor")
+    kept = saved[5] is not None
+    for name, t, shape in (("phi_q", saved[5], (heads, n, f)), ("phi_k", saved[6], (heads, n, f)),
+                           ("row_max_k", saved[7], (heads, n))):
+        if kept:
+            _expect(kernel, f"saved {name}", t, shape)
+        elif t is not None:
+            raise NativeShapeError(f"native.{kernel}: saved {name} given without saved phi_q; give all three or none")
 
 
 def _call(name: str, *args: Any) -> None:
@@ -262,10 +366,29 @@ def write_queries(spec: NativeSpec, q: Tensor, kv: Tensor, ksum: Tensor, offsets
     (B*H, F, 1), offsets (B*H, 1, Dv) and (B*H, 1, 1) or None, all contiguous; out (B, H, N, Dv) contiguous.
     conv: (values (B, H, N, Dv), weight (H, K)), contiguous, whose centred depthwise convolution along the
     sequence is added (Nystromformer's skip), or None."""
-    b, h, n, d = q.shape
+    kernel = "write_queries"
+    if spec.kind not in KINDS:
+        raise NativeShapeError(f"native.{kernel}: feature kind {spec.kind!r} is not one of {sorted(KINDS)}")
+    dv = out.shape[-1]
+    b, h, n, d = _expect_rows(kernel, q, ("out", out, dv))
     w = spec.weights
+    if w is None and spec.kind != "elu":
+        raise NativeShapeError(f"native.{kernel}: feature kind {spec.kind!r} needs a projection (weights)")
+    _expect_projection(kernel, w, d, b * h, h)
+    f = spec.num_features if w is not None else d
+    _expect(kernel, "kv", kv, (b * h, f, dv))
+    _expect(kernel, "ksum", ksum, (b * h, f, 1))
     off_kv, off_den = (None, None) if offsets is None else (offsets[0].contiguous(), offsets[1].contiguous())
+    _expect(kernel, "the value offset", off_kv, (b * h, 1, dv), optional=offsets is None)
+    _expect(kernel, "the normaliser offset", off_den, (b * h, 1, 1), optional=offsets is None)
     conv_v, conv_w = (None, None) if conv is None else conv
+    if conv is not None:
+        _expect(kernel, "the convolved values", conv_v, (b, h, n, dv))
+        if conv_w.dim() != 2 or conv_w.shape[0] != h:
+            raise NativeShapeError(f"native.{kernel}: the convolution weight must be ({h}, K) for {h} heads; got "
+                                   f"{tuple(conv_w.shape)}: build the attention with num_heads={h}")
+        _expect(kernel, "the convolution weight", conv_w, (h, conv_w.shape[1]))
+    _expect_threads(kernel, threads)
     _call(
         "attnbench_queries",
         KINDS[spec.kind], q.data_ptr(), kv.data_ptr(), ksum.data_ptr(), _ptr(off_kv), _ptr(off_den), b * h, n, d,
@@ -279,8 +402,11 @@ def softmax_columns(k: Tensor, weights: Tensor, v: Tensor, real: Tensor | None, 
     (weights (B*H, d, L)), [sum_j e_jl v_j (B*H, L, Dv), sum_j e_jl (B*H, L, 1), max_l (B*H, L, 1)] with
     e_jl = exp(u_jl - max_l) and max_l the column's maximum over real rows (`real` (B, N) uint8 or None):
     softmax(w^T k^T) v = first / second."""
-    b, h, n, d = k.shape
-    dv, m = v.shape[-1], weights.shape[-1]
+    b, h, n, d = _expect_rows("softmax_columns", k, ("v", v, v.shape[-1]))
+    m, _ = _expect_projection("softmax_columns", weights, d, b * h, h)
+    _expect("softmax_columns", "the key mask", real, (b, n), torch.uint8, optional=True)
+    _expect_threads("softmax_columns", threads)
+    dv = v.shape[-1]
     acc, total, top = torch.empty(b * h, m, dv), torch.empty(b * h, m, 1), torch.empty(b * h, m, 1)
     _call("attnbench_softmax_columns", k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, dv, m,
           weights.data_ptr(), weights.shape[0], threads, acc.data_ptr(), total.data_ptr(), top.data_ptr())
@@ -290,7 +416,11 @@ def softmax_columns(k: Tensor, weights: Tensor, v: Tensor, real: Tensor | None, 
 def segment_means(q: Tensor, k: Tensor, segments: int, threads: int = 1) -> tuple[Tensor, Tensor]:
     """Means of `segments` equal consecutive segments of q and k (B, H, N, d), contiguous float32, N a multiple of
     segments and d of 16 -> two (B, H, segments, d), in one pass on `threads` threads."""
-    b, h, n, d = q.shape
+    b, h, n, d = _expect_rows("segment_means", q, ("k", k, None))
+    _expect_size("segment_means", "segments", segments)
+    if n % segments:
+        raise NativeShapeError(f"native.segment_means: {segments} segments do not divide the length {n}")
+    _expect_threads("segment_means", threads)
     q_means, k_means = torch.empty(b, h, segments, d), torch.empty(b, h, segments, d)
     library().attnbench_segment_means(q.data_ptr(), k.data_ptr(), b * h, n, d, segments, threads,
                                       q_means.data_ptr(), k_means.data_ptr())
@@ -300,25 +430,49 @@ def segment_means(q: Tensor, k: Tensor, segments: int, threads: int = 1) -> tupl
 def sequence_conv(v: Tensor, weight: Tensor, threads: int = 1) -> Tensor:
     """The depthwise convolution along the sequence, zero-padded and centred, as nn.Conv2d(H, H, (K, 1), groups=H):
     v (B, H, N, Dv) contiguous float32, Dv in VALUE_WIDTHS; weight (H, K) contiguous float32 -> (B, H, N, Dv)."""
-    b, h, n, dv = v.shape
+    b, h, n, dv = _expect_conv("sequence_conv", v, weight.shape[-1] if weight.dim() == 2 else -1, threads)
+    _expect("sequence_conv", "the weight", weight, (h, weight.shape[-1] if weight.dim() == 2 else -1))
     out = torch.empty_like(v)
     _call("attnbench_sequence_conv", v.data_ptr(), weight.data_ptr(), b * h, h, n, dv, weight.shape[-1], threads,
           out.data_ptr())
     return out
 
 
+def _expect_conv(kernel: str, v: Tensor, size: int, threads: int) -> tuple[int, int, int, int]:
+    """v (B, H, N, Dv) contiguous float32, Dv in VALUE_WIDTHS, a kernel size >= 1, threads >= 1 -> v's shape."""
+    if v.dim() != 4:
+        raise NativeShapeError(f"native.{kernel}: values must be (B, H, N, Dv); got shape {tuple(v.shape)}")
+    _expect_size(kernel, "the value width", v.shape[-1], allowed=VALUE_WIDTHS)
+    _expect(kernel, "the values", v, tuple(v.shape))
+    _expect_size(kernel, "the kernel size", size)
+    _expect_threads(kernel, threads)
+    return tuple(v.shape)
+
+
 def sequence_conv_weight_grad(g: Tensor, v: Tensor, size: int, threads: int = 1) -> Tensor:
     """d/dweight of sum(g * sequence_conv(v, weight)) for weight (H, size): g, v (B, H, N, Dv) contiguous float32
     -> (H, size), each tap's sum over the rows in order, then over the batch."""
-    b, h, n, dv = v.shape
+    b, h, n, dv = _expect_conv("sequence_conv_weight_grad", v, size, threads)
+    _expect("sequence_conv_weight_grad", "the output gradient", g, (b, h, n, dv))
     dw = torch.empty(b, h, size)
     _call("attnbench_sequence_conv_weight_grad", g.data_ptr(), v.data_ptr(), b * h, n, dv, size, threads,
           dw.data_ptr())
     return dw.sum(dim=0)
 
 
+def dropout(x: Tensor, threshold: int, scale: float, seed: int, threads: int = 1) -> Tensor:
+    """The kernels' hashed dropout (harness.dropout) of a contiguous float32 CPU tensor: 0 where the draw of
+    (seed, element index) lies below threshold (of 2^32), else x * scale."""
+    _expect("dropout", "x", x, tuple(x.shape))
+    out = torch.empty_like(x)
+    _call("attnbench_dropout", x.data_ptr(), x.numel(), threshold, scale, seed, threads, out.data_ptr())
+    return out
+
+
 def exp(x: Tensor) -> Tensor:
     """The kernels' exp of a contiguous float32 tensor whose size is a multiple of 16 (for its accuracy test)."""
+    _expect("exp", "x", x, tuple(x.shape))
+    _expect_size("exp", "the element count", x.numel(), multiple=16, at_least=0)
     out = torch.empty_like(x)
     library().attnbench_exp(x.data_ptr(), x.numel(), out.data_ptr())
     return out
@@ -335,8 +489,15 @@ class PinvSteps(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a: Tensor, z0: Tensor, iterations: int, threads: int):
         size = a.shape[-1]
+        if a.dim() < 2 or a.shape[-2] != size:
+            raise NativeShapeError(f"native.PinvSteps: a must be (..., L, L); got {tuple(a.shape)}")
+        _expect_size("PinvSteps", "L", size, multiple=16)
+        _expect_size("PinvSteps", "iterations", iterations)
+        _expect_threads("PinvSteps", threads)
         heads = a.numel() // (size * size)
         a, z = a.contiguous(), z0.contiguous().clone()
+        _expect("PinvSteps", "a", a, tuple(a.shape))
+        _expect("PinvSteps", "z0", z, tuple(a.shape))
         store = torch.empty(heads, iterations, PinvSteps.STEP_PARTS, size, size) if any(ctx.needs_input_grad) \
             else None
         library().attnbench_pinv(a.data_ptr(), heads, size, iterations, threads, z.data_ptr(), _ptr(store))
@@ -349,6 +510,7 @@ class PinvSteps(torch.autograd.Function):
         a, store = ctx.saved_tensors
         size = a.shape[-1]
         g = g.contiguous()
+        _expect("PinvSteps.backward", "the output gradient", g, tuple(a.shape))
         da, dz0 = torch.empty_like(a), torch.empty_like(a)
         library().attnbench_pinv_backward(a.data_ptr(), store.data_ptr(), g.data_ptr(), a.numel() // (size * size),
                                           size, ctx.iterations, ctx.threads, da.data_ptr(), dz0.data_ptr())
@@ -359,6 +521,20 @@ class PinvSteps(torch.autograd.Function):
 # the Functions `LandmarkValues` and `LandmarkQueries` in training
 
 LANDMARK_EPS = 1e-6  # the query pass's guard (its sums are at least 1, so it never acts)
+
+
+def _expect_landmarks(kernel: str, x: Tensor, land: Tensor, name: str, width: int | None = None,
+                      count: int | None = None) -> None:
+    """land (B, H, L, width or d) beside x (B, H, N, d): the same batch and heads, L (or `count`) a multiple of 16."""
+    if x.dim() != 4 or land.dim() != 4:
+        raise NativeShapeError(f"native.{kernel}: {name} and the rows must be 4-d (B, H, ., d); got "
+                               f"{tuple(land.shape)} and {tuple(x.shape)}")
+    b, h, _, d = x.shape
+    size = land.shape[2] if count is None else count
+    _expect_size(kernel, f"the number of landmarks in {name}", size, multiple=16)
+    if tuple(land.shape) != (b, h, size, d if width is None else width):
+        raise NativeShapeError(f"native.{kernel}: {name} must be ({b}, {h}, {size}, {d if width is None else width}) "
+                               f"beside rows {tuple(x.shape)}; got {tuple(land.shape)}")
 
 
 def _landmark_layout(land: Tensor) -> tuple[Tensor, Tensor]:
@@ -374,6 +550,7 @@ def landmark_values(k: Tensor, v: Tensor, q_land: Tensor, real: Tensor | None,
     contiguous float32, q_land (B, H, L, d) already scaled, `real` (B, N) uint8 or None (every sequence with a real
     key) -> the values (B*H, L, Dv), q_land laid out (`_landmark_layout`) and each column's max + log of its total
     (B*H, L), from which the backward recomputes the softmax weights."""
+    _expect_landmarks("landmark_values", k, q_land, "q_land")
     wt, w = _landmark_layout(q_land)
     acc, total, top = softmax_columns(k, w, v, real, threads)
     return acc / total, wt, w, (top + total.log()).squeeze(-1)
@@ -386,6 +563,8 @@ def landmark_queries(q: Tensor, k_land: Tensor, mixed: Tensor, threads: int = 1,
     scaled, mixed (B, H, L, Dv) -> the output (B, H, N, Dv), k_land laid out (`_landmark_layout`) and mixed as
     (B*H, L, Dv)."""
     b, h, n, _ = q.shape
+    _expect_landmarks("landmark_queries", q, k_land, "k_land")
+    _expect_landmarks("landmark_queries", q, mixed, "mixed", width=mixed.shape[-1], count=k_land.shape[2])
     wt, w = _landmark_layout(k_land)
     kv = mixed.reshape(b * h, wt.shape[1], -1).contiguous()
     out = torch.empty(b, h, n, kv.shape[-1])
@@ -401,6 +580,8 @@ class LandmarkValues(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, k: Tensor, v: Tensor, q_land: Tensor, real: Tensor | None, threads: int):
+        if k.shape[-1] != v.shape[-1]:
+            raise NativeShapeError(f"native.LandmarkValues: needs d == Dv; got {k.shape[-1]} and {v.shape[-1]}")
         values, wt, w, offset = landmark_values(k, v, q_land, real, threads)
         ctx.save_for_backward(k, v, w, wt, offset, values)
         ctx.real, ctx.threads = real, threads
@@ -410,6 +591,7 @@ class LandmarkValues(torch.autograd.Function):
     def backward(ctx, g: Tensor):
         k, v, w, wt, offset, values = ctx.saved_tensors
         b, h, n, d = k.shape
+        _expect("LandmarkValues.backward", "the output gradient", g.contiguous(), (b, h, values.shape[1], d))
         g = g.reshape(values.shape).contiguous()  # held: read through a raw pointer
         c = (g * values).sum(-1).contiguous()
         dk, dv, d_land = torch.empty_like(k), torch.empty_like(v), torch.empty_like(wt)
@@ -426,6 +608,8 @@ class LandmarkQueries(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q: Tensor, k_land: Tensor, mixed: Tensor, threads: int):
+        if q.shape[-1] != mixed.shape[-1]:
+            raise NativeShapeError(f"native.LandmarkQueries: needs d == Dv; got {q.shape[-1]} and {mixed.shape[-1]}")
         out, wt, w, kv = landmark_queries(q, k_land, mixed, threads)
         ctx.save_for_backward(q, w, wt, kv, out)
         ctx.threads = threads
@@ -436,6 +620,7 @@ class LandmarkQueries(torch.autograd.Function):
         q, w, wt, kv, out = ctx.saved_tensors
         b, h, n, d = q.shape
         g = g.contiguous()  # held: read through a raw pointer
+        _expect("LandmarkQueries.backward", "the output gradient", g, tuple(out.shape))
         dq, d_mixed, d_land = torch.empty_like(q), torch.empty_like(kv), torch.empty_like(wt)
         _call(
             "attnbench_landmark_queries_backward",
@@ -485,6 +670,8 @@ class Attention(torch.autograd.Function):
         spec, (b, h, n, d), w = ctx.spec, q.shape, ctx.spec.weights
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         g = g.contiguous()  # held here: the kernel reads it through a raw pointer
+        _expect("Attention.backward", "the output gradient", g, tuple(out.shape))
+        _expect_saved("Attention.backward", spec, ctx.saved, b * h, n, d, v.shape[-1])
         _call(
             "attnbench_attention_backward",
             KINDS[spec.kind], q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(ctx.real), b * h, h, n, d, v.shape[-1],

@@ -11,14 +11,15 @@
 #include <cstring>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include <sched.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -283,14 +284,128 @@ struct Buffers {
     ~Buffers() { std::free(u); }
 };
 
+// A pool of helper threads that never holds the calling thread back for a thread the scheduler has not given a core:
+// the caller runs its share of a job's units (claimed one at a time from a shared counter), helpers join as they get
+// to run, and when no unit is left the caller waits only for the units already running, never for a helper that
+// has not arrived (a team barrier, as OpenMP's at the end of each parallel region, waited a whole time slice of the
+// other jobs sharing the cores for such a helper: 30-100 ms for a call of 0.05-1 ms). A late helper finds the job
+// closed and leaves it alone. Idle helpers spin for a while (spin_ns), then sleep on a condition variable; the pool is made on
+// first use and never destroyed (its helpers may still sleep at exit). One job at a time: a second caller meanwhile
+// runs its job alone. Work is split the same way whoever runs it, so results do not depend on the threads.
+inline void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+inline int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+class Pool {
+public:
+    // how long an idle helper spins before it sleeps: a kernel's next parallel pass follows within microseconds;
+    // ATTNBENCH_NATIVE_SPIN_US overrides it for experiments
+    static int64_t spin_ns() {
+        static const int64_t ns = [] {
+            const char* e = std::getenv("ATTNBENCH_NATIVE_SPIN_US");
+            return e ? std::atoll(e) * 1000 : 50000;
+        }();
+        return ns;
+    }
+
+    static Pool& get() {
+        static Pool* pool = new Pool();
+        return *pool;
+    }
+
+    // work(t) on the calling thread (t = 0) and on helpers as they arrive (t = 1 .. threads - 1, each at most once)
+    template <typename Work>
+    void run(int threads, Work& work) {
+        std::unique_lock<std::mutex> own(dispatch_, std::try_to_lock);
+        if (threads <= 1 || !own.owns_lock()) {
+            work(0);
+            return;
+        }
+        while (static_cast<int>(helpers_.size()) < threads - 1) helpers_.emplace_back([this] { serve(); });
+        team_ = threads;
+        work_ = &work;
+        invoke_ = [](void* w, int t) { (*static_cast<Work*>(w))(t); };
+        slots_.store(1);
+        closed_.store(false);
+        generation_.fetch_add(1);
+        {
+            std::lock_guard<std::mutex> lock(sleep_);
+            if (sleeping_ > 0) wake_.notify_all();
+        }
+        work(0);
+        closed_.store(true);  // from here a helper that arrives does nothing; wait for those inside
+        for (int64_t start = now_ns(), i = 0; active_.load() != 0; ++i) {
+            relax();
+            if (i % 64 == 0 && now_ns() - start > spin_ns()) std::this_thread::yield();
+        }
+    }
+
+private:
+    std::mutex dispatch_, sleep_;
+    std::condition_variable wake_;
+    std::vector<std::thread> helpers_;
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<bool> closed_{true};
+    std::atomic<int> active_{0}, slots_{0};
+    int team_ = 0, sleeping_ = 0;  // sleeping_ guarded by sleep_
+    void* work_ = nullptr;
+    void (*invoke_)(void*, int) = nullptr;
+
+    void serve() {
+        uint64_t seen = generation_.load();
+        for (;;) {
+            for (int64_t start = now_ns(), i = 0; generation_.load() == seen; ++i) {
+                relax();
+                if (i % 64 == 0 && now_ns() - start > spin_ns()) {
+                    std::unique_lock<std::mutex> lock(sleep_);
+                    ++sleeping_;
+                    wake_.wait(lock, [&] { return generation_.load() != seen; });
+                    --sleeping_;
+                }
+            }
+            seen = generation_.load();
+            active_.fetch_add(1);  // then closed_ read: the caller sets closed_ before it reads active_
+            if (!closed_.load()) {
+                const int t = slots_.fetch_add(1);
+                if (t < team_) invoke_(work_, t);
+            }
+            active_.fetch_sub(1);
+        }
+    }
+};
+
 // the units of work: `unit_rows` rows of one (batch, head), taken by the threads one at a time from a shared
-// counter, so a core that runs slower takes fewer (under load this machine's two cores differ by 40%: equal
-// halves waited on the slower one); fn(thread, bh, r0, r1)
+// counter, so a core that runs slower takes fewer and the caller can finish them alone (Pool); fn(thread, bh, r0, r1)
 constexpr int64_t UNIT_ROWS = 256;
 
+// the least work (multiply-adds, about 10-20 us of a core here) worth a thread: a helper costs microseconds to wake
+// and, taken off its core by the scheduler while it holds a unit, a time slice to the caller that waits for that unit
+constexpr double THREAD_WORK = 1 << 21;
+
+// the threads worth using: at most `threads`, the CPUs this process may run on, and one per THREAD_WORK of `work`
+int team(int threads, double work) {
+    cpu_set_t cpus;
+    const int usable = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : threads;
+    const double worth = work / THREAD_WORK;
+    int t = threads < usable ? threads : usable;
+    t = worth < t ? static_cast<int>(worth) : t;
+    return t < 1 ? 1 : t;
+}
+
+// row_cost: the multiply-adds of one row (of n), for the team's size
 template <typename Fn>
-void parallel_units(int threads, int64_t heads, int64_t n, int64_t unit_rows, Fn&& fn) {
+void parallel_units(int threads, int64_t heads, int64_t n, int64_t unit_rows, double row_cost, Fn&& fn) {
     const int64_t per_head = (n + unit_rows - 1) / unit_rows, units = heads * per_head;
+    threads = team(threads, row_cost * static_cast<double>(heads * n));
     if (threads > units) threads = static_cast<int>(units > 0 ? units : 1);
     std::atomic<int64_t> next{0};
     auto worker = [&](int t) {
@@ -299,15 +414,7 @@ void parallel_units(int threads, int64_t heads, int64_t n, int64_t unit_rows, Fn
             fn(t, bh, r0, r0 + unit_rows < n ? r0 + unit_rows : n);
         }
     };
-#ifdef _OPENMP  // on the OpenMP runtime torch loaded (same soname): its worker pool, no second set of threads
-#pragma omp parallel num_threads(threads)
-    worker(omp_get_thread_num());
-#else
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
-    worker(0);
-    for (auto& thread : pool) thread.join();
-#endif
+    Pool::get().run(threads, worker);
 }
 
 // per-thread scratch of type B (Buffers, BackwardBuffers: made from the spec and the value width), made by the
@@ -452,8 +559,9 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const Groups groups(n);
     Partial p(heads * groups.count, f * DV, f, DV, 1, n == 0);
+    const double row_cost = static_cast<double>(s.d) * (s.w == nullptr ? 1 : s.m) + f * (DV + 1);
     ThreadBuffers<Buffers> bufs(threads, s, DV);
-    parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+    parallel_units(threads, heads, n, groups.rows, row_cost, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         const int64_t at = groups.slot(bh, r0);
         p.clear(at);
         keys_range<NV>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
@@ -464,7 +572,7 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
                        keep_row_max == nullptr ? nullptr : keep_row_max + bh * n);
     });
     // merge the groups' sums in order, at the largest of their scales: a head a unit
-    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
+    parallel_units(threads, heads, 1, 1, groups.count * f * (DV + 1.0), [&](int, int64_t bh, int64_t, int64_t) {
         float top = NEG_INF;
         for (int64_t at = bh * groups.count; at < (bh + 1) * groups.count; ++at)
             top = p.running[at] > top ? p.running[at] : top;
@@ -513,7 +621,8 @@ struct Conv {
 template <int NV>
 void conv_impl(const Conv& conv, int64_t heads, int64_t n, int threads, float* out) {
     constexpr int DV = 16 * NV;
-    parallel_units(threads, heads, n, UNIT_ROWS, [&](int, int64_t bh, int64_t r0, int64_t r1) {
+    parallel_units(threads, heads, n, UNIT_ROWS, static_cast<double>(DV) * conv.size,
+                   [&](int, int64_t bh, int64_t r0, int64_t r1) {
         for (int64_t i = r0; i < r1; ++i) {
             v16 value[NV] = {};
             conv.add<NV>(bh, n, i, value);
@@ -531,7 +640,8 @@ void conv_weight_grad_impl(const float* g, const float* v, int64_t heads, int64_
                            float* dw) {
     constexpr int DV = 16 * NV, TG = NV >= 8 ? 2 : 24 / NV;  // TG x NV sums and NV of g within the 32 registers
     const int64_t half = size / 2, groups = (size + TG - 1) / TG;
-    parallel_units(threads, heads, groups, 1, [&](int, int64_t bh, int64_t group, int64_t) {
+    parallel_units(threads, heads, groups, 1, static_cast<double>(n) * DV * TG,
+                   [&](int, int64_t bh, int64_t group, int64_t) {
         const float* gh = g + bh * n * DV;
         const float* vh = v + bh * n * DV;
         const int t0 = static_cast<int>(group * TG), count = size - t0 < TG ? size - t0 : TG;
@@ -633,7 +743,8 @@ void softmax_columns_impl(const Spec& s, const float* k, const float* v, const u
     Spec wide = s;  // its unit-norm scratch (rows x d floats) must hold the 2 m floats of column maxima and factors
     wide.d = s.d > m ? s.d : m;
     ThreadBuffers<Buffers> bufs(threads, wide, DV);
-    parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+    parallel_units(threads, heads, n, groups.rows, static_cast<double>(m) * (s.d + DV + 1),
+                   [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         const int64_t at = groups.slot(bh, r0);
         p.clear(at);
         softmax_columns_range<NV>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV,
@@ -706,8 +817,9 @@ void queries_impl(const Spec& s, const float* q, const float* kv, const float* k
                   const Conv& conv, float* keep_phi = nullptr) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
+    const double row_cost = static_cast<double>(s.d) * (s.w == nullptr ? 1 : s.m) + f * (DV + 1);
     ThreadBuffers<Buffers> bufs(threads, s, DV);
-    parallel_units(threads, heads, n, UNIT_ROWS, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+    parallel_units(threads, heads, n, UNIT_ROWS, row_cost, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         queries_range<NV>(s, bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m,
                           kv + bh * f * DV, ksum + bh * f, offset_kv == nullptr ? nullptr : offset_kv + bh * DV,
                           offset_den == nullptr ? 0.0f : offset_den[bh], n, bh, r0, r1, eps, out + bh * n * DV, conv,
@@ -781,7 +893,8 @@ void segment_means(const float* a, const float* b, int64_t heads, int64_t n, int
                    float* mean_a, float* mean_b) {
     const int64_t length = n / segments;
     // one "head" of one row per (input, head, segment): one unit each, its row range unused
-    parallel_units(threads, 2 * heads * segments, 1, 1, [&](int, int64_t unit, int64_t, int64_t) {
+    parallel_units(threads, 2 * heads * segments, 1, 1, static_cast<double>(length) * d,
+                   [&](int, int64_t unit, int64_t, int64_t) {
         const int64_t which = unit / (heads * segments), at = unit % (heads * segments);
         const float* x = (which == 0 ? a : b) + at * length * d;  // segment `at % segments` of head `at / segments`
         float* out = (which == 0 ? mean_a : mean_b) + at * d;
@@ -835,7 +948,7 @@ void transpose_matrix(const float* a, int64_t rows, int64_t cols, float* out) {
 
 // out (heads x cols x rows) = each of `heads` (rows x cols) matrices of a transposed, a head a unit on `threads`
 void transpose_heads(const float* a, int64_t heads, int64_t rows, int64_t cols, int threads, float* out) {
-    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
+    parallel_units(threads, heads, 1, 1, static_cast<double>(rows) * cols, [&](int, int64_t bh, int64_t, int64_t) {
         transpose_matrix(a + bh * rows * cols, rows, cols, out + bh * rows * cols);
     });
 }
@@ -1082,8 +1195,9 @@ void queries_backward_impl(const Spec& s, const float* q, const float* wt, const
     Partial p(heads * groups.count, f * DV, f, DV + 1, 0, n == 0);
     const int64_t wt_size = g_wt == nullptr ? 0 : static_cast<int64_t>(s.m) * s.d;  // the projection's gradient
     const Slots wt_part(heads * groups.count, wt_size, n == 0);
+    const double row_cost = 3.0 * (static_cast<double>(s.d) * (s.w == nullptr ? 1 : s.m) + f * (DV + 1));
     ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
-    parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+    parallel_units(threads, heads, n, groups.rows, row_cost, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         const int64_t at = groups.slot(bh, r0), hw = bh % s.heads_w;
         p.clear(at);
         float* wt_slot = wt_part.clear(at);
@@ -1096,7 +1210,8 @@ void queries_backward_impl(const Spec& s, const float* q, const float* wt, const
             g_wt == nullptr ? nullptr : wt_slot);
     });
     // the groups' sums in order, a head a unit
-    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
+    parallel_units(threads, heads, 1, 1, groups.count * (f * (DV + 2.0) + wt_size),
+                   [&](int, int64_t bh, int64_t, int64_t) {
         const int64_t first = bh * groups.count;
         sum_slots(p.state.get(), f * DV, first, groups.count, g_kv + bh * f * DV);
         sum_slots(p.sums.get(), f, first, groups.count, g_ksum + bh * f);
@@ -1113,8 +1228,9 @@ void keys_backward_impl(const Spec& s, const float* k, const float* v, const uin
                         const float* kept_row_max, const float* add_v) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
+    const double row_cost = 3.0 * (static_cast<double>(s.d) * (s.w == nullptr ? 1 : s.m) + f * (DV + 1));
     ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
-    parallel_units(threads, heads, n, UNIT_ROWS, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+    parallel_units(threads, heads, n, UNIT_ROWS, row_cost, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         const int64_t hw = bh % s.heads_w;
         keys_backward_range<NV, ND>(
             s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
@@ -1167,14 +1283,16 @@ void landmark_values_backward_impl(const Spec& s, const float* k, const float* v
     const Slots part(heads * groups.count, wt_size, n == 0);
     transpose_heads(g_a, heads, m, DV, threads, g_a_t.data());
     ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
-    parallel_units(threads, heads, n, groups.rows, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+    parallel_units(threads, heads, n, groups.rows, 3.0 * m * (s.d + DV + 1),
+                   [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         landmark_values_backward_range<NV, ND>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV,
                                                real == nullptr ? nullptr : real + (bh / h) * n, s.w + bh * s.d * m,
                                                wt + bh * m * s.d, offset + bh * m, g_a + bh * m * DV,
                                                g_a_t.data() + bh * DV * m, c + bh * m, r0, r1, dk + bh * n * s.d,
                                                dv + bh * n * DV, part.clear(groups.slot(bh, r0)));
     });
-    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {  // the groups' sums in order
+    parallel_units(threads, heads, 1, 1, static_cast<double>(groups.count) * wt_size,
+                   [&](int, int64_t bh, int64_t, int64_t) {  // the groups' sums in order
         sum_slots(part.data.data(), wt_size, bh * groups.count, groups.count, g_wt + bh * wt_size);
     });
 }
@@ -1207,7 +1325,7 @@ void attention_backward_impl(const Spec& s, const float* q, const float* k, cons
     Scratch g_kv(heads * f * DV), g_ksum(heads * f), g_off(heads * (DV + 1));  // cleared by the query pass's merge
     std::vector<float> g_vsum(heads * DV);
     const float* wt_or_null = s.w == nullptr ? nullptr : wt.data();
-    parallel_units(threads, heads, 1, 1, [&](int, int64_t bh, int64_t, int64_t) {
+    parallel_units(threads, heads, 1, 1, static_cast<double>(dm + f * DV), [&](int, int64_t bh, int64_t, int64_t) {
         if (s.w != nullptr && bh < s.heads_w) transpose_matrix(s.w + bh * dm, s.d, s.m, wt.data() + bh * dm);
         transpose_matrix(saved.s_kv + bh * f * DV, f, DV, state_t.data() + bh * DV * f);
     });
@@ -1251,24 +1369,68 @@ int by_width(int dv, Fn&& fn) {
     }
 }
 
+// --- dropout: a counter-based random source ------------------------------------------------------------------
+// keep element i where hash(i, seed) >= threshold: with lowbias32 (C. Wellons' 32-bit integer hash, a bijection)
+// and two keys from the seed, k0 = lowbias32(lo(seed)) and k1 = lowbias32(hi(seed) ^ k0), the draw is
+// lowbias32(lowbias32(lo(i) ^ k0) ^ k1 ^ hi(i) * GOLDEN) (lo, hi: the low and high 32 bits; products mod 2^32).
+// Each element's draw depends only on (seed, i), so results are the same for any threads and split, and the
+// backward recomputes the mask from the seed instead of storing it. harness/dropout.py holds the same function in
+// torch operations (the fallback, and the reference the tests compare with).
+typedef uint32_t vu16 __attribute__((vector_size(64)));
+
+template <typename U>
+inline U lowbias32(U x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+constexpr int64_t DROPOUT_UNIT = 1 << 16;  // elements a unit of work
+constexpr uint32_t GOLDEN = 0x9e3779b9u;
+
+// out[i] = hash(i, seed) >= threshold ? x[i] * scale : 0 for i in [0, n)
+void dropout_impl(const float* x, int64_t n, uint32_t threshold, float scale, uint64_t seed, int threads,
+                  float* out) {
+    const uint32_t k0 = lowbias32<uint32_t>(static_cast<uint32_t>(seed));
+    const uint32_t k1 = lowbias32<uint32_t>(static_cast<uint32_t>(seed >> 32) ^ k0);
+    parallel_units(threads, 1, n, DROPOUT_UNIT, 8.0, [&](int, int64_t, int64_t r0, int64_t r1) {
+        const vu16 lanes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+        int64_t i = r0;
+        for (; i + 16 <= r1; i += 16) {
+            const vu16 lo = (vu16{} + static_cast<uint32_t>(i)) + lanes;
+            const vu16 hi = vu16{} + static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32) * GOLDEN;
+            const vu16 h = lowbias32<vu16>(lowbias32<vu16>(lo ^ k0) ^ k1 ^ hi);
+            const v16 v = load(x + i) * scale;
+            store(out + i, h >= threshold ? v : v16{});  // 16 lanes never straddle 2^32: i is a multiple of 16
+        }
+        for (; i < r1; ++i) {
+            const uint32_t lo = static_cast<uint32_t>(i);
+            const uint32_t hi = static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32) * GOLDEN;
+            out[i] = lowbias32<uint32_t>(lowbias32<uint32_t>(lo ^ k0) ^ k1 ^ hi) >= threshold ? x[i] * scale : 0.0f;
+        }
+    });
+}
+
 }  // namespace
 
 extern "C" {
 
-int attnbench_abi() { return 18; }
+int attnbench_abi() { return 20; }
 
 // the kernels' exp of n floats (a multiple of 16), for the accuracy test
 void attnbench_exp(const float* x, int64_t n, float* out) {
     for (int64_t i = 0; i + 16 <= n; i += 16) store(out + i, vexp(load(x + i)));
 }
 
-// 1 when built with OpenMP (parallel regions on the loaded OpenMP runtime), 0 with std::threads
-int attnbench_openmp() {
-#ifdef _OPENMP
-    return 1;
-#else
+// Dropout of n floats (dropout_impl): elements whose draw falls below `threshold` (of 2^32) become 0, the others are
+// scaled by `scale`; on `threads` threads, the same result for any count. Returns 0.
+int attnbench_dropout(const float* x, int64_t n, uint32_t threshold, float scale, uint64_t seed, int threads,
+                      float* out) {
+    dropout_impl(x, n, threshold, scale, seed, threads, out);
     return 0;
-#endif
 }
 
 // Outputs of every row, on `threads` threads: out = (phi kv + offset_kv) / guard(phi ksum + offset_den, eps),
@@ -1339,7 +1501,7 @@ int attnbench_softmax_columns(const float* k, const float* v, const uint8_t* rea
 // x area) for attnbench_pinv_backward. Returns 0.
 int attnbench_pinv(const float* a, int64_t heads, int size, int iterations, int threads, float* z, float* store) {
     const Square sq(size);
-    parallel_units(threads, heads, 1, 1, [&](int, int64_t head, int64_t, int64_t) {
+    parallel_units(threads, heads, 1, 1, 4.0 * iterations * sq.area * size, [&](int, int64_t head, int64_t, int64_t) {
         pinv_steps(sq, a + head * sq.area, z + head * sq.area, iterations,
                    store == nullptr ? nullptr : store + head * iterations * STEP_PARTS * sq.area);
     });
@@ -1350,7 +1512,7 @@ int attnbench_pinv(const float* a, int64_t heads, int size, int iterations, int 
 int attnbench_pinv_backward(const float* a, const float* store, const float* g, int64_t heads, int size,
                             int iterations, int threads, float* da, float* dz0) {
     const Square sq(size);
-    parallel_units(threads, heads, 1, 1, [&](int, int64_t head, int64_t, int64_t) {
+    parallel_units(threads, heads, 1, 1, 8.0 * iterations * sq.area * size, [&](int, int64_t head, int64_t, int64_t) {
         pinv_steps_backward(sq, a + head * sq.area, store + head * iterations * STEP_PARTS * sq.area, g + head * sq.area,
                             iterations, da + head * sq.area, dz0 + head * sq.area);
     });

@@ -1,4 +1,9 @@
-"""Accuracy and calibration of one trained model on the test split (checkpoint chosen on validation)."""
+"""Accuracy and calibration of one trained model on the test split (checkpoint chosen on validation).
+
+Details also hold the metrics on the validation split (what a `sweep:` selects on) and the
+per-example predictions on the evaluated split (`harness.predictions`, for paired tests). Cells of
+reference models (attention name "reference", `harness.references`) are fitted instead of trained.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -6,9 +11,11 @@ from typing import Any, Literal
 
 from harness.measurements import register_measurement
 from harness.measurements.common import attention_runtime, load_cell_task, train_cell_model, train_config
-from harness.metrics import classification_metrics, reliability_bins
+from harness.metrics import classification_metrics, reliability_bins, register_metric
 from harness.model import parameter_counts
 from harness.options import option, require
+from harness.predictions import encode_predictions
+from harness.references import REFERENCE, measure_reference
 from harness.train import Progress, predict_proba
 
 
@@ -23,16 +30,28 @@ class AccuracyOptions:
         require(self.n_bins >= 1, f"n_bins={self.n_bins} must be at least 1")
 
 
+for _name, _direction, _text in (("train_seconds", "min", "wall time of training (phase A and B)"),
+                                 ("phase_a_seconds", "min", "wall time of phase A"),
+                                 ("params_total", None, "parameters of the model"),
+                                 ("params_attention", None, "parameters of the attention layers")):
+    register_metric(_name, _direction, _text)
+
+
 @register_measurement("accuracy", config=AccuracyOptions)
 def measure_accuracy(cell: dict[str, Any], options: AccuracyOptions, *, device: str = "cpu",
                      progress: Progress | None = None) -> dict[str, Any]:
     """Train on the cell's task, evaluate the validation-selected checkpoint: metrics, reliability, history."""
+    if cell["attention"]["name"] == REFERENCE:
+        return measure_reference(cell, options.n_bins, options.eval_split)
     task = load_cell_task(cell)
     result = train_cell_model(cell, task, device=device, progress=progress)
     split = task[options.eval_split]
     probs = predict_proba(result.model, split, train_config(cell).eval_batch_size, device)
     params = parameter_counts(result.model)
     metrics = classification_metrics(probs, split.labels, options.n_bins)
+    validation = task["validation"]
+    val_probs = probs if options.eval_split == "validation" else predict_proba(
+        result.model, validation, train_config(cell).eval_batch_size, device)
     metrics |= {"train_seconds": result.train_seconds, "params_total": float(params["total"]),
                 "params_attention": float(params["attention"])}
     if result.phase_a is not None:
@@ -40,5 +59,7 @@ def measure_accuracy(cell: dict[str, Any], options: AccuracyOptions, *, device: 
     details = {"checkpoint": result.checkpoint, "best_epoch": result.best_epoch, "history": result.history,
                "eval_split": options.eval_split, "eval_rows": len(split),
                "reliability": reliability_bins(probs, split.labels, options.n_bins),
-               "phase_a": result.phase_a, "params": params, "attention_runtime": attention_runtime(result.model)}
+               "phase_a": result.phase_a, "params": params, "attention_runtime": attention_runtime(result.model),
+               "validation": classification_metrics(val_probs, validation.labels, options.n_bins),
+               "predictions": encode_predictions(probs, split.labels)}
     return {"metrics": metrics, "details": details}

@@ -12,7 +12,10 @@ its inputs and the built module (training: the forward activations, backward and
 FLOPs and bytes for the roofline come from `harness.measurements.cost`; the machine's rates from a
 probe at the start of the run (provenance) and, by default, again between timed passes; each point's
 bound uses, per pass, the better reading of the probes before and after it, and the median of that over
-passes (`probe_each_point`).
+passes (`probe_each_point`). How busy the machine was is recorded per point, from each timed pass: the cores
+other processes kept busy meanwhile, a spinning thread's share of a core right after it and the load average; a
+point measured on a busy machine (`harness.timing.busy_machine`) is flagged, in its row and in the report's table
+and plot.
 """
 from __future__ import annotations
 
@@ -25,12 +28,14 @@ import torch
 
 from harness.errors import ConfigError, UserError
 from harness.measurements import register_measurement
+from harness.metrics import register_metric
 from harness.measurements.common import attention_label
 from harness.measurements.cost import point_cost
 from harness.options import option, require
 from harness.registry import ATTENTIONS, build_attention
-from harness.timing import (OOM_ERRORS, call_seconds, measure_machine, pair_ratios, peak_memory, quartiles,
-                            retain_freed_memory, time_alternating, time_repeated)
+from harness.timing import (OOM_ERRORS, busy_machine, call_seconds, cpu_snapshot, machine_load, measure_machine,
+                            others_cores, pair_ratios, peak_memory, quartiles, retain_freed_memory, time_alternating,
+                            time_repeated)
 from harness.train import Progress
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -78,6 +83,9 @@ class EfficiencyOptions:
                                           "each timed pass, its roofline bound from the better of the two (median "
                                           "over passes; a shared machine's speed drifts during a run); False: the "
                                           "run's one probe")
+    load_probe_s: float = option(0.02, "seconds a thread spins after each timed pass to probe its share of a core "
+                                       "(with the other processes' CPU use during the pass and the load average: "
+                                       "how busy the machine was; 0: no spinning probe)")
 
     def __post_init__(self) -> None:
         for name in ("seq_lens", "batch_sizes", "heads", "modes"):
@@ -86,6 +94,7 @@ class EfficiencyOptions:
         require(self.min_repeats >= 1 and self.max_repeats >= self.min_repeats,
                 f"need 1 <= min_repeats ({self.min_repeats}) <= max_repeats ({self.max_repeats})")
         require(self.rounds >= 1, f"rounds={self.rounds} must be at least 1")
+        require(self.load_probe_s >= 0, f"load_probe_s={self.load_probe_s} must be 0 or more")
         for label, other in self.paired.items():
             spec = _paired_spec(other)
             require(isinstance(spec, dict) and isinstance(spec.get("name"), str)
@@ -237,6 +246,7 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
     times: dict[int, list[float]] = {i: [] for i in range(len(points))}
     twin_times: dict[int, list[float]] = {i: [] for i in range(len(points))}
     rates: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
+    loads: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
     last = _probe(options, device) if options.probe_each_point else None
     for r in range(rounds):
         for i, point in enumerate(points):
@@ -246,12 +256,14 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
                     for each in [point] + ([twin] if twin is not None else []):
                         if rounds > 1 and each.call_s < rewarm_below_s:  # caches, threads warm again after a probe
                             call_seconds(each.fn, device)
+                    cpu_before = cpu_snapshot()
                     if twin is None:
                         timing = time_repeated(point.fn, device=device, budget_s=options.point_budget_s, **share)
                     else:
                         timing, other = time_alternating(point.fn, twin.fn, device=device,
                                                          budget_s=options.point_budget_s, **share)
                         twin_times[i] += other.times_ms
+                    loads[i].append(_load_reading(cpu_before, options))
                     after = _probe(options, device) if options.probe_each_point else None
                 except OOM_ERRORS as err:
                     _fail(point, "oom", f"{type(err).__name__}: {err}"[:300])
@@ -265,6 +277,7 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
     for i, point in enumerate(points):
         if point.open:
             _finish(point, times[i], rates[i], rounds)
+            point.row |= _load_summary(loads[i])
             if twin_times[i]:
                 q25, median, q75 = quartiles(pair_ratios(times[i], twin_times[i]))
                 point.row |= {"paired_median_ms": float(np.median(twin_times[i])), "paired_ratio": median,
@@ -290,6 +303,23 @@ def _finish(point: Point, times: list[float], probes: list[dict[str, Any]], roun
         row["gflops_per_s"] = row["flops"] / (median / 1e3) / 1e9
         row["roofline_fraction"] = row["roofline_ms"] / median
     point.fn = None
+
+
+def _load_reading(cpu_before: Any, options: EfficiencyOptions) -> dict[str, Any]:
+    """How busy the machine was during a timed pass that began at `cpu_before` (a `cpu_snapshot`), read now."""
+    others = others_cores(cpu_before, cpu_snapshot())
+    load = machine_load(options.load_probe_s) if options.load_probe_s > 0 else {"load_1m": None,
+                                                                                 "cpu_availability": None}
+    return {"others_cores": others, "load_1m": load["load_1m"], "cpu_availability": load["cpu_availability"]}
+
+
+def _load_summary(readings: list[dict[str, Any]]) -> dict[str, Any]:
+    """A point's machine load over its passes: the median of each reading, and whether that was a busy machine."""
+    summary = {}
+    for key in ("others_cores", "load_1m", "cpu_availability"):
+        values = [r[key] for r in readings if r[key] is not None]
+        summary[key] = float(np.median(values)) if values else None
+    return summary | {"busy": busy_machine(summary["others_cores"], summary["cpu_availability"])}
 
 
 def _bound_s(row: dict[str, Any], machine: dict[str, Any]) -> float:
@@ -321,6 +351,15 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, float]:
     return metrics
 
 
+for _pattern, _direction, _text in (
+        ("*_ms@*", "min", "median time of one call in milliseconds"),
+        ("*_tokens_per_s@*", "max", "tokens processed per second"),
+        ("*_peak_mem_bytes@*", "min", "peak memory of one call in bytes"),
+        ("*_roofline_fraction@*", "max", "roofline bound / measured time"),
+        ("*_paired_ratio@*", "max", "median over alternated pairs of the paired attention's time / this one's")):
+    register_metric(_pattern, _direction, _text)
+
+
 @register_measurement("efficiency", config=EfficiencyOptions)
 def measure_efficiency(cell: dict[str, Any], options: EfficiencyOptions, *, device: str = "cpu",
                        progress: Progress | None = None) -> dict[str, Any]:
@@ -350,9 +389,15 @@ def measure_efficiency(cell: dict[str, Any], options: EfficiencyOptions, *, devi
 
 
 def _notes(rows: list[dict[str, Any]]) -> list[str]:
-    """Warnings a reader needs, e.g. a roofline fraction above 1 (the machine probe under-measured)."""
+    """Warnings a reader needs: points timed on a busy machine, a roofline fraction above 1 (the machine probe
+    under-measured)."""
+    notes = []
+    busy = [f"{r['mode']}@{r['seq_len']}" for r in rows if r.get("busy")]
+    if busy:
+        notes.append(f"measured on a busy machine (other processes on the cores while timed): {', '.join(busy)}; "
+                     f"their times read slower than the code is")
     above = [f"{r['mode']}@{r['seq_len']}" for r in rows if (r["roofline_fraction"] or 0) > 1]
     if not above:
-        return []
-    return [f"roofline fraction above 1 at {', '.join(above)}: the machine probe under-measured the matmul rate or "
+        return notes
+    return notes + [f"roofline fraction above 1 at {', '.join(above)}: the machine probe under-measured the matmul rate or "
             f"copy bandwidth (a busy machine while probing, or a small probe: raise matmul_size / copy_mb)"]

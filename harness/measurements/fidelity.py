@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from harness.measurements import SkipCell, register_measurement
+from harness.metrics import register_metric
 from harness.measurements.common import has_option, load_cell_task, model_config, train_cell_model
 from harness.options import option, require
 from harness.registry import build_attention
@@ -114,6 +115,9 @@ def _budgets(cell: dict[str, Any], options: FidelityOptions) -> list[int | None]
     if not has_option(name, "num_features"):
         return [None]
     return list(options.num_features) or [(cell["attention"].get("options") or {}).get("num_features")]
+
+
+register_metric("rel_error*", "min", "relative error of the attention output against exact softmax attention")
 
 
 @register_measurement("fidelity", config=FidelityOptions)

@@ -16,7 +16,7 @@ from torch import nn
 
 from harness.measurements import register_measurement
 from harness.measurements.common import has_option, load_cell_task, train_cell_model, train_config
-from harness.metrics import accuracy, expected_calibration_error
+from harness.metrics import accuracy, expected_calibration_error, register_metric
 from harness.options import option, require
 from harness.tasks.base import Split, TaskData
 from harness.tasks.corruption import corrupt
@@ -61,6 +61,16 @@ def _evaluate(model: nn.Module, split: Split, batch_size: int, n_bins: int, devi
     probs = predict_proba(model, split, batch_size, device)
     return {"accuracy": accuracy(probs, split.labels),
             "ece": expected_calibration_error(probs, split.labels, n_bins)}
+
+
+for _pattern, _direction, _text in (
+        ("clean_accuracy", "max", "test accuracy without corruption"),
+        ("clean_ece", "min", "test ECE without corruption"),
+        ("robustness_auc*", "max", "normalised area under accuracy vs corruption severity"),
+        ("label_noise_accuracy@*", "max", "test accuracy after training with this label-noise rate"),
+        ("label_noise_auc", "max", "normalised area under accuracy vs label-noise rate"),
+        ("feature_budget_accuracy@*", "max", "test accuracy retrained with this many features")):
+    register_metric(_pattern, _direction, _text)
 
 
 @register_measurement("robustness", config=RobustnessOptions)

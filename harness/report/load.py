@@ -13,10 +13,12 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import UserError
+from harness.report.sweep import select_trials
 
 SCHEMA = 1
 CELL_COLUMNS = ["run", "cell_id", "suite", "measurement", "task", "label", "attention", "seed",
-                "status", "reason", "file"]
+                "status", "reason", "file", "trial"]
+REFERENCE = "reference"  # the attention name of reference-model cells (harness.references)
 
 
 @dataclasses.dataclass
@@ -27,6 +29,7 @@ class RunInfo:
     path: Path
     suite: str | None = None  # from run.json, when the executor wrote one
     not_run: list[str] = dataclasses.field(default_factory=list)  # planned cell ids without a result file
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)  # the normalised suite from run.json
 
 
 @dataclasses.dataclass
@@ -39,6 +42,7 @@ class Results:
 
     cells: pd.DataFrame
     runs: list[RunInfo]
+    sweep: pd.DataFrame | None = None  # every sweep trial's validation score (harness.report.sweep), if any
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -63,13 +67,14 @@ def load_runs(run_dirs: list[Path]) -> Results:
     rows = [row for run in runs for row in _read_run(run)]
     for run in runs:
         _read_plan(run, {r["cell_id"] for r in rows if r["run"] == run.tag})
-    cells = pd.DataFrame(rows, columns=CELL_COLUMNS + ["metrics", "details", "provenance", "task_options"])
+    cells = pd.DataFrame(rows, columns=CELL_COLUMNS + ["metrics", "details", "provenance", "task_options", "sweep"])
     cells["task"] = _task_keys(cells)
     cells = cells.drop(columns="task_options")
     cells["seed"] = pd.to_numeric(cells["seed"], errors="coerce").astype("Int64")
     if len(runs) > 1:
         cells["label"] = _tag_clashing_labels(cells)
-    return Results(cells=cells.reset_index(drop=True), runs=runs)
+    cells, sweep = select_trials(cells.reset_index(drop=True))
+    return Results(cells=cells, runs=runs, sweep=sweep)
 
 
 def _run_tags(paths: list[Path]) -> list[str]:
@@ -101,6 +106,7 @@ def _read_plan(run: RunInfo, present: set[str]) -> None:
         return
     if isinstance(plan, dict):
         run.suite = plan.get("suite")
+        run.config = plan.get("resolved_suite") if isinstance(plan.get("resolved_suite"), dict) else {}
         run.not_run = [cid for cid in plan.get("cell_ids") or [] if cid not in present]
 
 
@@ -108,7 +114,7 @@ def _read_cell(tag: str, path: Path) -> dict[str, Any]:
     """One row for CELL_COLUMNS; a file that cannot be read becomes status 'unreadable' with a reason."""
     base = {"run": tag, "cell_id": path.stem, "file": str(path), "suite": None, "measurement": None,
             "task": None, "label": None, "attention": None, "seed": None, "metrics": {}, "details": {},
-            "provenance": {}, "task_options": {}}
+            "provenance": {}, "task_options": {}, "trial": None, "sweep": None}
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -127,7 +133,7 @@ def _read_cell(tag: str, path: Path) -> dict[str, Any]:
             "cell_id": data.get("cell_id", path.stem),
             "suite": cell.get("suite"),
             "measurement": (cell.get("measurement") or {}).get("name"),
-            "task": task.get("name"),
+            "task": task.get("label") or task.get("name"),
             "task_options": task.get("options") or {},
             "label": data.get("label") or attention.get("label") or attention.get("name"),
             "attention": attention.get("name"),
@@ -137,7 +143,9 @@ def _read_cell(tag: str, path: Path) -> dict[str, Any]:
             "metrics": {k: float(v) for k, v in (data.get("metrics") or {}).items()
                         if isinstance(v, (int, float)) and not isinstance(v, bool)},
             "details": data.get("details") or {},
-            "provenance": data.get("provenance") or {}}
+            "provenance": data.get("provenance") or {},
+            "trial": (cell.get("sweep") or {}).get("trial"),
+            "sweep": cell.get("sweep")}
 
 
 def _task_keys(cells: pd.DataFrame) -> pd.Series:

@@ -1,12 +1,14 @@
 """Tables of the non-accuracy measurements: robustness, efficiency (with ratios against softmax),
-kernel fidelity, Coulomb phase-A diagnostics, and the paper's tabular kernel experiment."""
+kernel fidelity and Coulomb phase-A diagnostics (the synthetic experiment: `kernel_tables`)."""
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from harness.report.load import Results, detail_rows, metric_frame
-from harness.report.stats import summarize
+from harness.report.stats import metric_direction, summarize
 from harness.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary, group_keys
 
 MIB = 2.0 ** 20
@@ -64,7 +66,7 @@ def _level_table(results: Results, rows: pd.DataFrame, name: str, title: str, pr
         text_rows.append(text)
         numeric.append(num)
     text, numeric = pd.DataFrame(text_rows), pd.DataFrame(numeric)
-    directions = {c: ("min" if c.startswith("ece") else "max") for c in numeric}
+    directions = {c: metric_direction("ece" if c.startswith("ece") else "accuracy") for c in numeric}
     groups = group_keys(text, ["task", "perturbation"])
     best = best_mask(numeric, directions, groups).reindex(columns=text.columns, fill_value=False)
     return Table(name, title, pd.DataFrame(data), text, best, notes, key_columns=3)
@@ -110,7 +112,8 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
     if rows.empty:
         return rows
     for col in ("median_ms", "q25_ms", "q75_ms", "min_ms", "rounds", "tokens_per_s", "peak_mem_bytes",
-                "roofline_fraction", "gflops_per_s", "roofline_ms", "batch", "heads", "head_dim", "reason", "mode"):
+                "roofline_fraction", "gflops_per_s", "roofline_ms", "batch", "heads", "head_dim", "reason", "mode",
+                "busy", "others_cores", "cpu_availability", "load_1m"):
         if col not in rows:
             rows[col] = np.nan
     rows["mode"] = ["forward" if not isinstance(m, str) else m for m in rows["mode"]]
@@ -125,8 +128,9 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
         reasons = [str(r) for r in bad["reason"] if isinstance(r, str)]
         rec["reason"] = reasons[0] if reasons else None
         for col in ("median_ms", "q25_ms", "q75_ms", "min_ms", "rounds", "tokens_per_s", "peak_mem_bytes",
-                    "roofline_fraction", "gflops_per_s", "roofline_ms"):
+                    "roofline_fraction", "gflops_per_s", "roofline_ms", "others_cores", "cpu_availability", "load_1m"):
             rec[col] = float(pd.to_numeric(ok[col], errors="coerce").mean()) if not ok.empty else np.nan
+        rec["busy"] = bool((ok["busy"] == True).any())  # noqa: E712 - True, not merely present, in any seed's row
         rec["repeats_seeds"] = len(ok)
         out.append(rec)
     eff = pd.DataFrame(out)
@@ -160,13 +164,16 @@ def efficiency_table(results: Results) -> Table | None:
             "label": r.label, "mode": r.mode, "seq_len": fmt(r.seq_len, 0),
             "B×H×d": "×".join(fmt(v, 0) for v in (r.batch, r.heads, r.head_dim))
                      + (f" {r.dtype}" if "dtype" in eff else ""),
-            "time ms (q25–q75)": (f"{fmt(r.median_ms)} ({fmt(r.q25_ms)}–{fmt(r.q75_ms)})" if ok
+            "time ms (q25–q75)": (f"{fmt(r.median_ms)} ({fmt(r.q25_ms)}–{fmt(r.q75_ms)})" + (BUSY_MARK if r.busy
+                                                                                              else "") if ok
                                   else r.status.upper()),
             "tokens/s": fmt(r.tokens_per_s, 0), "peak MiB": fmt(r.peak_mem_mib),
             "speed × softmax": fmt(r.speed_vs_softmax, 2), "memory × softmax": fmt(r.memory_vs_softmax, 2)}
         if eff["roofline_fraction"].notna().any():
             text |= {"GFLOP/s": fmt(r.gflops_per_s, 1), "bound ms": fmt(r.roofline_ms),
                      "roofline fraction": fmt(r.roofline_fraction, 3)}
+        if eff["busy"].any():
+            text["machine"] = busy_text(r)
         text["status"] = r.status if ok or not r.reason else f"{r.status}: {r.reason}"
         text_rows.append(text)
     text = pd.DataFrame(text_rows)
@@ -187,8 +194,26 @@ def efficiency_table(results: Results) -> Table | None:
              "GFLOP/s: counted FLOPs / time; bound ms: the roofline bound, max(FLOPs / matmul rate, bytes / copy "
              "bandwidth), from the machine probed around the point; roofline fraction = bound / time. "
              "OOM / TIMEOUT: the point did not fit (a result, not a crash). Bold: best per run, mode and shape."]
+    if eff["busy"].any():
+        notes.append(f"{BUSY_MARK.strip()}: measured on a busy machine (harness.timing.busy_machine): while it was "
+                     "timed other processes kept cores busy (machine: their average cores, a spinning thread's share "
+                     "of a core, the load average), so its time reads slower than the code is; rerun it on a quiet "
+                     "machine before reading a comparison from it.")
     return Table("efficiency", "Efficiency by sequence length", eff, text, best, notes,
                  key_columns=5 if many_runs else 4)
+
+
+BUSY_MARK = " †"
+
+
+def busy_text(row: Any) -> str:
+    """The machine's load around an efficiency point, e.g. 'busy: others 1.2 cores, core share 0.45, load 4.1'."""
+    if row.status != "ok" or not finite(row.others_cores):
+        return ""
+    parts = [f"others {row.others_cores:.2f} cores"]
+    parts += [f"core share {row.cpu_availability:.2f}"] if finite(row.cpu_availability) else []
+    parts += [f"load {row.load_1m:.1f}"] if finite(row.load_1m) else []
+    return ("busy: " if row.busy else "quiet: ") + ", ".join(parts)
 
 
 def paired_table(results: Results) -> Table | None:
@@ -216,7 +241,7 @@ def paired_table(results: Results) -> Table | None:
              "paired / this: the median over pairs of the paired attention's time / this one's (> 1: this one is "
              "faster), with its quartiles; the times are the medians of each attention's calls in those pairs. "
              "Mean over seeds."]
-    return Table("paired", "Paired timing", data, text, best, notes, key_columns=6 if many_runs else 5)
+    return Table("paired_timing", "Paired timing", data, text, best, notes, key_columns=6 if many_runs else 5)
 
 
 def fidelity_table(results: Results) -> Table | None:
@@ -265,79 +290,66 @@ def fidelity_table(results: Results) -> Table | None:
     return Table("fidelity", "Kernel fidelity against exact softmax attention", data, text, best, notes, key_columns=5)
 
 
+COULOMB_ALIGNMENTS = {"within-class": "within-class", "centered-kta": "centred KTA", "input-kernel": "eq. 2.2"}
+COULOMB_WALK = {"drift": "drift", "noise": "noise", "drift_noise_ratio": "drift / noise",
+                "norm_before_projection": "norm before P", "norm_after_projection": "norm after P"}
+
+
+def _phase_a_record(pa: dict) -> dict[str, float]:
+    """The numbers of one cell's phase A the Coulomb table shows (NaN where an older result lacks them)."""
+    walk, measured = pa.get("walk") or {}, pa.get("validation_alignment") or {}
+    record = {key: walk.get(key, np.nan) for key in COULOMB_WALK}
+    for kind in COULOMB_ALIGNMENTS:
+        for when in ("before", "after"):
+            record[f"{kind} {when}"] = (measured.get(kind) or {}).get(when, np.nan)
+    record.update({"relative_move": pa.get("relative_move", np.nan), "phase_a_seconds": pa.get("seconds"),
+                   "steps": pa.get("steps")})
+    return {k: float(v) if finite(v) else np.nan for k, v in record.items()}
+
+
 def coulomb_table(results: Results) -> Table | None:
-    """Phase-A diagnostics of learned-kernel cells: alignment before/after, time, steps."""
+    """Phase-A diagnostics of learned-kernel cells: whether the particles drift or walk, and the validation
+    alignments before and after (the same three the phase-A plot marks)."""
     recs = []
     for _, c in results.of("accuracy").iterrows():
         pa = c["details"].get("phase_a")
         if isinstance(pa, dict):
-            before, after = pa.get("alignment_before"), pa.get("alignment_after")
-            recs.append({"task": c["task"], "label": c["label"], "seed": c["seed"], "alignment_before": before,
-                         "alignment_after": after,
-                         "alignment_gain": after - before if finite(before) and finite(after) else np.nan,
-                         "phase_a_seconds": pa.get("seconds"), "steps": pa.get("steps")})
+            recs.append({"task": c["task"], "label": c["label"], "seed": c["seed"],
+                         "objective": pa.get("objective", pa.get("alignment_kind", DASH)),
+                         "probe": pa.get("probe_split", "train"), **_phase_a_record(pa)})
     if not recs:
         return None
     frame = pd.DataFrame(recs)
-    cols = ["alignment_before", "alignment_after", "alignment_gain", "phase_a_seconds", "steps"]
+    numbers = [c for c in frame.columns if c not in ("task", "label", "seed", "objective", "probe")]
     data, text_rows, numeric = [], [], []
     for (task, label), part in frame.groupby(["task", "label"], sort=True):
-        stats = {c: summarize(pd.to_numeric(part[c], errors="coerce")) for c in cols}
-        data.append({"task": task, "label": label, "seeds": len(part),
-                     **{f"{c}_{k}": stats[c][k] for c in cols for k in ("mean", "std")}})
-        text_rows.append({"task": task, "label": label, "seeds": str(len(part)),
-                          **{c: fmt_summary(stats[c]) for c in cols[:-1]},
-                          "steps": fmt(stats["steps"]["mean"], 0)})
-        numeric.append({c: stats[c]["mean"] for c in cols})
+        stats = {c: summarize(pd.to_numeric(part[c], errors="coerce")) for c in numbers}
+        ratio = stats["drift_noise_ratio"]["mean"]
+        verdict = (DASH if not finite(ratio) else "drift below noise: a random walk" if ratio < 1
+                   else "drift above noise")
+        data.append({"task": task, "label": label, "seeds": len(part), "objective": part["objective"].iloc[0],
+                     **{f"{c}_{k}": stats[c][k] for c in numbers for k in ("mean", "std")}})
+        row = {"task": task, "label": label, "seeds": str(len(part)), "objective": str(part["objective"].iloc[0]),
+               **{title: fmt_summary(stats[key]) for key, title in COULOMB_WALK.items()}, "walk?": verdict}
+        for kind, title in COULOMB_ALIGNMENTS.items():
+            row[f"{title} ({part['probe'].iloc[0]})"] = (f"{fmt_summary(stats[kind + ' before'])} → "
+                                                         f"{fmt_summary(stats[kind + ' after'])}")
+        row |= {"relative move": fmt_summary(stats["relative_move"]),
+                "phase A s": fmt_summary(stats["phase_a_seconds"]), "steps": fmt(stats["steps"]["mean"], 0)}
+        text_rows.append(row)
+        numeric.append({"drift / noise": ratio})
     text = pd.DataFrame(text_rows)
-    best = best_mask(pd.DataFrame(numeric), {"alignment_after": "max", "alignment_gain": "max",
-                                              "phase_a_seconds": "min"}, text["task"])
+    best = best_mask(pd.DataFrame(numeric), {"drift / noise": "max"}, text["task"])
     best = best.reindex(columns=text.columns, fill_value=False)
-    notes = ["Kernel-target alignment of the particles before and after phase A, its gain, phase-A wall time "
-             "and steps (mean ± std over seeds). Bold: best per task."]
+    walks = [f"{r['label']} on {r['task']}" for r in text_rows if r["walk?"].startswith("drift below")]
+    notes = ["Per phase-A step and particle: drift |eta N grad H| and Langevin noise |sqrt(2 eta / beta) xi| (medians "
+             "over particles, then over steps, layers and heads), their ratio, and the mean particle norm before and "
+             "after the projection P onto the norm cap. Alignments before → after phase A on held-out rows (the "
+             "split in the header): within-class (eq. C.4) and centred kernel-target alignment (App. D) of the "
+             "mean-pooled attention outputs, and the eq. 2.2 u-statistic of the feature-map kernel on the pooled "
+             "inputs; the phase-A plot marks the same three. Relative move: |Omega_after - Omega_before| / "
+             "|Omega_before|. Mean ± std over seeds; bold: largest drift / noise per task."]
+    if walks:
+        notes.append("Drift below noise (a random walk: the alignment term barely moves the particles, the noise and "
+                     "the projection do): " + "; ".join(walks) + ".")
     return Table("coulomb", "Coulomb phase A diagnostics", pd.DataFrame(data), text, best, notes, key_columns=2)
-
-
-def kernel_table(results: Results) -> Table | None:
-    """The paper's tabular kernel experiment: accuracy per method (x features, lambda) and noise sigma."""
-    rows = detail_rows(results, "kernel")
-    if rows.empty:
-        return None
-    keys = ["method", "num_features", "lambda"]
-    for k in keys + ["f1", "seconds"]:
-        if k not in rows:
-            rows[k] = np.nan
-    data = []
-    for key, part in rows.groupby(keys + ["sigma"], dropna=False, sort=True):
-        acc, f1, sec = (summarize(pd.to_numeric(part[c], errors="coerce")) for c in ("accuracy", "f1", "seconds"))
-        data.append(dict(zip(keys + ["sigma"], key)) | {
-            "accuracy_mean": acc["mean"], "accuracy_std": acc["std"], "accuracy_n": acc["n"],
-            "accuracy_ci_low": acc["ci_low"], "accuracy_ci_high": acc["ci_high"],
-            "f1_mean": f1["mean"], "f1_std": f1["std"], "seconds_mean": sec["mean"]})
-    data = pd.DataFrame(data)
-    sigmas = sorted(data["sigma"].dropna().unique())
-    text_rows, numeric = [], []
-    for key, part in data.groupby(keys, dropna=False, sort=True):
-        method, feats, lam = key
-        text = {"method": str(method), "features": fmt(feats, 0), "λ": fmt(lam, 2) if finite(lam) else DASH}
-        num = {}
-        for s in sigmas:
-            at = part[part["sigma"] == s]
-            col = f"σ={s:.0e}"
-            if at.empty:
-                text[col], num[col] = DASH, np.nan
-            else:
-                r = at.iloc[0]
-                text[col] = fmt_summary({"mean": r.accuracy_mean, "std": r.accuracy_std, "n": int(r.accuracy_n),
-                                         "ci_low": r.accuracy_ci_low, "ci_high": r.accuracy_ci_high})
-                num[col] = r.accuracy_mean
-        text["seconds (mean)"] = fmt(part["seconds_mean"].mean())
-        text_rows.append(text)
-        numeric.append(num)
-    text = pd.DataFrame(text_rows)
-    best = best_mask(pd.DataFrame(numeric), {c: "max" for c in numeric[0]}).reindex(columns=text.columns,
-                                                                                   fill_value=False)
-    notes = ["Test accuracy (mean ± std over seeds) per label-noise level σ; the CSV also holds F1 and seconds. "
-             "Bold: best per σ."]
-    return Table("kernel_experiment", "Kernel experiment: accuracy by method and noise level σ", data, text,
-                 best, notes, key_columns=3)

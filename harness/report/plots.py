@@ -19,8 +19,9 @@ from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
 from harness.report.load import Results, metric_frame
-from harness.report.measurement_tables import kernel_table, robustness_rows
-from harness.report.table import slug
+from harness.report.kernel_tables import kernel_ablation_table, kernel_f1_table, kernel_scaling_table, kernel_table
+from harness.report.measurement_tables import robustness_rows
+from harness.report.table import finite, slug
 
 MIB = 2.0 ** 20
 
@@ -77,7 +78,8 @@ def _legend_outside(fig: Figure, axes: Any, extra: list[Line2D] | None = None) -
 
 
 def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot]:
-    """Time and peak memory vs sequence length (log-log), one line per label; OOM/timeout as x at the top."""
+    """Time and peak memory vs sequence length (log-log), one line per label; OOM/timeout as x at the top; points
+    timed on a busy machine (column `busy`) ringed in red."""
     if eff.empty:
         return []
     plots = []
@@ -89,13 +91,18 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
             continue
         fig = _figure(4.2 * len(panels) + 1.0, 4.0)
         axes = fig.subplots(1, len(panels), squeeze=False)[0]
-        failed_seen = False
+        failed_seen = busy_seen = False
         for ax, ((mode, batch, heads, head_dim), part) in zip(axes, panels):
             top = blended_transform_factory(ax.transData, ax.transAxes)
             for label, rows in part.groupby("label", sort=True):
                 rows = rows.sort_values("seq_len")
                 ok = rows[(rows["status"] == "ok") & rows[column].notna()]
                 ax.plot(ok["seq_len"], ok[column] * scale, marker="o", ms=3, color=colors[label], label=label)
+                busy = ok[ok["busy"] == True] if column == "median_ms" and "busy" in ok else ok.iloc[:0]  # noqa: E712
+                if not busy.empty:
+                    busy_seen = True
+                    ax.scatter(busy["seq_len"], busy[column] * scale, marker="o", s=70, facecolors="none",
+                               edgecolors="red", linewidths=1.2, zorder=6)
                 bad = rows[rows["status"].isin(["oom", "timeout"])]
                 if not bad.empty:
                     failed_seen = True
@@ -113,6 +120,8 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
             ax.grid(True, which="both", alpha=0.3)
         extra = [Line2D([], [], color="black", marker="x", linestyle="none", label="OOM / timeout (top edge)")] \
             if failed_seen else []
+        extra += [Line2D([], [], color="red", marker="o", markerfacecolor="none", linestyle="none",
+                         label="timed on a busy machine")] if busy_seen else []
         title = ("Time" if column == "median_ms" else "Peak memory") + " vs sequence length"
         fig.suptitle(title)
         _legend_outside(fig, axes, extra)
@@ -270,8 +279,35 @@ def _numbers(values: Any) -> list[float]:
     return []
 
 
+def _mean_curve(curves: list[list[float]]) -> np.ndarray | None:
+    """Mean over curves of unequal length, step by step (NaN where no curve has a finite value)."""
+    if not curves:
+        return None
+    length = max(len(c) for c in curves)
+    padded = np.array([c + [np.nan] * (length - len(c)) for c in curves], dtype=float)
+    ok = np.isfinite(padded)
+    if not ok.any():
+        return None
+    count = ok.sum(axis=0)
+    return np.where(count > 0, np.where(ok, padded, 0).sum(axis=0) / np.maximum(count, 1), np.nan)
+
+
+def _step_panel(ax: Any, series: list[list[dict]], key: str, color: Any, ylabel: str) -> None:
+    """One diagnostic per step: a thin line per layer/head and their mean in black."""
+    curves = [[_as_float(s.get(key)) for s in steps] for steps in series]
+    for c in curves:
+        ax.plot(c, color=color, alpha=0.35, lw=0.8)
+    mean = _mean_curve(curves)
+    if mean is not None:
+        ax.plot(mean, color="black", lw=1.5, label="mean over layers/heads")
+    ax.set_xlabel("phase-A step")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+
+
 def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
-    """Per (task, label) with phase A: H, alignment, energy over steps; pairwise distances before/after."""
+    """Per (task, label) with phase A: H and the objective's alignment on the training batches over steps (with
+    the table's validation alignment before and after marked), drift against noise, pairwise distances."""
     plots = []
     cells = results.of("accuracy").sort_values(["task", "label", "seed"])
     done = set()
@@ -285,25 +321,30 @@ def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
             continue
         done.add((cell["task"], cell["label"]))
         color = colors[cell["label"]]
+        objective = pa.get("objective", pa.get("alignment_kind", "alignment"))
         fig = _figure(13, 3.2)
         axes = fig.subplots(1, 4)
-        for ax, key, ylabel in zip(axes, ("H", "alignment", "energy"),
-                                   ("Hamiltonian H", "kernel-target alignment", "Riesz energy W_s")):
-            curves = [[_as_float(s.get(key)) for s in steps] for steps in series]
-            for c in curves:
-                ax.plot(c, color=color, alpha=0.35, lw=0.8)
-            if curves:
-                length = max(len(c) for c in curves)
-                padded = np.array([c + [np.nan] * (length - len(c)) for c in curves], dtype=float)
-                finite = np.isfinite(padded)
-                if finite.any():
-                    count = finite.sum(axis=0)
-                    mean = np.where(count > 0, np.where(finite, padded, 0).sum(axis=0) / np.maximum(count, 1), np.nan)
-                    ax.plot(mean, color="black", lw=1.5, label="mean over layers/heads")
-            ax.set_xlabel("phase-A step")
-            ax.set_ylabel(ylabel)
-            ax.grid(True, alpha=0.3)
+        _step_panel(axes[0], series, "H", color, "Hamiltonian H (training batch)")
+        _step_panel(axes[1], series, "alignment", color, f"{objective} alignment")
+        measured = (pa.get("validation_alignment") or {}).get(objective) or {}
+        if series and all(finite(measured.get(k)) for k in ("before", "after")):
+            last = max(len(steps) for steps in series) - 1
+            axes[1].plot([0, last], [measured["before"], measured["after"]], "D", color="crimson",
+                         label=f"validation ({pa.get('probe_split', 'train')} rows), as in the table")
         axes[0].legend(fontsize="x-small", loc="best")
+        axes[1].legend(fontsize="x-small", loc="best")
+        ax = axes[2]
+        for key, style in (("drift", "-"), ("noise", ":")):
+            curves = [[_as_float(s.get(key)) for s in steps] for steps in series]
+            mean = _mean_curve(curves)
+            if mean is not None:
+                ax.plot(mean, style, color="black" if key == "drift" else color, lw=1.5, label=f"median {key}")
+        if ax.lines:
+            ax.set_yscale("log")
+            ax.legend(fontsize="x-small")
+        ax.set_xlabel("phase-A step")
+        ax.set_ylabel("per particle per step")
+        ax.grid(True, which="both", alpha=0.3)
         ax = axes[3]
         if before or after:
             bins = np.histogram_bin_edges(before + after, bins=30)
@@ -318,32 +359,69 @@ def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
     return plots
 
 
-def plot_kernel_experiment(results: Results, out_dir: Path) -> list[Plot]:
-    """The tabular kernel experiment: test accuracy vs label-noise sigma (log), one line per method variant."""
-    table = kernel_table(results)
-    if table is None:
-        return []
-    data = table.data.dropna(subset=["sigma", "accuracy_mean"])
-    variant = [f"{m}" + (f" M={int(f)}" if pd.notna(f) else "") + (f" λ={lam:g}" if pd.notna(lam) else "")
-               for m, f, lam in zip(data["method"], data["num_features"], data["lambda"])]
-    data = data.assign(variant=variant)
-    colors = label_colors(data["variant"])
-    fig = _figure(7.0, 4.4)
-    ax = fig.subplots()
-    for name, part in data.groupby("variant", sort=True):
+def _kernel_bands(ax: Any, data: pd.DataFrame, metric: str, colors: dict) -> None:
+    """One line per method: mean of `metric` against sigma with a +-1 sd band; mis-specified SVMs dashed."""
+    for method, part in data.groupby("method", sort=False):
         part = part.sort_values("sigma")
-        std = part["accuracy_std"].fillna(0)
-        ax.plot(part["sigma"], part["accuracy_mean"], marker="o", ms=3, color=colors[name], label=name)
-        ax.fill_between(part["sigma"], part["accuracy_mean"] - std, part["accuracy_mean"] + std,
-                        color=colors[name], alpha=0.15, lw=0)
+        mean, std = part[f"{metric}_mean"], part[f"{metric}_std"].fillna(0)
+        dashed = method.startswith("rbf-svm") and not method.endswith("=0.5")
+        ax.plot(part["sigma"], mean, marker="o", ms=3, color=colors[method], label=method, ls="--" if dashed else "-")
+        ax.fill_between(part["sigma"], mean - std, mean + std, color=colors[method], alpha=0.15, lw=0)
     ax.set_xscale("log")
     ax.set_xlabel("label-noise scale σ (log)")
-    ax.set_ylabel("test accuracy")
     ax.grid(True, alpha=0.3)
-    title = "Kernel experiment: accuracy vs noise σ (band: ± std over seeds)"
-    ax.set_title(title)
+
+
+def plot_kernel_experiment(results: Results, out_dir: Path) -> list[Plot]:
+    """Figures 1 and 2 of the synthetic experiment (mean ± 1 sd over trials against σ) and the runtime sweep."""
+    plots = []
+    accuracy, f1 = kernel_table(results), kernel_f1_table(results)
+    if accuracy is not None and f1 is not None:
+        data = accuracy.data.merge(f1.data[["method", "sigma", "f1_mean", "f1_std"]], on=["method", "sigma"])
+        colors = label_colors(data["method"])
+        fig = _figure(11.0, 4.6)
+        axes = fig.subplots(1, 2)
+        for ax, metric, name in zip(axes, ("accuracy", "f1"), ("test accuracy", "test F1")):
+            _kernel_bands(ax, data, metric, colors)
+            ax.set_ylabel(name)
+        title = "Synthetic experiment (Figure 1): accuracy and F1 vs σ (band: ± 1 sd over trials)"
+        fig.suptitle(title)
+        _legend_outside(fig, axes)
+        plots.append(_save(fig, out_dir, "kernel_experiment", title))
+    ablation = kernel_ablation_table(results)
+    if ablation is not None:
+        fig = _figure(7.0, 4.6)
+        ax = fig.subplots()
+        _kernel_bands(ax, ablation.data, "accuracy", label_colors(ablation.data["method"]))
+        ax.set_ylabel("test accuracy")
+        title = "Synthetic experiment (Figure 2): λ ablation of the Langevin particles (band: ± 1 sd)"
+        ax.set_title(title, fontsize="medium")
+        _legend_outside(fig, ax)
+        plots.append(_save(fig, out_dir, "kernel_ablation", title))
+    scaling = kernel_scaling_table(results)
+    if scaling is not None:
+        plots.append(_plot_kernel_scaling(scaling.data, out_dir))
+    return plots
+
+
+def _plot_kernel_scaling(data: pd.DataFrame, out_dir: Path) -> Plot:
+    """Wall seconds against n (log-log), one line per method, the fitted exponent in the legend."""
+    colors = label_colors(data["method"])
+    fig = _figure(7.0, 4.6)
+    ax = fig.subplots()
+    for method, part in data.dropna(subset=["seconds"]).groupby("method", sort=False):
+        gamma, paper = part["exponent"].iloc[0], part["paper_exponent"].iloc[0]
+        label = f"{method}: γ = {gamma:.2f}" + (f" (paper {paper:.2f})" if pd.notna(paper) else "")
+        ax.plot(part["n"], part["seconds"], marker="o", ms=3, color=colors[method], label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("rows n (log)")
+    ax.set_ylabel("wall seconds, fit + predict (log)")
+    ax.grid(True, alpha=0.3, which="both")
+    title = "Synthetic experiment: runtime scaling t ~ n^γ (Table 6)"
+    ax.set_title(title, fontsize="medium")
     _legend_outside(fig, ax)
-    return [_save(fig, out_dir, "kernel_experiment", title)]
+    return _save(fig, out_dir, "kernel_scaling", title)
 
 
 def all_plots(results: Results, leaderboard: pd.DataFrame, eff: pd.DataFrame, out_dir: Path) -> list[Plot]:

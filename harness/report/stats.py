@@ -1,35 +1,18 @@
-"""Statistics for tables: mean, std, 95% t-interval over seeds, and direction-aware ranks."""
+"""Statistics for tables: mean, std, 95% t-interval over seeds, and direction-aware ranks.
+
+Directions come from the metric declarations (`harness.metrics.metric_direction`), never from names."""
 from __future__ import annotations
 
 import functools
 import math
 from collections.abc import Iterable
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-Direction = Literal["max", "min"]
+from harness.metrics import Direction, metric_direction
 
-HIGHER_IS_BETTER = {"accuracy", "macro_f1", "micro_f1", "weighted_f1", "f1", "mcc", "balanced_accuracy",
-                    "roc_auc", "pr_auc", "clean_accuracy", "robustness_auc", "tokens_per_s",
-                    "gflops_per_s", "roofline_fraction", "alignment_after", "alignment_gain",
-                    "speed_vs_softmax"}
-LOWER_IS_BETTER = {"ece", "ece_equal_mass", "nll", "brier", "clean_ece", "rel_error", "max_abs_error",
-                   "peak_mem_bytes", "peak_mem_mib", "memory_vs_softmax"}
-LOWER_SUFFIXES = ("_seconds", "_ms", "_bytes", "seconds")
-
-
-def metric_direction(name: str) -> Direction | None:
-    """'max' if higher is better, 'min' if lower is better, None if the metric is not ranked."""
-    base = name.split("@", 1)[0]
-    if base in HIGHER_IS_BETTER or base.startswith("accuracy") or base.endswith("_accuracy"):
-        return "max"
-    if base in LOWER_IS_BETTER or base.endswith(LOWER_SUFFIXES) or base.startswith(("time", "memory")):
-        return "min"
-    if "tokens_per_s" in base:
-        return "max"
-    return None
+__all__ = ["Direction", "metric_direction", "rank", "summarize", "t_quantile_975"]
 
 
 def _t_density(x: np.ndarray, df: int) -> np.ndarray:
@@ -57,8 +40,10 @@ def t_quantile_975(df: int) -> float:
     return (lo + hi) / 2
 
 
-def summarize(values: Iterable[float]) -> dict[str, float]:
-    """mean, sample std (ddof=1; NaN for one value), n, and the 95% t-interval (NaN unless n >= 3)."""
+def summarize(values: Iterable[float], interval_from: int = 3) -> dict[str, float]:
+    """mean, sample std (ddof=1; NaN for one value), n, and the 95% t-interval (NaN unless n >= interval_from).
+
+    The tables of means show intervals from 3 seeds; paired and published comparisons from 2."""
     x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
     n = len(x)
     out = {"mean": float("nan"), "std": float("nan"), "n": n, "ci_low": float("nan"), "ci_high": float("nan")}
@@ -67,7 +52,7 @@ def summarize(values: Iterable[float]) -> dict[str, float]:
     out["mean"] = float(x.mean())
     if n >= 2:
         out["std"] = float(x.std(ddof=1))
-    if n >= 3:
+    if n >= max(2, interval_from):
         half = t_quantile_975(n - 1) * out["std"] / math.sqrt(n)
         out["ci_low"], out["ci_high"] = out["mean"] - half, out["mean"] + half
     return out

@@ -8,10 +8,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.report.load import Results, metric_frame, not_ok
-from harness.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table, kernel_table,
+from harness.report.load import REFERENCE, Results, metric_frame, not_ok
+from harness.report.kernel_tables import kernel_tables
+from harness.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table,
                                                paired_table, robustness_tables)
+from harness.report.paired import paired_comparison_table
+from harness.report.published import published_table
 from harness.report.stats import metric_direction, rank, summarize
+from harness.report.sweep import sweep_table
 from harness.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary, slug
 
 HEADLINE = ("accuracy", "macro_f1", "ece")
@@ -19,6 +23,20 @@ METRIC_ORDER = ("accuracy", "macro_f1", "ece", "mcc", "balanced_accuracy", "roc_
                 "brier", "ece_equal_mass", "train_seconds", "phase_a_seconds")
 NOT_METRICS = ("params_total", "params_attention")  # shown as parameter counts, not ranked
 BUILTIN_MEASUREMENTS = ("accuracy", "robustness", "efficiency", "fidelity", "kernel")
+
+
+REFERENCE_NOTE = ("(reference): an attention-free reference model (majority class; TF-IDF + logistic regression "
+                  "with C chosen on validation) on the same splits; shown for scale, not ranked, never bold.")
+
+
+def reference_labels(cells: pd.DataFrame) -> set[str]:
+    """Labels of reference-model cells (attention name 'reference')."""
+    return set(cells.loc[cells["attention"] == REFERENCE, "label"].dropna())
+
+
+def shown_label(label: str, references: set[str]) -> str:
+    """The label as a table shows it: references marked."""
+    return f"{label} (reference)" if label in references else label
 
 
 def _ordered_metrics(names: set[str]) -> list[str]:
@@ -48,8 +66,10 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     stats = {(lab, m): summarize(frame[(frame["label"] == lab) & (frame["metric"] == m)]["value"])
              for lab in labels for m in metrics}
     means = pd.DataFrame({m: [stats[(lab, m)]["mean"] for lab in labels] for m in metrics}, index=labels)
-    ranks = pd.DataFrame({m: rank(means[m], metric_direction(m)) if metric_direction(m) else np.nan
-                          for m in metrics}, index=labels)
+    references = reference_labels(cells)
+    ranked = means.drop(index=[lab for lab in labels if lab in references])
+    ranks = pd.DataFrame({m: rank(ranked[m], metric_direction(m)) if metric_direction(m) else np.nan
+                          for m in metrics}, index=ranked.index).reindex(labels)
     acc_rank = ranks["accuracy"] if "accuracy" in ranks else pd.Series(np.nan, index=labels)
     order = sorted(labels, key=lambda lab: (acc_rank[lab] if finite(acc_rank[lab]) else math.inf, lab))
     seeds = {lab: int(frame[frame["label"] == lab]["seed"].nunique()) for lab in labels}
@@ -57,8 +77,10 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
               for lab in labels for kind in NOT_METRICS}
     data_rows, text_rows = [], []
     for lab in order:
-        row = {"label": lab, "seeds": seeds[lab], **{kind: params[(lab, kind)] for kind in NOT_METRICS}}
-        text = {"label": lab, "seeds": str(seeds[lab]), "params": fmt(params[(lab, "params_total")], 0),
+        row = {"label": lab, "reference": lab in references, "seeds": seeds[lab],
+               **{kind: params[(lab, kind)] for kind in NOT_METRICS}}
+        text = {"label": shown_label(lab, references), "seeds": str(seeds[lab]),
+                "params": fmt(params[(lab, "params_total")], 0),
                 "attention params": fmt(params[(lab, "params_attention")], 0)}
         for m in metrics:
             s = stats[(lab, m)]
@@ -70,9 +92,11 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     text = pd.DataFrame(text_rows, columns=["label", "seeds", "params", "attention params", *metrics])
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     for m in metrics:
-        best[m] = [ranks.at[lab, m] == 1 and means[m].nunique() > 1 for lab in order]  # no mark if all tie
+        best[m] = [ranks.at[lab, m] == 1 and ranked[m].nunique() > 1 for lab in order]  # no mark if all tie
     notes = ["Cells: mean ± sample std over seeds, [95% t-interval] where n ≥ 3, (rank; 1 = best, "
              "direction-aware). Bold: best in column. n shown where a metric has fewer seeds than the row."]
+    if references:
+        notes.append(REFERENCE_NOTE)
     for lab in labels:
         if seeds[lab] < cells[cells["label"] == lab]["seed"].nunique():
             notes.append(f"{lab}: some seeds have no result ({_problem_text(results, measurement, task, lab)}).")
@@ -92,10 +116,11 @@ def leaderboard_table(results: Results) -> Table:
     per = {(t, lab, m): summarize(frame[(frame["task"] == t) & (frame["label"] == lab)
                                         & (frame["metric"] == m)]["value"])
            for t in tasks for lab in labels for m in HEADLINE}
+    references = reference_labels(cells)
     rank_parts = {lab: [] for lab in labels}
     for t in tasks:
         for m in HEADLINE:
-            means = pd.Series({lab: per[(t, lab, m)]["mean"] for lab in labels}, dtype=float)
+            means = pd.Series({lab: per[(t, lab, m)]["mean"] for lab in labels if lab not in references}, dtype=float)
             for lab, r in rank(means, metric_direction(m)).items():
                 if finite(r):
                     rank_parts[lab].append(r)
@@ -103,7 +128,7 @@ def leaderboard_table(results: Results) -> Table:
     for lab in labels:
         present = [t for t in tasks if per[(t, lab, "accuracy")]["n"] > 0]
         missing += [f"{lab} × {t} ({_problem_text(results, 'accuracy', t, lab)})" for t in tasks if t not in present]
-        row = {"label": lab, "tasks": len(present),
+        row = {"label": lab, "reference": lab in references, "tasks": len(present),
                "avg_rank": float(np.mean(rank_parts[lab])) if rank_parts[lab] else np.nan}
         for m in HEADLINE:
             vals = [per[(t, lab, m)]["mean"] for t in tasks if per[(t, lab, m)]["n"] > 0]
@@ -113,7 +138,8 @@ def leaderboard_table(results: Results) -> Table:
             row[f"{t}:accuracy_std"] = per[(t, lab, "accuracy")]["std"]
             row[f"{t}:accuracy_n"] = per[(t, lab, "accuracy")]["n"]
         rows.append(row)
-        text = {"label": lab, "tasks": f"{len(present)}/{len(tasks)}", "avg rank": fmt(row["avg_rank"], 2)}
+        text = {"label": shown_label(lab, references), "tasks": f"{len(present)}/{len(tasks)}",
+                "avg rank": fmt(row["avg_rank"], 2)}
         text.update({f"mean {m}": fmt(row[f"{m}_mean"]) for m in HEADLINE})
         text.update({f"{t} accuracy": fmt_summary(per[(t, lab, "accuracy")]) for t in tasks})
         text_rows.append(text)
@@ -125,10 +151,13 @@ def leaderboard_table(results: Results) -> Table:
                             **{f"{t} accuracy": data[f"{t}:accuracy_mean"] for t in tasks}})
     directions = {"avg rank": "min", **{f"mean {m}": metric_direction(m) for m in HEADLINE},
                   **{f"{t} accuracy": "max" for t in tasks}}
-    best = best_mask(numeric, directions).reindex(columns=text.columns, fill_value=False)
+    best = best_mask(numeric.mask(data["reference"].astype(bool), np.nan), directions)
+    best = best.reindex(columns=text.columns, fill_value=False)
     notes = ["Means are over the tasks each label has (its own n); avg rank = mean, over tasks and the headline "
              "metrics (accuracy, macro-F1, ECE), of the label's rank on that task (1 = best). "
              "Per-task cells: mean ± std over seeds. Bold: best in column."]
+    if references:
+        notes.append(REFERENCE_NOTE)
     if missing:
         notes.append("Missing (shown as —, left out of every average and rank, never counted as zero): "
                      + "; ".join(missing) + ".")
@@ -154,8 +183,9 @@ def all_tables(results: Results) -> list[Table]:
     tasks = sorted(set(results.cells.loc[results.cells["measurement"] == "accuracy", "task"].dropna()))
     tables: list[Table | None] = [leaderboard_table(results) if tasks else None]
     tables += [task_table(results, t) for t in tasks]
+    tables += [paired_comparison_table(results), published_table(results), sweep_table(results.sweep)]
     tables += [*robustness_tables(results), efficiency_table(results), paired_table(results),
-               fidelity_table(results), coulomb_table(results), kernel_table(results)]
+               fidelity_table(results), coulomb_table(results), *kernel_tables(results)]
     other = results.ok[~results.ok["measurement"].isin(BUILTIN_MEASUREMENTS)]  # plug-in measurements
     tables += [task_table(results, str(task), str(m))
                for (m, task), _ in other.groupby(["measurement", "task"], sort=True)]

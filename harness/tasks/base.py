@@ -75,6 +75,7 @@ class TaskData:
     pair: bool = False
     info: dict = dataclasses.field(default_factory=dict)  # provenance: source, sizes, tokenizer, options
     special_ids: tuple[int, ...] = (0,)  # ids corruption never touches (pad, [CLS], [SEP], ...)
+    texts: dict[str, list[str]] | None = None  # raw texts per split (pairs joined by a newline), text tasks only
 
     def __getitem__(self, split: str) -> Split:
         return self.splits[split]

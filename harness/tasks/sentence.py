@@ -351,7 +351,9 @@ def build_text_task(name: str, rows: dict[str, TextRows], cfg: TextTaskConfig, l
             "splits": {s: {"size": len(sp), "class_counts": np.bincount(sp.labels.numpy(), minlength=len(names)).tolist()}
                        for s, sp in splits.items()}}
     return TaskData(name, splits, num_classes=len(names), vocab_size=encoder.vocab_size, max_length=cfg.max_length,
-                    pad_id=encoder.pad_id, pair=pair, info=info, special_ids=encoder.special_ids)
+                    pad_id=encoder.pad_id, pair=pair, info=info, special_ids=encoder.special_ids,
+                    texts={s: rows[s].texts if rows[s].pairs is None
+                           else [f"{a}\n{b}" for a, b in zip(rows[s].texts, rows[s].pairs)] for s in SPLITS})
 
 
 def _hub_task(name: str) -> Callable[[TextTaskConfig], TaskData]:

@@ -1,0 +1,143 @@
+"""Where a paper-scale training step spends its time, and the epoch time of each attention against softmax.
+
+The paper's sentence model (2 layers, d_model 128, 2 heads, FFN 256, dropout 0.1, batch 64, AdamW with clipping as
+harness.train runs it) on Rotten Tomatoes ($ATTNBENCH_DATA_DIR/rotten_tomatoes, max_length 128, batches trimmed to
+their longest row). `profile`: torch.profiler over `--steps` training steps after a warm-up, the self CPU time of
+the operators grouped by what they belong to (dropout, linear layers, norms, attention, optimiser, ...). `epochs`:
+one epoch of training plus one evaluation pass on the validation split per attention, all in one run, attentions
+alternated over `--repeats`, the median per attention and its ratio to softmax.
+
+    python benchmarks/train_step.py profile --attention softmax --steps 20
+    python benchmarks/train_step.py epochs --attention softmax performer elu-linear --repeats 1
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from harness.model import ModelConfig, TransformerClassifier
+from harness.tasks import load_task
+from harness.train import predict_proba
+
+ATTENTIONS = {"performer": ("performer", {"num_features": 256}),
+              "nystromformer": ("nystromformer", {"num_landmarks": 32}),
+              "rfa": ("rfa", {"num_features": 64}), "linformer": ("linformer", {"projected_length": 64}),
+              "vanilla-favor": ("random-features", {"feature_map": "favor", "num_features": 256}),
+              "vanilla-trig": ("random-features", {"feature_map": "trig", "num_features": 256}),
+              "vanilla-softmaxfeat": ("random-features", {"feature_map": "softmaxfeat", "num_features": 256})}
+# operator name fragments -> the part of the step they belong to (first match wins)
+GROUPS = [("optimiser", ("adam", "_foreach", "lerp", "addcdiv", "addcmul", "clip_grad", "norm_", "sqrt")),
+          ("dropout", ("dropout", "bernoulli", "uniform", "attnbench_dropout", "Dropout")),
+          ("attention", ("attention", "softmax", "bmm", "baddbmm", "Attention", "Landmark", "Pinv")),
+          ("linear layers", ("addmm", "mm", "linear", "matmul", "Linear")),
+          ("norms", ("layer_norm", "LayerNorm")),
+          ("activation", ("gelu", "Gelu")),
+          ("embedding", ("embedding", "Embedding", "index")),
+          ("loss", ("cross_entropy", "nll", "log_softmax", "LogSoftmax", "Nll"))]
+
+
+def build(attention: str, task: Any, seed: int = 0, dropout_rng: str = "hash") -> TransformerClassifier:
+    """The paper-scale classifier for `attention` (a name of ATTENTIONS or a registered attention)."""
+    name, options = ATTENTIONS.get(attention, (attention, {}))
+    cfg = ModelConfig(vocab_size=task.vocab_size, num_classes=task.num_classes, max_length=task.max_length,
+                      d_model=128, num_layers=2, num_heads=2, ffn_dim=256, dropout=0.1, dropout_rng=dropout_rng)
+    return TransformerClassifier(cfg, name, options, seed=seed)
+
+
+def steps(model: nn.Module, task: Any, count: int | None, seed: int = 0) -> int:
+    """`count` training steps (None: one epoch) as harness.train takes them; returns the steps taken."""
+    model.train()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=2e-4, weight_decay=0.01)
+    generator = torch.Generator().manual_seed(seed)
+    taken = 0
+    for ids, mask, seg, labels in task["train"].batches(64, shuffle=True, generator=generator):
+        loss = nn.functional.cross_entropy(model(ids, mask, seg), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        loss.item()
+        taken += 1
+        if count is not None and taken >= count:
+            break
+    return taken
+
+
+def group_of(name: str) -> str:
+    for group, fragments in GROUPS:
+        if any(f.lower() in name.lower() for f in fragments):
+            return group
+    return "other"
+
+
+def profile(attention: str, task: Any, count: int, dropout_rng: str) -> None:
+    model = build(attention, task, dropout_rng=dropout_rng)
+    steps(model, task, 3)
+    start = time.perf_counter()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        steps(model, task, count)
+    wall = (time.perf_counter() - start) / count * 1e3
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events)
+    groups: dict[str, float] = collections.Counter()
+    for e in events:
+        groups[group_of(e.key)] += e.self_cpu_time_total
+    print(f"{attention} (dropout_rng {dropout_rng}): {wall:.1f} ms per step under the profiler ({count} steps, {torch.get_num_threads()} "
+          f"threads); self CPU time of the operators by part:")
+    for group, us in sorted(groups.items(), key=lambda kv: -kv[1]):
+        print(f"  {group:14s} {us / count / 1e3:7.2f} ms  {100 * us / total:5.1f}%")
+    print("top operators (self CPU per step):")
+    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:15]:
+        print(f"  {e.key[:48]:48s} {e.self_cpu_time_total / count / 1e3:7.2f} ms  x{e.count // count}")
+
+
+def epochs(attentions: list[str], task: Any, repeats: int) -> None:
+    times: dict[str, list[tuple[float, float, int]]] = collections.defaultdict(list)
+    for r in range(repeats):
+        for attention in attentions if r % 2 == 0 else attentions[::-1]:
+            model = build(attention, task)
+            start = time.perf_counter()
+            taken = steps(model, task, None)
+            trained = time.perf_counter() - start
+            predict_proba(model, task["validation"], 256)
+            times[attention].append((trained, time.perf_counter() - start - trained, taken))
+    reference = np.median([t for t, _, _ in times["softmax"]]) if "softmax" in times else math.nan
+    print(f"one epoch ({times[attentions[0]][0][2]} steps of 64) + one validation pass, "
+          f"{torch.get_num_threads()} threads, median of {repeats}:")
+    print("| attention | train s | eval s | train x softmax |")
+    print("| --- | --- | --- | --- |")
+    for attention in attentions:
+        train_s = float(np.median([t for t, _, _ in times[attention]]))
+        eval_s = float(np.median([e for _, e, _ in times[attention]]))
+        print(f"| {attention} | {train_s:.2f} | {eval_s:.2f} | {train_s / reference:.2f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["profile", "epochs"])
+    parser.add_argument("--attention", nargs="+", default=["softmax"])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--dropout-rng", choices=["hash", "torch"], default="hash", help="ModelConfig.dropout_rng")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    task = load_task("rotten_tomatoes", max_length=args.max_length)
+    if args.what == "profile":
+        for attention in args.attention:
+            profile(attention, task, args.steps, args.dropout_rng)
+    else:
+        epochs(args.attention, task, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

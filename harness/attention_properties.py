@@ -1,0 +1,208 @@
+"""The properties every attention must have, checked on any registered name or "module:Class" string.
+
+Used by `attnbench check` and by tests/test_attention_properties.py (the same functions, no copies):
+
+    from harness.attention_properties import check_attention
+    verdicts = check_attention("performer")          # every property, several (batch, heads), native on and off
+    all(v.ok is not False for v in verdicts)
+
+Each property builds the attention afresh (head_dim 16, seed 0, max_length 4096) for every (batch, heads)
+shape in SHAPES and runs it with the native kernels on and off (`native.turned_off`), on inputs drawn from a
+fixed seed, and compares it with itself: what padding, later positions or a second call must not change.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from baselines import native
+from harness.errors import UserError
+from harness.registry import attention_entry, build_attention
+
+HEAD_DIM, MAX_LENGTH = 16, 4096
+SHAPES = ((1, 1), (2, 3), (3, 4))  # (batch, heads)
+LENGTHS = (1, 4096)
+# FAVOR+ stabilises keys by a max over all positions (as the reference does): future keys move it, which reaches
+# earlier outputs only through the features' eps, so the leak is small but not zero
+CAUSAL_LEAK = {"performer": 1e-2, "random-features": 1e-2}
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """One property on one path: ok True (holds), False (fails, `detail` says where) or None (not claimed)."""
+
+    prop: str
+    native: bool
+    ok: bool | None
+    detail: str = ""
+
+    def line(self) -> str:
+        """'holds   padding invariance (native on)' and the like, for `attnbench check`."""
+        word = {True: "holds", False: "FAILS", None: "n/a"}[self.ok]
+        path = "native on" if self.native else "native off"
+        return f"{word:<6} {self.prop} ({path})" + (f": {self.detail}" if self.detail else "")
+
+
+class PropertyFailed(AssertionError):
+    """A property does not hold; the message says for which input."""
+
+
+def _build(name: str, heads: int, options: dict[str, Any], **extra: Any) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_attention(name, head_dim=HEAD_DIM, num_heads=heads, max_length=MAX_LENGTH, seed=0,
+                           **{**options, **extra})
+
+
+def _qkv(batch: int, heads: int, n: int, seed: int = 0) -> list[Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(batch, heads, n, HEAD_DIM, generator=g) for _ in range(3)]
+
+
+def _close(actual: Tensor, expected: Tensor, what: str, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    if actual.shape != expected.shape:
+        raise PropertyFailed(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    error = (actual - expected).abs() - rtol * expected.abs()
+    if not torch.isfinite(actual).all() or error.max() > atol:
+        raise PropertyFailed(f"{what}: differs by up to {float((actual - expected).abs().max()):.3g}")
+
+
+def padding_invariance(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
+    """Padded keys, however loud, change no real output, and a padded sequence equals itself unpadded."""
+    attn = _build(name, heads, options).eval()
+    n, real = 20, 12
+    q, k, v = _qkv(batch, heads, n)
+    mask = torch.ones(batch, n, dtype=torch.bool)
+    mask[-1, real:] = False
+    with torch.no_grad():
+        out = attn(q, k, v, key_padding_mask=mask)
+        loud = [t.clone() for t in (q, k, v)]
+        for t in loud:
+            t[-1, :, real:] = 30 * torch.randn(heads, n - real, HEAD_DIM, generator=torch.Generator().manual_seed(1))
+        out_loud = attn(*loud, key_padding_mask=mask)
+        alone = attn(q[-1:, :, :real], k[-1:, :, :real], v[-1:, :, :real])
+    _close(out_loud[-1, :, :real], out[-1, :, :real], "real outputs after changing the padding")
+    if batch > 1:
+        _close(out_loud[:-1], out[:-1], "the other sequences' outputs", rtol=0, atol=0)
+    _close(out[-1, :, :real], alone[0], "a padded sequence against the same sequence unpadded")
+    only_padding = mask.clone()
+    only_padding[-1] = False
+    with torch.no_grad():
+        if not torch.isfinite(attn(q, k, v, key_padding_mask=only_padding)).all():
+            raise PropertyFailed("a sequence of padding only gives non-finite outputs")
+
+
+def finite_at_lengths(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
+    """Finite outputs of the right shape at lengths 1 and 4096, with and without padding."""
+    attn = _build(name, heads, options).eval()
+    for n in LENGTHS:
+        q, k, v = _qkv(batch, heads, n)
+        mask = torch.ones(batch, n, dtype=torch.bool)
+        mask[:, n - n // 3:] = n == 1
+        with torch.no_grad():
+            for m in (None, mask):
+                out = attn(q, k, v, key_padding_mask=m)
+                if out.shape != (batch, heads, n, HEAD_DIM) or not torch.isfinite(out).all():
+                    raise PropertyFailed(f"length {n}{' padded' if m is not None else ''}: shape "
+                                         f"{tuple(out.shape)}, finite {bool(torch.isfinite(out).all())}")
+
+
+def gradients(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
+    """Finite, nonzero gradients reach q, k, v and every trainable parameter."""
+    attn = _build(name, heads, options).train()
+    q, k, v = (t.requires_grad_() for t in _qkv(batch, heads, 24))
+    mask = torch.ones(batch, 24, dtype=torch.bool)
+    mask[0, 17:] = False
+    out = attn(q, k, v, key_padding_mask=mask)
+    (out * mask[:, None, :, None]).square().sum().backward()
+    named = [("q", q), ("k", k), ("v", v)] + [(n, p) for n, p in attn.named_parameters() if p.requires_grad]
+    for what, t in named:
+        if t.grad is None or not torch.isfinite(t.grad).all() or t.grad.abs().sum() == 0:
+            raise PropertyFailed(f"the gradient of {what} is {'missing' if t.grad is None else 'zero or not finite'}")
+
+
+def determinism(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
+    """In evaluation, two calls and two builds with the same seed give bitwise the same outputs."""
+    q, k, v = _qkv(batch, heads, 10)
+    first, second = (_build(name, heads, options).eval() for _ in range(2))
+    with torch.no_grad():
+        out = first(q, k, v)
+        _close(first(q, k, v), out, "a second call", rtol=0, atol=0)
+        _close(second(q, k, v), out, "a second build with the same seed", rtol=0, atol=0)
+
+
+def causality(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
+    """Built with causal=True: no output depends on later positions; the first sees itself, the last all."""
+    attn = _build(name, heads, options, causal=True).eval()
+    q, k, v = _qkv(batch, heads, 100)
+    mask = torch.ones(batch, 100, dtype=torch.bool)
+    mask[-1, 90:] = False
+    changed = [t.clone() for t in (q, k, v)]
+    for t in changed:
+        t[:, :, 70:] = torch.randn(batch, heads, 30, HEAD_DIM, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        before = attn(q, k, v, key_padding_mask=mask)[:, :, :70]
+        after = attn(*changed, key_padding_mask=mask)[:, :, :70]
+        causal_out, plain_out = attn(q, k, v), _build(name, heads, options).eval()(q, k, v)
+    _close(after, before, "outputs before position 70 after changing later positions", rtol=0,
+           atol=CAUSAL_LEAK.get(name, 1e-5))
+    _close(causal_out[:, :, 0], v[:, :, 0], "the first position, which sees only itself", atol=1e-4)
+    _close(causal_out[:, :, -1], plain_out[:, :, -1], "the last position, which sees all", atol=1e-4)
+
+
+def shared_heads(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
+    """Built with num_heads=1, a call on several heads gives each head what a call on that head alone gives."""
+    attn = _build(name, 1, options).eval()
+    q, k, v = _qkv(batch, heads, 20)
+    with torch.no_grad():
+        out = attn(q, k, v)
+        alone = torch.cat([attn(q[:, h:h + 1], k[:, h:h + 1], v[:, h:h + 1]) for h in range(heads)], dim=1)
+    _close(out, alone, f"{heads} heads against each head alone")
+
+
+Check = Callable[[str, dict[str, Any], int, int], None]
+PROPERTIES: dict[str, Check] = {
+    "padding invariance": padding_invariance,
+    "finite at lengths 1 and 4096": finite_at_lengths,
+    "gradients": gradients,
+    "determinism in evaluation": determinism,
+    "causality": causality,
+    "one head's parameters shared by every head": shared_heads,
+}
+
+
+def check_property(name: str, prop: str, options: dict[str, Any] | None = None,
+                   shapes: Iterable[tuple[int, int]] = SHAPES, paths: Iterable[bool] = (True, False)) -> list[Verdict]:
+    """One property of attention `name` (with `options`) over every (batch, heads) shape, on each path (native
+    kernels on, off): one Verdict per path; causality is n/a unless the attention claims it."""
+    options = dict(options or {})
+    caps = attention_entry(name).capabilities
+    if prop == "causality" and not caps.causal or prop == "padding invariance" and not caps.padding_mask:
+        return [Verdict(prop, on, None, f"not claimed ({'causal' if prop == 'causality' else 'padding_mask'}=no)")
+                for on in paths]
+    verdicts = []
+    for on in paths:
+        with native.turned_off(not on):
+            verdicts.append(_verdict(name, prop, options, shapes, on))
+    return verdicts
+
+
+def _verdict(name: str, prop: str, options: dict[str, Any], shapes: Iterable[tuple[int, int]], on: bool) -> Verdict:
+    for batch, heads in shapes:
+        try:
+            PROPERTIES[prop](name, options, batch, heads)
+        except UserError:
+            raise
+        except Exception as error:  # a crash is a failed property too, reported with where it happened
+            return Verdict(prop, on, False, f"batch {batch}, heads {heads}: {type(error).__name__}: {error}")
+    return Verdict(prop, on, True)
+
+
+def check_attention(name: str, options: dict[str, Any] | None = None,
+                    shapes: Iterable[tuple[int, int]] = SHAPES) -> list[Verdict]:
+    """Every property of attention `name` (a registered name or "module:Class"), native kernels on and off."""
+    attention_entry(name)  # an unknown name fails here, once, with the valid names
+    return [v for prop in PROPERTIES for v in check_property(name, prop, options, tuple(shapes))]

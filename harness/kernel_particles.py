@@ -1,0 +1,138 @@
+"""Langevin particles of the synthetic experiment (PAPER.md "Synthetic experiment", Algorithms 1 and 2).
+
+Each particle k is a frequency omega_k (p,) and a phase b_k with the feature
+phi_k(x) = sqrt(2) cos(omega_k^T x + b_k), so (1/N) sum_k phi_k(x) phi_k(x') is the learned kernel.
+S independent systems (one per repulsion weight lambda) move together, vectorised over (S, N, p):
+
+    H = -1/(n(n-1)) sum_{i != j} y_i y_j (1/N) sum_k phi_k(x_i) phi_k(x_j) + lambda W,
+    W = 1/(2N(N-1)) sum_{k != l} g_s(omega_k - omega_l),  g_0 = -log r (log repulsion), g_s = r^-s,
+
+with y in {-1, +1}. H = (1/N) sum_k H_k, H_k = -a_k + lambda/(2(N-1)) sum_{l != k} g_s (each
+particle's share), a_k = ((sum_i y_i phi_ki)^2 - sum_i phi_ki^2) / (n(n-1)). The drift is
+eta N grad_k H (the analytic gradient), clipped per particle to `grad_clip` over (omega_k, b_k);
+the step is `baselines.coulomb.langevin_step` (noise sqrt(2 eta / beta) on both), frequencies
+projected to |omega_k| <= radius, phases wrapped into [0, 2 pi). Repulsion acts on the
+frequencies only (**ours**: the paper names no phase term). Afterwards Algorithm 2 keeps D
+distinct particles drawn with probability proportional to exp(-beta H_k).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import Tensor
+
+from baselines.coulomb import langevin_step
+
+TWO_PI = 2 * math.pi
+
+
+@dataclasses.dataclass(frozen=True)
+class ParticleDynamics:
+    """Settings of Algorithm 1 for the synthetic experiment (defaults: the paper's)."""
+
+    num_particles: int = 300
+    step: float = 30.0
+    beta: float = 100.0
+    steps: int = 2000
+    radius: float = 5.0
+    grad_clip: float = 1.0
+    riesz_s: float = 0.0
+
+
+def particle_features(x: Tensor, omega: Tensor, phase: Tensor) -> Tensor:
+    """sqrt(2) cos(omega_k^T x_i + b_k): x (n, p), omega (S, N, p), phase (S, N) -> (S, N, n)."""
+    return math.sqrt(2.0) * torch.cos(omega @ x.T + phase[..., None])
+
+
+def _inverse_square_distances(omega: Tensor) -> Tensor:
+    """1 / |omega_k - omega_l|^2 by the Gram form, 0 on the diagonal: (S, N, p) -> (S, N, N)."""
+    sq = omega.square().sum(-1)
+    r2 = torch.baddbmm(sq[:, :, None] + sq[:, None, :], omega, omega.transpose(1, 2), alpha=-2.0)
+    inverse = r2.clamp_min_(1e-300).reciprocal_()
+    return _zero_diagonal(inverse)
+
+
+def _zero_diagonal(m: Tensor) -> Tensor:
+    """m (..., N, N) with its diagonal set to 0 in place."""
+    m.diagonal(dim1=-2, dim2=-1).zero_()
+    return m
+
+
+def repulsion_potentials(omega: Tensor, s: float = 0.0) -> Tensor:
+    """sum_{l != k} g_s(|omega_k - omega_l|), g_0 = -log r, g_s = r^-s: (S, N, p) -> (S, N)."""
+    inverse = _inverse_square_distances(omega)
+    g = 0.5 * torch.log(inverse) if s == 0 else inverse.pow(s / 2)
+    return _zero_diagonal(g.nan_to_num(0.0, neginf=0.0)).sum(-1)
+
+
+def particle_energies(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor, lambdas: Tensor,
+                      s: float = 0.0) -> Tensor:
+    """Each particle's share H_k of H (see the module docstring): (S, N); mean over N is H. y in {-1, +1}."""
+    n, num = x.shape[0], omega.shape[1]
+    phi = particle_features(x, omega, phase)
+    alignment = ((phi @ y).square() - phi.square().sum(-1)) / (n * (n - 1))
+    return -alignment + lambdas[:, None] * repulsion_potentials(omega, s) / (2 * (num - 1))
+
+
+def hamiltonian_drift(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor, lambdas: Tensor,
+                      s: float = 0.0) -> tuple[Tensor, Tensor]:
+    """N grad_k H by hand: (d omega (S, N, p), d phase (S, N)); the caller clips and steps."""
+    n, num = x.shape[0], omega.shape[1]
+    u = torch.baddbmm(phase[..., None], omega, x.T.expand(omega.shape[0], -1, -1))
+    cos, sin = torch.cos(u), torch.sin(u)
+    sums = cos @ y
+    # a_k = 2 ((cos_k . y)^2 - |cos_k|^2) / (n(n-1)), so d a_k / d u_ki = -4 (sums_k y_i - cos_ki) sin_ki / (n(n-1))
+    dadu = torch.addcmul(cos.neg_(), sums[..., None], y).mul_(sin).mul_(-4.0 / (n * (n - 1)))
+    d_omega, d_phase = -(dadu @ x), -dadu.sum(-1)
+    # N dW/d omega_k = 1/(N-1) sum_{l != k} g_s'(r) (omega_k - omega_l) / r, g_s'(r) = -s r^(-s-1) (-1/r at s = 0)
+    inverse = _inverse_square_distances(omega)
+    scale = inverse if s == 0 else s * inverse.pow(s / 2 + 1)
+    repulsion = (scale @ omega - scale.sum(-1, keepdim=True) * omega) / (num - 1)
+    return d_omega + lambdas[:, None, None] * repulsion, d_phase
+
+
+def clip_per_particle(d_omega: Tensor, d_phase: Tensor, limit: float) -> tuple[Tensor, Tensor]:
+    """Scale each particle's joint (omega, phase) drift down to norm <= limit."""
+    norm = (d_omega.square().sum(-1) + d_phase.square()).sqrt()
+    factor = (limit / norm.clamp_min(1e-300)).clamp(max=1.0)
+    return d_omega * factor[..., None], d_phase * factor
+
+
+def initial_particles(num_systems: int, num_particles: int, dim: int, gamma: float,
+                      generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """omega ~ N(0, 2 gamma I) (the RBF kernel's spectral draw), b ~ U[0, 2 pi): (S, N, p), (S, N) float64."""
+    omega = torch.randn(num_systems, num_particles, dim, generator=generator, dtype=torch.float64)
+    phase = torch.rand(num_systems, num_particles, generator=generator, dtype=torch.float64) * TWO_PI
+    return omega * math.sqrt(2 * gamma), phase
+
+
+def run_dynamics(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor, lambdas: Tensor, cfg: ParticleDynamics,
+                 generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """T_max projected Langevin steps of S systems (Algorithm 1): -> final omega (S, N, p), phase (S, N)."""
+    for _ in range(cfg.steps):
+        d_omega, d_phase = clip_per_particle(*hamiltonian_drift(x, y, omega, phase, lambdas, cfg.riesz_s),
+                                             cfg.grad_clip)
+        omega = langevin_step(omega, d_omega, cfg.step, cfg.beta, cfg.radius, generator)
+        phase = langevin_step(phase[..., None], d_phase[..., None], cfg.step, cfg.beta, math.inf,
+                              generator)[..., 0].remainder(TWO_PI)
+    return omega, phase
+
+
+def gibbs_resample(energies: Tensor, count: int, beta: float, generator: torch.Generator) -> Tensor:
+    """Algorithm 2: `count` distinct particle indices per system, P(k) proportional to exp(-beta H_k): (S, N) -> (S, count)."""
+    logits = -beta * energies
+    weights = torch.softmax(logits - logits.amax(-1, keepdim=True), dim=-1)
+    return torch.multinomial(weights, count, replacement=False, generator=generator).sort(-1).values
+
+
+def learn_features(x: Tensor, y01: Tensor, lambdas: list[float], num_features: int, gamma: float,
+                   cfg: ParticleDynamics, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Algorithms 1 and 2 for each lambda: x (n, p), labels 0/1 (n,) -> kept omega (S, D, p), phase (S, D)."""
+    y = (2.0 * y01 - 1.0).to(torch.float64)
+    lam = torch.tensor(lambdas, dtype=torch.float64)
+    omega, phase = initial_particles(len(lambdas), cfg.num_particles, x.shape[1], gamma, generator)
+    omega, phase = run_dynamics(x, y, omega, phase, lam, cfg, generator)
+    keep = gibbs_resample(particle_energies(x, y, omega, phase, lam, cfg.riesz_s), num_features, cfg.beta, generator)
+    return omega.gather(1, keep[..., None].expand(-1, -1, omega.shape[-1])), phase.gather(1, keep)

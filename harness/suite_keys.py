@@ -1,0 +1,209 @@
+"""The suite keys for trustworthy comparisons: references, comparisons, published, sweep.
+
+Validated here, in one place, and kept in the normalised suite (run.json), where the report reads
+them; `harness.suite` calls `validate_comparison_keys` and expands cells with `reference_entries`
+and `sweep_trials`.
+
+    references: [majority, tfidf-logreg]   # attention-free references on every text task (accuracy cells)
+    comparisons: [default, [softmax, tfidf-logreg]]   # pairs a - b; "default": every kernel-<map> with
+                                           # vanilla-<map>, every other label with softmax (the default)
+    published:                             # numbers from a paper beside ours (a mapping or a list of them)
+      - source: "arXiv 2607.23869v1, Table 3"
+        task: rotten_tomatoes              # optional when the suite has one task
+        note: "..."                        # optional, shown under the table
+        values: {softmax: {accuracy: 0.6801, nll: 0.6396}}
+    sweep:                                 # tuning on validation, the same trials for every attention
+      metric: accuracy                     # a declared metric, read on the validation split
+      grid: {lr: [2.0e-4, 1.0e-3], epochs: [10, 20], weight_decay: [0.01], dropout: [0.1, 0.3]}
+      budget: 4                            # optional: that many grid points, drawn once with `seed`
+      seed: 0
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Any, Protocol
+
+import numpy as np
+
+from harness.errors import UserError
+
+COMPARISON_KEYS = ("references", "comparisons", "published", "sweep")
+SWEEP_KEYS = ("metric", "grid", "budget", "seed")
+PUBLISHED_KEYS = ("source", "task", "note", "values")
+
+
+class _Validator(Protocol):
+    def error(self, key_path: str, message: str) -> UserError: ...
+    def list(self, value: Any, path: str) -> list[Any]: ...
+    def mapping(self, value: Any, path: str) -> dict[str, Any]: ...
+    def string(self, value: Any, path: str) -> str: ...
+    def keys(self, mapping: dict[str, Any], valid: tuple[str, ...], path: str, required: tuple[str, ...] = ()) -> None: ...
+
+
+def validate_comparison_keys(raw: dict[str, Any], v: _Validator, labels: list[str],
+                             tasks: list[str]) -> dict[str, Any]:
+    """The normalised references / comparisons / published / sweep of a raw suite (absent keys left out)."""
+    out: dict[str, Any] = {}
+    if "references" in raw:
+        out["references"] = _references(raw["references"], v, labels)
+    known = labels + [r["label"] for r in out.get("references", [])]
+    if "comparisons" in raw:
+        out["comparisons"] = _comparisons(raw["comparisons"], v, known)
+    if "published" in raw:
+        out["published"] = _published(raw["published"], v, known, tasks)
+    if "sweep" in raw:
+        out["sweep"] = _sweep(raw["sweep"], v)
+    return out
+
+
+def _references(value: Any, v: _Validator, labels: list[str]) -> list[dict[str, Any]]:
+    from harness.references import reference_attention
+
+    out = []
+    for i, item in enumerate(v.list(value, "references")):
+        path = f"references[{i}]"
+        item = {"name": item} if isinstance(item, str) else v.mapping(item, path)
+        v.keys(item, ("name", "options"), path, ("name",))
+        name = v.string(item["name"], f"{path}.name")
+        if name in labels:
+            raise v.error(f"{path}.name", f"reference {name!r} has the label of an attention; rename that attention")
+        try:
+            entry = reference_attention(name, v.mapping(item.get("options", {}), f"{path}.options"))
+        except UserError as err:
+            raise v.error(path, str(err)) from None
+        if any(e["label"] == name for e in out):
+            raise v.error(path, f"reference {name!r} is listed twice; list each once")
+        out.append(entry)
+    return out
+
+
+def _comparisons(value: Any, v: _Validator, labels: list[str]) -> list[Any]:
+    out: list[Any] = []
+    for i, item in enumerate(v.list(value, "comparisons")):
+        path = f"comparisons[{i}]"
+        if item == "default":
+            out.append("default")
+            continue
+        if not isinstance(item, list) or len(item) != 2 or not all(isinstance(x, str) for x in item):
+            raise v.error(path, f"is {item!r}; give a pair of labels [a, b] (the difference is a - b) or 'default'")
+        for x in item:
+            if x not in labels:
+                raise v.error(path, f"label {x!r} is not in the suite; labels: {', '.join(labels)}")
+        if item[0] == item[1]:
+            raise v.error(path, f"pairs {item[0]!r} with itself; name two different labels")
+        out.append(list(item))
+    return out
+
+
+def _published(value: Any, v: _Validator, labels: list[str], tasks: list[str]) -> list[dict[str, Any]]:
+    from harness.metrics import metric_direction
+
+    blocks = value if isinstance(value, list) else [value]
+    out = []
+    for i, block in enumerate(blocks):
+        path = f"published[{i}]" if isinstance(value, list) else "published"
+        block = v.mapping(block, path)
+        v.keys(block, PUBLISHED_KEYS, path, ("source", "values"))
+        source = v.string(block["source"], f"{path}.source")
+        if "task" not in block and len(tasks) != 1:
+            raise v.error(path, f"the suite has {len(tasks)} tasks; say which one with task: (one of {', '.join(tasks)})")
+        task = v.string(block.get("task", tasks[0] if tasks else ""), f"{path}.task")
+        if task not in tasks:
+            raise v.error(f"{path}.task", f"task {task!r} is not in the suite; tasks: {', '.join(tasks)}")
+        values: dict[str, dict[str, float]] = {}
+        for label, metrics in v.mapping(block["values"], f"{path}.values").items():
+            if label not in labels:
+                raise v.error(f"{path}.values.{label}", f"label {label!r} is not in the suite; labels: {', '.join(labels)}")
+            values[label] = {}
+            for metric, number in v.mapping(metrics, f"{path}.values.{label}").items():
+                where = f"{path}.values.{label}.{metric}"
+                if metric_direction(metric) is None:
+                    raise v.error(where, f"{metric!r} is not a declared, ranked metric (see `attnbench list metrics`)")
+                if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+                    raise v.error(where, f"is {number!r}, expected a finite number")
+                values[label][metric] = float(number)
+        out.append({"source": source, "task": task, "note": v.string(block.get("note", ""), f"{path}.note"),
+                    "values": values})
+    return out
+
+
+def _sweep(value: Any, v: _Validator) -> dict[str, Any]:
+    from harness.metrics import metric_direction
+
+    sweep = v.mapping(value, "sweep")
+    v.keys(sweep, SWEEP_KEYS, "sweep", ("metric", "grid"))
+    metric = v.string(sweep["metric"], "sweep.metric")
+    if metric_direction(metric) is None:
+        raise v.error("sweep.metric", f"{metric!r} is not a declared, ranked metric; e.g. accuracy or nll")
+    grid = v.mapping(sweep["grid"], "sweep.grid")
+    if not grid:
+        raise v.error("sweep.grid", "is empty; give option: [values], e.g. {lr: [2.0e-4, 1.0e-3]}")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise v.error(f"sweep.grid.{key}", f"is {values!r}; give a non-empty list of values")
+    points = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+    trials = [_trial(point, v, f"sweep.grid (point {j})") for j, point in enumerate(points)]
+    seed = sweep.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise v.error("sweep.seed", f"is {seed!r}, expected an integer")
+    budget = sweep.get("budget", len(points))
+    if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= len(points):
+        raise v.error("sweep.budget", f"is {budget!r}; give an integer from 1 to the grid's {len(points)} points")
+    chosen = sorted(np.random.default_rng(seed).choice(len(points), size=budget, replace=False).tolist())
+    return {"metric": metric, "grid": {k: list(vals) for k, vals in grid.items()}, "budget": budget, "seed": seed,
+            "trials": [trials[j] for j in chosen]}
+
+
+def _trial(point: dict[str, Any], v: _Validator, path: str) -> dict[str, Any]:
+    """One grid point split into training and model overrides, each checked against its config."""
+    from harness.model import ModelConfig
+    from harness.options import make_options
+    from harness.suite import TASK_SET_MODEL_OPTIONS
+    from harness.train import TrainConfig
+
+    training_fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"phase_a"}
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)} - set(TASK_SET_MODEL_OPTIONS)
+    unknown = sorted(set(point) - training_fields - model_fields)
+    if unknown:
+        raise v.error("sweep.grid", f"unknown option(s) {unknown}; sweep training options "
+                                    f"({', '.join(sorted(training_fields))}) or model options "
+                                    f"({', '.join(sorted(model_fields))})")
+    training = {k: x for k, x in point.items() if k in training_fields}
+    model = {k: x for k, x in point.items() if k in model_fields and k not in training_fields}
+    try:
+        make_options(TrainConfig, training, what="sweep training")
+        make_options(ModelConfig, model, what="sweep model")
+    except Exception as err:  # noqa: BLE001 - ConfigError or the config's own ValueError: one user line
+        raise v.error(path, f"{point}: {err}") from None
+    return {"values": dict(point), "training": training, "model": model}
+
+
+def reference_entries(extras: dict[str, Any], measurement: str, task: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reference attentions a (measurement, task) gets: all of them on accuracy cells of text tasks."""
+    if measurement != "accuracy" or not extras.get("references") or not _is_text_task(task["name"]):
+        return []
+    return [dict(r) for r in extras["references"]]
+
+
+def _is_text_task(name: str) -> bool:
+    from harness.tasks import TASKS
+    from harness.tasks.sentence import TextTaskConfig
+
+    return issubclass(TASKS.get(name).config, TextTaskConfig)
+
+
+def sweep_trials(cell: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cell once per sweep trial (training and model overrides, and cell['sweep']); references are not swept."""
+    from harness.references import REFERENCE
+
+    sweep = extras.get("sweep")
+    if not sweep or cell["attention"]["name"] == REFERENCE or cell["measurement"]["name"] != "accuracy":
+        return [cell]
+    out = []
+    for i, trial in enumerate(sweep["trials"]):
+        out.append({**cell, "training": {**cell["training"], **trial["training"]},
+                    "model": {**cell["model"], **trial["model"]},
+                    "sweep": {"trial": i, "values": trial["values"], "metric": sweep["metric"]}})
+    return out

@@ -1,0 +1,172 @@
+"""The paired, published and sweep tables and the reference marks, on hand-made cells with known answers."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+from statsmodels.stats.contingency_tables import mcnemar
+
+from harness.predictions import encode_predictions
+from harness.report import write_report
+from harness.report.load import load_runs
+from harness.report.paired import paired_comparison_table, resolve_pairs, verdict
+from harness.report.published import published_table
+from harness.report.sweep import best_trial, sweep_table
+from harness.report.tables import leaderboard_table, task_table
+from report_fixture import write_cell
+
+N = 400
+
+
+def _plan(run: Path, **keys: Any) -> None:
+    """A run.json whose normalised suite carries the comparison keys."""
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "run.json").write_text(json.dumps({"schema": 1, "suite": "t", "resolved_suite": {"name": "t", **keys},
+                                              "cell_ids": []}))
+
+
+def _probs(labels: np.ndarray, correct: np.ndarray, confidence: float) -> np.ndarray:
+    """Binary probabilities that put `confidence` on the label where `correct`, else on the other class."""
+    top = np.where(correct, labels, 1 - labels)
+    probs = np.full((len(labels), 2), 1 - confidence)
+    probs[np.arange(len(labels)), top] = confidence
+    return probs
+
+
+def _cell(run: Path, label: str, seed: int, labels: np.ndarray, correct: np.ndarray, attention: str = "performer",
+          **extra: Any) -> None:
+    probs = _probs(labels, correct, 0.8)
+    write_cell(run, label=label, attention=attention, task="rt", seed=seed,
+               metrics={"accuracy": float(correct.mean()), "nll": float(-np.log(np.where(correct, 0.8, 0.2)).mean())},
+               details={"predictions": encode_predictions(probs, labels), **extra.pop("details", {})}, **extra)
+
+
+@pytest.fixture
+def paired_run(tmp_path: Path) -> tuple[Path, dict]:
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, size=N)
+    truth = {}
+    for seed in (0, 1, 2):
+        a = rng.random(N) < 0.80
+        b = rng.random(N) < 0.70
+        truth[seed] = (a, b)
+        _cell(tmp_path, "kernel-x", seed, labels, a)
+        _cell(tmp_path, "vanilla-x", seed, labels, b)
+        _cell(tmp_path, "softmax", seed, labels, a.copy(), attention="softmax")  # identical to kernel-x
+    _plan(tmp_path)
+    return tmp_path, truth
+
+
+def test_paired_table_against_scipy_and_statsmodels(paired_run: tuple[Path, dict]) -> None:
+    run, truth = paired_run
+    table = paired_comparison_table(load_runs([run]))
+    assert {"task", "a", "b", "metric", "seeds", "mean_diff", "ci_low", "ci_high", "p_value"} <= set(table.data)
+    row = table.data[(table.data["a"] == "kernel-x") & (table.data["b"] == "vanilla-x")
+                     & (table.data["metric"] == "accuracy")].iloc[0]
+    d = np.array([truth[s][0].mean() - truth[s][1].mean() for s in (0, 1, 2)])
+    low, high = scipy_stats.t.interval(0.95, 2, loc=d.mean(), scale=scipy_stats.sem(d))
+    assert row["seeds"] == 3 and row["mean_diff"] == pytest.approx(d.mean())
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high), rel=1e-6)
+    p_seeds = []
+    for a, b in truth.values():
+        p_seeds.append(mcnemar([[np.sum(a & b), np.sum(a & ~b)], [np.sum(~a & b), np.sum(~a & ~b)]],
+                               exact=True).pvalue)
+    assert row["p_value"] == pytest.approx(min(1.0, 2 * np.mean(p_seeds)), rel=1e-9)
+    assert row["verdict"].startswith("a better" if low > 0 else "no detectable difference")
+
+
+def test_identical_models_show_no_detectable_difference(paired_run: tuple[Path, dict]) -> None:
+    table = paired_comparison_table(load_runs([paired_run[0]]))
+    same = table.data[(table.data["a"] == "kernel-x") & (table.data["b"] == "softmax")]
+    assert set(same["metric"]) == {"accuracy", "nll"}  # the metrics the cells have
+    assert (same["mean_diff"] == 0).all() and (same["p_value"] == 1.0).all()
+    assert set(same["verdict"]) == {"no detectable difference"}
+    nll = table.data[(table.data["a"] == "vanilla-x") & (table.data["b"] == "softmax") & (table.data["metric"] == "nll")]
+    assert nll["verdict"].iloc[0] in ("b better", "no detectable difference")  # lower NLL is better: softmax's
+
+
+def test_suite_pairs_replace_the_default_pairs(paired_run: tuple[Path, dict]) -> None:
+    run, _ = paired_run
+    _plan(run, comparisons=[["vanilla-x", "kernel-x"]])
+    table = paired_comparison_table(load_runs([run]))
+    assert set(zip(table.data["a"], table.data["b"])) == {("vanilla-x", "kernel-x")}
+    assert resolve_pairs(["default", ["softmax", "kernel-x"], ["vanilla-x", "kernel-x"]],
+                         ["kernel-x", "softmax", "vanilla-x"]) == [
+        ("kernel-x", "vanilla-x"), ("kernel-x", "softmax"), ("vanilla-x", "softmax")]  # each pair once
+    assert resolve_pairs([["softmax", "kernel-x"]], ["kernel-x", "softmax"]) == [("softmax", "kernel-x")]
+
+
+def test_verdict_says_when_the_examples_do_not_back_the_seeds() -> None:
+    steady = {"mean": 0.02, "ci_low": 0.01, "ci_high": 0.03}
+    assert verdict(steady, "max", 0.001) == "a better"
+    assert verdict(steady, "min", 0.001) == "b better"  # e.g. NLL: a higher is a worse
+    assert verdict(steady, "max", 0.3) == "a better across seeds, not across examples (p ≥ 0.05)"
+    assert verdict({"mean": 0.02, "ci_low": -0.01, "ci_high": 0.05}, "max", 0.001) == "no detectable difference"
+    assert verdict({"mean": 0.02, "ci_low": math.nan, "ci_high": math.nan}, "max", 0.001) == "one seed: no interval"
+
+
+def test_paired_table_in_every_format_and_the_page(paired_run: tuple[Path, dict]) -> None:
+    report = write_report(paired_run[0])
+    for suffix in ("md", "csv", "tex"):
+        assert (report / "tables" / f"paired.{suffix}").is_file()
+    assert 'id="table-paired"' in (report / "index.html").read_text()
+
+
+def test_published_table_arithmetic(tmp_path: Path) -> None:
+    for seed, acc in enumerate((0.70, 0.72, 0.74)):
+        write_cell(tmp_path, label="softmax", attention="softmax", task="rt", seed=seed, metrics={"accuracy": acc})
+    _plan(tmp_path, published=[{"source": "Table 3", "task": "rt", "note": "",
+                                "values": {"softmax": {"accuracy": 0.66}}},
+                               {"source": "Table 9", "task": "rt", "note": "", "values": {"softmax": {"accuracy": 0.73}}}])
+    data = published_table(load_runs([tmp_path])).data
+    half = scipy_stats.t.ppf(0.975, 2) * np.std([0.70, 0.72, 0.74], ddof=1) / math.sqrt(3)
+    assert data["ours_mean"].tolist() == pytest.approx([0.72, 0.72])
+    assert data["ours_ci_low"].iloc[0] == pytest.approx(0.72 - half, rel=1e-6)
+    assert data["difference"].tolist() == pytest.approx([0.06, -0.01])
+    assert data["inside"].tolist() == [False, True]  # 0.66 < 0.72 - 0.0497 < 0.73 < 0.72 + 0.0497
+
+
+def test_best_trial_picks_the_validation_best_among_complete_trials() -> None:
+    assert best_trial({0: [0.70, 0.72], 1: [0.75, 0.73], 2: [0.74, 0.74]}, "max", 2) == 1
+    assert best_trial({0: [0.70, 0.72], 1: [0.75, 0.73], 2: [0.74, 0.74]}, "min", 2) == 0
+    assert best_trial({0: [0.70, 0.72], 1: [0.90]}, "max", 2) == 0  # trial 1 lost a seed: it does not compete
+    assert best_trial({0: [0.7], 1: [0.7]}, "max", 1) == 0  # ties: the earlier trial
+
+
+def test_sweep_keeps_each_labels_validation_best_trial(tmp_path: Path) -> None:
+    # label a: trial 1 is best on validation, trial 0 best on test; label b (lower nll better): trial 0
+    scores = {("a", 0): (0.60, 0.90), ("a", 1): (0.80, 0.70), ("b", 0): (0.40, 0.50), ("b", 1): (0.55, 0.60)}
+    for (label, trial), (val, test) in scores.items():
+        for seed in (0, 1):
+            metric = "accuracy" if label == "a" else "nll"
+            write_cell(tmp_path, label=label, attention="softmax", task="rt", seed=seed,
+                       metrics={"accuracy": test}, details={"validation": {metric: val + 0.01 * seed}},
+                       sweep={"trial": trial, "values": {"lr": [1e-3, 3e-3][trial]}, "metric": metric})
+    results = load_runs([tmp_path])
+    kept = results.cells.set_index("label")["trial"]
+    assert set(kept["a"]) == {1} and set(kept["b"]) == {0} and len(results.cells) == 4
+    table = task_table(results, "rt")
+    assert dict(zip(table.data["label"], table.data["accuracy_mean"])) == pytest.approx({"a": 0.70, "b": 0.50})
+    sweep = sweep_table(results.sweep)
+    assert dict(zip(sweep.data["label"], sweep.data["chosen_lr"])) == {"a": 3e-3, "b": 1e-3}
+    assert "Equal budget: every label had 2 trials." in sweep.notes
+
+
+def test_references_are_marked_and_not_ranked(tmp_path: Path) -> None:
+    for label, attention, acc in (("softmax", "softmax", 0.70), ("performer", "performer", 0.65),
+                                  ("tfidf-logreg", "reference", 0.78)):
+        write_cell(tmp_path, label=label, attention=attention, task="rt", metrics={"accuracy": acc})
+    results = load_runs([tmp_path])
+    table = task_table(results, "rt")
+    ranks = dict(zip(table.data["label"], table.data["accuracy_rank"]))
+    assert ranks["softmax"] == 1 and ranks["performer"] == 2 and math.isnan(ranks["tfidf-logreg"])
+    assert "tfidf-logreg (reference)" in set(table.text["label"])
+    assert not table.best.loc[table.text["label"] == "tfidf-logreg (reference)"].any(axis=None)
+    board = leaderboard_table(results)
+    assert "tfidf-logreg (reference)" in set(board.text["label"])
+    assert math.isnan(board.data.set_index("label").at["tfidf-logreg", "avg_rank"])

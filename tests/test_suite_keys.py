@@ -1,0 +1,115 @@
+"""The suite keys references / comparisons / published / sweep: validation with key paths, and expansion."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.errors import UserError
+from harness.suite import cell_name, load_suite
+
+BASE: dict[str, Any] = {
+    "name": "keys",
+    "description": "suite keys under test",
+    "attentions": ["softmax", {"name": "random-features", "label": "vanilla-elu", "options": {"feature_map": "elu"}},
+                   {"name": "coulomb", "label": "kernel-elu", "options": {"feature_map": "elu"}}],
+    "tasks": [{"name": "rotten_tomatoes", "options": {"max_length": 32}}],
+    "seeds": [0, 1],
+    "measurements": ["accuracy"],
+}
+
+
+def load(tmp_path: Path, **changes: Any):
+    path = tmp_path / "keys.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **changes}, sort_keys=False))
+    return load_suite(str(path))
+
+
+def error_of(tmp_path: Path, **changes: Any) -> str:
+    with pytest.raises(UserError) as info:
+        load(tmp_path, **changes)
+    return str(info.value)
+
+
+def test_references_add_cells_on_text_tasks_only(tmp_path: Path) -> None:
+    suite = load(tmp_path, references=["majority", {"name": "tfidf-logreg", "options": {"c_grid": [1.0]}}])
+    names = [cell_name(c) for c in suite.cells()]
+    assert len(names) == (3 + 2) * 2
+    assert "rotten_tomatoes/tfidf-logreg/s1/accuracy" in names
+    ref = next(c for c in suite.cells() if c["attention"]["label"] == "tfidf-logreg")
+    assert ref["attention"] == {"name": "reference", "label": "tfidf-logreg",
+                                "options": {"reference": "tfidf-logreg", "c_grid": [1.0]}}
+    synthetic = load(tmp_path, references=["majority"],
+                     tasks=[{"name": "nonlinear_tokens", "options": {"num_train": 64}}])
+    assert all(c["attention"]["name"] != "reference" for c in synthetic.cells())
+    assert suite.as_dict()["references"][0]["label"] == "majority"  # kept in run.json for the report
+
+
+def test_sweep_gives_every_attention_the_same_trials(tmp_path: Path) -> None:
+    suite = load(tmp_path, references=["majority"],
+                 sweep={"metric": "nll", "grid": {"lr": [1e-3, 3e-3, 1e-2], "dropout": [0.0, 0.2]}, "budget": 4})
+    trials: dict[str, set] = {}
+    for cell in suite.cells():
+        if cell["attention"]["name"] == "reference":
+            assert "sweep" not in cell  # references tune themselves
+            continue
+        values = cell["sweep"]["values"]
+        assert cell["training"]["lr"] == values["lr"] and cell["model"]["dropout"] == values["dropout"]
+        trials.setdefault(cell["attention"]["label"], set()).add((cell["sweep"]["trial"], tuple(values.items())))
+    assert len({frozenset(t) for t in trials.values()}) == 1  # the same trials for every label
+    assert all(len(t) == 4 for t in trials.values())
+    assert cell_name(next(c for c in suite.cells() if "sweep" in c)).endswith("/t0")
+
+
+def test_published_and_comparisons_are_kept(tmp_path: Path) -> None:
+    suite = load(tmp_path, references=["majority"], comparisons=["default", ["softmax", "majority"]],
+                 published={"source": "Table 3", "values": {"softmax": {"accuracy": 0.68, "nll": 0.64}}})
+    keys = suite.as_dict()
+    assert keys["comparisons"] == ["default", ["softmax", "majority"]]
+    assert keys["published"] == [{"source": "Table 3", "task": "rotten_tomatoes", "note": "",
+                                  "values": {"softmax": {"accuracy": 0.68, "nll": 0.64}}}]
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"comparisons": [["softmax", "nope"]]}, "comparisons[0]: label 'nope' is not in the suite"),
+    ({"comparisons": [["softmax"]]}, "comparisons[0]: is ['softmax']; give a pair of labels"),
+    ({"comparisons": [["softmax", "softmax"]]}, "pairs 'softmax' with itself"),
+    ({"published": {"source": "x", "values": {"softmax": {"acuracy": 0.7}}}},
+     "published.values.softmax.acuracy: 'acuracy' is not a declared, ranked metric"),
+    ({"published": {"source": "x", "values": {"softmax": {"accuracy": "high"}}}}, "expected a finite number"),
+    ({"published": {"values": {}}}, "published.source: missing required key 'source'"),
+    ({"published": {"source": "x", "task": "sst2", "values": {}}}, "published.task: task 'sst2' is not in the suite"),
+    ({"published": {"source": "x", "values": {"performer": {"accuracy": 0.7}}}}, "label 'performer' is not in the suite"),
+    ({"sweep": {"metric": "accuracy", "grid": {"learning_rate": [1e-3]}}}, "unknown option(s) ['learning_rate']"),
+    ({"sweep": {"metric": "accuracy", "grid": {"lr": [-1.0]}}}, "sweep.grid (point 0): {'lr': -1.0}"),
+    ({"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "budget": 2}}, "sweep.budget: is 2"),
+    ({"sweep": {"metric": "params_total", "grid": {"lr": [1e-3]}}}, "sweep.metric: 'params_total' is not"),
+    ({"sweep": {"metric": "accuracy", "grid": {"lr": []}}}, "sweep.grid.lr: is []"),
+    ({"references": ["svm"]}, "references[0]: unknown reference 'svm'; valid references: majority, tfidf-logreg"),
+    ({"references": [{"name": "tfidf-logreg", "options": {"c": 1}}]}, "unknown option 'c' for reference"),
+    ({"references": ["softmax"]}, "references[0].name: reference 'softmax' has the label of an attention"),
+    ({"referneces": ["majority"]}, "did you mean 'references'?"),
+])
+def test_mistakes_name_the_key_path(tmp_path: Path, changes: dict, expected: str) -> None:
+    message = error_of(tmp_path, **changes)
+    assert str(tmp_path / "keys.yaml") in message and expected in message, message
+
+
+@pytest.mark.parametrize("name, labels", [("paper-rt", 18), ("rt-tuned", 18)])
+def test_table_3_suites(name: str, labels: int) -> None:
+    suite = load_suite(name)
+    assert len(suite.attentions) == labels and [t["name"] for t in suite.tasks] == ["rotten_tomatoes"]
+    assert {r["label"] for r in suite.comparison_keys["references"]} == {"majority", "tfidf-logreg"}
+    published = suite.comparison_keys["published"][0]["values"]
+    assert set(published) == {a["label"] for a in suite.attentions}  # every row of Table 3 has its number
+    assert suite.model["d_model"] == 128 and suite.training["epochs"] == 10
+    if name == "rt-tuned":
+        budgets = {c["attention"]["label"]: 0 for c in suite.cells()}
+        for c in suite.cells():
+            budgets[c["attention"]["label"]] += "sweep" in c
+        assert len({n for lab, n in budgets.items() if lab not in ("majority", "tfidf-logreg")}) == 1
+        sweep = suite.comparison_keys["sweep"]
+        for option, values in sweep["grid"].items():  # the drawn trials try every value of every option
+            assert {t["values"][option] for t in sweep["trials"]} == set(values), option
