@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import json
 import random
 import signal
 import threading
@@ -76,8 +77,8 @@ def record_what_ran(key: str, value: Any) -> None:
     split sizes, class names and counts, dropped rows) becomes provenance.data. The first note of a key wins
     (a measurement may build helper models after the cell's own); outside a running cell it does nothing."""
     ran = _what_ran.get()
-    if ran is not None:
-        ran.setdefault(key, value)
+    if ran is not None and key not in ran:
+        ran[key] = json.loads(json.dumps(value, default=str))  # stored as JSON: paths, numpy scalars as text
 
 
 @contextlib.contextmanager

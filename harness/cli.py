@@ -144,7 +144,7 @@ def _positive_int(text: str) -> int:
 
 def _positive_float(text: str) -> float:
     value = float(text)
-    if value <= 0:
+    if not 0 < value < float("inf"):  # nan and inf too
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
     return value
 

@@ -10,6 +10,9 @@ class UserError(Exception):
 
     exit_code = 2
 
+    def __str__(self) -> str:  # always one line, even when a bad key or file name holds a line break
+        return one_line(super().__str__())
+
 
 class ConfigError(UserError, ValueError):
     """An invalid option value or an unknown option name."""
@@ -19,7 +22,12 @@ class UnknownNameError(UserError, KeyError):
     """A name that is not registered; the message lists valid names and the closest match."""
 
     def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
+        return one_line(str(self.args[0])) if self.args else ""
+
+
+def one_line(text: str) -> str:
+    """`text` with line breaks written as \\n, so that an error message stays on one line."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def closest(name: str, valid: Iterable[str]) -> str | None:

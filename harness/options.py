@@ -6,7 +6,9 @@ YAML) into a validated instance, or raises a ConfigError that names the bad key 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -110,6 +112,8 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
                 return coerce(value, arg, where)
             except ConfigError as err:
                 errors.append(str(err))
+        if len(errors) == 1 and value is not None:  # Optional[X]: X's own message says more
+            raise ConfigError(errors[0] + " or null")
         raise ConfigError(f"{where} is {value!r}, expected {_type_name(annotation)}")
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
@@ -129,14 +133,16 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
             return value
         raise ConfigError(f"{where} is {value!r}, expected an integer")
     if annotation is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML reads 1e-3 as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{where} is {value!r}, expected a number")
+            huge = isinstance(value, int) and abs(value) >= 2**1023  # float() of it would overflow
+            number = (math.inf if value > 0 else -math.inf) if huge else float(value)
+        elif isinstance(value, str):  # YAML reads 1e-3 as a string
+            with contextlib.suppress(ValueError):
+                number = float(value)
+        if number is None or math.isnan(number):  # inf is a value (e.g. beta: inf, zero temperature)
+            raise ConfigError(f"{where} is {value!r}, expected a number")
+        return number
     if annotation is str:
         if isinstance(value, str):
             return value

@@ -160,7 +160,7 @@ def _import_object(spec: str, kind: str) -> Any:
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as err:
+    except Exception as err:  # not found (ImportError), '' or '.x' (ValueError, TypeError), or its own error
         raise UserError(f"cannot import module {module_name!r} for {kind} {spec!r}: {err}; "
                         f"install the package or put it on PYTHONPATH") from None
     obj = module

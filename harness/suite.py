@@ -1,7 +1,7 @@
 """Suites: YAML files naming attentions, tasks, seeds, model/training settings and measurements.
 
-A suite is validated completely (unknown keys, wrong types, unknown names and options, at any
-depth) before anything runs, then expanded into cells, one per (task, attention, seed,
+A suite is validated completely (unknown keys, keys given twice, wrong types, option bounds, unknown
+names and options at any depth, data files and their columns) before anything runs, then expanded into cells, one per (task, attention, seed,
 measurement). Schema (top-level keys):
 
     name: smoke                      # required; default run folder runs/<name>
@@ -16,7 +16,7 @@ measurement). Schema (top-level keys):
     model: {d_model: 64}             # ModelConfig overrides (vocabulary, classes, max_length come from the task)
     training: {epochs: 2}            # TrainConfig fields (phase_a: PhaseAConfig fields)
     measurements: [accuracy, {name: efficiency, options: {...}}]   # required
-    cell_timeout: 600                # optional seconds per cell (CLI --cell-timeout overrides)
+    cell_timeout: 600                # optional seconds per cell (CLI --cell-timeout overrides; default 6 h)
     exclude: ["qqp/linformer*"]      # optional glob patterns over cell names to leave out
     references / comparisons / published / sweep   # optional, see harness.suite_keys
 
@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
+import math
 import typing
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+        problem = " ".join(str(getattr(err, "problem", None) or err).split("\n")[0].split())
+        raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: a suite must be a YAML mapping with keys {', '.join(REQUIRED_KEYS)}")
     return data
@@ -304,7 +306,7 @@ class _Validator:
     def timeout(self, value: Any) -> float | None:
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
             raise self.error("cell_timeout", f"is {value!r}, expected a positive number of seconds")
         return float(value)
 

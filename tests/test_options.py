@@ -40,3 +40,12 @@ def test_a_huge_feature_count_is_refused_when_the_attention_is_built():
 
     with pytest.raises(ConfigError, match="'num_features' of attention 'performer' is 1000000000, outside"):
         build_attention("performer", head_dim=8, num_heads=2, num_features=1_000_000_000)
+
+
+def test_nan_is_refused_and_infinity_only_where_the_bounds_allow_it():
+    for value in (float("nan"), "nan"):
+        with pytest.raises(ConfigError, match="is nan, expected a number|is 'nan', expected a number"):
+            make_options(Bounded, {"rate": value}, what="x")
+    assert make_options(Bounded, {"rate": 10**400}, what="x").rate == float("inf")
+    with pytest.raises(ConfigError, match=r"outside its bounds \(at least 0\)"):
+        make_options(Bounded, {"rate": "-inf"}, what="x")
