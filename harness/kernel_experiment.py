@@ -74,6 +74,7 @@ class KernelExperimentConfig:
     scaling_max_rows: dict[str, int] = option(
         {}, "largest n per scaling method (mkl, rbf-svm, importance-sampling, rff, langevin, logistic); "
         "larger sizes are recorded as skipped with the reason")
+    processes: int = option(1, "processes running the experiment's independent jobs (rows are the same; times differ)")
     memory_gib: float = option(8.0, "memory the MKL Grams may take (6 kernels + combination, float64); above: skipped")
 
     def __post_init__(self) -> None:
@@ -88,6 +89,7 @@ class KernelExperimentConfig:
         require(self.particle_step > 0 and self.particle_beta > 0, "particle_step and particle_beta must be positive")
         require(self.frequency_radius > 0 and self.grad_clip > 0, "frequency_radius and grad_clip must be positive")
         require(self.riesz_s >= 0, f"riesz_s={self.riesz_s} must be >= 0 (0 = log repulsion)")
+        require(self.processes >= 1, f"processes={self.processes} must be at least 1")
         require(self.mkl_max_iter >= 1 and self.particle_steps >= 1, "mkl_max_iter and particle_steps must be >= 1")
         require(all(n >= 20 for n in self.scaling_sizes), f"scaling_sizes {self.scaling_sizes} must all be >= 20")
         unknown = sorted(set(self.scaling_max_rows) - set(SCALING_METHODS))
@@ -190,25 +192,20 @@ def timed_fit(fit: Callable[..., Any], split: km.Split, y_test: np.ndarray, rng:
     return {**scores(y_test, predictions), "seconds": seconds, **extra}
 
 
-def run_levels(cfg: KernelExperimentConfig, design: Design, seed: int, part: str, trials: int,
-               table: dict[str, Callable[..., Any]], progress: Progress | None) -> list[Row]:
-    """Every method of `table` at every (trial, sigma) -> rows {part, method, sigma, trial, accuracy, f1, seconds}."""
+def level_rows(cfg: KernelExperimentConfig, seed: int, part: str, trial: int, level: int,
+               lambdas: list[float], langevin_only: bool) -> list[Row]:
+    """One (trial, sigma) job: the methods at that level -> rows {part, method, sigma, trial, n, accuracy, f1, seconds}.
+
+    Rebuilds the design and the trial's labels itself, so that jobs run in any order or process.
+    """
+    design = make_design(cfg.num_samples, cfg.num_inputs, seed, cfg.test_fraction, cfg.split_seed)
     sigmas = cfg.sigmas()
-    rows: list[Row] = []
-    done, total = 0, trials * len(sigmas)
-    for trial in range(trials):
-        labels = trial_labels(design, sigmas, seed, trial)
-        for level, sigma in enumerate(sigmas):
-            y = labels[level]
-            split = km.Split(design.x[design.train], y[design.train], design.x[design.test])
-            for name, fit in table.items():
-                row = timed_fit(fit, split, y[design.test], method_generator(seed, trial, level, name))
-                rows.append({"part": part, "method": name, "sigma": sigma, "trial": trial,
-                             "n": len(design.x), **row})
-            done += 1
-            if progress is not None:
-                progress(part, done, total)
-    return rows
+    y = trial_labels(design, sigmas, seed, trial)[level]
+    split = km.Split(design.x[design.train], y[design.train], design.x[design.test])
+    table = {k: v for k, v in methods(cfg, lambdas).items() if k.startswith("langevin") or not langevin_only}
+    return [{"part": part, "method": name, "sigma": sigmas[level], "trial": trial, "n": len(design.x),
+             **timed_fit(fit, split, y[design.test], method_generator(seed, trial, level, name))}
+            for name, fit in table.items()]
 
 
 def scaling_methods(cfg: KernelExperimentConfig) -> dict[str, tuple[str, Callable[..., Any]]]:
@@ -224,25 +221,19 @@ def mkl_bytes(n_train: int, num_kernels: int) -> int:
     return 8 * n_train * n_train * (num_kernels + 1)
 
 
-def run_scaling(cfg: KernelExperimentConfig, seed: int, progress: Progress | None) -> list[Row]:
-    """Wall time of each method against n at the smallest sigma, trial 0 -> rows (skipped ones with a reason)."""
-    rows: list[Row] = []
-    table = scaling_methods(cfg)
-    for i, n in enumerate(cfg.scaling_sizes):
-        design = make_design(n, cfg.num_inputs, seed, cfg.test_fraction, cfg.split_seed)
-        y = trial_labels(design, [cfg.sigma_min], seed, 0)[0]
-        split = km.Split(design.x[design.train], y[design.train], design.x[design.test])
-        for key, (label, fit) in table.items():
-            row = {"part": "scaling", "method": label, "sigma": cfg.sigma_min, "trial": 0, "n": n}
-            reason = skip_reason(cfg, key, n, len(design.train))
-            if reason:
-                rows.append({**row, "status": "skipped", "reason": reason})
-            else:
-                rows.append({**row, "status": "ok",
-                             **timed_fit(fit, split, y[design.test], method_generator(seed, 0, 10_000 + i, label))})
-        if progress is not None:
-            progress("scaling", i + 1, len(cfg.scaling_sizes))
-    return rows
+def scaling_rows(cfg: KernelExperimentConfig, seed: int, index: int, key: str) -> list[Row]:
+    """One (size, method) of the runtime sweep: wall time at n, smallest sigma, trial 0 (or skipped with a reason)."""
+    n = cfg.scaling_sizes[index]
+    design = make_design(n, cfg.num_inputs, seed, cfg.test_fraction, cfg.split_seed)
+    y = trial_labels(design, [cfg.sigma_min], seed, 0)[0]
+    split = km.Split(design.x[design.train], y[design.train], design.x[design.test])
+    label, fit = scaling_methods(cfg)[key]
+    row = {"part": "scaling", "method": label, "sigma": cfg.sigma_min, "trial": 0, "n": n}
+    reason = skip_reason(cfg, key, n, len(design.train))
+    if reason:
+        return [{**row, "status": "skipped", "reason": reason}]
+    return [{**row, "status": "ok",
+             **timed_fit(fit, split, y[design.test], method_generator(seed, 0, 10_000 + index, label))}]
 
 
 def skip_reason(cfg: KernelExperimentConfig, key: str, n: int, n_train: int) -> str:
@@ -269,20 +260,59 @@ def fit_exponent(sizes: list[float], seconds: list[float]) -> dict[str, float]:
     return {"exponent": float(slope), "intercept": float(intercept), "r2": float(r2), "points": int(keep.sum())}
 
 
-def run_kernel_experiment(cfg: KernelExperimentConfig, seed: int = 42, progress: Progress | None = None) -> list[Row]:
-    """The noise sweep, the lambda ablation and the scaling sweep -> all rows."""
-    design = make_design(cfg.num_samples, cfg.num_inputs, seed, cfg.test_fraction, cfg.split_seed)
-    rows = run_levels(cfg, design, seed, "noise", cfg.trials, methods(cfg, cfg.lambdas), progress)
+Job = tuple[str, Callable[..., list[Row]], tuple[Any, ...]]
+
+
+def experiment_jobs(cfg: KernelExperimentConfig, seed: int) -> list[Job]:
+    """The independent jobs of the three parts, largest scaling sizes first: (part, function, arguments)."""
+    levels = range(cfg.noise_levels)
+    jobs: list[Job] = [("scaling", scaling_rows, (cfg, seed, i, key)) for i in reversed(range(len(cfg.scaling_sizes)))
+                       for key in scaling_methods(cfg)]
+    jobs += [("noise", level_rows, (cfg, seed, "noise", t, lv, cfg.lambdas, False))
+             for t in range(cfg.trials) for lv in levels]
     extra = [lam for lam in cfg.ablation_lambdas if lam not in cfg.lambdas]
-    if cfg.ablation_lambdas:
-        ablation_trials = cfg.trials if cfg.ablation_trials is None else cfg.ablation_trials
-        reused = [{**r, "part": "ablation"} for r in rows
-                  if r["trial"] < ablation_trials and r["method"] in {f"langevin lambda={lam:g}" for lam in cfg.ablation_lambdas}]
-        table = {k: v for k, v in methods(cfg, extra).items() if k.startswith("langevin")}
-        rows += reused + (run_levels(cfg, design, seed, "ablation", ablation_trials, table, progress) if extra else [])
-    if cfg.scaling_sizes:
-        rows += run_scaling(cfg, seed, progress)
-    return rows
+    if extra:
+        jobs += [("ablation", level_rows, (cfg, seed, "ablation", t, lv, extra, True))
+                 for t in range(ablation_trials(cfg)) for lv in levels]
+    return jobs
+
+
+def ablation_trials(cfg: KernelExperimentConfig) -> int:
+    """Trials of the lambda ablation."""
+    return cfg.trials if cfg.ablation_trials is None else cfg.ablation_trials
+
+
+def _run_job(job: Job) -> list[Row]:
+    return job[1](*job[2])
+
+
+def run_kernel_experiment(cfg: KernelExperimentConfig, seed: int = 42, progress: Progress | None = None) -> list[Row]:
+    """The noise sweep, the lambda ablation and the scaling sweep -> all rows (noise, ablation, scaling order).
+
+    With `processes` > 1 the jobs run in that many spawned processes; every job seeds its own
+    randomness, so the rows are the same as in one process (only the wall times differ).
+    """
+    jobs = experiment_jobs(cfg, seed)
+    results: list[list[Row]] = []
+    if cfg.processes > 1:
+        import multiprocessing
+        with multiprocessing.get_context("spawn").Pool(cfg.processes) as pool:
+            for i, rows in enumerate(pool.imap(_run_job, jobs)):
+                results.append(rows)
+                if progress is not None:
+                    progress("kernel jobs", i + 1, len(jobs))
+    else:
+        for i, job in enumerate(jobs):
+            results.append(_run_job(job))
+            if progress is not None:
+                progress("kernel jobs", i + 1, len(jobs))
+    by_part = {part: [r for (p, _, _), rows in zip(jobs, results) if p == part for r in rows]
+               for part in ("noise", "ablation", "scaling")}
+    names = {f"langevin lambda={lam:g}" for lam in cfg.ablation_lambdas}
+    reused = [{**r, "part": "ablation"} for r in by_part["noise"]
+              if r["method"] in names and r["trial"] < ablation_trials(cfg)]
+    scaling = sorted(by_part["scaling"], key=lambda r: r["n"])  # stable: methods in their table order
+    return by_part["noise"] + reused + by_part["ablation"] + scaling
 
 
 def summarise(rows: list[Row]) -> dict[str, float]:

@@ -153,12 +153,17 @@ def importance_sampling(split: Split, rng: np.random.Generator, num_features: in
 
 
 def langevin_particles(split: Split, rng: np.random.Generator, repulsion: float, num_features: int = 200,
-                       gamma: float = 0.5, dynamics: ParticleDynamics = ParticleDynamics()) -> np.ndarray:
-    """Algorithms 1 and 2 (`harness.kernel_particles`) at one lambda, then Fourier features + linear SVM."""
+                       gamma: float = 0.5, dynamics: ParticleDynamics = ParticleDynamics()
+                       ) -> tuple[np.ndarray, dict[str, float]]:
+    """Algorithms 1 and 2 (`harness.kernel_particles`) at one lambda, then Fourier features + linear SVM.
+
+    Returns the test predictions and the dynamics' diagnostics (drift against noise, alignment).
+    """
     generator = torch.Generator().manual_seed(int(rng.integers(2 ** 62)))
     x = torch.from_numpy(split.x_train)
-    omega, phase = learn_features(x, torch.from_numpy(split.y_train), [repulsion], num_features, gamma,
-                                  dynamics, generator)
+    omega, phase, diagnostics = learn_features(x, torch.from_numpy(split.y_train), [repulsion], num_features,
+                                               gamma, dynamics, generator)
     w, b = omega[0].T.numpy(), phase[0].numpy()
-    return linear_svm_head(fourier_features(split.x_train, w, b), split.y_train,
-                           fourier_features(split.x_test, w, b))
+    predictions = linear_svm_head(fourier_features(split.x_train, w, b), split.y_train,
+                                  fourier_features(split.x_test, w, b))
+    return predictions, diagnostics[0]

@@ -109,15 +109,28 @@ def initial_particles(num_systems: int, num_particles: int, dim: int, gamma: flo
 
 
 def run_dynamics(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor, lambdas: Tensor, cfg: ParticleDynamics,
-                 generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """T_max projected Langevin steps of S systems (Algorithm 1): -> final omega (S, N, p), phase (S, N)."""
+                 generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """T_max projected Langevin steps of S systems (Algorithm 1).
+
+    Returns the final omega (S, N, p), phase (S, N), and per step and system the median over particles
+    of the drift's length eta |clipped N grad_k H| (T, S) and the share of particles clipped (T, S).
+    """
+    drift, clipped = [], []
     for _ in range(cfg.steps):
-        d_omega, d_phase = clip_per_particle(*hamiltonian_drift(x, y, omega, phase, lambdas, cfg.riesz_s),
-                                             cfg.grad_clip)
+        d_omega, d_phase = hamiltonian_drift(x, y, omega, phase, lambdas, cfg.riesz_s)
+        raw = (d_omega.square().sum(-1) + d_phase.square()).sqrt()
+        d_omega, d_phase = clip_per_particle(d_omega, d_phase, cfg.grad_clip)
+        drift.append(cfg.step * raw.clamp(max=cfg.grad_clip).median(-1).values)
+        clipped.append((raw > cfg.grad_clip).double().mean(-1))
         omega = langevin_step(omega, d_omega, cfg.step, cfg.beta, cfg.radius, generator)
         phase = langevin_step(phase[..., None], d_phase[..., None], cfg.step, cfg.beta, math.inf,
                               generator)[..., 0].remainder(TWO_PI)
-    return omega, phase
+    return omega, phase, torch.stack(drift), torch.stack(clipped)
+
+
+def alignment(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor) -> Tensor:
+    """The u-statistic 1/(n(n-1)) sum_{i != j} y_i y_j K(x_i, x_j) of the particles' kernel: (S,)."""
+    return -particle_energies(x, y, omega, phase, torch.zeros(omega.shape[0], dtype=omega.dtype)).mean(-1)
 
 
 def gibbs_resample(energies: Tensor, count: int, beta: float, generator: torch.Generator) -> Tensor:
@@ -128,11 +141,28 @@ def gibbs_resample(energies: Tensor, count: int, beta: float, generator: torch.G
 
 
 def learn_features(x: Tensor, y01: Tensor, lambdas: list[float], num_features: int, gamma: float,
-                   cfg: ParticleDynamics, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Algorithms 1 and 2 for each lambda: x (n, p), labels 0/1 (n,) -> kept omega (S, D, p), phase (S, D)."""
+                   cfg: ParticleDynamics, generator: torch.Generator) -> tuple[Tensor, Tensor, list[dict[str, float]]]:
+    """Algorithms 1 and 2 for each lambda: x (n, p), labels 0/1 (n,) -> kept omega (S, D, p), phase (S, D), diagnostics.
+
+    Diagnostics per system: the median drift length per particle and step against the noise's typical
+    length sqrt(2 eta / beta) sqrt(p + 1) (their ratio says whether the dynamics is a random walk),
+    the share of clipped drifts, the alignment before, after and of the D kept particles, and the share
+    of frequencies on the cap.
+    """
     y = (2.0 * y01 - 1.0).to(torch.float64)
     lam = torch.tensor(lambdas, dtype=torch.float64)
     omega, phase = initial_particles(len(lambdas), cfg.num_particles, x.shape[1], gamma, generator)
-    omega, phase = run_dynamics(x, y, omega, phase, lam, cfg, generator)
+    before = alignment(x, y, omega, phase)
+    omega, phase, drift, clipped = run_dynamics(x, y, omega, phase, lam, cfg, generator)
     keep = gibbs_resample(particle_energies(x, y, omega, phase, lam, cfg.riesz_s), num_features, cfg.beta, generator)
-    return omega.gather(1, keep[..., None].expand(-1, -1, omega.shape[-1])), phase.gather(1, keep)
+    kept_omega = omega.gather(1, keep[..., None].expand(-1, -1, omega.shape[-1]))
+    kept_phase = phase.gather(1, keep)
+    noise = math.sqrt(2 * cfg.step / cfg.beta) * math.sqrt(x.shape[1] + 1) if math.isfinite(cfg.beta) else 0.0
+    after, kept = alignment(x, y, omega, phase), alignment(x, y, kept_omega, kept_phase)
+    on_cap = (omega.norm(dim=-1) >= cfg.radius * (1 - 1e-9)).double().mean(-1)
+    diagnostics = [{"drift_median": float(drift[:, i].median()), "noise_norm": noise,
+                    "drift_to_noise": float(drift[:, i].median()) / noise if noise else math.inf,
+                    "clipped_share": float(clipped[:, i].mean()), "alignment_before": float(before[i]),
+                    "alignment_after": float(after[i]), "alignment_kept": float(kept[i]),
+                    "on_cap_share": float(on_cap[i])} for i in range(len(lambdas))]
+    return kept_omega, kept_phase, diagnostics

@@ -173,6 +173,10 @@ def make_fake_run(run_dir: Path, device: str = "cpu", seed: int = 0, tasks: tupl
                                                  "langevin lambda=0.5", "langevin lambda=0")),
                                       ("ablation", ("langevin lambda=0", "langevin lambda=1.5")))
                 for method in methods for sigma in (1e-5, 1e-1, 1e3) for trial in (0, 1)]
+        for row in rows:
+            if row["method"].startswith("langevin"):
+                row.update(drift_median=0.5, noise_norm=1.9, drift_to_noise=0.5 / 1.9, clipped_share=0.2,
+                           on_cap_share=0.9, alignment_before=0.01, alignment_after=0.02, alignment_kept=0.03)
         rows += [{"part": "scaling", "method": method, "sigma": 1e-5, "trial": 0, "n": n, "status": "ok",
                   "accuracy": 0.6, "f1": 0.7, "seconds": 1e-3 * n ** gamma}
                  for method, gamma in (("rff", 0.8), ("langevin lambda=0.5", 0.7)) for n in (100, 1000, 10000)]

@@ -126,3 +126,11 @@ def test_bayes_accuracy_is_the_expected_accuracy_of_the_bayes_rule():
     hits = [(trial_labels(design, [1e-5], 42, t)[0][design.test] == (design.logit[design.test] > 0)).mean()
             for t in range(300)]
     assert bayes_accuracy(design) == pytest.approx(np.mean(hits), abs=0.005)
+
+
+def test_processes_give_the_same_rows_as_one_process():
+    cfg = dict(noise_levels=1, trials=2, ablation_lambdas=[], scaling_sizes=[40])
+    one = run_kernel_experiment(small_config(**cfg), seed=42)
+    two = run_kernel_experiment(small_config(**cfg, processes=2), seed=42)
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in one] == [
+        {k: v for k, v in r.items() if k != "seconds"} for r in two]

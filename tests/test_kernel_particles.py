@@ -68,7 +68,8 @@ def test_dynamics_respect_the_frequency_cap_and_wrap_phases(system):
     x, y, omega, phase, lam = system
     cfg = ParticleDynamics(num_particles=9, steps=20, radius=1.2)
     g = torch.Generator().manual_seed(0)
-    new_omega, new_phase = run_dynamics(x, y, omega, phase, lam, cfg, g)
+    new_omega, new_phase, drift, clipped = run_dynamics(x, y, omega, phase, lam, cfg, g)
+    assert drift.shape == clipped.shape == (20, 2) and (drift <= cfg.step * cfg.grad_clip + 1e-12).all()
     assert new_omega.norm(dim=-1).max() <= 1.2 + 1e-12
     assert new_phase.min() >= 0 and new_phase.max() < 2 * math.pi
     assert not torch.allclose(new_omega, omega)
@@ -78,7 +79,9 @@ def test_noise_free_small_steps_lower_the_hamiltonian(system):
     x, y, omega, phase, lam = system
     cfg = ParticleDynamics(num_particles=9, steps=30, step=0.05, beta=math.inf, radius=50.0, grad_clip=1e9)
     before = particle_energies(x, y, omega, phase, lam).mean(-1)
-    after = particle_energies(x, y, *run_dynamics(x, y, omega, phase, lam, cfg, torch.Generator()), lam).mean(-1)
+    new_omega, new_phase, _, clipped = run_dynamics(x, y, omega, phase, lam, cfg, torch.Generator())
+    after = particle_energies(x, y, new_omega, new_phase, lam).mean(-1)
+    assert clipped.max() == 0
     assert (after < before).all()
 
 
@@ -99,6 +102,13 @@ def test_learn_features_keeps_d_of_n_particles_per_lambda():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(20, 5, generator=g, dtype=torch.float64)
     y01 = (torch.rand(20, generator=g) < 0.5).long()
-    omega, phase = learn_features(x, y01, [0.5, 0.0], 6, 0.5, ParticleDynamics(num_particles=10, steps=5), g)
+    omega, phase, diagnostics = learn_features(x, y01, [0.5, 0.0], 6, 0.5, ParticleDynamics(num_particles=10, steps=5), g)
     assert omega.shape == (2, 6, 5) and phase.shape == (2, 6)
     assert omega.norm(dim=-1).max() <= 5.0 + 1e-12
+    y = 2.0 * y01.double() - 1
+    phi = math.sqrt(2) * torch.cos(x @ omega[1].T + phase[1])  # the kept particles' kernel, by its double sum
+    kernel = phi @ phi.T / 6
+    naive = ((y[:, None] * y[None] * kernel).sum() - (y * y * kernel.diag()).sum()) / (20 * 19)
+    assert diagnostics[1]["alignment_kept"] == pytest.approx(naive.item())
+    assert diagnostics[0]["noise_norm"] == pytest.approx(math.sqrt(2 * 30 / 100) * math.sqrt(6))
+    assert diagnostics[0]["drift_to_noise"] == pytest.approx(diagnostics[0]["drift_median"] / diagnostics[0]["noise_norm"])

@@ -44,7 +44,7 @@ def test_report_folder_layout(report: Path) -> None:
     tables = {p.stem for p in (report / "tables").glob("*.csv")}
     assert {"leaderboard", "task_sst2", "task_listops", "paired", "robustness", "robustness_feature_budget",
             "efficiency", "fidelity", "coulomb",
-            "kernel_experiment", "kernel_f1", "kernel_paper", "kernel_ablation", "kernel_scaling",
+            "kernel_experiment", "kernel_f1", "kernel_paper", "kernel_langevin", "kernel_ablation", "kernel_scaling",
             "cells_not_ok"} == tables
     for stem in tables:
         assert (report / "tables" / f"{stem}.md").exists() and (report / "tables" / f"{stem}.tex").exists()

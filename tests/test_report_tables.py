@@ -16,8 +16,8 @@ from harness.report import write_leaderboard, write_report
 from harness.report.formats import latex_escape, to_latex, to_markdown, write_table
 from harness.report.load import detail_rows, load_runs, run_provenance
 from harness.report.stats import metric_direction, summarize, t_quantile_975
-from harness.report.kernel_tables import (kernel_ablation_table, kernel_paper_table, kernel_scaling_table,
-                                          kernel_table)
+from harness.report.kernel_tables import (kernel_ablation_table, kernel_langevin_table, kernel_paper_table,
+                                          kernel_scaling_table, kernel_table)
 from harness.report.measurement_tables import (coulomb_table, efficiency_frame, fidelity_table,
                                                robustness_tables)
 from harness.report.tables import all_tables, leaderboard_table, task_table
@@ -191,6 +191,12 @@ def test_robustness_coulomb_kernel_tables_from_fake_run(tmp_path: Path) -> None:
     assert mkl["n=10,000"] == "skipped" and mkl["γ (paper, Table 6)"] == "1.96" and mkl["γ (ours)"] == "—"
     assert any("scaling_max_rows[mkl]=2000" in note for note in scaling.notes)
     assert scaling.text[scaling.text["method"] == "rff"]["γ (ours)"].item().startswith("0.80")
+    assert mkl["n=100"] == "—"  # no row at that size: a dash, not "skipped"
+    assert "±" in kern.text["σ=1e-05"].iloc[0] and "[" not in kern.text["σ=1e-05"].iloc[0]
+    langevin = kernel_langevin_table(results)
+    assert set(langevin.text["method"]) == {"langevin lambda=0.5", "langevin lambda=0"}
+    assert langevin.text["drift / noise"].iloc[0] == "0.263"
+    assert any("Drift below noise" in note for note in langevin.notes)
 
 
 def test_failed_skipped_unreadable_cells_are_listed(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from harness.report.load import Results, detail_rows
 from harness.report.stats import summarize
-from harness.report.table import DASH, Table, best_mask, fmt, fmt_summary
+from harness.report.table import DASH, Table, best_mask, fmt
 
 
 def kernel_rows(results: Results, part: str) -> pd.DataFrame:
@@ -42,8 +42,15 @@ def bayes_accuracy(results: Results) -> float:
 
 
 def mean_sd(values: pd.Series) -> dict[str, float]:
-    """summarize() without the interval: the tables show mean ± sd over trials, as the paper's bands do."""
-    return {**summarize(values), "ci_low": math.nan, "ci_high": math.nan}
+    """summarize() of the values: mean, sd, n (the tables show mean ± sd over trials, as the paper's bands do)."""
+    return summarize(values)
+
+
+def mean_sd_text(s: dict[str, float]) -> str:
+    """'mean ± sd' (sd only for n >= 2; no interval), a dash when empty."""
+    if s["n"] == 0 or not np.isfinite(s["mean"]):
+        return DASH
+    return fmt(s["mean"]) + (f" ± {fmt(s['std'])}" if s["n"] >= 2 else "")
 
 
 def _sweep_table(rows: pd.DataFrame, metric: str, name: str, title: str, note: str) -> Table:
@@ -57,7 +64,7 @@ def _sweep_table(rows: pd.DataFrame, metric: str, name: str, title: str, note: s
         for sigma in sigmas:
             s = mean_sd(part.loc[part["sigma"] == sigma, metric])
             column = f"σ={sigma:.0e}"
-            text[column], num[column] = fmt_summary(s), s["mean"]
+            text[column], num[column] = mean_sd_text(s), s["mean"]
             data.append({"method": method, "sigma": sigma, f"{metric}_mean": s["mean"], f"{metric}_std": s["std"],
                          f"{metric}_n": s["n"], "seconds_mean": part.loc[part["sigma"] == sigma, "seconds"].mean()})
         text["seconds (mean)"] = fmt(part["seconds"].mean())
@@ -102,7 +109,7 @@ def kernel_paper_table(results: Results) -> Table | None:
         data.append({"method": method, "sigma": low["sigma"].min(), "accuracy_mean": acc["mean"],
                      "accuracy_std": acc["std"], "n": acc["n"], "f1_mean": f1["mean"], "paper_accuracy": ref,
                      "difference": acc["mean"] - ref})
-        text_rows.append({"method": method, "accuracy (ours)": fmt_summary(acc), "F1 (ours)": fmt_summary(f1),
+        text_rows.append({"method": method, "accuracy (ours)": mean_sd_text(acc), "F1 (ours)": mean_sd_text(f1),
                           "paper (Figure 1)": fmt(ref), "ours − paper": fmt(acc["mean"] - ref)})
     best = best_mask(pd.DataFrame([{"accuracy (ours)": d["accuracy_mean"]} for d in data]),
                      {"accuracy (ours)": "max"})
@@ -156,8 +163,8 @@ def kernel_scaling_table(results: Results) -> Table | None:
         text = {"method": method}
         for n in sizes:
             at = part[part["n"] == n]
-            ok = at[at.get("status", "ok") == "ok"] if "status" in at else at
-            text[f"n={int(n):,}"] = fmt(ok["seconds"].mean()) if not ok.empty else "skipped"
+            ok = at[at["status"] == "ok"] if "status" in at else at
+            text[f"n={int(n):,}"] = DASH if at.empty else fmt(ok["seconds"].mean()) if not ok.empty else "skipped"
             if ok.empty and "reason" in at and not at.empty:
                 reasons.append(f"{method}: {at['reason'].iloc[0]}")
             data.append({"method": method, "n": n, "seconds": ok["seconds"].mean() if not ok.empty else math.nan})
@@ -176,7 +183,40 @@ def kernel_scaling_table(results: Results) -> Table | None:
                  pd.DataFrame(data), text, best, notes, key_columns=1)
 
 
+LANGEVIN_DIAGNOSTICS = {"drift_to_noise": "drift / noise", "drift_median": "drift", "noise_norm": "noise",
+                        "clipped_share": "clipped", "on_cap_share": "on |ω| cap", "alignment_before": "A before",
+                        "alignment_after": "A after", "alignment_kept": "A kept (D)"}
+
+
+def kernel_langevin_table(results: Results) -> Table | None:
+    """What the Langevin dynamics did, per method (lambda) over every noise-sweep run: drift against noise, alignment."""
+    rows = kernel_rows(results, "noise")
+    if rows.empty or "drift_to_noise" not in rows:
+        return None
+    rows = rows[rows["method"].str.startswith("langevin")]
+    data, text_rows, walks = [], [], []
+    for method in dict.fromkeys(rows["method"]):
+        part = rows[rows["method"] == method]
+        medians = {k: float(pd.to_numeric(part[k], errors="coerce").median()) for k in LANGEVIN_DIAGNOSTICS}
+        data.append({"method": method, "runs": len(part), **medians})
+        text_rows.append({"method": method, "runs": str(len(part)),
+                          **{label: fmt(medians[k]) for k, label in LANGEVIN_DIAGNOSTICS.items()}})
+        if medians["drift_to_noise"] < 1:
+            walks.append(method)
+    text = pd.DataFrame(text_rows)
+    notes = ["Medians over the noise sweep's runs (every σ and trial). drift: eta |clipped N grad_k H| per particle "
+             "and step (median over particles, then steps); noise: sqrt(2 eta / beta) sqrt(p + 1), the typical "
+             "length of the Langevin kick; clipped: share of drifts cut to grad_clip; on |ω| cap: share of final "
+             "frequencies on the norm cap; A: the u-statistic alignment of the N particles' kernel before and after "
+             "the dynamics, and of the D kept by Gibbs resampling."]
+    if walks:
+        notes.append(f"Drift below noise for {', '.join(walks)}: the particles' motion is dominated by the "
+                     "Langevin noise (a random walk under the cap), not by the alignment.")
+    return Table("kernel_langevin", "Synthetic experiment: what the Langevin dynamics did", pd.DataFrame(data), text,
+                 pd.DataFrame(False, index=text.index, columns=text.columns), notes, key_columns=1)
+
+
 def kernel_tables(results: Results) -> list[Table | None]:
     """Every table of the synthetic experiment, in report order."""
     return [kernel_paper_table(results), kernel_table(results), kernel_f1_table(results),
-            kernel_ablation_table(results), kernel_scaling_table(results)]
+            kernel_langevin_table(results), kernel_ablation_table(results), kernel_scaling_table(results)]
