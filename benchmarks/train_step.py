@@ -5,17 +5,27 @@ harness.train runs it) on Rotten Tomatoes ($ATTNBENCH_DATA_DIR/rotten_tomatoes, 
 their longest row). `profile`: torch.profiler over `--steps` training steps after a warm-up, the self CPU time of
 the operators grouped by what they belong to (dropout, linear layers, norms, attention, optimiser, ...). `epochs`:
 one epoch of training plus one evaluation pass on the validation split per attention, all in one run, attentions
-alternated over `--repeats`, the median per attention and its ratio to softmax.
+alternated over `--repeats`, the median per attention and its ratio to softmax. `compare`: the training step of
+a baseline tree (a git revision, exported) against the working tree, in two worker processes timed in alternated
+bursts of `--steps` steps (A B, then B A), so both see the same machine.
 
     python benchmarks/train_step.py profile --attention softmax --steps 20
     python benchmarks/train_step.py epochs --attention softmax performer elu-linear --repeats 1
+    python benchmarks/train_step.py compare --baseline HEAD~3 --attention softmax performer --repeats 6
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
+import json
 import math
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,8 +56,9 @@ GROUPS = [("optimiser", ("adam", "_foreach", "lerp", "addcdiv", "addcmul", "clip
 def build(attention: str, task: Any, seed: int = 0, dropout_rng: str = "hash") -> TransformerClassifier:
     """The paper-scale classifier for `attention` (a name of ATTENTIONS or a registered attention)."""
     name, options = ATTENTIONS.get(attention, (attention, {}))
+    rng = {"dropout_rng": dropout_rng} if "dropout_rng" in {f.name for f in dataclasses.fields(ModelConfig)} else {}
     cfg = ModelConfig(vocab_size=task.vocab_size, num_classes=task.num_classes, max_length=task.max_length,
-                      d_model=128, num_layers=2, num_heads=2, ffn_dim=256, dropout=0.1, dropout_rng=dropout_rng)
+                      d_model=128, num_layers=2, num_heads=2, ffn_dim=256, dropout=0.1, **rng)
     return TransformerClassifier(cfg, name, options, seed=seed)
 
 
@@ -120,9 +131,59 @@ def epochs(attentions: list[str], task: Any, repeats: int) -> None:
         print(f"| {attention} | {train_s:.2f} | {eval_s:.2f} | {train_s / reference:.2f} |")
 
 
+def worker(attentions: list[str], task: Any) -> None:
+    """Serve 'attention steps' lines on stdin: time that many training steps, answer the ms per step (JSON)."""
+    models = {a: build(a, task) for a in attentions}
+    for model in models.values():
+        steps(model, task, 2)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        attention, count = line.split()
+        start = time.perf_counter()
+        taken = steps(models[attention], task, int(count))
+        print(json.dumps((time.perf_counter() - start) / taken * 1e3), flush=True)
+
+
+def compare(baseline: str, attentions: list[str], count: int, repeats: int, threads: int, max_length: int) -> None:
+    from benchmarks.contention import export_tree
+    root = Path(__file__).resolve().parents[1]
+    times: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"old": export_tree(baseline, Path(tmp)), "new": root}
+        workers = {}
+        for build_name, tree in trees.items():
+            argv = [sys.executable, str(Path(__file__).resolve()), "worker", "--attention", *attentions,
+                    "--threads", str(threads), "--max-length", str(max_length)]
+            workers[build_name] = subprocess.Popen(argv, cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)),
+                                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            if workers[build_name].stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the {build_name} worker did not start")
+        try:
+            for r in range(repeats):
+                for attention in attentions:
+                    for build_name in ("old", "new") if r % 2 == 0 else ("new", "old"):
+                        proc = workers[build_name]
+                        proc.stdin.write(f"{attention} {count}\n")
+                        proc.stdin.flush()
+                        times[(build_name, attention)].append(json.loads(proc.stdout.readline()))
+        finally:
+            for proc in workers.values():
+                proc.stdin.close()
+                proc.wait()
+    print(f"training step (batch 64, Rotten Tomatoes, {threads} threads), {baseline} (old) against the working tree "
+          f"(new): median ms per step over {repeats} alternated bursts of {count} steps; load average "
+          f"{os.getloadavg()[0]:.1f} at the end")
+    print("| attention | old ms | new ms | new / old |")
+    print("| --- | --- | --- | --- |")
+    for attention in attentions:
+        old, new = (float(np.median(times[(b, attention)])) for b in ("old", "new"))
+        print(f"| {attention} | {old:.1f} | {new:.1f} | {new / old:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["profile", "epochs"])
+    parser.add_argument("what", choices=["profile", "epochs", "compare", "worker"])
+    parser.add_argument("--baseline", default="HEAD", help="compare: git revision of the old tree")
     parser.add_argument("--attention", nargs="+", default=["softmax"])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=1)
@@ -131,8 +192,13 @@ def main() -> None:
     parser.add_argument("--dropout-rng", choices=["hash", "torch"], default="hash", help="ModelConfig.dropout_rng")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.what == "compare":
+        compare(args.baseline, args.attention, args.steps, args.repeats, args.threads, args.max_length)
+        return
     task = load_task("rotten_tomatoes", max_length=args.max_length)
-    if args.what == "profile":
+    if args.what == "worker":
+        worker(args.attention, task)
+    elif args.what == "profile":
         for attention in args.attention:
             profile(attention, task, args.steps, args.dropout_rng)
     else:
