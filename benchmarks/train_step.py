@@ -34,7 +34,8 @@ from torch import nn
 
 from harness.model import ModelConfig, TransformerClassifier
 from harness.tasks import load_task
-from harness.train import predict_proba
+import harness.train
+from harness.train import TrainConfig, predict_proba
 
 ATTENTIONS = {"performer": ("performer", {"num_features": 256}),
               "nystromformer": ("nystromformer", {"num_landmarks": 32}),
@@ -66,7 +67,8 @@ def steps(model: nn.Module, task: Any, count: int | None, seed: int = 0) -> int:
     """`count` training steps (None: one epoch) as harness.train takes them; returns the steps taken."""
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=2e-4, weight_decay=0.01)
+    make = getattr(harness.train, "make_optimizer", None)  # a baseline tree may predate it
+    optimizer = make(trainable, TrainConfig()) if make else torch.optim.AdamW(trainable, lr=2e-4, weight_decay=0.01)
     generator = torch.Generator().manual_seed(seed)
     taken = 0
     for ids, mask, seg, labels in task["train"].batches(64, shuffle=True, generator=generator):
