@@ -2,15 +2,18 @@
 
 The paper's sentence model (2 layers, d_model 128, 2 heads, FFN 256, dropout 0.1, batch 64, AdamW with clipping as
 harness.train runs it) on Rotten Tomatoes ($ATTNBENCH_DATA_DIR/rotten_tomatoes, max_length 128, batches trimmed to
-their longest row). `profile`: torch.profiler over `--steps` training steps after a warm-up, the self CPU time of
-the operators grouped by what they belong to (dropout, linear layers, norms, attention, optimiser, ...). `epochs`:
-one epoch of training plus one evaluation pass on the validation split per attention, all in one run, attentions
-alternated over `--repeats`, the median per attention and its ratio to softmax. `compare`: the training step of
-a baseline tree (a git revision, exported) against the working tree, in two worker processes timed in alternated
-bursts of `--steps` steps (A B, then B A), so both see the same machine.
+their longest row).
+- `profile`: torch.profiler over `--steps` training steps after a warm-up, the self CPU time of the operators
+  grouped by what they belong to (dropout, linear layers, norms, attention, optimiser, ...).
+- `epochs`: one cell per Table 3 row as harness.train runs it (phase A where the row has one, over
+  `--phase-a-epochs`; one phase-B epoch with its validation pass; the test pass), all in one run: each row's epoch
+  time and its ratio to softmax, and the Table 3 run (rows x 3 seeds, 10 epochs, 2 of phase A) extrapolated
+  from them (`--attention all`: all 18 rows).
+- `compare`: the training step of a baseline tree (a git revision, exported) against the working tree, in two
+  worker processes timed in alternated bursts of `--steps` steps (A B, then B A), so both see the same machine.
 
     python benchmarks/train_step.py profile --attention softmax --steps 20
-    python benchmarks/train_step.py epochs --attention softmax performer elu-linear --repeats 1
+    python benchmarks/train_step.py epochs --attention all --threads 1
     python benchmarks/train_step.py compare --baseline HEAD~3 --attention softmax performer --repeats 6
 """
 from __future__ import annotations
@@ -43,6 +46,10 @@ ATTENTIONS = {"performer": ("performer", {"num_features": 256}),
               "vanilla-favor": ("random-features", {"feature_map": "favor", "num_features": 256}),
               "vanilla-trig": ("random-features", {"feature_map": "trig", "num_features": 256}),
               "vanilla-softmaxfeat": ("random-features", {"feature_map": "softmaxfeat", "num_features": 256})}
+PAPER_MAPS = ("favor", "elu", "softplus", "sigmoid2", "softmaxfeat", "cos2", "porf-softplus")
+PHASE_A = {"step": 2.0e-3, "beta": 50.0, "repulsion": 1.0e-3, "grad_clip": 10.0, "radius": 1.5, "tolerance": 1.0e-6,
+           "epochs": 2.0, "batch_size": 64}  # suites/paper.yaml
+PAPER_EPOCHS, SEEDS = 10, 3
 # operator name fragments -> the part of the step they belong to (first match wins)
 GROUPS = [("optimiser", ("adam", "_foreach", "lerp", "addcdiv", "addcmul", "clip_grad", "norm_", "sqrt")),
           ("dropout", ("dropout", "bernoulli", "uniform", "attnbench_dropout", "Dropout")),
@@ -112,25 +119,59 @@ def profile(attention: str, task: Any, count: int, dropout_rng: str) -> None:
         print(f"  {e.key[:48]:48s} {e.self_cpu_time_total / count / 1e3:7.2f} ms  x{e.count // count}")
 
 
-def epochs(attentions: list[str], task: Any, repeats: int) -> None:
-    times: dict[str, list[tuple[float, float, int]]] = collections.defaultdict(list)
-    for r in range(repeats):
-        for attention in attentions if r % 2 == 0 else attentions[::-1]:
-            model = build(attention, task)
-            start = time.perf_counter()
-            taken = steps(model, task, None)
-            trained = time.perf_counter() - start
-            predict_proba(model, task["validation"], 256)
-            times[attention].append((trained, time.perf_counter() - start - trained, taken))
-    reference = np.median([t for t, _, _ in times["softmax"]]) if "softmax" in times else math.nan
-    print(f"one epoch ({times[attentions[0]][0][2]} steps of 64) + one validation pass, "
-          f"{torch.get_num_threads()} threads, median of {repeats}:")
-    print("| attention | train s | eval s | train x softmax |")
-    print("| --- | --- | --- | --- |")
-    for attention in attentions:
-        train_s = float(np.median([t for t, _, _ in times[attention]]))
-        eval_s = float(np.median([e for _, e, _ in times[attention]]))
-        print(f"| {attention} | {train_s:.2f} | {eval_s:.2f} | {train_s / reference:.2f} |")
+def table3_rows() -> dict[str, tuple[str, dict, dict]]:
+    """The 18 rows of the paper's Table 3: label -> (attention, options, model overrides), as suites/paper.yaml."""
+    rows = {"softmax": ("softmax", {}, {}),
+            "vanilla-favor-untied": ("random-features", {"feature_map": "favor", "num_features": 256},
+                                     {"tie_qk": False}),
+            "performer": ("performer", {"num_features": 256}, {}),
+            "linformer": ("linformer", {"projected_length": 64}, {})}
+    for kind, name in (("vanilla", "random-features"), ("kernel", "coulomb")):
+        for feature_map in PAPER_MAPS:
+            rows[f"{kind}-{feature_map}"] = (name, {"feature_map": feature_map, "num_features": 256}, {})
+    return rows
+
+
+def cell_seconds(label: str, row: tuple[str, dict, dict], task: Any, phase_a_epochs: float) -> dict[str, float]:
+    """One cell as harness.train runs it, at one phase-B epoch and `phase_a_epochs` of phase A: seconds of phase
+    A, of the epoch (training and the validation pass) and of the test pass."""
+    name, options, overrides = row
+    cfg = ModelConfig(vocab_size=task.vocab_size, num_classes=task.num_classes, max_length=task.max_length,
+                      d_model=128, num_layers=2, num_heads=2, ffn_dim=256, dropout=0.1, **overrides)
+    model = TransformerClassifier(cfg, name, options, seed=0)
+    train = TrainConfig(epochs=1, phase_a={**PHASE_A, "epochs": phase_a_epochs})
+    start = time.perf_counter()
+    result = harness.train.train_classifier(model, task, train, seed=0)
+    total = time.perf_counter() - start
+    test_start = time.perf_counter()
+    predict_proba(result.model, task["test"], 256)
+    phase_a = result.phase_a["seconds"] if result.phase_a else 0.0
+    return {"phase_a": phase_a, "epoch": total - phase_a, "test": time.perf_counter() - test_start}
+
+
+def epochs(labels: list[str], task: Any, phase_a_epochs: float) -> None:
+    """Per Table 3 row: a cell's phase A, one epoch and the test pass, then the extrapolated Table 3 wall time."""
+    rows = table3_rows()
+    unknown = sorted(set(labels) - set(rows) - {"all"})
+    if unknown:
+        raise SystemExit(f"unknown rows {unknown}; rows are {sorted(rows)} or 'all'")
+    chosen = list(rows) if "all" in labels else labels
+    times = {label: cell_seconds(label, rows[label], task, phase_a_epochs) for label in chosen}
+    scale_a = PHASE_A["epochs"] / phase_a_epochs
+    reference = times["softmax"]["epoch"] if "softmax" in times else math.nan
+    print(f"one cell per row: phase A over {phase_a_epochs} epochs (scaled to {PHASE_A['epochs']}), one phase-B "
+          f"epoch ({math.ceil(len(task['train']) / 64)} steps of 64 and the validation pass) and the test pass; "
+          f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f} at the end")
+    print("| row | epoch s | epoch x softmax | phase A s (2 epochs) | cell s (10 epochs) |")
+    print("| --- | --- | --- | --- | --- |")
+    total = 0.0
+    for label, t in times.items():
+        cell = t["phase_a"] * scale_a + PAPER_EPOCHS * t["epoch"] + t["test"]
+        total += cell
+        print(f"| {label} | {t['epoch']:.1f} | {t['epoch'] / reference:.2f} | {t['phase_a'] * scale_a:.1f} | "
+              f"{cell:.0f} |")
+    print(f"these {len(times)} rows x {SEEDS} seeds, one after another: {total * SEEDS / 3600:.2f} h (extrapolated: "
+          f"phase A linear in its epochs, phase B in its epochs)")
 
 
 def worker(attentions: list[str], task: Any) -> None:
@@ -188,7 +229,8 @@ def main() -> None:
     parser.add_argument("--baseline", default="HEAD", help="compare: git revision of the old tree")
     parser.add_argument("--attention", nargs="+", default=["softmax"])
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1, help="compare: alternated bursts per build")
+    parser.add_argument("--phase-a-epochs", type=float, default=0.25, help="epochs: phase A measured over this many")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--dropout-rng", choices=["hash", "torch"], default="hash", help="ModelConfig.dropout_rng")
@@ -204,7 +246,7 @@ def main() -> None:
         for attention in args.attention:
             profile(attention, task, args.steps, args.dropout_rng)
     else:
-        epochs(args.attention, task, args.repeats)
+        epochs(args.attention, task, args.phase_a_epochs)
 
 
 if __name__ == "__main__":
