@@ -155,22 +155,22 @@ def epochs(labels: list[str], task: Any, phase_a_epochs: float) -> None:
     unknown = sorted(set(labels) - set(rows) - {"all"})
     if unknown:
         raise SystemExit(f"unknown rows {unknown}; rows are {sorted(rows)} or 'all'")
-    chosen = list(rows) if "all" in labels else labels
-    times = {label: cell_seconds(label, rows[label], task, phase_a_epochs) for label in chosen}
+    chosen = ["softmax"] + [label for label in (list(rows) if "all" in labels else labels) if label != "softmax"]
     scale_a = PHASE_A["epochs"] / phase_a_epochs
-    reference = times["softmax"]["epoch"] if "softmax" in times else math.nan
     print(f"one cell per row: phase A over {phase_a_epochs} epochs (scaled to {PHASE_A['epochs']}), one phase-B "
           f"epoch ({math.ceil(len(task['train']) / 64)} steps of 64 and the validation pass) and the test pass; "
-          f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f} at the end")
-    print("| row | epoch s | epoch x softmax | phase A s (2 epochs) | cell s (10 epochs) |")
-    print("| --- | --- | --- | --- | --- |")
-    total = 0.0
-    for label, t in times.items():
+          f"{torch.get_num_threads()} threads")
+    print("| row | epoch s | epoch x softmax | phase A s (2 epochs) | cell s (10 epochs) | load average |")
+    print("| --- | --- | --- | --- | --- | --- |", flush=True)
+    total, reference = 0.0, math.nan
+    for label in chosen:
+        t = cell_seconds(label, rows[label], task, phase_a_epochs)
+        reference = t["epoch"] if label == "softmax" else reference
         cell = t["phase_a"] * scale_a + PAPER_EPOCHS * t["epoch"] + t["test"]
         total += cell
         print(f"| {label} | {t['epoch']:.1f} | {t['epoch'] / reference:.2f} | {t['phase_a'] * scale_a:.1f} | "
-              f"{cell:.0f} |")
-    print(f"these {len(times)} rows x {SEEDS} seeds, one after another: {total * SEEDS / 3600:.2f} h (extrapolated: "
+              f"{cell:.0f} | {os.getloadavg()[0]:.1f} |", flush=True)
+    print(f"these {len(chosen)} rows x {SEEDS} seeds, one after another: {total * SEEDS / 3600:.2f} h (extrapolated: "
           f"phase A linear in its epochs, phase B in its epochs)")
 
 
