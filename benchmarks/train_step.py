@@ -2,20 +2,33 @@
 
 The paper's sentence model (2 layers, d_model 128, 2 heads, FFN 256, dropout 0.1, batch 64, AdamW with clipping as
 harness.train runs it) on Rotten Tomatoes ($ATTNBENCH_DATA_DIR/rotten_tomatoes, max_length 128, batches trimmed to
-their longest row). `profile`: torch.profiler over `--steps` training steps after a warm-up, the self CPU time of
-the operators grouped by what they belong to (dropout, linear layers, norms, attention, optimiser, ...). `epochs`:
-one epoch of training plus one evaluation pass on the validation split per attention, all in one run, attentions
-alternated over `--repeats`, the median per attention and its ratio to softmax.
+their longest row).
+- `profile`: torch.profiler over `--steps` training steps after a warm-up, the self CPU time of the operators
+  grouped by what they belong to (dropout, linear layers, norms, attention, optimiser, ...).
+- `epochs`: one cell per Table 3 row as harness.train runs it (phase A where the row has one, over
+  `--phase-a-epochs`; one phase-B epoch with its validation pass; the test pass), all in one run: each row's epoch
+  time and its ratio to softmax, and the Table 3 run (rows x 3 seeds, 10 epochs, 2 of phase A) extrapolated
+  from them (`--attention all`: all 18 rows).
+- `compare`: the training step of a baseline tree (a git revision, exported) against the working tree, in two
+  worker processes timed in alternated bursts of `--steps` steps (A B, then B A), so both see the same machine.
 
     python benchmarks/train_step.py profile --attention softmax --steps 20
-    python benchmarks/train_step.py epochs --attention softmax performer elu-linear --repeats 1
+    python benchmarks/train_step.py epochs --attention all --threads 1
+    python benchmarks/train_step.py compare --baseline HEAD~3 --attention softmax performer --repeats 6
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
+import json
 import math
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +37,8 @@ from torch import nn
 
 from harness.model import ModelConfig, TransformerClassifier
 from harness.tasks import load_task
-from harness.train import predict_proba
+import harness.train
+from harness.train import TrainConfig, predict_proba
 
 ATTENTIONS = {"performer": ("performer", {"num_features": 256}),
               "nystromformer": ("nystromformer", {"num_landmarks": 32}),
@@ -32,6 +46,10 @@ ATTENTIONS = {"performer": ("performer", {"num_features": 256}),
               "vanilla-favor": ("random-features", {"feature_map": "favor", "num_features": 256}),
               "vanilla-trig": ("random-features", {"feature_map": "trig", "num_features": 256}),
               "vanilla-softmaxfeat": ("random-features", {"feature_map": "softmaxfeat", "num_features": 256})}
+PAPER_MAPS = ("favor", "elu", "softplus", "sigmoid2", "softmaxfeat", "cos2", "porf-softplus")
+PHASE_A = {"step": 2.0e-3, "beta": 50.0, "repulsion": 1.0e-3, "grad_clip": 10.0, "radius": 1.5, "tolerance": 1.0e-6,
+           "epochs": 2.0, "batch_size": 64}  # suites/paper.yaml
+PAPER_EPOCHS, SEEDS = 10, 3
 # operator name fragments -> the part of the step they belong to (first match wins)
 GROUPS = [("optimiser", ("adam", "_foreach", "lerp", "addcdiv", "addcmul", "clip_grad", "norm_", "sqrt")),
           ("dropout", ("dropout", "bernoulli", "uniform", "attnbench_dropout", "Dropout")),
@@ -46,8 +64,9 @@ GROUPS = [("optimiser", ("adam", "_foreach", "lerp", "addcdiv", "addcmul", "clip
 def build(attention: str, task: Any, seed: int = 0, dropout_rng: str = "hash") -> TransformerClassifier:
     """The paper-scale classifier for `attention` (a name of ATTENTIONS or a registered attention)."""
     name, options = ATTENTIONS.get(attention, (attention, {}))
+    rng = {"dropout_rng": dropout_rng} if "dropout_rng" in {f.name for f in dataclasses.fields(ModelConfig)} else {}
     cfg = ModelConfig(vocab_size=task.vocab_size, num_classes=task.num_classes, max_length=task.max_length,
-                      d_model=128, num_layers=2, num_heads=2, ffn_dim=256, dropout=0.1, dropout_rng=dropout_rng)
+                      d_model=128, num_layers=2, num_heads=2, ffn_dim=256, dropout=0.1, **rng)
     return TransformerClassifier(cfg, name, options, seed=seed)
 
 
@@ -55,7 +74,8 @@ def steps(model: nn.Module, task: Any, count: int | None, seed: int = 0) -> int:
     """`count` training steps (None: one epoch) as harness.train takes them; returns the steps taken."""
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=2e-4, weight_decay=0.01)
+    make = getattr(harness.train, "make_optimizer", None)  # a baseline tree may predate it
+    optimizer = make(trainable, TrainConfig()) if make else torch.optim.AdamW(trainable, lr=2e-4, weight_decay=0.01)
     generator = torch.Generator().manual_seed(seed)
     taken = 0
     for ids, mask, seg, labels in task["train"].batches(64, shuffle=True, generator=generator):
@@ -99,44 +119,134 @@ def profile(attention: str, task: Any, count: int, dropout_rng: str) -> None:
         print(f"  {e.key[:48]:48s} {e.self_cpu_time_total / count / 1e3:7.2f} ms  x{e.count // count}")
 
 
-def epochs(attentions: list[str], task: Any, repeats: int) -> None:
-    times: dict[str, list[tuple[float, float, int]]] = collections.defaultdict(list)
-    for r in range(repeats):
-        for attention in attentions if r % 2 == 0 else attentions[::-1]:
-            model = build(attention, task)
-            start = time.perf_counter()
-            taken = steps(model, task, None)
-            trained = time.perf_counter() - start
-            predict_proba(model, task["validation"], 256)
-            times[attention].append((trained, time.perf_counter() - start - trained, taken))
-    reference = np.median([t for t, _, _ in times["softmax"]]) if "softmax" in times else math.nan
-    print(f"one epoch ({times[attentions[0]][0][2]} steps of 64) + one validation pass, "
-          f"{torch.get_num_threads()} threads, median of {repeats}:")
-    print("| attention | train s | eval s | train x softmax |")
+def table3_rows() -> dict[str, tuple[str, dict, dict]]:
+    """The 18 rows of the paper's Table 3: label -> (attention, options, model overrides), as suites/paper.yaml."""
+    rows = {"softmax": ("softmax", {}, {}),
+            "vanilla-favor-untied": ("random-features", {"feature_map": "favor", "num_features": 256},
+                                     {"tie_qk": False}),
+            "performer": ("performer", {"num_features": 256}, {}),
+            "linformer": ("linformer", {"projected_length": 64}, {})}
+    for kind, name in (("vanilla", "random-features"), ("kernel", "coulomb")):
+        for feature_map in PAPER_MAPS:
+            rows[f"{kind}-{feature_map}"] = (name, {"feature_map": feature_map, "num_features": 256}, {})
+    return rows
+
+
+def cell_seconds(label: str, row: tuple[str, dict, dict], task: Any, phase_a_epochs: float) -> dict[str, float]:
+    """One cell as harness.train runs it, at one phase-B epoch and `phase_a_epochs` of phase A: seconds of phase
+    A, of the epoch (training and the validation pass) and of the test pass."""
+    name, options, overrides = row
+    cfg = ModelConfig(vocab_size=task.vocab_size, num_classes=task.num_classes, max_length=task.max_length,
+                      d_model=128, num_layers=2, num_heads=2, ffn_dim=256, dropout=0.1, **overrides)
+    model = TransformerClassifier(cfg, name, options, seed=0)
+    train = TrainConfig(epochs=1, phase_a={**PHASE_A, "epochs": phase_a_epochs})
+    start = time.perf_counter()
+    result = harness.train.train_classifier(model, task, train, seed=0)
+    total = time.perf_counter() - start
+    test_start = time.perf_counter()
+    predict_proba(result.model, task["test"], 256)
+    phase_a = result.phase_a["seconds"] if result.phase_a else 0.0
+    return {"phase_a": phase_a, "epoch": total - phase_a, "test": time.perf_counter() - test_start}
+
+
+def epochs(labels: list[str], task: Any, phase_a_epochs: float) -> None:
+    """Per Table 3 row: a cell's phase A, one epoch and the test pass, then the extrapolated Table 3 wall time."""
+    rows = table3_rows()
+    unknown = sorted(set(labels) - set(rows) - {"all"})
+    if unknown:
+        raise SystemExit(f"unknown rows {unknown}; rows are {sorted(rows)} or 'all'")
+    chosen = ["softmax"] + [label for label in (list(rows) if "all" in labels else labels) if label != "softmax"]
+    scale_a = PHASE_A["epochs"] / phase_a_epochs
+    print(f"one cell per row: phase A over {phase_a_epochs} epochs (scaled to {PHASE_A['epochs']}), one phase-B "
+          f"epoch ({math.ceil(len(task['train']) / 64)} steps of 64 and the validation pass) and the test pass; "
+          f"{torch.get_num_threads()} threads")
+    print("| row | epoch s | epoch x softmax | phase A s (2 epochs) | cell s (10 epochs) | load average |")
+    print("| --- | --- | --- | --- | --- | --- |", flush=True)
+    total, reference = 0.0, math.nan
+    for label in chosen:
+        t = cell_seconds(label, rows[label], task, phase_a_epochs)
+        reference = t["epoch"] if label == "softmax" else reference
+        cell = t["phase_a"] * scale_a + PAPER_EPOCHS * t["epoch"] + t["test"]
+        total += cell
+        print(f"| {label} | {t['epoch']:.1f} | {t['epoch'] / reference:.2f} | {t['phase_a'] * scale_a:.1f} | "
+              f"{cell:.0f} | {os.getloadavg()[0]:.1f} |", flush=True)
+    print(f"these {len(chosen)} rows x {SEEDS} seeds, one after another: {total * SEEDS / 3600:.2f} h (extrapolated: "
+          f"phase A linear in its epochs, phase B in its epochs)")
+
+
+def worker(attentions: list[str], task: Any) -> None:
+    """Serve 'attention steps' lines on stdin: time that many training steps, answer the ms per step (JSON)."""
+    models = {a: build(a, task) for a in attentions}
+    for model in models.values():
+        steps(model, task, 2)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        attention, count = line.split()
+        start = time.perf_counter()
+        taken = steps(models[attention], task, int(count))
+        print(json.dumps((time.perf_counter() - start) / taken * 1e3), flush=True)
+
+
+def compare(baseline: str, attentions: list[str], count: int, repeats: int, threads: int, max_length: int) -> None:
+    from benchmarks.contention import export_tree
+    root = Path(__file__).resolve().parents[1]
+    times: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"old": export_tree(baseline, Path(tmp)), "new": root}
+        workers = {}
+        for build_name, tree in trees.items():
+            argv = [sys.executable, str(Path(__file__).resolve()), "worker", "--attention", *attentions,
+                    "--threads", str(threads), "--max-length", str(max_length)]
+            workers[build_name] = subprocess.Popen(argv, cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)),
+                                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            if workers[build_name].stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the {build_name} worker did not start")
+        try:
+            for r in range(repeats):
+                for attention in attentions:
+                    for build_name in ("old", "new") if r % 2 == 0 else ("new", "old"):
+                        proc = workers[build_name]
+                        proc.stdin.write(f"{attention} {count}\n")
+                        proc.stdin.flush()
+                        times[(build_name, attention)].append(json.loads(proc.stdout.readline()))
+        finally:
+            for proc in workers.values():
+                proc.stdin.close()
+                proc.wait()
+    print(f"training step (batch 64, Rotten Tomatoes, {threads} threads), {baseline} (old) against the working tree "
+          f"(new): median ms per step over {repeats} alternated bursts of {count} steps; load average "
+          f"{os.getloadavg()[0]:.1f} at the end")
+    print("| attention | old ms | new ms | new / old |")
     print("| --- | --- | --- | --- |")
     for attention in attentions:
-        train_s = float(np.median([t for t, _, _ in times[attention]]))
-        eval_s = float(np.median([e for _, e, _ in times[attention]]))
-        print(f"| {attention} | {train_s:.2f} | {eval_s:.2f} | {train_s / reference:.2f} |")
+        old, new = (float(np.median(times[(b, attention)])) for b in ("old", "new"))
+        print(f"| {attention} | {old:.1f} | {new:.1f} | {new / old:.2f} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["profile", "epochs"])
+    parser.add_argument("what", choices=["profile", "epochs", "compare", "worker"])
+    parser.add_argument("--baseline", default="HEAD", help="compare: git revision of the old tree")
     parser.add_argument("--attention", nargs="+", default=["softmax"])
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1, help="compare: alternated bursts per build")
+    parser.add_argument("--phase-a-epochs", type=float, default=0.25, help="epochs: phase A measured over this many")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--dropout-rng", choices=["hash", "torch"], default="hash", help="ModelConfig.dropout_rng")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.what == "compare":
+        compare(args.baseline, args.attention, args.steps, args.repeats, args.threads, args.max_length)
+        return
     task = load_task("rotten_tomatoes", max_length=args.max_length)
-    if args.what == "profile":
+    if args.what == "worker":
+        worker(args.attention, task)
+    elif args.what == "profile":
         for attention in args.attention:
             profile(attention, task, args.steps, args.dropout_rng)
     else:
-        epochs(args.attention, task, args.repeats)
+        epochs(args.attention, task, args.phase_a_epochs)
 
 
 if __name__ == "__main__":

@@ -118,6 +118,13 @@ def learning_procedure(model: nn.Module) -> Callable[..., dict[str, Any]] | None
     return getattr(importlib.import_module(module), name)
 
 
+def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """Phase B's AdamW, fused where every parameter is float32 on CPU or CUDA: one pass over each parameter instead
+    of a dozen (a third of the for-loop's time on CPU), the same update to rounding."""
+    fused = all(p.dtype == torch.float32 and p.device.type in ("cpu", "cuda") for p in params) or None
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
+
+
 def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed: int = 0,
                      device: torch.device | str = "cpu", progress: Progress | None = None) -> TrainResult:
     """Train `model` on task['train'], select a checkpoint on task['validation']."""
@@ -140,7 +147,7 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
     frozen_ids = {id(p) for p in frozen}
     trainable = [p for p in model.parameters() if id(p) not in frozen_ids and p.requires_grad]
 
-    optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = make_optimizer(trainable, cfg)
     warmup = max(1, int(cfg.warmup_fraction * total))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, total, warmup))
     generator = torch.Generator().manual_seed(seed)

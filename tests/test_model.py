@@ -82,3 +82,23 @@ def test_too_long_input_and_bad_config_fail_clearly():
         model(torch.ones(1, 33, dtype=torch.long))
     with pytest.raises(ValueError, match="not divisible by num_heads"):
         ModelConfig(d_model=10, num_heads=3)
+
+
+@pytest.mark.parametrize("name", ["softmax", "performer", "nystromformer", "linformer", "elu-linear"])
+def test_a_padded_batch_gives_each_rows_logits_and_zeros_at_padded_positions(name):
+    """The per-token layers run on the real tokens only (Tokens): a batch of rows of different lengths gives each
+    row's logits alone, and the attention sees zeros at padded positions."""
+    options = {"nystromformer": {"num_landmarks": 4}, "linformer": {"projected_length": 8}}.get(name, {})
+    model = TransformerClassifier(ModelConfig(**CFG), name, options).eval()
+    lengths = [7, 3, 5]
+    ids = torch.zeros(3, 7, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = torch.randint(1, 50, (n,), generator=torch.Generator().manual_seed(row))
+    mask = torch.arange(7) < torch.tensor(lengths)[:, None]
+    seen = []
+    model.layers[0].attn.attention.register_forward_hook(lambda module, args, out: seen.append(args[2]))
+    batch = model(ids, mask)
+    assert torch.all(seen[0].transpose(1, 2)[~mask] == 0)
+    for row, n in enumerate(lengths):
+        alone = model(ids[row:row + 1, :n], torch.ones(1, n, dtype=torch.bool))
+        torch.testing.assert_close(batch[row:row + 1], alone, rtol=1e-4, atol=1e-5)
