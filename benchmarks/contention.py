@@ -52,7 +52,7 @@ def worker(threads: int) -> None:
     for line in sys.stdin:
         index, seconds = line.split()
         call, times, start = calls[int(index)], [], time.perf_counter()
-        while (time.perf_counter() - start < float(seconds) or len(times) < 5) and len(times) < 2000:
+        while (time.perf_counter() - start < float(seconds) or len(times) < 3) and len(times) < 2000:
             t0 = time.perf_counter()
             call()
             times.append((time.perf_counter() - t0) * 1e3)
@@ -95,6 +95,7 @@ def measure(workers: dict[str, subprocess.Popen], rounds: int, seconds: float) -
             for name in names if r % 2 == 0 else names[::-1]:
                 times.setdefault((name, i), []).extend(ask(workers[name], i, seconds))
         loads.append(machine_load())
+        print(f"  round {r + 1}/{rounds} done, load average {loads[-1]['load_1m']:.1f}", file=sys.stderr, flush=True)
     times[("load", -1)] = loads
     return times
 
@@ -132,7 +133,12 @@ def main() -> None:
         workers = {"old": start_worker(old, args.threads), "new": start_worker(ROOT, args.threads)}
         load: list[subprocess.Popen] = []
         try:
+            print("without added load:", file=sys.stderr, flush=True)
             quiet = measure(workers, args.rounds, args.burst_s)
+            for i, (name, _, n) in enumerate(POINTS):
+                print(f"  {name} {n}: old {np.median(quiet[('old', i)]):.3f} ms, new {np.median(quiet[('new', i)]):.3f}"
+                      f" ms", file=sys.stderr, flush=True)
+            print("with added load:", file=sys.stderr, flush=True)
             phase_s = args.rounds * len(POINTS) * 2 * args.burst_s * 4 + 30
             load = start_load(args.load_jobs, args.load_threads, phase_s)
             loaded = measure(workers, args.rounds, args.burst_s)

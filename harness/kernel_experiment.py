@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 from scipy.special import expit
 
 from harness import kernel_methods as km
@@ -296,8 +297,13 @@ def run_kernel_experiment(cfg: KernelExperimentConfig, seed: int = 42, progress:
     results: list[list[Row]] = []
     if cfg.processes > 1:
         import multiprocessing
-        with multiprocessing.get_context("spawn").Pool(cfg.processes) as pool:
-            for i, rows in enumerate(pool.imap(_run_job, jobs)):
+        from concurrent.futures import ProcessPoolExecutor
+        threads = torch.get_num_threads()  # the cell's thread budget (--threads), per job process
+        # a fresh process per job: no state carries over, and a killed job fails the cell instead of hanging it
+        with ProcessPoolExecutor(cfg.processes, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=torch.set_num_threads, initargs=(threads,),
+                                 max_tasks_per_child=1) as pool:
+            for i, rows in enumerate(pool.map(_run_job, jobs)):
                 results.append(rows)
                 if progress is not None:
                     progress("kernel jobs", i + 1, len(jobs))
