@@ -19,6 +19,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from harness.metrics import log_loss
 from harness.options import option, require
 from harness.progress import epoch_phase
 from harness.tasks.base import Split, TaskData
@@ -94,11 +95,6 @@ def _accuracy(probs: Tensor, labels: Tensor) -> float:
     return float((probs.argmax(dim=1) == labels).float().mean())
 
 
-def _nll(probs: Tensor, labels: Tensor) -> float:
-    """Mean negative log-probability of the true class, clipped at 1e-15 like harness.metrics.log_loss."""
-    return float(-probs[torch.arange(len(labels)), labels].clamp_min(1e-15).log().mean())
-
-
 def learning_phase_parameters(model: nn.Module) -> list[nn.Parameter]:
     """Parameters only phase A may move (e.g. Coulomb particles), gathered from the attention modules."""
     params: list[nn.Parameter] = []
@@ -171,7 +167,7 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
             losses.append(loss.item())
         val_probs = predict_proba(model, task["validation"], cfg.eval_batch_size, device)
         val_acc = _accuracy(val_probs, task["validation"].labels)
-        val_nll = _nll(val_probs, task["validation"].labels)
+        val_nll = log_loss(val_probs, task["validation"].labels)
         history.append({"epoch": epoch, "train_loss": sum(losses) / len(losses), "val_accuracy": val_acc,
                         "val_nll": val_nll, "seconds": time.perf_counter() - start})
         score = -val_nll if cfg.checkpoint == "best-validation-nll" else val_acc
