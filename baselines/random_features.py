@@ -337,6 +337,22 @@ def feature_values(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
                          phase=phase).materialise()
 
 
+NATIVE_PAPER_KINDS = {"softmaxfeat": "softmaxfeat", "elu": "elu-paper", "softplus": "softplus",
+                      "porf-softplus": "softplus", "sigmoid2": "sigmoid2", "cos2": "cos2"}
+
+
+def paper_native_spec(kind: str, weights: Tensor, form: MapForm, phase: Tensor | None) -> NativeSpec:
+    """The fused kernels' rendering of a paper map (`_paper_chunk`): favor's exp(u - |x|^2/2) / sqrt(M); the others
+    f(u) with keys reweighted by sqrt(M) / max(sum f, floor) in the kernel. Queries keep f: their row weight, and
+    softmaxfeat's normaliser and sqrt(M), cancel in the attention's ratio (the guard aside, which positive features
+    never reach)."""
+    if kind == "favor":
+        return NativeSpec("favor", weights, weights.shape[-1] ** -0.5, 0.0, 0.5)
+    phase = None if phase is None else phase.to(weights.dtype).contiguous()
+    return NativeSpec(NATIVE_PAPER_KINDS[kind], weights, floor=form.floor, bias=form.elu_bias if kind == "elu" else 0.0,
+                      phase=phase if kind == "cos2" else None)
+
+
 class RandomFeatureMap(FeatureMap):
     """phi(x) built from omega^T x in a `MapForm`, omegas (H, M, d) held as a fixed buffer `omega` (never trained);
     cos2 in the paper form also holds its phases `phase` (H, M) (None otherwise). H = 1 serves any head count."""
@@ -373,18 +389,19 @@ class RandomFeatureMap(FeatureMap):
                             self.omega, key=(batch, heads, d, x.dtype))
 
     def native_spec(self, x: Tensor) -> NativeSpec | None:
-        """Where the fused kernels compute this form exactly: favor in both forms, trig, elu in the scaled form
-        (omega^T alpha as (H or 1, d, M), the map's scale, eps and |x'|^2 / 2); None (the PyTorch path) otherwise."""
+        """Where the fused kernels compute this form exactly (omega^T alpha as (H or 1, d, M) and the map's
+        constants): every map of the paper form, and favor, elu and trig of the scaled one; None (the PyTorch path)
+        for softplus, sigmoid2, cos2, softmaxfeat and porf-softplus in the scaled form."""
         per_head(self.omega, x.shape[1])  # one error for a head count the omegas cannot serve, on every path
         paper = self.form.paper and self.kind != "trig"  # trig has one form
-        if self.kind not in (("favor",) if paper else ("favor", "elu", "trig")):
+        if not paper and self.kind not in ("favor", "elu", "trig"):
             return None
         d, m = x.shape[-1], self.omega.shape[-2]
         alpha = self.form.input_scale(self.kind, d)
         weights = self.derived("native", lambda: projection_weights(self.omega, 1, alpha, x.dtype).contiguous(),
                                self.omega, key=(d, x.dtype))
         if paper:
-            return NativeSpec("favor", weights, m ** -0.5, 0.0, 0.5)
+            return paper_native_spec(self.kind, weights, self.form, self.phase)
         favor = self.kind == "favor"
         return NativeSpec(self.kind, weights, m ** -0.5, FAVOR_EPS if favor else 0.0, d ** -0.5 / 2 if favor else 0.0)
 

@@ -44,9 +44,10 @@ ATTENTIONS = {"performer": ("performer", {"num_features": 256}),
               "nystromformer": ("nystromformer", {"num_landmarks": 32}),
               "rfa": ("rfa", {"num_features": 64}), "linformer": ("linformer", {"projected_length": 64}),
               "vanilla-favor": ("random-features", {"feature_map": "favor", "num_features": 256}),
-              "vanilla-trig": ("random-features", {"feature_map": "trig", "num_features": 256}),
-              "vanilla-softmaxfeat": ("random-features", {"feature_map": "softmaxfeat", "num_features": 256})}
+              "vanilla-trig": ("random-features", {"feature_map": "trig", "num_features": 256})}
 PAPER_MAPS = ("favor", "elu", "softplus", "sigmoid2", "softmaxfeat", "cos2", "porf-softplus")
+ATTENTIONS.update({f"vanilla-{kind}": ("random-features", {"feature_map": kind, "num_features": 256})
+                   for kind in PAPER_MAPS})
 PHASE_A = {"step": 2.0e-3, "beta": 50.0, "repulsion": 1.0e-3, "grad_clip": 10.0, "radius": 1.5, "tolerance": 1.0e-6,
            "epochs": 2.0, "batch_size": 64}  # suites/paper.yaml
 PAPER_EPOCHS, SEEDS = 10, 3

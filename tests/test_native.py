@@ -13,16 +13,20 @@ import torch
 import baselines.linear_kernel as kernel
 from baselines import native
 from baselines.elu_linear import EluFeatureMap
-from baselines.random_features import RandomFeatureMap
+from baselines.random_features import MapForm, RandomFeatureMap
 from baselines.rfa import RfaFeatureMap
 
 ROOT = Path(__file__).resolve().parents[1]
+PAPER_MAPS = ("favor", "elu", "softplus", "sigmoid2", "cos2", "softmaxfeat", "porf-softplus")
 needs_native = pytest.mark.skipif(native.library() is None, reason=f"native kernels {native.status()}")
 
 
 def _maps(d: int) -> dict[str, kernel.FeatureMap]:
     maps = {f"random-{kind}": RandomFeatureMap(d, 3, 32, kind, seed=2) for kind in ("favor", "elu", "trig")}
     maps["elu-linear"] = EluFeatureMap(d)
+    for kind in PAPER_MAPS:  # the paper's forms (l1-renormalised keys; cos2 with phases), tau and elu bias off 1, 0
+        maps[f"paper-{kind}"] = RandomFeatureMap(d, 3, 32, kind, seed=2, orthogonal=kind == "porf-softplus",
+                                                 form=MapForm(temperature=1.5, elu_bias=0.2))
     maps["rfa"] = RfaFeatureMap(d, 3, 16, seed=2, tau=1.0, orthogonal=True)
     return {name: m.eval() for name, m in maps.items()}
 
@@ -54,7 +58,8 @@ def _inputs(seed: int, n: int, d: int, scale: float = 1.0, loud: bool = True):
 
 @needs_native
 @pytest.mark.parametrize("d", [16, 32, 64])
-@pytest.mark.parametrize("name", ["random-favor", "random-elu", "random-trig", "elu-linear", "rfa"])
+@pytest.mark.parametrize("name", ["random-favor", "random-elu", "random-trig", "elu-linear", "rfa",
+                                  *(f"paper-{kind}" for kind in PAPER_MAPS)])
 def test_fused_kernel_equals_the_exact_formula(name, d, monkeypatch):
     calls = []
     real_attention = native.attention
@@ -62,12 +67,13 @@ def test_fused_kernel_equals_the_exact_formula(name, d, monkeypatch):
     feature_map = _maps(d)[name]
     # trig features are not positive: inputs of small norm keep the estimated kernel, the normaliser, away from 0
     scale = 0.3 if name == "random-trig" else 1.0
+    eps = 1e-30 if name == "paper-favor" else 1e-6  # the paper favor's guard (RandomFeaturesConfig.guard)
     for loud, m in ((False, None), (True, _inputs(d, 203, d)[3])):
         q, k, v, _ = _inputs(d, 203, d, scale, loud)
-        out = kernel.chunked_linear_attention(feature_map, q, k, v, m)
+        out = kernel.chunked_linear_attention(feature_map, q, k, v, m, eps)
         expected = exact(feature_map, q, k, v, m)
         assert (out.double() - expected).abs().max() <= 1e-4 * expected.abs().max()
-        torch.testing.assert_close(out, kernel.chunked_linear_attention(feature_map, q, k, v, m, rows=64),
+        torch.testing.assert_close(out, kernel.chunked_linear_attention(feature_map, q, k, v, m, eps, rows=64),
                                    rtol=1e-4, atol=1e-5)
     assert calls, "the fused kernel did not run"
 
@@ -254,12 +260,18 @@ def _gradients(attn, q, k, v, mask, g):
 @needs_native
 @pytest.mark.parametrize("name, options", [("performer", {}), ("elu-linear", {}),
                                            ("random-features", {"feature_map": "elu", "form": "scaled"}),
-                                           ("random-features", {"feature_map": "trig"})])
+                                           ("random-features", {"feature_map": "trig"}),
+                                           *(("random-features", {"feature_map": kind}) for kind in PAPER_MAPS),
+                                           ("random-features", {"feature_map": "elu", "elu_bias": -0.5,
+                                                                "temperature": 0.7}),
+                                           ("coulomb", {"feature_map": "softmaxfeat"})])
 def test_fused_training_path_equals_autograd_in_value_and_gradients(name, options, monkeypatch):
     """The fused attention with its hand-written backward against autograd through the factored PyTorch path, with
     padding, on 1 and 3 threads; with the features kept from the forward and recomputed in the backward."""
     from harness.registry import build_attention
     attn = build_attention(name, num_heads=3, head_dim=32, **options).eval()
+    for p in attn.parameters():
+        p.requires_grad_(False)  # the Coulomb particles as phase B holds them: frozen
     scale = 0.3 if options.get("feature_map") == "trig" else 1.0
     g = torch.randn(2, 3, 300, 32, generator=torch.Generator().manual_seed(1))
     calls = []
@@ -284,6 +296,23 @@ def test_fused_training_path_equals_autograd_in_value_and_gradients(name, option
     finally:
         torch.set_num_threads(threads)
     assert len(calls) == 8
+
+
+@needs_native
+@pytest.mark.parametrize("kind", PAPER_MAPS)
+def test_paper_maps_match_the_pytorch_path_where_the_normaliser_guard_acts(kind):
+    """Inputs loud enough (and tau small enough) that softmaxfeat's features are one-hot and rows match no key:
+    the guard then acts on the l1-weighted denominator, which the kernel forms as the PyTorch path does."""
+    from harness.registry import build_attention
+    attn = build_attention("random-features", num_heads=3, head_dim=32, feature_map=kind, num_features=48,
+                           temperature=0.5)
+    q, k, v, mask = _inputs(4, 40, 32, scale=10.0)
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(3))
+    fused = _gradients(attn, q, k, v, mask, g)
+    with native.turned_off():
+        reference = _gradients(attn, q, k, v, mask, g)
+    for got, expected in zip(fused, reference):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5 * expected.abs().max().item())
 
 
 @needs_native
@@ -355,13 +384,15 @@ def test_a_call_never_waits_for_a_helper_thread_that_does_not_arrive():
 
 
 @needs_native
-@pytest.mark.parametrize("name", ["performer", "elu-linear", "nystromformer"])
-def test_results_are_bitwise_the_same_for_every_thread_count_and_run(name):
+@pytest.mark.parametrize("name, options", [("performer", {}), ("elu-linear", {}), ("nystromformer", {}),
+                                           ("random-features", {"feature_map": "softplus"}),
+                                           ("random-features", {"feature_map": "cos2"})])
+def test_results_are_bitwise_the_same_for_every_thread_count_and_run(name, options):
     """Threads take units of work as they finish, but every sum is split into groups fixed by the length alone
     and merged in order: outputs (and the fused training path's gradients) are identical on 1, 2 and 3 threads
     and across repeats, with and without padding."""
     from harness.registry import build_attention
-    attn = build_attention(name, num_heads=3, head_dim=64).eval()
+    attn = build_attention(name, num_heads=3, head_dim=64, **options).eval()
     q, k, v, mask = _inputs(5, 1000, 64)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(2))
     threads = torch.get_num_threads()
@@ -441,6 +472,10 @@ _BAD_CALLS = [
     ("attention", 0, lambda spec: native.NativeSpec("favor", torch.randn(3, 16, 24)), "multiple of 16"),
     ("attention", 0, lambda spec: native.NativeSpec("favor", torch.randn(3, 8, 32)), "projection"),
     ("attention", 6, lambda threads: 0, "threads"),
+    ("attention", 0, lambda spec: native.NativeSpec("cos2", torch.randn(3, 16, 32)), "phases"),
+    ("attention", 0, lambda spec: native.NativeSpec("cos2", torch.randn(3, 16, 32), phase=torch.rand(3, 16)),
+     "phases"),
+    ("attention", 0, lambda spec: native.NativeSpec("softplus", None), "projection"),
     ("write_queries", 2, lambda kv: kv[:3], "kv"),
     ("write_queries", 3, lambda ksum: ksum[:, :16], "ksum"),
     ("write_queries", 6, lambda out: torch.empty(2, 3, 31, 16), "out"),

@@ -261,8 +261,7 @@ def test_one_head_parameters_serve_any_head_count_on_both_paths(label, batch, he
             v.requires_grad_(False)
     for out in outputs[1:]:
         torch.testing.assert_close(out, outputs[0], rtol=1e-4, atol=1e-5)
-    fused = label != "coulomb-softplus" and native.library() is not None  # the paper's softplus has no exact fused form
-    assert (True in calls) == fused and False not in calls
+    assert (True in calls) == (native.library() is not None) and False not in calls  # every paper map is fused
     per_head = _build(label, num_heads=heads)  # num_heads copies of head 0's draw give the same outputs
     shared = _build(label)
     for name, tensor in shared.state_dict().items():

@@ -47,9 +47,10 @@ from torch import Tensor
 
 SOURCE = Path(__file__).with_name("fused_linear.cpp")
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-ffp-contract=fast")
-KINDS = {"favor": 0, "elu": 1, "trig": 2}
+KINDS = {"favor": 0, "elu": 1, "trig": 2, "softmaxfeat": 3, "elu-paper": 4, "softplus": 5, "sigmoid2": 6, "cos2": 7}
+PAPER_KINDS = ("softmaxfeat", "elu-paper", "softplus", "sigmoid2", "cos2")  # keys l1-renormalised to sqrt(M)
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 20
+ABI = 21
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -61,9 +62,13 @@ _OFF = False  # within `turned_off`
 class NativeSpec:
     """What the fused kernel needs of a feature map: phi = scale * (f(x' w) * row weights + offset).
 
-    kind: "favor" (f = exp(u - max), key row weights exp(row max - norm_coef |x|^2 - L)), "elu" (elu + 1) or
-    "trig" ([sin, cos], 2M features); weights: (heads or 1, d, M) float32 contiguous, or None for no
-    projection (M = d); unit_eps: normalise x to x / (|x| + unit_eps) first (RFA), None for no normalising.
+    kind: "favor" (f = exp(u - max), key row weights exp(row max - norm_coef |x|^2 - L)), "elu" (elu + 1),
+    "trig" ([sin, cos], 2M features), or one of the paper's renormalised maps (PAPER_KINDS, random_features' paper
+    form): "softmaxfeat" (exp(u - max)), "elu-paper" (max(elu(u + bias) + 1, floor)), "softplus" (softplus(u) +
+    floor), "sigmoid2" (sigmoid(u)^2), "cos2" (cos(u + phase)^2), whose key row weights are sqrt(M) / max(sum f,
+    floor) and whose queries keep f (their normaliser cancels in the attention's ratio). weights: (heads or 1, d, M)
+    float32 contiguous, or None for no projection (M = d); unit_eps: normalise x to x / (|x| + unit_eps) first (RFA),
+    None for no normalising; phase: cos2's (heads or 1, M), as many heads as weights.
     """
 
     kind: str
@@ -72,6 +77,9 @@ class NativeSpec:
     offset: float = 0.0
     norm_coef: float = 0.0
     unit_eps: float | None = None
+    floor: float = 0.0
+    bias: float = 0.0
+    phase: Tensor | None = None
 
     @property
     def num_features(self) -> int:
@@ -124,10 +132,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_abi.restype = i32
     lib.attnbench_attention.restype = i32
     lib.attnbench_attention.argtypes = [i32, p, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, f32, f32,
-                                        f32, i32, p, p]
+                                        f32, i32, p, p, f32, f32, p]
     lib.attnbench_attention_backward.restype = i32
     lib.attnbench_attention_backward.argtypes = [i32, p, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, f32, f32,
-                                                 f32, i32, p, p, p, p, p, p]
+                                                 f32, i32, p, p, p, p, p, p, f32, f32, p]
     lib.attnbench_queries.restype = i32
     lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i32,
                                       f32, p, p, p, i32, i64]
@@ -220,6 +228,9 @@ def supports(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) -> bool:
             return False
     elif w.shape[-1] % 16 or w.shape[-2] != d or not w.is_contiguous():
         return False
+    if spec.kind == "cos2" and (spec.phase is None or not spec.phase.is_contiguous()
+                                or tuple(spec.phase.shape) != (w.shape[0], w.shape[-1])):
+        return False
     return takes(q, k, v, *([] if w is None else [w]), value_width=v.shape[-1])
 
 
@@ -309,7 +320,7 @@ def attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | 
         KINDS[spec.kind], q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, v.shape[-1],
         w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
         int(spec.unit_eps is not None), spec.unit_eps or 0.0, spec.scale, spec.offset, eps, threads, out.data_ptr(),
-        None if saved is None else _pointers(saved))
+        None if saved is None else _pointers(saved), spec.floor, spec.bias, _ptr(spec.phase))
     return out
 
 
@@ -323,6 +334,10 @@ def _expect_call(kernel: str, spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor,
     if spec.weights is None and spec.kind != "elu":
         raise NativeShapeError(f"native.{kernel}: feature kind {spec.kind!r} needs a projection (weights)")
     _expect_projection(kernel, spec.weights, d, b * h, h)
+    if spec.kind in PAPER_KINDS and spec.weights is None:
+        raise NativeShapeError(f"native.{kernel}: feature kind {spec.kind!r} needs a projection (weights)")
+    if spec.kind == "cos2":
+        _expect(kernel, "the cos2 phases", spec.phase, (spec.weights.shape[0], spec.weights.shape[-1]))
     _expect(kernel, "the key mask", real, (b, n), torch.uint8, optional=True)
     _expect_threads(kernel, threads)
     return b, h, n, d
@@ -367,8 +382,8 @@ def write_queries(spec: NativeSpec, q: Tensor, kv: Tensor, ksum: Tensor, offsets
     conv: (values (B, H, N, Dv), weight (H, K)), contiguous, whose centred depthwise convolution along the
     sequence is added (Nystromformer's skip), or None."""
     kernel = "write_queries"
-    if spec.kind not in KINDS:
-        raise NativeShapeError(f"native.{kernel}: feature kind {spec.kind!r} is not one of {sorted(KINDS)}")
+    if spec.kind not in ("favor", "elu", "trig"):  # attnbench_queries takes no paper map
+        raise NativeShapeError(f"native.{kernel}: feature kind {spec.kind!r} is not one of favor, elu, trig")
     dv = out.shape[-1]
     b, h, n, d = _expect_rows(kernel, q, ("out", out, dv))
     w = spec.weights
@@ -653,7 +668,7 @@ class Attention(torch.autograd.Function):
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, spec: NativeSpec, real: Tensor | None, eps: float, threads: int):
         b, h, n, _ = q.shape
         heads, f, dv = b * h, spec.num_features if spec.weights is not None else q.shape[-1], v.shape[-1]
-        keep = 2 * heads * n * f * 4 <= KEEP_FEATURES_BYTES
+        keep = 2 * heads * n * f * 4 <= KEEP_FEATURES_BYTES and spec.kind != "cos2"  # cos2's slope needs u
         # struct Saved's order: s_kv, s_ksum, off_kv, off_den, log_max; phi_q, phi_k, the keys' row maxima
         saved = [torch.empty(heads, f, dv), torch.empty(heads, f), torch.empty(heads, dv), torch.empty(heads),
                  torch.empty(heads) if spec.kind == "favor" else None,
@@ -677,5 +692,5 @@ class Attention(torch.autograd.Function):
             KINDS[spec.kind], q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(ctx.real), b * h, h, n, d, v.shape[-1],
             w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
             spec.scale, spec.offset, ctx.eps, ctx.threads, out.data_ptr(), g.data_ptr(),
-            _pointers(ctx.saved), dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
+            _pointers(ctx.saved), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), spec.floor, spec.bias, _ptr(spec.phase))
         return dq, dk, dv, None, None, None, None

@@ -1,7 +1,8 @@
 // Fused CPU kernels for the non-causal linear-attention inference path (baselines/native/__init__.py).
 //
 // One call walks a range of rows of every (batch, head) in blocks of ROWS rows that stay in L1/L2: project the
-// block (x W), turn it into features in registers (favor's exp(u - row max), elu + 1, sin/cos), and either
+// block (x W), turn it into features in registers (favor's exp(u - row max), elu + 1, sin/cos, the paper maps
+// of enum Kind), and either
 // accumulate phi^T (w v) and phi^T w (keys) or write phi S / phi s (queries). Register-tiled products written
 // with GCC vector extensions, so the compiler emits AVX-512, AVX2 or NEON from the same source.
 // Semantics mirror chunked_linear_attention exactly (see native/__init__.py); nothing here allocates per row.
@@ -51,7 +52,11 @@ struct Scratch {
     float& operator[](int64_t i) const { return held[i]; }
 };
 
-enum Kind { FAVOR = 0, ELU = 1, TRIG = 2 };
+// the feature functions f(u), u = x w: favor's exp(u - row max); elu + 1; [sin, cos]; and the paper's maps
+// (baselines/random_features.py "paper" form): softmaxfeat (exp(u - row max), as favor's values), elu + 1 of u + bias
+// floored, softplus + floor, sigmoid^2, cos^2(u + phase). The paper's maps reweight each key by sqrt(M) / max(sum_m
+// f, floor) (its l1 normaliser); a query's normaliser cancels in phi S / phi s, so queries keep f as it is
+enum Kind { FAVOR = 0, ELU = 1, TRIG = 2, SOFTMAX = 3, PELU = 4, SOFTPLUS = 5, SIGMOID2 = 6, COS2 = 7 };
 
 inline v16 load(const float* p) { v16 r; std::memcpy(&r, p, sizeof r); return r; }
 inline void store(float* p, v16 x) { std::memcpy(p, &x, sizeof x); }
@@ -214,14 +219,59 @@ void apply(const float* phi, int m, int rows, const float* state, float* out, Pr
 }
 
 struct Spec {
-    int kind;          // FAVOR, ELU, TRIG
+    int kind;          // Kind
     int d, m;          // input width, projected width (= d without projection); features: m, or 2m for TRIG
     const float* w;    // (heads_w, d, m) projection, or null (identity, m = d)
     int64_t heads_w;   // projections held (1 = shared by every head); head bh uses w[bh % heads_w]
     float norm_coef;   // FAVOR keys: exponent - norm_coef |x|^2
     int unit;          // normalise x to x / (|x| + unit_eps) first (RFA)
     float unit_eps;
+    float floor = 0.0f;            // the paper maps: PELU's floor, SOFTPLUS's added floor, every key normaliser's guard
+    float bias = 0.0f;             // PELU: elu(u + bias)
+    const float* phase = nullptr;  // COS2: (heads_w, m) phases, head bh's at phase[(bh % heads_w) m]
+    bool exp_values() const { return kind == FAVOR || kind == SOFTMAX; }
+    bool l1() const { return kind >= SOFTMAX; }  // keys reweighted by sqrt(M) / max(sum f, floor)
+    bool via_u() const { return kind == TRIG || kind == COS2; }  // the projection kept apart from the features
+    // COS2's phases of the head whose projection is w (a pointer into s.w)
+    const float* phase_of(const float* w) const {
+        return phase == nullptr ? nullptr : phase + (w - this->w) / (static_cast<int64_t>(d) * m) * m;
+    }
 };
+
+// log(1 + y) for y in [0, 1]: 2 atanh(z), z = y / (2 + y) in [0, 1/3], by its series to z^17 (relative error below
+// 1e-8 there; no 1 + y rounding for small y)
+inline v16 vlog1p_unit(v16 y) {
+    v16 z = y / (y + 2.0f), z2 = z * z;
+    v16 p = splat(1.0f / 17);
+    p = p * z2 + 1.0f / 15;
+    p = p * z2 + 1.0f / 13;
+    p = p * z2 + 1.0f / 11;
+    p = p * z2 + 1.0f / 9;
+    p = p * z2 + 1.0f / 7;
+    p = p * z2 + 1.0f / 5;
+    p = p * z2 + 1.0f / 3;
+    p = p * z2 + 1.0f;
+    return 2.0f * z * p;
+}
+
+// softplus(a) = max(a, 0) + log(1 + exp(-|a|))
+inline v16 vsoftplus(v16 a) {
+    v16 abs_a = a < 0.0f ? -a : a;
+    return (a > 0.0f ? a : splat(0.0f)) + vlog1p_unit(vexp(-abs_a));
+}
+
+inline v16 vsqrt(v16 a) {
+    v16 r;
+    for (int i = 0; i < 16; ++i) r[i] = std::sqrt(a[i]);
+    return r;
+}
+
+// sum_m phi of a row of f features, the l1 normaliser
+inline float row_sum(const float* phi, int f) {
+    v16 acc = {};
+    for (int c = 0; c < f; c += 16) acc += load(phi + c);
+    return hsum(acc);
+}
 
 // features of `rows` rows of x into phi (rows x features); row_max (FAVOR) gets each row's largest projection
 void features(const Spec& s, const float* x, const float* w, int rows, float* u, float* phi, float* row_max,
@@ -236,10 +286,10 @@ void features(const Spec& s, const float* x, const float* w, int rows, float* u,
     }
     const float* proj = x;
     if (w != nullptr) {
-        project(x, rows, d, w, m, s.kind == TRIG ? u : phi);
-        proj = s.kind == TRIG ? u : phi;
+        project(x, rows, d, w, m, s.via_u() ? u : phi);
+        proj = s.via_u() ? u : phi;
     }
-    if (s.kind == FAVOR) {
+    if (s.exp_values()) {
         for (int r = 0; r < rows; ++r) {
             float* row = phi + r * m;
             v16 mx = splat(NEG_INF);
@@ -253,6 +303,30 @@ void features(const Spec& s, const float* x, const float* w, int rows, float* u,
             for (int c = 0; c < m; c += 16) {
                 v16 a = load(proj + r * m + c);
                 store(phi + r * m + c, a > 0.0f ? a + 1.0f : vexp(a));
+            }
+    } else if (s.kind == PELU) {
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < m; c += 16) {
+                v16 a = load(proj + r * m + c) + s.bias;
+                v16 e = a > 0.0f ? a + 1.0f : vexp(a);
+                store(phi + r * m + c, e > s.floor ? e : splat(s.floor));
+            }
+    } else if (s.kind == SOFTPLUS) {
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < m; c += 16) store(phi + r * m + c, vsoftplus(load(proj + r * m + c)) + s.floor);
+    } else if (s.kind == SIGMOID2) {
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < m; c += 16) {
+                v16 sg = 1.0f / (vexp(-load(proj + r * m + c)) + 1.0f);
+                store(phi + r * m + c, sg * sg);
+            }
+    } else if (s.kind == COS2) {
+        const float* phase = s.phase_of(w);
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < m; c += 16) {
+                v16 sn, cs;
+                vsincos(load(proj + r * m + c) + load(phase + c), &sn, &cs);
+                store(phi + r * m + c, cs * cs);
             }
     } else {
         for (int r = 0; r < rows; ++r)
@@ -470,10 +544,12 @@ void keys_range(const Spec& s, Buffers& buf, const float* x, const float* vh, co
         const int tiles = (f + tile_rows<NV>() - 1) / tile_rows<NV>();
         pf.plan(x + next * s.d, next_rows > 0 ? next_rows * s.d : 0, tiles, 0);
         pf.plan(vh + next * DV, next_rows > 0 ? next_rows * DV : 0, tiles, 1);
-        bool unweighted = s.kind != FAVOR && mask == nullptr;  // every weight 1: v as it is
+        bool unweighted = s.kind != FAVOR && !s.l1() && mask == nullptr;  // every weight 1: v as it is
+        const float root_m = std::sqrt(static_cast<float>(s.m));
         for (int r = 0; r < rows; ++r) {
             const bool keep = buf.weight[r] != NEG_INF;
             float wr = !keep ? 0.0f : (s.kind == FAVOR ? std::exp(buf.weight[r] - running) : 1.0f);
+            if (keep && s.l1()) wr = root_m / std::max(row_sum(phi + r * f, f), s.floor);
             buf.weight[r] = wr;
             if (!unweighted)
                 for (int c = 0; c < DV; c += 16) store(buf.vals + r * DV + c, load(vh + (start + r) * DV + c) * wr);
@@ -790,15 +866,18 @@ void queries_range(const Spec& s, Buffers& buf, const float* x, const float* w, 
         float* num = buf.out;  // the block's numerators in cache; normalised outputs go to memory by streaming stores
         apply<NV>(phi, f, rows, state, num, &pf);
         float* o_block = o + start * DV;
+        const float root_m = std::sqrt(static_cast<float>(s.m));
         for (int r = 0; r < rows; ++r) {
             v16 acc = {};
             for (int c = 0; c < f; c += 16) acc += load(phi + r * f + c) * load(sums + c);
-            float den = hsum(acc) + offset_den;
+            // the paper maps' query weight sqrt(M) / max(Z, floor): it cancels in the ratio unless the guard acts
+            const float wq = s.l1() ? root_m / std::max(row_sum(phi + r * f, f), s.floor) : 1.0f;
+            float den = wq * hsum(acc) + offset_den;
             den = den >= 0 ? (den > eps ? den : eps) : (den < -eps ? den : -eps);
             const float inv = 1.0f / den;
             v16 value[NV];
             for (int c = 0; c < NV; ++c) {
-                value[c] = load(num + r * DV + 16 * c);
+                value[c] = load(num + r * DV + 16 * c) * wq;
                 if (offset_kv != nullptr) value[c] += load(offset_kv + 16 * c);
                 value[c] *= inv;
             }
@@ -1038,29 +1117,52 @@ void pinv_steps_backward(const Square& sq, const float* a, const float* store, c
 
 // --- backward (training): the same passes in reverse, features recomputed rather than stored ------------------
 
-// g_u (rows x m) from g_phi (rows x F) and the features phi (rows x F) of u: favor exp -> g_phi phi; elu + 1 ->
-// g_phi min(phi, 1); sin/cos -> g_sin cos - g_cos sin
-void feature_grad(const Spec& s, const float* phi, const float* g_phi, int rows, float* g_u) {
+// df/du of a paper map from its value p = f(u): softplus -> sigmoid(u) = 1 - exp(-(p - floor)) (a series where
+// that is small, as 1 - exp loses it); sigmoid^2 -> 2 p (1 - sqrt(p)); floored elu + 1 -> min(p, 1) above the floor
+inline v16 paper_slope(const Spec& s, v16 p) {
+    if (s.kind == SOFTPLUS) {
+        v16 a = p - s.floor;
+        a = a > 0.0f ? a : splat(0.0f);
+        v16 series = a * (1.0f - a * (0.5f - a * (1.0f / 6)));
+        return a < 1e-2f ? series : 1.0f - vexp(-a);
+    }
+    if (s.kind == SIGMOID2) return 2.0f * p * (1.0f - vsqrt(p));
+    return p > s.floor ? (p < 1.0f ? p : splat(1.0f)) : splat(0.0f);  // PELU
+}
+
+// g_u (rows x m) from g_phi (rows x F) and the features phi (rows x F) of u: favor's and softmaxfeat's exp ->
+// g_phi phi; elu + 1 -> g_phi min(phi, 1); sin/cos -> g_sin cos - g_cos sin; cos^2(u + b) -> -g_phi sin(2 (u + b)),
+// from u (rows x m, the projection: recomputed, never kept) and the phases of the head whose projection is w
+void feature_grad(const Spec& s, const float* phi, const float* g_phi, int rows, float* g_u, const float* u,
+                  const float* w) {
     const int m = s.m;
+    const float* phase = s.kind == COS2 ? s.phase_of(w) : nullptr;
     for (int r = 0; r < rows; ++r)
         for (int c = 0; c < m; c += 16) {
             if (s.kind == TRIG) {
                 const float* p = phi + r * 2 * m;
                 const float* g = g_phi + r * 2 * m;
                 store(g_u + r * m + c, load(g + c) * load(p + m + c) - load(g + m + c) * load(p + c));
+            } else if (s.kind == COS2) {
+                v16 sn, cs;
+                vsincos(load(u + r * m + c) + load(phase + c), &sn, &cs);
+                store(g_u + r * m + c, load(g_phi + r * m + c) * (-2.0f * sn * cs));
             } else {
-                v16 p = load(phi + r * m + c);
-                store(g_u + r * m + c, load(g_phi + r * m + c) * (s.kind == FAVOR ? p : (p < 1.0f ? p : splat(1.0f))));
+                v16 p = load(phi + r * m + c), slope;
+                if (s.exp_values()) slope = p;
+                else if (s.kind == ELU) slope = p < 1.0f ? p : splat(1.0f);
+                else slope = paper_slope(s, p);
+                store(g_u + r * m + c, load(g_phi + r * m + c) * slope);
             }
         }
 }
 
 // a thread's block scratch for the backward passes (no input normalising there, so no unit-norm buffer)
 struct BackwardBuffers {
-    Scratch u, phi, g_phi, g_u, rows_dv, row_max, row_a, row_b;
+    Scratch u, phi, g_phi, g_u, rows_dv, row_max, row_a, row_b, row_c;
     BackwardBuffers(const Spec& s, int dv, int rows = block_rows())
         : u(rows * s.m + 16), phi(rows * 2 * s.m + 16), g_phi(rows * 2 * s.m + 16), g_u(rows * s.m + 16),
-          rows_dv(rows * dv + 16), row_max(rows + 16), row_a(rows + 16), row_b(rows + 16) {}
+          rows_dv(rows * dv + 16), row_max(rows + 16), row_a(rows + 16), row_b(rows + 16), row_c(rows + 16) {}
 };
 
 // dx (rows x d) = g_u (rows x m) w^T, w^T given as wt (m x d); without a projection dx = g_u
@@ -1085,15 +1187,28 @@ void queries_backward_range(const Spec& s, BackwardBuffers& b, const float* x, c
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const int rows_max = block_rows();
-    float* g_den = b.row_a.data();
+    float *g_den = b.row_a.data(), *weight = b.row_b.data(), *inv_z = b.row_c.data();
+    const float root_m = std::sqrt(static_cast<float>(s.m));
+    if (s.l1()) kept = nullptr;  // recomputed: the weighted features take the buffer g_u until the slope is due
     for (int64_t start = r0; start < r1; start += rows_max) {
         const int rows = static_cast<int>(r1 - start < rows_max ? r1 - start : rows_max);
         const float* phi = kept != nullptr ? kept + start * f : b.phi.data();
         if (kept == nullptr) features(s, x + start * s.d, w, rows, b.u.data(), b.phi.data(), b.row_max.data(), nullptr);
+        // the paper maps: phi~ = w f, w = sqrt(M) / max(Z, floor) the query's l1 weight; phi~ stands for phi below
+        const float* pq = phi;
+        if (s.l1()) {
+            for (int r = 0; r < rows; ++r) {
+                const float z = row_sum(phi + r * f, f);
+                weight[r] = root_m / std::max(z, s.floor);
+                inv_z[r] = z > s.floor ? 1.0f / z : 0.0f;
+                for (int c = 0; c < f; c += 16) store(b.g_u.data() + r * f + c, load(phi + r * f + c) * weight[r]);
+            }
+            pq = b.g_u.data();
+        }
         float* g_num = b.rows_dv.data();
         for (int r = 0; r < rows; ++r) {
             v16 acc = {};
-            for (int c = 0; c < f; c += 16) acc += load(phi + r * f + c) * load(s_ksum + c);
+            for (int c = 0; c < f; c += 16) acc += load(pq + r * f + c) * load(s_ksum + c);
             float den = hsum(acc) + off_den;
             const bool clamped = den >= 0 ? den <= eps : den >= -eps;  // the guard's gradient is 0 where it clamps
             den = den >= 0 ? (den > eps ? den : eps) : (den < -eps ? den : -eps);
@@ -1112,14 +1227,22 @@ void queries_backward_range(const Spec& s, BackwardBuffers& b, const float* x, c
             for (int c = 0; c < f; c += 16)
                 store(b.g_phi.data() + r * f + c, load(b.g_phi.data() + r * f + c) + load(s_ksum + c) * g_den[r]);
         Prefetch none;
-        accumulate<NV>(phi, f, rows, g_num, g_kv, &none);
+        accumulate<NV>(pq, f, rows, g_num, g_kv, &none);
         for (int r = 0; r < rows; ++r) {
             for (int c = 0; c < f; c += 16)
-                store(g_ksum + c, load(g_ksum + c) + load(phi + r * f + c) * g_den[r]);
+                store(g_ksum + c, load(g_ksum + c) + load(pq + r * f + c) * g_den[r]);
             for (int c = 0; c < DV; c += 16) store(g_off + c, load(g_off + c) + load(g_num + r * DV + c));
             g_off[DV] += g_den[r];
         }
-        feature_grad(s, phi, b.g_phi.data(), rows, b.g_u.data());
+        if (s.l1())  // g_f = w (g_phi~ - (g_phi~ . f) / Z) above the floor, w g_phi~ at it
+            for (int r = 0; r < rows; ++r) {
+                float* gp = b.g_phi.data() + r * f;
+                v16 dot = {};
+                for (int c = 0; c < f; c += 16) dot += load(gp + c) * load(phi + r * f + c);
+                const float shift = hsum(dot) * inv_z[r];
+                for (int c = 0; c < f; c += 16) store(gp + c, (load(gp + c) - shift) * weight[r]);
+            }
+        feature_grad(s, phi, b.g_phi.data(), rows, b.g_u.data(), b.u.data(), w);
         input_grad<ND>(s, b.g_u.data(), wt, rows, dq + start * s.d);
         if (g_wt != nullptr) accumulate<ND>(b.g_u.data(), s.m, rows, x + start * s.d, g_wt, &none);  // g_u^T x
     }
@@ -1137,7 +1260,8 @@ void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, cons
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const int rows_max = block_rows();
-    float *weight = b.row_a.data(), *g_w = b.row_b.data(), *row_max = b.row_max.data();
+    float *weight = b.row_a.data(), *g_w = b.row_b.data(), *row_max = b.row_max.data(), *inv_z = b.row_c.data();
+    const float root_m = std::sqrt(static_cast<float>(s.m));
     for (int64_t start = r0; start < r1; start += rows_max) {
         const int rows = static_cast<int>(r1 - start < rows_max ? r1 - start : rows_max);
         const float* phi = kept != nullptr ? kept + start * f : b.phi.data();
@@ -1148,6 +1272,11 @@ void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, cons
             float wr = keep ? 1.0f : 0.0f;
             if (keep && s.kind == FAVOR)
                 wr = std::exp(maxima[r] - s.norm_coef * squared_norm(x + (start + r) * s.d, s.d) - log_max);
+            if (keep && s.l1()) {  // w = sqrt(M) / max(Z, floor), Z = sum f: dw/df = -w / Z above the floor
+                const float z = row_sum(phi + r * f, f);
+                wr = root_m / std::max(z, s.floor);
+                inv_z[r] = z > s.floor ? 1.0f / z : 0.0f;
+            }
             weight[r] = wr;
             if (!keep && kept == nullptr) std::memset(b.phi.data() + r * f, 0, sizeof(float) * f);  // kept: zeroed
         }
@@ -1167,8 +1296,13 @@ void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, cons
                 store(b.g_phi.data() + r * f + c, gp * weight[r]);  // g_phi = w g_phi~
             }
             g_w[r] = hsum(gw);  // dL/dw = g_phi~ . phi
+            if (s.l1() && weight[r] != 0.0f && inv_z[r] != 0.0f) {  // through the l1 normaliser: - w (dL/dw) / Z
+                const float shift = weight[r] * g_w[r] * inv_z[r];
+                for (int c = 0; c < f; c += 16)
+                    store(b.g_phi.data() + r * f + c, load(b.g_phi.data() + r * f + c) - shift);
+            }
         }
-        feature_grad(s, phi, b.g_phi.data(), rows, b.g_u.data());
+        feature_grad(s, phi, b.g_phi.data(), rows, b.g_u.data(), b.u.data(), w);
         input_grad<ND>(s, b.g_u.data(), wt, rows, dk + start * s.d);
         if (s.kind == FAVOR)  // through the row weight: dw/dk = w (-2 norm_coef k)
             for (int r = 0; r < rows; ++r) {
@@ -1347,14 +1481,16 @@ void attention_backward_impl(const Spec& s, const float* q, const float* k, cons
     queries_backward_impl<NV, NV>(s, q, wt_or_null, saved.s_kv, state_t.data(), saved.s_ksum,
                                   offset != 0.0f ? saved.off_kv : nullptr, offset != 0.0f ? saved.off_den : nullptr,
                                   out, g, heads, n, threads, eps, dq, g_kv.data(), g_ksum.data(), g_off.data(),
-                                  saved.phi_q, nullptr, finish);
+                                  s.kind == COS2 ? nullptr : saved.phi_q, nullptr, finish);
     keys_backward_impl<NV, NV>(s, k, v, real, wt_or_null, saved.log_max, g_kv.data(), state_t.data(), g_ksum.data(),
-                               heads, h, n, threads, dk, dv, saved.phi_k, saved.row_max_k,
+                               heads, h, n, threads, dk, dv, s.kind == COS2 ? nullptr : saved.phi_k,
+                               s.kind == COS2 ? nullptr : saved.row_max_k,
                                offset != 0.0f ? g_vsum.data() : nullptr);
 }
 
-Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float norm_coef, int unit, float unit_eps) {
-    return Spec{kind, d, m, w, heads_w, norm_coef, unit, unit_eps};
+Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float norm_coef, int unit, float unit_eps,
+               float floor = 0.0f, float bias = 0.0f, const float* phase = nullptr) {
+    return Spec{kind, d, m, w, heads_w, norm_coef, unit, unit_eps, floor, bias, phase};
 }
 
 // fn(std::integral_constant<int, NV>) for a value width dv = 16 NV of 16, 32, 64 or 128: 0, or -1 for another width
@@ -1418,7 +1554,7 @@ void dropout_impl(const float* x, int64_t n, uint32_t threshold, float scale, ui
 
 extern "C" {
 
-int attnbench_abi() { return 20; }
+int attnbench_abi() { return 21; }
 
 // the kernels' exp of n floats (a multiple of 16), for the accuracy test
 void attnbench_exp(const float* x, int64_t n, float* out) {
@@ -1454,8 +1590,8 @@ int attnbench_queries(int kind, const float* q, const float* kv, const float* ks
 int attnbench_attention(int kind, const float* q, const float* k, const float* v, const uint8_t* real, int64_t heads,
                         int64_t h, int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, float norm_coef,
                         int unit, float unit_eps, float scale, float offset, float eps, int threads, float* out,
-                        float** saved) {
-    Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, unit, unit_eps);
+                        float** saved, float floor, float bias, const float* phase) {
+    Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, unit, unit_eps, floor, bias, phase);
     Saved keep;
     if (saved != nullptr)
         keep = Saved{saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[6], saved[7]};
@@ -1470,9 +1606,10 @@ int attnbench_attention(int kind, const float* q, const float* k, const float* v
 int attnbench_attention_backward(int kind, const float* q, const float* k, const float* v, const uint8_t* real,
                                  int64_t heads, int64_t h, int64_t n, int d, int dv, int m, const float* w,
                                  int64_t heads_w, float norm_coef, float scale, float offset, float eps, int threads,
-                                 const float* out, const float* g, float** saved, float* dq, float* dk, float* dv_out) {
+                                 const float* out, const float* g, float** saved, float* dq, float* dk, float* dv_out,
+                                 float floor, float bias, const float* phase) {
     if (d != dv) return -1;
-    Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, 0, 0.0f);
+    Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, 0, 0.0f, floor, bias, phase);
     const Saved keep{saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[6], saved[7]};
     return by_width(dv, [&](auto nv) {
         using N = decltype(nv);
