@@ -13,7 +13,7 @@ Four renderings of the same formula:
 - `fused_linear_attention(spec, q, k, v)`: non-causal, through the fused CPU kernels (`baselines.native`)
   where the map gives a `native_spec`: without gradients, and with them where its projection takes none.
 - `chunked_linear_attention(feature_map, q, k, v)`: without gradients (inference), non-causal; the fused
-  kernels where they support the map, otherwise in PyTorch as follows. Walks
+  kernels where they support the map, otherwise in PyTorch (`pytorch_chunked_attention`) as follows. Walks
   the sequence in blocks of rows whose (rows, M) feature block stays in cache: key features of a block
   -> accumulate phi_k^T v and sum phi_k; then query features of a block -> phi_q @ state. Never holds
   an (N, M) tensor, so memory is O(N D + M D) and every feature element is touched while in cache.
@@ -24,6 +24,9 @@ Four renderings of the same formula:
   blocks exactly (a running maximum, as in flash attention). Maps write a block's values into a
   per-thread workspace the kernel hands them (`out`), so the loop over blocks allocates nothing of
   the features' size: fresh memory costs page faults that would otherwise take a third of the time.
+
+`choose_route` is the one place that picks among them for a call (and `LinearKernelAttention` counts what
+it picked, `baselines.routes`).
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from torch import Tensor, nn
 
 from baselines import native
 from baselines.native import NativeSpec
+from baselines.routes import RecordsRoutes
 
 CAUSAL_CHUNK = 64  # causal form: exact quadratic inside chunks of this many positions, prefix sums across
 CHUNK_ELEMENTS = 2**21  # chunked kernel (CPU): floats of one block's features, inputs and values (8 MiB)
@@ -79,12 +83,17 @@ class FeatureChunk:
 class FeatureMap(nn.Module):
     """A map phi: (B, H, N, D) -> (B, H, N, M) applied to queries and keys (fast-transformers style).
 
-    Subclasses implement `forward_queries` (materialised features) or `query_chunk` (factored); maps
-    whose key features depend on other positions implement `forward_keys` and `key_chunk`. Random ones
-    also `new_feature_map` (redraw their random matrices) and keep evaluation deterministic. A map may
-    define `cost(n, d) -> {"flops": per (batch, head) for n queries and n keys, "bytes": its parameters}`.
-    The chunk methods take `out`, a (B, H, C, M) scratch buffer they may write the values into (and
-    return as `values`) when no gradient is recorded; maps are free to ignore it.
+    The contract is the features, and optionally a declarative spec of their fast form:
+    - `forward(x)`: the features of x, queries and keys alike (as fast-transformers' and fla's maps);
+      a map whose keys differ (a stabiliser over the sequence, padding) overrides `forward_keys(x, mask)`;
+    - `native_spec(x)` (optional): a `NativeSpec` when the fused CPU kernels compute exactly these
+      features; the dispatcher (`choose_route`) decides whether they run and records what ran.
+    Everything else is optional: `num_features` (else measured on a row when needed), `new_feature_map`
+    (random maps: redraw; evaluation stays deterministic), `cost(n, d) -> {"flops": per (batch, head) for n
+    queries and n keys, "bytes": its parameters}`, and the factored form for speed in PyTorch
+    (`query_chunk` / `key_chunk` -> `FeatureChunk`, with `out` a scratch buffer they may write values into
+    when no gradient is recorded). A map may implement any one of `forward`, `forward_queries` or
+    `query_chunk`; the others follow from it, without recursion.
     """
 
     num_features: int
@@ -134,6 +143,18 @@ class FeatureMap(nn.Module):
         without gradients; None (the default) keeps the PyTorch path."""
         return None
 
+    def _overrides(self, name: str) -> bool:
+        return getattr(type(self), name) is not getattr(FeatureMap, name)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Features of x (B, H, N, D) -> (B, H, N, M); maps implement this (or `forward_queries`, `query_chunk`)."""
+        if self._overrides("query_chunk"):
+            return self.query_chunk(x).materialise()
+        if self._overrides("forward_queries"):
+            return self.forward_queries(x)
+        raise NotImplementedError(f"{type(self).__name__} computes no features: a FeatureMap implements forward(x) "
+                                  f"-> (B, H, N, M) (or forward_queries / query_chunk)")
+
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         """Query features of a block of rows x (B, H, C, D), in factored form."""
         return FeatureChunk(self.forward_queries(x))
@@ -144,11 +165,25 @@ class FeatureMap(nn.Module):
 
     def forward_queries(self, x: Tensor) -> Tensor:
         """Query features of a whole sequence: (B, H, N, D) -> (B, H, N, M)."""
-        return self.query_chunk(x).materialise()
+        if self._overrides("forward") or self._overrides("query_chunk"):
+            return self(x)
+        raise NotImplementedError(f"{type(self).__name__} computes no features: a FeatureMap implements forward(x) "
+                                  f"-> (B, H, N, M) (or forward_queries / query_chunk)")
 
     def forward_keys(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """Key features; `key_padding_mask` (B, N), True = real, lets a map exclude padding from statistics."""
+        if self._overrides("key_chunk"):
+            return self.key_chunk(x, key_padding_mask).materialise()
         return self.forward_queries(x)
+
+
+def feature_count(feature_map: FeatureMap, x: Tensor) -> int:
+    """M of the map's features of x (B, H, N, D): its `num_features`, else measured on one row."""
+    m = getattr(feature_map, "num_features", None)
+    if m is None:
+        with torch.no_grad():
+            m = feature_map.query_chunk(x[:1, :, :1]).values.shape[-1]
+    return int(m)
 
 
 def _guard(denominator: Tensor, eps: float) -> Tensor:
@@ -397,21 +432,28 @@ class _KeyState:
 def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: Tensor,
                              key_padding_mask: Tensor | None = None, eps: float = 1e-6,
                              rows: int | None = None) -> Tensor:
-    """The non-causal kernel block by block, without gradients: q, k (B, H, N, Dk), v (B, H, N, D) -> (B, H, N, D).
-
-    Equals `linear_attention(feature_map.forward_queries(q), feature_map.forward_keys(k, mask), v, mask, eps)`
-    up to rounding; `rows` per block (default `chunk_rows`). On CPU the sequence is split into one range of
-    blocks per thread (`run_on_threads`): key sums per range, merged, then each range's queries. A block's
-    features go into the thread's `scratch` buffer when the map takes `out`. Where the map gives a
-    `native_spec` the fused kernel supports, it runs instead (`fused_linear_attention`).
-    """
-    threads = torch.get_num_threads()
-    with feature_map.holding_derived(), torch_threads(1):  # the map's derived weights too; see `torch_threads`
-        spec = feature_map.native_spec(q) if hasattr(feature_map, "native_spec") else None
-        if rows is None and native.supports(spec, q, k, v):
+    """The non-causal kernel without gradients: q, k (B, H, N, Dk), v (B, H, N, D) -> (B, H, N, D), by the route
+    `choose_route` picks: the fused kernels (`fused_linear_attention`) or `pytorch_chunked_attention`; given
+    `rows`, always the latter with that many rows per block. Equals `linear_attention(feature_map.forward_queries(q),
+    feature_map.forward_keys(k, mask), v, mask, eps)` up to rounding."""
+    if rows is None:
+        threads = torch.get_num_threads()
+        with feature_map.holding_derived(), torch_threads(1):  # the map's derived weights too; see `torch_threads`
+            route, spec = choose_route(feature_map, q, k, v)
+        if route == "native":
             return fused_linear_attention(spec, q, k, v, key_padding_mask, eps, threads)
+    return pytorch_chunked_attention(feature_map, q, k, v, key_padding_mask, eps, rows)
+
+
+@torch.no_grad()
+def pytorch_chunked_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: Tensor,
+                              key_padding_mask: Tensor | None = None, eps: float = 1e-6,
+                              rows: int | None = None) -> Tensor:
+    """The non-causal kernel block by block in PyTorch, `rows` per block (default `chunk_rows`). On CPU the
+    sequence is split into one range of blocks per thread (`run_on_threads`): key sums per range, merged, then
+    each range's queries. A block's features go into the thread's `scratch` buffer when the map takes `out`."""
     b, h, n, d = v.shape
-    m = feature_map.num_features
+    m = feature_count(feature_map, q)
     rows = rows or chunk_rows(q, m)
     ranges = split_rows(n, rows, q.device)
     key_out, query_out = _takes_out(feature_map.key_chunk), _takes_out(feature_map.query_chunk)
@@ -459,6 +501,30 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
     return out
 
 
+Route = str  # "native", "native-training", "pytorch-chunked", "pytorch-factored", "pytorch-causal" (baselines.routes)
+
+
+def choose_route(feature_map: FeatureMap, q: Tensor, k: Tensor, v: Tensor,
+                 causal: bool = False) -> tuple[Route, NativeSpec | None]:
+    """The one place that decides how a feature-map attention runs, from the map's fast form (its `native_spec`),
+    the device and dtype and widths (`native.supports`), whether gradients are wanted, and whether the map's
+    projection takes gradients (`native.supports_backward`) -> (route, spec for the native routes):
+    - causal: "pytorch-causal" (the chunked prefix sums over materialised features);
+    - gradients off: "native" where the kernels take the call, else "pytorch-chunked";
+    - gradients on: "native-training" where the kernels and their backward take it (a frozen projection, d == Dv,
+      no input normalising; without a tensor that records gradients the kernels run their forward alone), else
+      "pytorch-factored" (autograd through the factored form).
+    The kernels themselves choose their team of threads from the work size (`team` in the source)."""
+    if causal:
+        return "pytorch-causal", None
+    spec = feature_map.native_spec(q) if hasattr(feature_map, "native_spec") else None
+    if not torch.is_grad_enabled():
+        return ("native", spec) if native.supports(spec, q, k, v) else ("pytorch-chunked", None)
+    if native.supports_backward(spec, q, k, v):
+        return "native-training", spec
+    return "pytorch-factored", None
+
+
 def fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
                            eps: float, threads: int | None = None) -> Tensor:
     """The non-causal kernel through the fused CPU kernels, with or without gradients, in one call each way
@@ -481,12 +547,13 @@ def _query_state(kv: Tensor, ksum: Tensor, scale: float, offset: float) -> tuple
     return s_kv, s_ksum, (offset * s_kv.sum(dim=1, keepdim=True), offset * s_ksum.sum(dim=1, keepdim=True))
 
 
-class LinearKernelAttention(nn.Module):
+class LinearKernelAttention(RecordsRoutes, nn.Module):
     """Attention = one feature map + the shared linear kernel.
 
     redraw_every > 0 calls `feature_map.new_feature_map()` before every redraw_every-th training forward
-    (training forwards are counted in the buffer `training_steps`); evaluation never redraws. With
-    gradients off (torch.no_grad, inference_mode) the non-causal form runs block by block.
+    (training forwards are counted in the buffer `training_steps`); evaluation never redraws. Each call runs
+    the route `choose_route` picks, counted in `kernel_routes`. With gradients off (torch.no_grad,
+    inference_mode) the non-causal form runs block by block.
     """
 
     def __init__(self, feature_map: FeatureMap, eps: float = 1e-6, causal: bool = False, redraw_every: int = 0):
@@ -506,12 +573,17 @@ class LinearKernelAttention(nn.Module):
             if self.redraw_every > 0 and steps > 0 and steps % self.redraw_every == 0:
                 self.feature_map.new_feature_map()
             self.training_steps.fill_(steps + 1)
-        if not self.causal and not torch.is_grad_enabled():
-            return chunked_linear_attention(self.feature_map, q, k, v, key_padding_mask, self.eps)
-        if not self.causal:
-            spec = self.feature_map.native_spec(q) if hasattr(self.feature_map, "native_spec") else None
-            if native.supports_backward(spec, q, k, v):
-                return fused_linear_attention(spec, q, k, v, key_padding_mask, self.eps)
+        if not torch.is_grad_enabled():
+            with self.feature_map.holding_derived(), torch_threads(1):  # as chunked_linear_attention's choice
+                route, spec = choose_route(self.feature_map, q, k, v, self.causal)
+        else:
+            route, spec = choose_route(self.feature_map, q, k, v, self.causal)
+        self._took(route)
+        if route == "native" or route == "native-training":
+            return fused_linear_attention(spec, q, k, v, key_padding_mask, self.eps)
+        if route == "pytorch-chunked":
+            return pytorch_chunked_attention(self.feature_map, q, k, v, key_padding_mask, self.eps)
+        if route == "pytorch-factored":
             q_chunk, k_chunk = self.feature_map.query_chunk(q), self.feature_map.key_chunk(k, key_padding_mask)
             return factored_linear_attention(q_chunk, k_chunk, v, key_padding_mask, self.eps)
         phi_q = self.feature_map.forward_queries(q)
@@ -521,7 +593,8 @@ class LinearKernelAttention(nn.Module):
     def cost(self, batch: int, heads: int, n: int, d: int) -> dict[str, float]:
         """FLOPs and minimum bytes (float32) of one forward (`linear_kernel_cost` with the map's own cost)."""
         feature = self.feature_map.cost(n, d) if hasattr(self.feature_map, "cost") else {"flops": 0.0, "bytes": 0.0}
-        return linear_kernel_cost(batch, heads, n, d, self.feature_map.num_features, feature["flops"], feature["bytes"])
+        m = feature_count(self.feature_map, torch.zeros(1, heads, 1, d))
+        return linear_kernel_cost(batch, heads, n, d, m, feature["flops"], feature["bytes"])
 
 
 def linear_kernel_cost(batch: int, heads: int, n: int, d: int, num_features: int, feature_flops: float,

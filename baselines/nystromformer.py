@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from baselines import native
 from baselines.linear_kernel import chunk_rows, run_on_threads, scratch, split_rows, torch_threads
 from baselines.random_features import seeded_generator
+from baselines.routes import RecordsRoutes
 from harness.options import option, require
 from harness.registry import AttentionConfig, check_heads, register_attention
 
@@ -258,7 +259,7 @@ class NystromConfig(AttentionConfig):
 
 
 @register_attention("nystromformer", config=NystromConfig)
-class NystromAttention(nn.Module):
+class NystromAttention(RecordsRoutes, nn.Module):
     """Nystrom approximation of softmax attention with segment-mean landmarks, O(n L) time and memory."""
 
     def __init__(self, cfg: NystromConfig):
@@ -275,7 +276,8 @@ class NystromAttention(nn.Module):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         b, h, n, d = q.shape
         num_landmarks = min(self.cfg.num_landmarks, n)  # more landmarks than positions would stay empty
-        fused = not torch.is_grad_enabled() and self._fused(q, k, v, key_padding_mask, num_landmarks)
+        route = self.choose_route(q, k, v, key_padding_mask, num_landmarks)
+        fused = route == "native"
         threads = torch.get_num_threads()
         with torch_threads(1) if fused else contextlib.nullcontext():  # small operations; see `torch_threads`
             q_land, k_land, valid, real = self._landmarks(q, k, key_padding_mask, num_landmarks,
@@ -288,15 +290,15 @@ class NystromAttention(nn.Module):
                 kernel_2 = torch.where(empty, torch.eye(num_landmarks, dtype=q.dtype, device=q.device), kernel_2)
             precise = torch.promote_types(q.dtype, torch.float32)  # the iteration diverges in half precision
             pinv = iterative_pinv(kernel_2.to(precise), self.cfg.pinv_iterations, threads).to(q.dtype)
-            every_landmark = valid is None or bool(valid.all())
-            if fused and every_landmark:
+            route = self.choose_route(q, k, v, key_padding_mask, num_landmarks, valid is None or bool(valid.all()))
+            self._took(route)
+            if route == "native":
                 return self._fused_forward(q, k, v, key_padding_mask, q_land * d ** -0.5, k_land, pinv, real, threads)
-        if torch.is_grad_enabled() and every_landmark and d == v.shape[-1] \
-                and self._fused(q, k, v, key_padding_mask, num_landmarks):  # fused with their backward: no (N, L) matrix
+        if route == "native-training":  # fused with their backward: no (N, L) matrix
             values = native.LandmarkValues.apply(k.contiguous(), v.contiguous(), q_land * d ** -0.5,
                                                  native.real_rows(key_padding_mask), threads)
             out = native.LandmarkQueries.apply(q.contiguous(), k_land, pinv @ values, threads)
-        elif torch.is_grad_enabled():
+        elif route == "pytorch":
             keys = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
             kernel_3 = _masked_softmax((q_land * d ** -0.5) @ k.transpose(-2, -1), keys)  # (B, H, L, N)
             kernel_1 = _masked_softmax(q @ k_land.transpose(-2, -1), keep)  # (B, H, N, L)
@@ -316,12 +318,19 @@ class NystromAttention(nn.Module):
         return self.conv.weight[:, 0, :, 0].expand(heads, -1)
 
     @staticmethod
-    def _fused(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, num_landmarks: int) -> bool:
-        """Whether the fused CPU kernels can run: float32 on CPU, widths they take and every sequence with a real
-        key (the PyTorch path defines the degenerate cases; `forward` also requires every landmark to have tokens)."""
-        if num_landmarks % 16 or key_padding_mask is not None and not bool(key_padding_mask.any(dim=1).all()):
-            return False
-        return native.takes(q, k, v, value_width=v.shape[-1])
+    def choose_route(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, num_landmarks: int,
+                     every_landmark: bool = True) -> str:
+        """The one route chooser: "native" (gradients off) or "native-training" (on, d == Dv) where the fused CPU
+        kernels take the call (float32 on CPU, widths they take, L a multiple of 16, every sequence with a real key
+        and, once the landmarks are known, every landmark with tokens: the PyTorch path defines the degenerate
+        cases); else "pytorch-chunked" (gradients off: block by block) or "pytorch" (autograd, (N, L) matrices)."""
+        grads = torch.is_grad_enabled()
+        fusable = every_landmark and num_landmarks % 16 == 0 and (
+            key_padding_mask is None or bool(key_padding_mask.any(dim=1).all())) and (not grads or q.shape[-1] ==
+                                                                                     v.shape[-1])
+        if fusable and native.takes(q, k, v, value_width=v.shape[-1]):
+            return "native-training" if grads else "native"
+        return "pytorch" if grads else "pytorch-chunked"
 
     def _fused_forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, q_land: Tensor,
                        k_land: Tensor, pinv: Tensor, real: Tensor | None, threads: int) -> Tensor:

@@ -102,25 +102,51 @@ def test_chunked_kernel_equals_the_materialised_one(index, rows):
         torch.testing.assert_close(chunked_linear_attention(feature_map, q, k, v, m, rows=rows), expected)
 
 
-def test_attention_uses_the_chunked_kernel_without_gradients_only(monkeypatch):
-    import baselines.linear_kernel as kernel
-    calls = []
-
-    def spy(*args, **kwargs):
-        calls.append(torch.is_grad_enabled())
-        return chunked_linear_attention(*args, **kwargs)
-
-    monkeypatch.setattr(kernel, "chunked_linear_attention", spy)
+def test_attention_uses_the_chunked_kernel_without_gradients_only():
+    """Each call's route, as the module counts it: float64 keeps the PyTorch renderings."""
     attn = LinearKernelAttention(_maps()[0]).eval()
     q = torch.randn(1, 2, 9, 6, dtype=torch.float64)
     with torch.no_grad():
         fast = attn(q, q, q)
     torch.testing.assert_close(fast, attn(q, q, q))
-    assert calls == [False]
+    assert attn.kernel_routes == {"pytorch-chunked": 1, "pytorch-factored": 1}
     causal = LinearKernelAttention(_maps()[0], causal=True).eval()
     with torch.no_grad():
         causal(q, q, q)
-    assert calls == [False]  # the causal form always runs materialised
+    assert causal.kernel_routes == {"pytorch-causal": 1}  # the causal form always runs materialised
+
+
+class _EluOnlyForward(FeatureMap):
+    """A map written as fast-transformers and fla write theirs: forward only, no num_features."""
+
+    def forward(self, x):
+        return torch.nn.functional.elu(x) + 1
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_map_that_overrides_only_forward_trains_and_evaluates(grad):
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 2, 37, 16, generator=g) for _ in range(3))
+    mask = torch.ones(2, 37, dtype=torch.bool)
+    mask[0, 20:] = False
+    attn = LinearKernelAttention(_EluOnlyForward())
+    expected = naive(torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1, v, mask)
+    with torch.set_grad_enabled(grad):
+        out = attn(q.requires_grad_(grad), k, v, mask)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    assert attn.cost(2, 2, 37, 16)["flops"] > 0  # M measured on a row: 16
+    assert list(attn.kernel_routes) == ["pytorch-factored" if grad else "pytorch-chunked"]
+
+
+def test_a_map_without_features_says_what_to_implement():
+    class Empty(FeatureMap):
+        num_features = 4
+
+    q = torch.randn(1, 1, 3, 4)
+    for call in (lambda: Empty()(q), lambda: Empty().forward_queries(q), lambda: Empty().forward_keys(q),
+                 lambda: LinearKernelAttention(Empty())(q, q, q)):
+        with pytest.raises(NotImplementedError, match="implements forward"):
+            call()
 
 
 def test_factored_chunk_materialises_scale_and_offset():

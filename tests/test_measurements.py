@@ -71,6 +71,8 @@ def test_accuracy_cell_schema(attention):
     if attention == "softmax":  # the SDPA backend that actually ran is recorded, one entry per layer
         assert len(details["attention_runtime"]) == 1
         assert details["attention_runtime"][0]["last_backend"] in {"math", "flash", "efficient", "cudnn"}
+    else:  # the routes its calls took, training and evaluation (head width 8: the fused kernels take 16k)
+        assert details["attention_runtime"][0]["kernel_routes"].keys() == {"pytorch-factored", "pytorch-chunked"}
 
 
 def test_same_cell_twice_gives_identical_metrics():
@@ -130,6 +132,7 @@ def test_efficiency_cell_rows_memory_and_roofline():
     assert {"matmul_gflops", "copy_gb_per_s", "threads", "device"} <= set(machine) and machine["threads"] == 1
     assert machine["allocator"]["policy"] == "retain"  # glibc here: freed memory kept for reuse
     assert len(rows) == 4 and all(ROW_KEYS <= set(r) for r in rows)
+    assert all(sum(r["kernel_routes"].values()) >= r["repeats"] for r in rows)  # each timed call counted
     for r in rows:
         assert r["status"] == "ok", r
         assert r["median_ms"] > 0 and r["repeats"] >= 2 and r["peak_mem_bytes"] >= 0

@@ -175,8 +175,10 @@ def _pytorch_nystromformer(attn, q, k, v, mask):
     """attn(q, k, v, mask) with gradients through the PyTorch path (the fused kernels declined)."""
     from baselines.nystromformer import NystromAttention
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(NystromAttention, "_fused", staticmethod(lambda *args: False))
-        return attn(q, k, v, mask)
+        patch.setattr(NystromAttention, "choose_route", staticmethod(lambda *args: "pytorch"))
+        out = attn(q, k, v, mask)
+    assert attn.kernel_routes.get("pytorch")
+    return out
 
 
 @needs_native
@@ -296,6 +298,31 @@ def test_fused_training_path_equals_autograd_in_value_and_gradients(name, option
     finally:
         torch.set_num_threads(threads)
     assert len(calls) == 8
+
+
+@needs_native
+def test_every_call_records_the_route_it_took():
+    """`kernel_routes` counts what ran: the fused kernels with and without gradients, PyTorch with them off or
+    where the kernels cannot take the call (float64, a projection taking gradients), and Nystromformer's."""
+    from harness.registry import build_attention
+    q, k, v, mask = _inputs(3, 64, 64)
+    cases = [("random-features", {"feature_map": "cos2"}, "native", "native-training"),
+             ("performer", {}, "native", "native-training"),
+             ("nystromformer", {"num_landmarks": 16}, "native", "native-training"),
+             ("rfa", {}, "native", "pytorch-factored")]  # RFA's learned scale takes gradients
+    for name, options, evaluated, trained in cases:
+        attn = build_attention(name, num_heads=3, head_dim=64, **options)
+        with torch.no_grad():
+            attn(q, k, v, mask)
+        attn(q, k, v.requires_grad_(), mask)
+        v.requires_grad_(False)
+        with native.turned_off(), torch.no_grad():
+            attn(q, k, v, mask)
+        attn.double()(q.double(), k.double(), v.double(), mask)
+        pytorch = "pytorch" if name == "nystromformer" else "pytorch-factored"
+        expected = {evaluated: 1, pytorch: 1, "pytorch-chunked": 1}
+        expected[trained] = expected.get(trained, 0) + 1
+        assert attn.kernel_routes == expected, name
 
 
 @needs_native

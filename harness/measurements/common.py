@@ -72,7 +72,8 @@ def has_option(attention: str, option_name: str) -> bool:
     return any(f.name == option_name for f in dataclasses.fields(attention_entry(attention).config))
 
 
-RUNTIME_ATTRIBUTES = ("last_backend", "redraw_policy", "feature_form")  # what ran, as opposed to what was asked for
+# what ran, as opposed to what was asked for; kernel_routes: calls per route (baselines.routes)
+RUNTIME_ATTRIBUTES = ("last_backend", "redraw_policy", "feature_form", "kernel_routes")
 
 
 def attention_runtime(model: TransformerClassifier) -> list[dict[str, Any]]:

@@ -125,6 +125,7 @@ def attention_call(name: str, options: dict[str, Any], batch: int, heads: int, n
         def forward() -> Any:
             with torch.no_grad():
                 return module(q, k, v)
+        forward.module = module  # what ran is read off it (`kernel_routes`)
         return forward
     module.train()
     phase_a = getattr(module, "learning_phase_parameters", None)
@@ -138,6 +139,7 @@ def attention_call(name: str, options: dict[str, Any], batch: int, heads: int, n
         for t in (q, k, v):
             t.grad = None
         module(q, k, v).backward(grad_out)
+    train_step.module = module
     return train_step
 
 
@@ -302,6 +304,8 @@ def _finish(point: Point, times: list[float], probes: list[dict[str, Any]], roun
     if row["flops"] is not None:
         row["gflops_per_s"] = row["flops"] / (median / 1e3) / 1e9
         row["roofline_fraction"] = row["roofline_ms"] / median
+    module = getattr(point.fn, "module", None)  # the calls' routes (baselines.routes); None where not counted
+    row["kernel_routes"] = getattr(module, "kernel_routes", None)
     point.fn = None
 
 
