@@ -534,9 +534,27 @@ def fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, ke
     threads = threads or torch.get_num_threads()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     real = native.real_rows(key_padding_mask)
+    skip = real is not None and getattr(_UNREAD, "on", False)
     if no_grad_recorded(q, k, v):
-        return native.attention(spec, q, k, v, real, eps, threads)
-    return native.Attention.apply(q, k, v, spec, real, eps, threads)
+        return native.attention(spec, q, k, v, real, eps, threads, None, skip)
+    return native.Attention.apply(q, k, v, spec, real, eps, threads, skip)
+
+
+_UNREAD = threading.local()
+
+
+@contextlib.contextmanager
+def padded_queries_unread() -> Iterator[None]:
+    """Within (this thread): the caller never reads the outputs at padded positions (key_padding_mask False) nor
+    sends gradients into them (the model packs real tokens, harness.model), so the fused kernels may skip query rows
+    past each sequence's last real token and write 0 there; outputs at real positions are unchanged, bit for bit.
+    Other routes compute every row as usual."""
+    before = getattr(_UNREAD, "on", False)
+    _UNREAD.on = True
+    try:
+        yield
+    finally:
+        _UNREAD.on = before
 
 
 def _query_state(kv: Tensor, ksum: Tensor, scale: float, offset: float) -> tuple:

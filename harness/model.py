@@ -10,12 +10,14 @@ trimmed to their longest row, are half padding.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
+from baselines.linear_kernel import padded_queries_unread
 from harness.dropout import HashDropout
 from harness.options import option, require
 from harness.registry import attention_entry, build_attention
@@ -101,7 +103,8 @@ class MultiHeadAttention(nn.Module):
         spread = (lambda t: t) if tokens is None else tokens.unpack
         q = self._heads(spread(self.q_proj(x)))
         k = q if self.k_proj is None else self._heads(spread(self.k_proj(x)))
-        out = self.attention(q, k, self._heads(spread(self.v_proj(x))), key_padding_mask=mask)
+        with contextlib.nullcontext() if tokens is None else padded_queries_unread():  # pack reads real rows only
+            out = self.attention(q, k, self._heads(spread(self.v_proj(x))), key_padding_mask=mask)
         b, h, n, d = out.shape
         out = out.transpose(1, 2).reshape(b, n, h * d)
         return self.out_proj(out if tokens is None else tokens.pack(out))

@@ -1,4 +1,5 @@
 """The fused CPU kernels (baselines/native): the same attention as the exact formula, and a safe fallback."""
+import contextlib
 import copy
 import os
 import select
@@ -298,6 +299,32 @@ def test_fused_training_path_equals_autograd_in_value_and_gradients(name, option
     finally:
         torch.set_num_threads(threads)
     assert len(calls) == 8
+
+
+@needs_native
+@pytest.mark.parametrize("name, options", [("performer", {}), ("random-features", {"feature_map": "softplus"}),
+                                           ("random-features", {"feature_map": "cos2"}),
+                                           ("random-features", {"feature_map": "favor"})])
+def test_unread_padded_query_rows_are_skipped_and_nothing_else_changes(name, options):
+    """Within `padded_queries_unread` (the model packs real tokens) the kernels skip query rows past each sequence's
+    last real key: the outputs there are 0, and the real rows' outputs and every gradient are the same bits as
+    when they are computed (gradients come back 0 on padded rows, as the model's packing sends them)."""
+    from harness.registry import build_attention
+    attn = build_attention(name, num_heads=3, head_dim=32, **options)
+    q, k, v, mask = _inputs(6, 90, 32, loud=False)
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(2)) * mask[:, None, :, None]
+    runs = []
+    for unread in (False, True):
+        with kernel.padded_queries_unread() if unread else contextlib.nullcontext():
+            with torch.no_grad():
+                forward = attn(q, k, v, mask)
+            runs.append((forward, *_gradients(attn, q, k, v, mask, g)))
+    real = mask[:, None, :, None].expand_as(q)
+    (f0, o0, *grads0), (f1, o1, *grads1) = runs
+    for a, b in ((f0, f1), (o0, o1)):
+        assert torch.equal(a[real], b[real]) and not b[~real].any()
+    for a, b in zip(grads0, grads1):
+        assert torch.equal(a, b)
 
 
 @needs_native

@@ -50,7 +50,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 KINDS = {"favor": 0, "elu": 1, "trig": 2, "softmaxfeat": 3, "elu-paper": 4, "softplus": 5, "sigmoid2": 6, "cos2": 7}
 PAPER_KINDS = ("softmaxfeat", "elu-paper", "softplus", "sigmoid2", "cos2")  # keys l1-renormalised to sqrt(M)
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 21
+ABI = 22
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -132,10 +132,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnbench_abi.restype = i32
     lib.attnbench_attention.restype = i32
     lib.attnbench_attention.argtypes = [i32, p, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, f32, f32,
-                                        f32, i32, p, p, f32, f32, p]
+                                        f32, i32, p, p, f32, f32, p, i32]
     lib.attnbench_attention_backward.restype = i32
     lib.attnbench_attention_backward.argtypes = [i32, p, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, f32, f32,
-                                                 f32, i32, p, p, p, p, p, p, f32, f32, p]
+                                                 f32, i32, p, p, p, p, p, p, f32, f32, p, i32]
     lib.attnbench_queries.restype = i32
     lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i32,
                                       f32, p, p, p, i32, i64]
@@ -306,10 +306,12 @@ def _expect_threads(kernel: str, threads: int) -> None:
 
 
 def attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None, eps: float,
-              threads: int = 1, saved: list[Tensor | None] | None = None) -> Tensor:
+              threads: int = 1, saved: list[Tensor | None] | None = None, skip_queries: bool = False) -> Tensor:
     """The whole non-causal attention in one call: the key sums, the state finished with the map's scale and
     offset, the query rows; q, k (B, H, N, d), v (B, H, N, Dv) contiguous, `real` (B, N) uint8 or None
-    -> (B, H, N, Dv). `saved`: `Attention`'s buffers for the backward (training), or None."""
+    -> (B, H, N, Dv). `saved`: `Attention`'s buffers for the backward (training), or None. Key rows past each
+    sequence's last real key are skipped (they contribute nothing); with `skip_queries` query rows there too,
+    their outputs written as 0, for callers that never read them (`linear_kernel.padded_queries_unread`)."""
     b, h, n, d = _expect_call("attention", spec, q, k, v, real, threads)
     if saved is not None:
         _expect_saved("attention", spec, saved, b * h, n, d, v.shape[-1])
@@ -320,7 +322,7 @@ def attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | 
         KINDS[spec.kind], q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, v.shape[-1],
         w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
         int(spec.unit_eps is not None), spec.unit_eps or 0.0, spec.scale, spec.offset, eps, threads, out.data_ptr(),
-        None if saved is None else _pointers(saved), spec.floor, spec.bias, _ptr(spec.phase))
+        None if saved is None else _pointers(saved), spec.floor, spec.bias, _ptr(spec.phase), int(skip_queries))
     return out
 
 
@@ -665,7 +667,8 @@ class Attention(torch.autograd.Function):
     from the forward where they fit in KEEP_FEATURES_BYTES, else recomputed block by block."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, spec: NativeSpec, real: Tensor | None, eps: float, threads: int):
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, spec: NativeSpec, real: Tensor | None, eps: float, threads: int,
+                skip_queries: bool = False):
         b, h, n, _ = q.shape
         heads, f, dv = b * h, spec.num_features if spec.weights is not None else q.shape[-1], v.shape[-1]
         keep = 2 * heads * n * f * 4 <= KEEP_FEATURES_BYTES and spec.kind != "cos2"  # cos2's slope needs u
@@ -674,8 +677,9 @@ class Attention(torch.autograd.Function):
                  torch.empty(heads) if spec.kind == "favor" else None,
                  torch.empty(heads, n, f) if keep else None, torch.empty(heads, n, f) if keep else None,
                  torch.empty(heads, n) if keep else None]
-        out = attention(spec, q, k, v, real, eps, threads, saved)
+        out = attention(spec, q, k, v, real, eps, threads, saved, skip_queries)
         ctx.spec, ctx.real, ctx.eps, ctx.threads, ctx.saved = spec, real, eps, threads, saved
+        ctx.skip_queries = skip_queries
         ctx.save_for_backward(q, k, v, out)
         return out
 
@@ -692,5 +696,6 @@ class Attention(torch.autograd.Function):
             KINDS[spec.kind], q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(ctx.real), b * h, h, n, d, v.shape[-1],
             w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
             spec.scale, spec.offset, ctx.eps, ctx.threads, out.data_ptr(), g.data_ptr(),
-            _pointers(ctx.saved), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), spec.floor, spec.bias, _ptr(spec.phase))
-        return dq, dk, dv, None, None, None, None
+            _pointers(ctx.saved), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), spec.floor, spec.bias, _ptr(spec.phase),
+            int(ctx.skip_queries))
+        return dq, dk, dv, None, None, None, None, None

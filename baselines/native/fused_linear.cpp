@@ -626,11 +626,37 @@ struct Slots {
     }
 };
 
+// Each head's end of real rows: one past its batch row's last real key (0 for none), or null without a mask. Rows
+// from there on are padding: keys there contribute nothing, so every pass skips them (a right-padded batch of
+// sentences is about half padding), and query rows there are skipped where the caller never reads them
+// (`skip_queries`: their outputs and gradients are written as 0). Real rows compute exactly as without skipping.
+std::vector<int64_t> real_ends(const uint8_t* real, int64_t heads, int64_t h, int64_t n) {
+    std::vector<int64_t> ends;
+    if (real == nullptr) return ends;
+    ends.resize(heads);
+    for (int64_t b = 0; b < heads / h; ++b) {
+        int64_t end = n;
+        while (end > 0 && real[b * n + end - 1] == 0) --end;
+        for (int64_t i = 0; i < h; ++i) ends[b * h + i] = end;
+    }
+    return ends;
+}
+
+// rows [r0, stop) of [r0, r1) to compute for head bh, stop = min(r1, its end) (r1 with no ends)
+inline int64_t real_stop(const int64_t* ends, int64_t bh, int64_t r0, int64_t r1) {
+    return ends == nullptr ? r1 : std::max(r0, std::min(r1, ends[bh]));
+}
+
+// rows [r0, r1) of a head's (n x width) output zeroed
+inline void zero_rows(float* x, int64_t width, int64_t r0, int64_t r1) {
+    if (r1 > r0) std::memset(x + r0 * width, 0, sizeof(float) * (r1 - r0) * width);
+}
+
 // finish(bh) runs on head bh's merged sums, in the merge's unit (one parallel region for both)
 template <int NV, typename Finish>
 void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, int64_t heads, int64_t h,
                int64_t n, int threads, float* kv, float* ksum, float* log_max, float* value_sum, float* keep_phi,
-               float* keep_row_max, Finish&& finish) {
+               float* keep_row_max, const int64_t* ends, Finish&& finish) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const Groups groups(n);
@@ -641,8 +667,8 @@ void keys_impl(const Spec& s, const float* k, const float* v, const uint8_t* rea
         const int64_t at = groups.slot(bh, r0);
         p.clear(at);
         keys_range<NV>(s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
-                       s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m, r0, r1,
-                       p.state.get() + at * f * DV, p.sums.get() + at * f,
+                       s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m, r0,
+                       real_stop(ends, bh, r0, r1), p.state.get() + at * f * DV, p.sums.get() + at * f,
                        value_sum == nullptr ? nullptr : p.value_sum.get() + at * DV, p.running[at],
                        keep_phi == nullptr ? nullptr : keep_phi + bh * n * f,
                        keep_row_max == nullptr ? nullptr : keep_row_max + bh * n);
@@ -893,16 +919,18 @@ void queries_range(const Spec& s, Buffers& buf, const float* x, const float* w, 
 template <int NV>
 void queries_impl(const Spec& s, const float* q, const float* kv, const float* ksum, const float* offset_kv,
                   const float* offset_den, int64_t heads, int64_t n, int threads, float eps, float* out,
-                  const Conv& conv, float* keep_phi = nullptr) {
+                  const Conv& conv, float* keep_phi = nullptr, const int64_t* ends = nullptr) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const double row_cost = static_cast<double>(s.d) * (s.w == nullptr ? 1 : s.m) + f * (DV + 1);
     ThreadBuffers<Buffers> bufs(threads, s, DV);
     parallel_units(threads, heads, n, UNIT_ROWS, row_cost, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+        const int64_t stop = real_stop(ends, bh, r0, r1);  // ends only where the padded rows go unread
         queries_range<NV>(s, bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + (bh % s.heads_w) * s.d * s.m,
                           kv + bh * f * DV, ksum + bh * f, offset_kv == nullptr ? nullptr : offset_kv + bh * DV,
-                          offset_den == nullptr ? 0.0f : offset_den[bh], n, bh, r0, r1, eps, out + bh * n * DV, conv,
+                          offset_den == nullptr ? 0.0f : offset_den[bh], n, bh, r0, stop, eps, out + bh * n * DV, conv,
                           keep_phi == nullptr ? nullptr : keep_phi + bh * n * f);
+        zero_rows(out + bh * n * DV, DV, stop, r1);
     });
 }
 
@@ -922,7 +950,7 @@ struct Saved {
 template <int NV>
 void attention_impl(const Spec& s, const float* q, const float* k, const float* v, const uint8_t* real, int64_t heads,
                     int64_t h, int64_t n, int threads, float scale, float offset, float eps, float* out,
-                    const Saved& saved) {
+                    const Saved& saved, bool skip_queries) {
     constexpr int DV = 16 * NV;
     const int64_t f = s.kind == TRIG ? 2 * s.m : s.m;
     const bool own = saved.s_kv == nullptr;
@@ -960,10 +988,12 @@ void attention_impl(const Spec& s, const float* q, const float* k, const float* 
         for (int64_t i = 0; i < f; ++i) acc += sums[i];
         off_den[bh] = offset * acc;
     };
+    const std::vector<int64_t> ends = real_ends(real, heads, h, n);
+    const int64_t* key_ends = ends.empty() ? nullptr : ends.data();
     keys_impl<NV>(s, k, v, real, heads, h, n, threads, kv, ksum, saved.log_max, value_sum_or_null, saved.phi_k,
-                  saved.row_max_k, finish);
+                  saved.row_max_k, key_ends, finish);
     queries_impl<NV>(s, q, kv, ksum, offset != 0.0f ? off_kv : nullptr, offset != 0.0f ? off_den : nullptr, heads, n,
-                     threads, eps, out, Conv{}, saved.phi_q);
+                     threads, eps, out, Conv{}, saved.phi_q, skip_queries ? key_ends : nullptr);
 }
 
 // means of `segments` equal consecutive segments of rows of each of `heads` (n x d) matrices, for each of two inputs
@@ -1322,7 +1352,8 @@ template <int NV, int ND, typename Finish>
 void queries_backward_impl(const Spec& s, const float* q, const float* wt, const float* s_kv, const float* s_kv_t,
                            const float* s_ksum, const float* off_kv, const float* off_den, const float* out,
                            const float* g, int64_t heads, int64_t n, int threads, float eps, float* dq, float* g_kv,
-                           float* g_ksum, float* g_off, const float* kept, float* g_wt, Finish&& finish) {
+                           float* g_ksum, float* g_off, const float* kept, float* g_wt, const int64_t* ends,
+                           Finish&& finish) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const Groups groups(n);
@@ -1339,9 +1370,10 @@ void queries_backward_impl(const Spec& s, const float* q, const float* wt, const
             s, bufs[t], q + bh * n * s.d, s.w == nullptr ? nullptr : s.w + hw * s.d * s.m,
             wt == nullptr ? nullptr : wt + hw * s.m * s.d, s_kv + bh * f * DV, s_kv_t + bh * DV * f, s_ksum + bh * f,
             off_kv == nullptr ? nullptr : off_kv + bh * DV, off_den == nullptr ? 0.0f : off_den[bh],
-            out + bh * n * DV, g + bh * n * DV, r0, r1, eps, dq + bh * n * s.d, p.state.get() + at * f * DV,
-            p.sums.get() + at * f, p.value_sum.get() + at * (DV + 1), kept == nullptr ? nullptr : kept + bh * n * f,
-            g_wt == nullptr ? nullptr : wt_slot);
+            out + bh * n * DV, g + bh * n * DV, r0, real_stop(ends, bh, r0, r1), eps, dq + bh * n * s.d,
+            p.state.get() + at * f * DV, p.sums.get() + at * f, p.value_sum.get() + at * (DV + 1),
+            kept == nullptr ? nullptr : kept + bh * n * f, g_wt == nullptr ? nullptr : wt_slot);
+        zero_rows(dq + bh * n * s.d, s.d, real_stop(ends, bh, r0, r1), r1);  // unread rows: g is 0 there, so is dq
     });
     // the groups' sums in order, a head a unit
     parallel_units(threads, heads, 1, 1, groups.count * (f * (DV + 2.0) + wt_size),
@@ -1359,7 +1391,7 @@ template <int NV, int ND>
 void keys_backward_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, const float* wt,
                         const float* log_max, const float* g_kv, const float* g_kv_t, const float* g_ksum,
                         int64_t heads, int64_t h, int64_t n, int threads, float* dk, float* dv, const float* kept,
-                        const float* kept_row_max, const float* add_v) {
+                        const float* kept_row_max, const float* add_v, const int64_t* ends) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const double row_cost = 3.0 * (static_cast<double>(s.d) * (s.w == nullptr ? 1 : s.m) + f * (DV + 1));
@@ -1370,8 +1402,11 @@ void keys_backward_impl(const Spec& s, const float* k, const float* v, const uin
             s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
             s.w == nullptr ? nullptr : s.w + hw * s.d * s.m, wt == nullptr ? nullptr : wt + hw * s.m * s.d,
             log_max == nullptr ? 0.0f : log_max[bh], g_kv + bh * f * DV, g_kv_t + bh * DV * f, g_ksum + bh * f,
-            r0, r1, dk + bh * n * s.d, dv + bh * n * DV, kept == nullptr ? nullptr : kept + bh * n * f,
-            kept_row_max == nullptr ? nullptr : kept_row_max + bh * n, add_v == nullptr ? nullptr : add_v + bh * DV);
+            r0, real_stop(ends, bh, r0, r1), dk + bh * n * s.d, dv + bh * n * DV,
+            kept == nullptr ? nullptr : kept + bh * n * f, kept_row_max == nullptr ? nullptr : kept_row_max + bh * n,
+            add_v == nullptr ? nullptr : add_v + bh * DV);
+        zero_rows(dk + bh * n * s.d, s.d, real_stop(ends, bh, r0, r1), r1);  // padding: dk, dv 0
+        zero_rows(dv + bh * n * DV, DV, real_stop(ends, bh, r0, r1), r1);
     });
 }
 
@@ -1443,7 +1478,7 @@ void landmark_queries_backward_impl(const Spec& s, const float* q, const float* 
     std::fill_n(ones.data(), heads * m, 1.0f);
     transpose_heads(kv, heads, m, DV, threads, kv_t.data());
     queries_backward_impl<NV, NV>(s, q, wt, kv, kv_t.data(), ones.data(), nullptr, nullptr, out, g, heads, n, threads,
-                                  eps, dq, g_kv, g_ksum.data(), g_off.data(), nullptr, g_wt, [](int64_t) {});
+                                  eps, dq, g_kv, g_ksum.data(), g_off.data(), nullptr, g_wt, nullptr, [](int64_t) {});
 }
 
 // Backward of attention_impl for d == DV: the query pass's (dq and the gradients of the finished state), the
@@ -1452,8 +1487,11 @@ void landmark_queries_backward_impl(const Spec& s, const float* q, const float* 
 template <int NV>
 void attention_backward_impl(const Spec& s, const float* q, const float* k, const float* v, const uint8_t* real,
                              int64_t heads, int64_t h, int64_t n, int threads, float scale, float offset, float eps,
-                             const float* out, const float* g, const Saved& saved, float* dq, float* dk, float* dv) {
+                             const float* out, const float* g, const Saved& saved, float* dq, float* dk, float* dv,
+                             bool skip_queries) {
     constexpr int DV = 16 * NV;
+    const std::vector<int64_t> ends = real_ends(real, heads, h, n);
+    const int64_t* key_ends = ends.empty() ? nullptr : ends.data();
     const int64_t f = s.kind == TRIG ? 2 * s.m : s.m, dm = static_cast<int64_t>(s.d) * s.m;
     Scratch wt(s.w == nullptr ? 0 : s.heads_w * dm), state_t(heads * DV * f);
     Scratch g_kv(heads * f * DV), g_ksum(heads * f), g_off(heads * (DV + 1));  // cleared by the query pass's merge
@@ -1481,11 +1519,12 @@ void attention_backward_impl(const Spec& s, const float* q, const float* k, cons
     queries_backward_impl<NV, NV>(s, q, wt_or_null, saved.s_kv, state_t.data(), saved.s_ksum,
                                   offset != 0.0f ? saved.off_kv : nullptr, offset != 0.0f ? saved.off_den : nullptr,
                                   out, g, heads, n, threads, eps, dq, g_kv.data(), g_ksum.data(), g_off.data(),
-                                  s.kind == COS2 ? nullptr : saved.phi_q, nullptr, finish);
+                                  s.kind == COS2 ? nullptr : saved.phi_q, nullptr, skip_queries ? key_ends : nullptr,
+                                  finish);
     keys_backward_impl<NV, NV>(s, k, v, real, wt_or_null, saved.log_max, g_kv.data(), state_t.data(), g_ksum.data(),
                                heads, h, n, threads, dk, dv, s.kind == COS2 ? nullptr : saved.phi_k,
                                s.kind == COS2 ? nullptr : saved.row_max_k,
-                               offset != 0.0f ? g_vsum.data() : nullptr);
+                               offset != 0.0f ? g_vsum.data() : nullptr, key_ends);
 }
 
 Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float norm_coef, int unit, float unit_eps,
@@ -1554,7 +1593,7 @@ void dropout_impl(const float* x, int64_t n, uint32_t threshold, float scale, ui
 
 extern "C" {
 
-int attnbench_abi() { return 21; }
+int attnbench_abi() { return 22; }
 
 // the kernels' exp of n floats (a multiple of 16), for the accuracy test
 void attnbench_exp(const float* x, int64_t n, float* out) {
@@ -1586,18 +1625,21 @@ int attnbench_queries(int kind, const float* q, const float* kv, const float* ks
 
 // The whole attention, on `threads` threads (attention_impl): out (heads, n, dv) from q, k (heads, n, d), v (heads,
 // n, dv), features phi = scale (f + offset), guard eps. For training, `saved` (8 pointers, struct Saved's order) gets
-// what attnbench_attention_backward needs; null for none. Returns 0, or -1 for an unsupported value width dv.
+// what attnbench_attention_backward needs; null for none. skip_queries: query rows past each sequence's last real key
+// are never read (the caller packs the outputs), so they are written as 0 (struct real_ends). Returns 0, or -1 for an
+// unsupported value width dv.
 int attnbench_attention(int kind, const float* q, const float* k, const float* v, const uint8_t* real, int64_t heads,
                         int64_t h, int64_t n, int d, int dv, int m, const float* w, int64_t heads_w, float norm_coef,
                         int unit, float unit_eps, float scale, float offset, float eps, int threads, float* out,
-                        float** saved, float floor, float bias, const float* phase) {
+                        float** saved, float floor, float bias, const float* phase, int skip_queries) {
     Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, unit, unit_eps, floor, bias, phase);
     Saved keep;
     if (saved != nullptr)
         keep = Saved{saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[6], saved[7]};
     return by_width(dv, [&](auto nv) {
         using N = decltype(nv);
-        attention_impl<N::value>(s, q, k, v, real, heads, h, n, threads, scale, offset, eps, out, keep);
+        attention_impl<N::value>(s, q, k, v, real, heads, h, n, threads, scale, offset, eps, out, keep,
+                                 skip_queries != 0);
     });
 }
 
@@ -1607,14 +1649,14 @@ int attnbench_attention_backward(int kind, const float* q, const float* k, const
                                  int64_t heads, int64_t h, int64_t n, int d, int dv, int m, const float* w,
                                  int64_t heads_w, float norm_coef, float scale, float offset, float eps, int threads,
                                  const float* out, const float* g, float** saved, float* dq, float* dk, float* dv_out,
-                                 float floor, float bias, const float* phase) {
+                                 float floor, float bias, const float* phase, int skip_queries) {
     if (d != dv) return -1;
     Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, 0, 0.0f, floor, bias, phase);
     const Saved keep{saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[6], saved[7]};
     return by_width(dv, [&](auto nv) {
         using N = decltype(nv);
         attention_backward_impl<N::value>(s, q, k, v, real, heads, h, n, threads, scale, offset, eps, out, g, keep, dq,
-                                          dk, dv_out);
+                                          dk, dv_out, skip_queries != 0);
     });
 }
 
