@@ -511,9 +511,9 @@ def choose_route(feature_map: FeatureMap, q: Tensor, k: Tensor, v: Tensor,
     projection takes gradients (`native.supports_backward`) -> (route, spec for the native routes):
     - causal: "pytorch-causal" (the chunked prefix sums over materialised features);
     - gradients off: "native" where the kernels take the call, else "pytorch-chunked";
-    - gradients on: "native-training" where the kernels and their backward take it (a frozen projection, d == Dv,
-      no input normalising; without a tensor that records gradients the kernels run their forward alone), else
-      "pytorch-factored" (autograd through the factored form).
+    - gradients on: "native-training" where the kernels and their backward take it (d == Dv, no input
+      normalising; a projection taking gradients gets them too; without a tensor that records gradients the
+      kernels run their forward alone), else "pytorch-factored" (autograd through the factored form).
     The kernels themselves choose their team of threads from the work size (`team` in the source)."""
     if causal:
         return "pytorch-causal", None
@@ -535,9 +535,9 @@ def fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, ke
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     real = native.real_rows(key_padding_mask)
     skip = real is not None and getattr(_UNREAD, "on", False)
-    if no_grad_recorded(q, k, v):
+    if no_grad_recorded(q, k, v, *(() if spec.weights is None else (spec.weights,))):
         return native.attention(spec, q, k, v, real, eps, threads, None, skip)
-    return native.Attention.apply(q, k, v, spec, real, eps, threads, skip)
+    return native.Attention.apply(q, k, v, spec.weights, spec, real, eps, threads, skip)
 
 
 _UNREAD = threading.local()

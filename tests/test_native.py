@@ -370,16 +370,49 @@ def test_paper_maps_match_the_pytorch_path_where_the_normaliser_guard_acts(kind)
 
 
 @needs_native
-def test_maps_with_trainable_projections_keep_autograd(monkeypatch):
-    """RFA (learned sigma, normalised inputs) and the Coulomb kernel while its particles take gradients."""
+def test_rfa_keeps_autograd_for_its_learned_scale(monkeypatch):
+    """RFA normalises its inputs and learns sigma: the kernels do not take it with gradients."""
     from harness.registry import build_attention
     monkeypatch.setattr(native.Attention, "apply", lambda *a: pytest.fail("the fused training path ran"))
     q, k, v, mask = _inputs(2, 64, 64)
-    for name in ("rfa", "coulomb"):
-        attn = build_attention(name, num_heads=3, head_dim=64)
-        params = [p for p in attn.parameters() if p.requires_grad]
-        attn(q.requires_grad_(), k, v, mask).sum().backward()
-        assert params and all(p.grad is not None for p in params)
+    attn = build_attention("rfa", num_heads=3, head_dim=64)
+    params = [p for p in attn.parameters() if p.requires_grad]
+    attn(q.requires_grad_(), k, v, mask).sum().backward()
+    assert params and all(p.grad is not None for p in params)
+
+
+@needs_native
+@pytest.mark.parametrize("kind", PAPER_MAPS)
+@pytest.mark.parametrize("heads", [1, 3])
+def test_particles_taking_gradients_get_them_from_the_kernels(kind, heads, monkeypatch):
+    """Phase A: the Coulomb particles (one head's shared by all, or one set per head) take gradients through the
+    fused kernels' backward, which equal autograd through the PyTorch path, on 1 and 2 threads with padding;
+    q takes its gradient too (train_norm_value's route into the layers below)."""
+    from harness.registry import build_attention
+    attn = build_attention("coulomb", num_heads=heads, head_dim=32, feature_map=kind, num_features=32, seed=1)
+    q, k, v, mask = _inputs(7, 150, 32, loud=False)
+    g = torch.randn(q.shape, generator=torch.Generator().manual_seed(4)) * mask[:, None, :, None]
+    calls = []
+    real_apply = native.Attention.apply
+    monkeypatch.setattr(native.Attention, "apply", lambda *a: calls.append(1) or real_apply(*a))
+
+    def grads(off: bool) -> list:
+        attn.zero_grad()
+        qq = q.clone().requires_grad_()
+        with native.turned_off(off):
+            (attn(qq, k, v, mask) * g).sum().backward()
+        return [attn.feature_map.omega.grad.clone(), qq.grad]
+
+    threads = torch.get_num_threads()
+    try:
+        reference = grads(True)
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for got, expected in zip(grads(False), reference):
+                torch.testing.assert_close(got, expected, rtol=1e-4, atol=2e-5 * expected.abs().max().item())
+    finally:
+        torch.set_num_threads(threads)
+    assert len(calls) == 2
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64" or native.library() is None, reason="an x86-64 build check")

@@ -50,7 +50,7 @@ FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "
 KINDS = {"favor": 0, "elu": 1, "trig": 2, "softmaxfeat": 3, "elu-paper": 4, "softplus": 5, "sigmoid2": 6, "cos2": 7}
 PAPER_KINDS = ("softmaxfeat", "elu-paper", "softplus", "sigmoid2", "cos2")  # keys l1-renormalised to sqrt(M)
 VALUE_WIDTHS = (16, 32, 64, 128)
-ABI = 22
+ABI = 23
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -135,7 +135,7 @@ def _declare(lib: ctypes.CDLL) -> None:
                                         f32, i32, p, p, f32, f32, p, i32]
     lib.attnbench_attention_backward.restype = i32
     lib.attnbench_attention_backward.argtypes = [i32, p, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, f32, f32,
-                                                 f32, i32, p, p, p, p, p, p, f32, f32, p, i32]
+                                                 f32, i32, p, p, p, p, p, p, f32, f32, p, i32, p]
     lib.attnbench_queries.restype = i32
     lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i32,
                                       f32, p, p, p, i32, i64]
@@ -648,10 +648,9 @@ class LandmarkQueries(torch.autograd.Function):
 
 def supports_backward(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) -> bool:
     """Whether the fused path with gradients (`fused_linear_attention`) can run: the forward's conditions, no input
-    normalising, d == Dv, and a projection that needs no gradient (fixed random features, a frozen kernel)."""
-    if not supports(spec, q, k, v) or spec.unit_eps is not None or q.shape[-1] != v.shape[-1]:
-        return False
-    return spec.weights is None or not spec.weights.requires_grad
+    normalising and d == Dv. A projection that takes gradients (Coulomb particles in phase A) gets them from the
+    kernels' backward too (`Attention`'s weights input)."""
+    return supports(spec, q, k, v) and spec.unit_eps is None and q.shape[-1] == v.shape[-1]
 
 
 # the backward reads the features the forward kept, instead of recomputing them (a projection and an exp per
@@ -662,13 +661,14 @@ KEEP_FEATURES_BYTES = 64 << 20
 
 
 class Attention(torch.autograd.Function):
-    """(q, k, v) -> `attention` with its fused backward (`attnbench_attention_backward`): the query pass's, the
-    finished state's and the key pass's gradients in one call, dq, dk and dv each written once; the features kept
-    from the forward where they fit in KEEP_FEATURES_BYTES, else recomputed block by block."""
+    """(q, k, v, weights) -> `attention` with its fused backward (`attnbench_attention_backward`): the query pass's,
+    the finished state's and the key pass's gradients in one call, dq, dk and dv each written once, and the
+    projection's (spec.weights, passed again as `weights` so autograd sees it) where it takes one; the features
+    kept from the forward where they fit in KEEP_FEATURES_BYTES, else recomputed block by block."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, spec: NativeSpec, real: Tensor | None, eps: float, threads: int,
-                skip_queries: bool = False):
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, weights: Tensor | None, spec: NativeSpec, real: Tensor | None,
+                eps: float, threads: int, skip_queries: bool = False):
         b, h, n, _ = q.shape
         heads, f, dv = b * h, spec.num_features if spec.weights is not None else q.shape[-1], v.shape[-1]
         keep = 2 * heads * n * f * 4 <= KEEP_FEATURES_BYTES and spec.kind != "cos2"  # cos2's slope needs u
@@ -688,6 +688,7 @@ class Attention(torch.autograd.Function):
         q, k, v, out = ctx.saved_tensors
         spec, (b, h, n, d), w = ctx.spec, q.shape, ctx.spec.weights
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        g_wt = torch.empty(b * h, w.shape[-1], d) if w is not None and ctx.needs_input_grad[3] else None
         g = g.contiguous()  # held here: the kernel reads it through a raw pointer
         _expect("Attention.backward", "the output gradient", g, tuple(out.shape))
         _expect_saved("Attention.backward", spec, ctx.saved, b * h, n, d, v.shape[-1])
@@ -697,5 +698,18 @@ class Attention(torch.autograd.Function):
             w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
             spec.scale, spec.offset, ctx.eps, ctx.threads, out.data_ptr(), g.data_ptr(),
             _pointers(ctx.saved), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), spec.floor, spec.bias, _ptr(spec.phase),
-            int(ctx.skip_queries))
-        return dq, dk, dv, None, None, None, None, None
+            int(ctx.skip_queries), _ptr(g_wt))
+        return dq, dk, dv, None if g_wt is None else _projection_grad(g_wt, w.shape[0], h), None, None, None, None, None
+
+
+def _projection_grad(g_wt: Tensor, heads_w: int, h: int) -> Tensor:
+    """The kernels' per (batch, head) gradient of w^T (B*H, M, d) -> the projection's (heads_w, d, M): summed over
+    the rows that share each projection (the batch, and the heads for one shared head's)."""
+    bh, m, d = g_wt.shape
+    if heads_w == bh:
+        total = g_wt
+    elif heads_w == h:
+        total = g_wt.view(bh // h, h, m, d).sum(dim=0)
+    else:
+        total = g_wt.sum(dim=0, keepdim=True)
+    return total.transpose(1, 2)

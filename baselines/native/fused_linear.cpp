@@ -1286,7 +1286,7 @@ template <int NV, int ND>
 void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, const float* vh, const uint8_t* mask,
                          const float* w, const float* wt, float log_max, const float* g_kv, const float* g_kv_t,
                          const float* g_ksum, int64_t r0, int64_t r1, float* dk, float* dv, const float* kept,
-                         const float* kept_row_max, const float* add_v) {
+                         const float* kept_row_max, const float* add_v, float* g_wt) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const int rows_max = block_rows();
@@ -1334,6 +1334,7 @@ void keys_backward_range(const Spec& s, BackwardBuffers& b, const float* x, cons
         }
         feature_grad(s, phi, b.g_phi.data(), rows, b.g_u.data(), b.u.data(), w);
         input_grad<ND>(s, b.g_u.data(), wt, rows, dk + start * s.d);
+        if (g_wt != nullptr) accumulate<ND>(b.g_u.data(), s.m, rows, x + start * s.d, g_wt, &none);  // g_u^T k
         if (s.kind == FAVOR)  // through the row weight: dw/dk = w (-2 norm_coef k)
             for (int r = 0; r < rows; ++r) {
                 const float a = -2.0f * s.norm_coef * g_w[r] * weight[r];
@@ -1391,23 +1392,34 @@ template <int NV, int ND>
 void keys_backward_impl(const Spec& s, const float* k, const float* v, const uint8_t* real, const float* wt,
                         const float* log_max, const float* g_kv, const float* g_kv_t, const float* g_ksum,
                         int64_t heads, int64_t h, int64_t n, int threads, float* dk, float* dv, const float* kept,
-                        const float* kept_row_max, const float* add_v, const int64_t* ends) {
+                        const float* kept_row_max, const float* add_v, const int64_t* ends, float* g_wt = nullptr) {
     constexpr int DV = 16 * NV;
     const int f = s.kind == TRIG ? 2 * s.m : s.m;
     const double row_cost = 3.0 * (static_cast<double>(s.d) * (s.w == nullptr ? 1 : s.m) + f * (DV + 1));
+    // the projection's gradient (heads, m, d) when asked: per group of rows in its slot, merged in order (Groups)
+    const Groups groups(n);
+    const int64_t wt_size = g_wt == nullptr ? 0 : static_cast<int64_t>(s.m) * s.d;
+    const Slots wt_part(g_wt == nullptr ? 0 : heads * groups.count, wt_size, n == 0);
     ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
-    parallel_units(threads, heads, n, UNIT_ROWS, row_cost, [&](int t, int64_t bh, int64_t r0, int64_t r1) {
+    parallel_units(threads, heads, n, g_wt == nullptr ? UNIT_ROWS : groups.rows, row_cost,
+                   [&](int t, int64_t bh, int64_t r0, int64_t r1) {
         const int64_t hw = bh % s.heads_w;
+        float* wt_slot = g_wt == nullptr ? nullptr : wt_part.clear(groups.slot(bh, r0));
         keys_backward_range<NV, ND>(
             s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
             s.w == nullptr ? nullptr : s.w + hw * s.d * s.m, wt == nullptr ? nullptr : wt + hw * s.m * s.d,
             log_max == nullptr ? 0.0f : log_max[bh], g_kv + bh * f * DV, g_kv_t + bh * DV * f, g_ksum + bh * f,
             r0, real_stop(ends, bh, r0, r1), dk + bh * n * s.d, dv + bh * n * DV,
             kept == nullptr ? nullptr : kept + bh * n * f, kept_row_max == nullptr ? nullptr : kept_row_max + bh * n,
-            add_v == nullptr ? nullptr : add_v + bh * DV);
+            add_v == nullptr ? nullptr : add_v + bh * DV, wt_slot);
         zero_rows(dk + bh * n * s.d, s.d, real_stop(ends, bh, r0, r1), r1);  // padding: dk, dv 0
         zero_rows(dv + bh * n * DV, DV, real_stop(ends, bh, r0, r1), r1);
     });
+    if (g_wt != nullptr)
+        parallel_units(threads, heads, 1, 1, static_cast<double>(groups.count * wt_size),
+                       [&](int, int64_t bh, int64_t, int64_t) {
+            sum_slots(wt_part.data.data(), wt_size, bh * groups.count, groups.count, g_wt + bh * wt_size);
+        });
 }
 
 // Nystromformer's landmark values A (m x DV) = P^T v, P (n x m) the softmax over the keys of each column of u = k w:
@@ -1488,7 +1500,7 @@ template <int NV>
 void attention_backward_impl(const Spec& s, const float* q, const float* k, const float* v, const uint8_t* real,
                              int64_t heads, int64_t h, int64_t n, int threads, float scale, float offset, float eps,
                              const float* out, const float* g, const Saved& saved, float* dq, float* dk, float* dv,
-                             bool skip_queries) {
+                             bool skip_queries, float* g_wt) {
     constexpr int DV = 16 * NV;
     const std::vector<int64_t> ends = real_ends(real, heads, h, n);
     const int64_t* key_ends = ends.empty() ? nullptr : ends.data();
@@ -1519,12 +1531,19 @@ void attention_backward_impl(const Spec& s, const float* q, const float* k, cons
     queries_backward_impl<NV, NV>(s, q, wt_or_null, saved.s_kv, state_t.data(), saved.s_ksum,
                                   offset != 0.0f ? saved.off_kv : nullptr, offset != 0.0f ? saved.off_den : nullptr,
                                   out, g, heads, n, threads, eps, dq, g_kv.data(), g_ksum.data(), g_off.data(),
-                                  s.kind == COS2 ? nullptr : saved.phi_q, nullptr, skip_queries ? key_ends : nullptr,
+                                  s.kind == COS2 ? nullptr : saved.phi_q, g_wt, skip_queries ? key_ends : nullptr,
                                   finish);
+    Scratch g_wt_keys(g_wt == nullptr ? 0 : heads * dm);
     keys_backward_impl<NV, NV>(s, k, v, real, wt_or_null, saved.log_max, g_kv.data(), state_t.data(), g_ksum.data(),
                                heads, h, n, threads, dk, dv, s.kind == COS2 ? nullptr : saved.phi_k,
                                s.kind == COS2 ? nullptr : saved.row_max_k,
-                               offset != 0.0f ? g_vsum.data() : nullptr, key_ends);
+                               offset != 0.0f ? g_vsum.data() : nullptr, key_ends,
+                               g_wt == nullptr ? nullptr : g_wt_keys.data());
+    if (g_wt != nullptr)  // the queries' part plus the keys'
+        parallel_units(threads, heads, 1, 1, static_cast<double>(dm), [&](int, int64_t bh, int64_t, int64_t) {
+            for (int64_t i = 0; i < dm; i += 16)
+                store(g_wt + bh * dm + i, load(g_wt + bh * dm + i) + load(g_wt_keys.data() + bh * dm + i));
+        });
 }
 
 Spec make_spec(int kind, int d, int m, const float* w, int64_t heads_w, float norm_coef, int unit, float unit_eps,
@@ -1593,7 +1612,7 @@ void dropout_impl(const float* x, int64_t n, uint32_t threshold, float scale, ui
 
 extern "C" {
 
-int attnbench_abi() { return 22; }
+int attnbench_abi() { return 23; }
 
 // the kernels' exp of n floats (a multiple of 16), for the accuracy test
 void attnbench_exp(const float* x, int64_t n, float* out) {
@@ -1649,14 +1668,14 @@ int attnbench_attention_backward(int kind, const float* q, const float* k, const
                                  int64_t heads, int64_t h, int64_t n, int d, int dv, int m, const float* w,
                                  int64_t heads_w, float norm_coef, float scale, float offset, float eps, int threads,
                                  const float* out, const float* g, float** saved, float* dq, float* dk, float* dv_out,
-                                 float floor, float bias, const float* phase, int skip_queries) {
+                                 float floor, float bias, const float* phase, int skip_queries, float* g_wt) {
     if (d != dv) return -1;
     Spec s = make_spec(kind, d, m, w, heads_w, norm_coef, 0, 0.0f, floor, bias, phase);
     const Saved keep{saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[6], saved[7]};
     return by_width(dv, [&](auto nv) {
         using N = decltype(nv);
         attention_backward_impl<N::value>(s, q, k, v, real, heads, h, n, threads, scale, offset, eps, out, g, keep, dq,
-                                          dk, dv_out, skip_queries != 0);
+                                          dk, dv_out, skip_queries != 0, g_wt);
     });
 }
 

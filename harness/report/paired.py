@@ -131,7 +131,7 @@ def paired_comparison_table(results: Results) -> Table | None:
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     best["verdict"] = [v in ("a better", "b better", "a higher", "b higher") for v in data["verdict"]]
     notes = ["a − b: mean over the seeds both have of the per-seed difference of the test metric, with its 95% "
-             "Student-t interval (from 2 seeds); 'no detectable difference' where the interval holds 0, else the "
+             "Student-t interval over the seeds (2 or more); 'no detectable difference' where the interval holds 0, else the "
              "better side (direction as each metric declares; for NLL and ECE lower is better). It measures the gap "
              "against the spread from training seeds; where that excludes 0 but p (examples) ≥ 0.05, the verdict "
              "says so (a gap steady across seeds, within the sampling noise of the test set).",

@@ -1,6 +1,6 @@
 """Published numbers beside ours: the suite's `published:` blocks (run.json) against the stored cells.
 
-Per (task, label, metric): our mean over seeds with its 95% t-interval (from 2 seeds), the
+Per (task, label, metric): our mean over seeds with its 95% t-interval (2 seeds or more), the
 published value, ours - theirs, and whether theirs lies inside our interval.
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ def published_table(results: Results) -> Table | None:
         for r in data.itertuples()])
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     sources = sorted({(r["task"], r["source"], r["note"]) for r in rows})
-    notes = ["ours: mean over seeds of the test metric with its 95% Student-t interval (from 2 seeds); theirs: the "
+    notes = ["ours: mean over seeds of the test metric with its 95% Student-t interval over the seeds (2 or more); theirs: the "
              "published value; theirs inside our CI: whether the published value lies in that interval (— with "
              "fewer than 2 seeds)."]
     notes += [f"{task}: {source}" + (f" ({note})" if note else "") for task, source, note in sources]
