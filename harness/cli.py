@@ -167,8 +167,10 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"{name:<14} {suite_description(suites_dir() / f'{name}.yaml')}")
         return 0
     if what == "metrics":
+        import fnmatch
         for name, text in _metric_descriptions().items():
-            print(f"{name:<22} {text}")
+            if fnmatch.fnmatchcase(name, args.pattern):
+                print(f"{name:<22} {text}")
         return 0
     registry = _registry(what)
     if what == "attention" and ":" in args.pattern:
@@ -205,13 +207,14 @@ def _names(kind: str, pattern: str) -> list[str]:
 
 
 def _metric_descriptions() -> dict[str, str]:
-    """The public functions of harness.metrics (what accuracy cells report), with their docstring lines."""
-    import inspect
+    """The declared metrics (harness.metrics.register_metric, built-in and from measurement modules): name or glob ->
+    which way is better and what it is."""
+    from harness.metrics import METRICS, metric_info
 
-    import harness.metrics as metrics
-    return {name: (inspect.getdoc(fn) or "").split("\n")[0]
-            for name, fn in inspect.getmembers(metrics, inspect.isfunction)
-            if fn.__module__ == metrics.__name__ and not name.startswith("_")}
+    metric_info("accuracy")  # loads every measurement module's declarations
+    arrows = {"max": "higher is better", "min": "lower is better", None: "not ranked"}
+    return {info.pattern: f"[{arrows[info.direction]}] {info.description}" for info in
+            sorted(METRICS.values(), key=lambda m: m.pattern)}
 
 
 def _describe(entry: Any, *, show_capabilities: bool) -> str:

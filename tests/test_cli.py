@@ -54,7 +54,11 @@ def test_list_kinds(capsys):
     assert main(["list", "suites"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in suite_names())
-    assert main(["list", "metrics"]) == 0 and "expected_calibration_error" in capsys.readouterr().out
+    assert main(["list", "metrics"]) == 0
+    listed = capsys.readouterr().out
+    assert "ece " in listed and "[lower is better]" in listed and "[higher is better]" in listed
+    assert main(["list", "metrics", "ece*"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["ece", "ece_equal_mass"]
     assert main(["list", "measurements"]) == 0 and "accuracy:" in capsys.readouterr().out
     assert main(["list"]) == 0 and "attention: " in capsys.readouterr().out
     assert main(["list", "atention"]) == 2
