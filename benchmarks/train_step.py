@@ -7,8 +7,8 @@ their longest row).
   grouped by what they belong to (dropout, linear layers, norms, attention, optimiser, ...).
 - `epochs`: one cell per Table 3 row as harness.train runs it (phase A where the row has one, over
   `--phase-a-epochs`; one phase-B epoch with its validation pass; the test pass), all in one run: each row's epoch
-  time and its ratio to softmax, and the Table 3 run (rows x 3 seeds, 10 epochs, 2 of phase A) extrapolated
-  from them (`--attention all`: all 18 rows).
+  time and its ratio to softmax, and the Table 3 run (rows x 3 seeds, 10 epochs, 2.5 of phase A as paper-rt's
+  steps_fraction 0.2) extrapolated from them (`--attention all`: all 18 rows).
 - `compare`: the training step of a baseline tree (a git revision, exported) against the working tree, in two
   worker processes timed in alternated bursts of `--steps` steps (A B, then B A), so both see the same machine.
 
@@ -48,8 +48,9 @@ ATTENTIONS = {"performer": ("performer", {"num_features": 256}),
 PAPER_MAPS = ("favor", "elu", "softplus", "sigmoid2", "softmaxfeat", "cos2", "porf-softplus")
 ATTENTIONS.update({f"vanilla-{kind}": ("random-features", {"feature_map": kind, "num_features": 256})
                    for kind in PAPER_MAPS})
-PHASE_A = {"step": 2.0e-3, "beta": 50.0, "repulsion": 1.0e-3, "grad_clip": 10.0, "radius": 1.5, "tolerance": 1.0e-6,
-           "epochs": 2.0, "batch_size": 64}  # suites/paper.yaml
+PHASE_A = {"objective": "within-class", "step": 2.0e-3, "beta": 50.0, "repulsion": 1.0e-3, "riesz_s": 0.0,
+           "grad_clip": 10.0, "radius": 1.5, "radius_units": "absolute", "tolerance": 1.0e-6, "batch_size": 64,
+           "epochs": 2.5}  # suites/paper-rt.yaml: steps_fraction 0.2 of A + B = 2.5 epochs beside 10 of phase B
 PAPER_EPOCHS, SEEDS = 10, 3
 # operator name fragments -> the part of the step they belong to (first match wins)
 GROUPS = [("optimiser", ("adam", "_foreach", "lerp", "addcdiv", "addcmul", "clip_grad", "norm_", "sqrt")),
@@ -161,18 +162,24 @@ def epochs(labels: list[str], task: Any, phase_a_epochs: float) -> None:
     print(f"one cell per row: phase A over {phase_a_epochs} epochs (scaled to {PHASE_A['epochs']}), one phase-B "
           f"epoch ({math.ceil(len(task['train']) / 64)} steps of 64 and the validation pass) and the test pass; "
           f"{torch.get_num_threads()} threads")
-    print("| row | epoch s | epoch x softmax | phase A s (2 epochs) | cell s (10 epochs) | load average |")
+    print(f"| row | epoch s | epoch x softmax | phase A s ({PHASE_A['epochs']:g} epochs) | cell s (10 epochs) | "
+          f"load average |")
     print("| --- | --- | --- | --- | --- | --- |", flush=True)
-    total, reference = 0.0, math.nan
+    total, reference, cells = 0.0, math.nan, []
     for label in chosen:
         t = cell_seconds(label, rows[label], task, phase_a_epochs)
         reference = t["epoch"] if label == "softmax" else reference
         cell = t["phase_a"] * scale_a + PAPER_EPOCHS * t["epoch"] + t["test"]
         total += cell
+        cells += [cell] * SEEDS
         print(f"| {label} | {t['epoch']:.1f} | {t['epoch'] / reference:.2f} | {t['phase_a'] * scale_a:.1f} | "
               f"{cell:.0f} | {os.getloadavg()[0]:.1f} |", flush=True)
-    print(f"these {len(chosen)} rows x {SEEDS} seeds, one after another: {total * SEEDS / 3600:.2f} h (extrapolated: "
-          f"phase A linear in its epochs, phase B in its epochs)")
+    workers = [0.0] * max(1, os.cpu_count() or 1)
+    for cell in sorted(cells, reverse=True):  # longest first, each to the worker that is free first
+        workers[workers.index(min(workers))] += cell
+    print(f"these {len(chosen)} rows x {SEEDS} seeds, one after another: {total * SEEDS / 3600:.2f} h; on "
+          f"{len(workers)} one-thread workers: {max(workers) / 3600:.2f} h (extrapolated: phase A linear in its "
+          f"epochs, phase B in its epochs; the workers as fast as this one alone)")
 
 
 def worker(attentions: list[str], task: Any) -> None:
