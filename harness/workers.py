@@ -28,15 +28,16 @@ from typing import Any
 from harness.provenance import usable_cores
 from harness.suite import Suite, task_label
 
-# From benchmarks/workers.py (results/benchmarks/workers.txt), 2 busy cores: a worker took 2.7 s from spawn to ready
-# (it imports torch), two at once 6.3 s; compare-quick's cells trained 37,000 tokens/s per core in 1-thread workers,
-# which ran them 8x faster than this process did on 2 threads while another run held the cores.
+# From benchmarks/workers.py (results/benchmarks/workers.txt and earlier runs), on 2 cores of which another run kept
+# about 1 busy: a worker took 2-3 s from spawn to ready (it imports torch), two at once 4-6 s; four compare-quick
+# cells ran 6x faster in two 1-thread workers than in one process on 2 threads (torch's threads wait on each other
+# on a busy machine) and trained ~90,000 tokens/s on one thread.
 SPAWN_SECONDS = 3.0  # one worker process, spawn to ready
-TINY_SECONDS = 12.0  # estimated work under this runs here: two workers' start (6 s) would eat even a 2x gain
-TOKENS_PER_SECOND = 30_000.0  # training tokens per second and core of a small model, rounded down: errs to workers
-FEW_CELLS = 8  # fewer cells than this run here: near break-even for 8 s cells at a 1.5x gain from 2 threads
+TINY_SECONDS = 12.0  # estimated work under this runs here: two workers' start (4-6 s) would eat even a 2x gain
+TOKENS_PER_SECOND = 30_000.0  # in one process: between 2 threads on the busy machine (11,000) and 1 thread (90,000)
+FEW_CELLS = 8  # fewer cells run here: with ~3 s cells, two workers' start outweighs what they save below about 8
 # Peak resident memory of one cell's process: paper-rt (d_model 128, M = 256, length 128) peaked at 1.43 GiB in a
-# worker (VmHWM), compare-quick at 0.62 GiB; the estimate leaves room above the larger.
+# worker (VmHWM), compare-quick at 0.65 GiB; the estimate leaves room above the larger.
 CELL_FOOTPRINT_GIB = 2.0
 # EfficiencyOptions (harness/measurements/efficiency.py) cannot declare measures_time yet: that folder is
 # being changed on another branch. Until the ClassVar lands there, its name stands in for it.
@@ -130,8 +131,8 @@ def timed_measurements(suite: Suite) -> tuple[str, ...]:
     """The suite's measurements that time calls or measure memory (options dataclass: `measures_time = True`)."""
     from harness.measurements import MEASUREMENTS
 
-    return tuple(m["name"] for m in suite.measurements
-                 if getattr(MEASUREMENTS.get(m["name"]).config, "measures_time", False) or m["name"] in UNDECLARED_TIMED)
+    return tuple(m["name"] for m in suite.measurements if m["name"] in UNDECLARED_TIMED
+                 or getattr(MEASUREMENTS.get(m["name"]).config, "measures_time", False))
 
 
 def cell_tokens(suite: Suite, cell: dict[str, Any]) -> float | None:
