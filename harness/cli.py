@@ -70,8 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run folder (default: runs/<suite name>, or runs/<suite>-<timestamp> with --fresh)")
     p.add_argument("--fresh", action="store_true",
                    help="start a new run folder runs/<suite>-<timestamp> instead of resuming; nothing is deleted")
-    p.add_argument("--workers", type=_positive_int, default=None, metavar="N",
-                   help="run cells in N local processes (spawned; each uses cores // N torch threads); "
+    p.add_argument("--workers", type=_workers, default="auto", metavar="auto|N",
+                   help="auto (default): the split of the cores that runs this suite fastest here, printed at "
+                        "the start and recorded in run.json (one cell at a time with all cores for suites that "
+                        "time calls or measure memory, and for small suites; else one process per core); N: cells "
+                        "in N local processes (spawned; each uses cores // N torch threads; 1: this process); "
                         "with --executor ray: concurrent cells on the local Ray instance")
     p.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local processes (default) or Ray tasks (needs pip install 'attnbench[ray]')")
@@ -80,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpus-per-cell", type=_positive_int, default=1, metavar="N",
                    help="Ray: CPUs each cell asks for, and its torch threads (default 1)")
     p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
-                   help="torch threads per cell (default: all cores in this process, cores // N with --workers N, "
-                        "--cpus-per-cell on Ray); CPU results are bit-identical across executors at equal threads")
+                   help="torch threads per cell (default: the split's, cores // workers; --cpus-per-cell on Ray); "
+                        "CPU results are bit-identical across executors at equal threads")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
                    help="where cells run; auto = cuda when available (default cpu)")
     p.add_argument("--filter", action="append", default=[], metavar="PATTERN",
@@ -139,6 +142,20 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def _workers(text: str) -> int | str:
+    """--workers: 'auto' or a positive number of processes."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither auto nor a positive number of processes; "
+                                         f"give --workers auto (the default) or e.g. --workers 2")
     return value
 
 
@@ -285,7 +302,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = RunOptions(device=args.device, workers=args.workers, executor=args.executor, address=args.address,
                          cell_timeout=args.cell_timeout, retry_failed=args.retry_failed,
                          filters=tuple(args.filter), cpus_per_cell=args.cpus_per_cell, threads=args.threads,
-                         command=shlex.join(["attnbench", *sys.argv[1:]]), show_progress=not args.quiet)
+                         command=shlex.join(["attnbench", *sys.argv[1:]]), show_progress=not args.quiet,
+                         announce=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True))
     summary = run_suite(suite, run_dir, options)
     for note in summary.notes:
         print(f"note: {note}", file=sys.stderr)

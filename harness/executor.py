@@ -3,11 +3,13 @@
 Every cell ends as one stored record (ok / failed / skipped); an exception, a NaN loss, running out
 of memory or a time-out fails that cell only, and the suite goes on. Resume is the default: cells
 whose file says ok or skipped are not run again; failed cells are retried unless
-`retry_failed=False`. One process writes a run folder at a time (RUN_DIR/run.lock). Cells run in
-this process (with DEFAULT_CELL_TIMEOUT as a soft limit) unless a time-out is set or workers > 1;
-then each runs in a spawned worker process that is killed when the cell overruns its time. A cell
-whose process died (left in RUN_DIR/in-flight/) is recorded as failed when the next run starts; if
-it is retried, it runs in a process of its own, after the other cells.
+`retry_failed=False`. One process writes a run folder at a time (RUN_DIR/run.lock). How many cells
+run at once, and with how many torch threads, is the split that harness.workers chooses
+(`workers="auto"`) or the options give. Cells run in this process (with DEFAULT_CELL_TIMEOUT as a
+soft limit) unless a time-out is set or the split has more than one worker; then each runs in a
+spawned worker process that is killed when the cell overruns its time. A cell whose process died
+(left in RUN_DIR/in-flight/) is recorded as failed when the next run starts; if it is retried, it
+runs in a process of its own, after the other cells.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +31,7 @@ from harness.progress import ProgressUI
 from harness.provenance import machine_provenance, now, resolve_device
 from harness.store import FINISHED, RunStore, process_alive
 from harness.suite import Suite, cell_name
+from harness.workers import Split, available_gib, choose_split, machine_facts, running_workers, suite_facts
 
 
 @dataclasses.dataclass
@@ -36,16 +39,17 @@ class RunOptions:
     """How to run a suite (the `attnbench run` flags)."""
 
     device: str = "cpu"  # cpu | cuda | auto
-    workers: int | None = None  # local processes (None = 1); Ray: concurrent cells on a local instance
+    workers: int | Literal["auto"] = "auto"  # local processes (auto: harness.workers); Ray: cells at once locally
     executor: Literal["local", "ray"] = "local"
     address: str | None = None  # Ray cluster address; None starts a local instance
     cell_timeout: float | None = None  # seconds; overrides the suite's cell_timeout
     retry_failed: bool = True
     filters: tuple[str, ...] = ()  # glob patterns over cell names; a cell runs if any matches
     cpus_per_cell: int = 1  # Ray: CPUs each cell task asks for (and its torch threads)
-    threads: int | None = None  # torch threads per cell (default: this process's / cores // workers / cpus_per_cell)
+    threads: int | None = None  # torch threads per cell (default: the split's / cpus_per_cell on Ray)
     command: str = ""
     show_progress: bool = True
+    announce: Callable[[str], None] | None = None  # receives the line saying which split runs (local executor)
 
 
 @dataclasses.dataclass
@@ -89,8 +93,10 @@ def select_cells(suite: Suite, filters: tuple[str, ...]) -> list[dict[str, Any]]
 class RunSink:
     """The run's side of every executor: in-flight markers, stored records and the progress display."""
 
-    def __init__(self, store: RunStore, ui: ProgressUI, device: str, command: str):
+    def __init__(self, store: RunStore, ui: ProgressUI, device: str, command: str,
+                 split: dict[str, Any] | None = None):
         self.store, self.ui, self.device, self.command = store, ui, device, command
+        self.split = split  # the split of the cores this sitting runs with, into each record's provenance
         self.running: set[str] = set()
         self.notes: list[str] = []  # rows dropped for bad data, per cell
 
@@ -105,6 +111,8 @@ class RunSink:
         self.ui.update(cell.id, phase, step, total)
 
     def finished(self, cell: Cell, record: dict[str, Any]) -> None:
+        if self.split is not None:
+            record["provenance"]["split"] = self.split
         self.store.write_cell(record)
         dropped = dropped_rows(record)
         if dropped:
@@ -158,18 +166,26 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
         require_ray()  # before anything is written
     cells = [Cell.of(suite, spec) for spec in select_cells(suite, options.filters)]
     planned = [Cell.of(suite, spec).id for spec in suite.cells()]  # the whole suite, also with --filter
+    split = None if options.executor == "ray" else choose_split(
+        suite_facts(suite), machine_facts(), workers=None if options.workers == "auto" else options.workers,
+        threads=options.threads, device=device)
     store = RunStore(run_dir)
     store.check_writable()
     store.refuse_other_suite(suite.name)
     try:
         with store.claim(options.command) as previous, _sigterm_as_interrupt():
             notes = [] if previous is None else [_taken_over(previous)]
-            notes += store.open(suite.as_dict(), planned,
-                                machine_provenance(device if device != "auto" else "cpu", options.command))
+            provenance = machine_provenance(device if device != "auto" else "cpu", options.command)
+            if split is not None:
+                provenance["split"] = split.provenance()
+            notes += store.open(suite.as_dict(), planned, provenance)
             notes += _record_deaths(store, device)
             keep = FINISHED if options.retry_failed else FINISHED + ("failed",)
             todo = [c for c in cells if store.status(c.id) not in keep]
-            ran, data_notes = _run_cells(todo, len(cells), suite, store, device, options)
+            running = 1 if split is None else running_workers(split, len(todo), available_gib())
+            if split is not None and todo and options.announce is not None:
+                options.announce(split.line(running))
+            ran, data_notes = _run_cells(todo, len(cells), suite, store, device, options, split, running)
             notes += data_notes
     except OSError as err:  # a folder that became unwritable, a full disk
         raise UserError(f"cannot write the run folder {run_dir}: {err.strerror or err} ({err.filename}); "
@@ -187,28 +203,30 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
                       foreign, notes)
 
 
-def _run_cells(todo: list[Cell], selected: int, suite: Suite, store: RunStore, device: str,
-               options: RunOptions) -> tuple[int, list[str]]:
-    """Run `todo` with the executor the options ask for (cells whose process died before run last, alone);
-    (how many ran, notes on data the cells dropped)."""
+def _run_cells(todo: list[Cell], selected: int, suite: Suite, store: RunStore, device: str, options: RunOptions,
+               split: Split | None, running: int) -> tuple[int, list[str]]:
+    """Run `todo` with the executor the options ask for, local ones in `split` with `running` processes (cells
+    whose process died before run last, alone); (how many ran, notes on data the cells dropped)."""
     explicit = options.cell_timeout if options.cell_timeout is not None else suite.cell_timeout
     timeout = DEFAULT_CELL_TIMEOUT if explicit is None else explicit
     ui = ProgressUI(suite.name, total=selected, done=selected - len(todo), enabled=options.show_progress,
                     log_path=store.log_path)
-    sink = RunSink(store, ui, device, options.command)
+    sink = RunSink(store, ui, device, options.command,
+                   None if split is None else {**split.provenance(), "running": running})
     executor: Executor
-    if options.executor == "ray":
+    if split is None:
         from harness.ray_executor import RayExecutor
-        executor = RayExecutor(options.device, options.command, options.address, options.workers,
+        executor = RayExecutor(options.device, options.command, options.address,
+                               None if options.workers == "auto" else options.workers,
                                options.cpus_per_cell, options.threads, timeout)
         batches = [(executor, todo)]
     else:
         from harness.worker_executor import WorkerExecutor
-        isolated = WorkerExecutor(device, options.command, options.workers or 1, options.threads, timeout)
-        if (options.workers or 1) > 1 or explicit is not None:
+        isolated = WorkerExecutor(device, options.command, running, split.threads, timeout)
+        if split.workers > 1 or explicit is not None:
             batches = [(isolated, todo)]
         else:
-            here = InProcessExecutor(device, options.command, options.threads, timeout)
+            here = InProcessExecutor(device, options.command, split.threads, timeout)
             died = {c.id for c in todo if died_before(store.read_cell(c.id))}
             batches = [(here, [c for c in todo if c.id not in died]), (isolated, [c for c in todo if c.id in died])]
     with ui:

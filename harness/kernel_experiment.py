@@ -43,6 +43,7 @@ class KernelExperimentConfig:
 
     uses_task: ClassVar[bool] = False  # a tabular experiment: run once per seed, not per task or attention
     uses_attention: ClassVar[bool] = False
+    measures_time: ClassVar[bool] = True  # the runtime sweep (Table 6): run alone with all cores (harness.workers)
 
     num_samples: int = option(400, "rows n of the design (paper: 400)")
     num_inputs: int = option(5, "columns p of the design (paper: p >= 5, default 5)")

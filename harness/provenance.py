@@ -61,6 +61,11 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one, else all)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def package_versions() -> dict[str, str | None]:
     """Installed versions of the packages results may depend on (None = not installed)."""
     versions: dict[str, str | None] = {}

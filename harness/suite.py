@@ -25,7 +25,8 @@ Measurements declare what they depend on with class attributes of their options 
 one with `uses_task = False` (efficiency, kernel) gets the task {"name": "none"} and is expanded
 once, not per task; `uses_seed = False` (efficiency) runs with the first seed only;
 `uses_attention = False` (kernel, a tabular experiment) gets the attention {"name": "none"} and
-runs once, not per attention.
+runs once, not per attention. One with `measures_time = True` (kernel; default False) times calls
+or measures memory: `attnbench run --workers auto` then runs the suite one cell at a time (harness.workers).
 """
 from __future__ import annotations
 

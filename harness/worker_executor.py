@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cell import PROCESS_DIED, Cell, CellSink, output_to
-from harness.provenance import now
+from harness.provenance import now, usable_cores
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, threads: int) -> None:
@@ -59,7 +59,7 @@ class _Worker:
 
 @dataclasses.dataclass
 class WorkerExecutor:
-    """Cells in `workers` spawned processes with `threads` torch threads each (None: cores // workers),
+    """Cells in `workers` spawned processes with `threads` torch threads each (None: usable cores // workers),
     each killed when its cell runs past `timeout` seconds."""
 
     device: str
@@ -72,7 +72,8 @@ class WorkerExecutor:
         """Run `cells` in the worker processes; each ends in `sink.finished`."""
         ctx = multiprocessing.get_context("spawn")
         n = max(1, min(self.workers, len(cells)))
-        threads = self.threads or max(1, (os.cpu_count() or 1) // n)
+        # cores // workers, not // n: the same threads however many cells are left (bit-identical CPU results)
+        threads = self.threads or max(1, usable_cores() // max(1, self.workers))
 
         def spawn() -> _Worker:
             parent, child = ctx.Pipe()
