@@ -39,9 +39,6 @@ FEW_CELLS = 8  # fewer cells run here: with ~3 s cells, two workers' start outwe
 # Peak resident memory of one cell's process: paper-rt (d_model 128, M = 256, length 128) peaked at 1.43 GiB in a
 # worker (VmHWM), compare-quick at 0.65 GiB; the estimate leaves room above the larger.
 CELL_FOOTPRINT_GIB = 2.0
-# EfficiencyOptions (harness/measurements/efficiency.py) cannot declare measures_time yet: that folder is
-# being changed on another branch. Until the ClassVar lands there, its name stands in for it.
-UNDECLARED_TIMED = frozenset({"efficiency"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,8 +128,8 @@ def timed_measurements(suite: Suite) -> tuple[str, ...]:
     """The suite's measurements that time calls or measure memory (options dataclass: `measures_time = True`)."""
     from harness.measurements import MEASUREMENTS
 
-    return tuple(m["name"] for m in suite.measurements if m["name"] in UNDECLARED_TIMED
-                 or getattr(MEASUREMENTS.get(m["name"]).config, "measures_time", False))
+    return tuple(m["name"] for m in suite.measurements
+                 if getattr(MEASUREMENTS.get(m["name"]).config, "measures_time", False))
 
 
 def cell_tokens(suite: Suite, cell: dict[str, Any]) -> float | None:

@@ -48,6 +48,7 @@ class EfficiencyOptions:
 
     uses_task: ClassVar[bool] = False  # suites expand it once per attention (harness.suite)
     uses_seed: ClassVar[bool] = False
+    measures_time: ClassVar[bool] = True  # timed calls: run alone with all cores (harness.workers)
 
     seq_lens: list[int] = option([256, 1024, 4096], "sequence lengths N")
     batch_sizes: list[int] = option([1], "batch sizes B")
