@@ -1403,17 +1403,17 @@ void keys_backward_impl(const Spec& s, const float* k, const float* v, const uin
     ThreadBuffers<BackwardBuffers> bufs(threads, s, DV);
     parallel_units(threads, heads, n, g_wt == nullptr ? UNIT_ROWS : groups.rows, row_cost,
                    [&](int t, int64_t bh, int64_t r0, int64_t r1) {
-        const int64_t hw = bh % s.heads_w;
+        const int64_t hw = bh % s.heads_w, stop = real_stop(ends, bh, r0, r1);
         float* wt_slot = g_wt == nullptr ? nullptr : wt_part.clear(groups.slot(bh, r0));
         keys_backward_range<NV, ND>(
             s, bufs[t], k + bh * n * s.d, v + bh * n * DV, real == nullptr ? nullptr : real + (bh / h) * n,
             s.w == nullptr ? nullptr : s.w + hw * s.d * s.m, wt == nullptr ? nullptr : wt + hw * s.m * s.d,
             log_max == nullptr ? 0.0f : log_max[bh], g_kv + bh * f * DV, g_kv_t + bh * DV * f, g_ksum + bh * f,
-            r0, real_stop(ends, bh, r0, r1), dk + bh * n * s.d, dv + bh * n * DV,
+            r0, stop, dk + bh * n * s.d, dv + bh * n * DV,
             kept == nullptr ? nullptr : kept + bh * n * f, kept_row_max == nullptr ? nullptr : kept_row_max + bh * n,
             add_v == nullptr ? nullptr : add_v + bh * DV, wt_slot);
-        zero_rows(dk + bh * n * s.d, s.d, real_stop(ends, bh, r0, r1), r1);  // padding: dk, dv 0
-        zero_rows(dv + bh * n * DV, DV, real_stop(ends, bh, r0, r1), r1);
+        zero_rows(dk + bh * n * s.d, s.d, stop, r1);  // padding: dk, dv 0
+        zero_rows(dv + bh * n * DV, DV, stop, r1);
     });
     if (g_wt != nullptr)
         parallel_units(threads, heads, 1, 1, static_cast<double>(groups.count * wt_size),
