@@ -134,6 +134,15 @@ def test_published_table_arithmetic(tmp_path: Path) -> None:
     assert data["inside"].tolist() == [False, True]  # 0.66 < 0.72 - 0.0497 < 0.73 < 0.72 + 0.0497
 
 
+def test_published_value_without_our_run_keeps_its_label(tmp_path: Path) -> None:
+    write_cell(tmp_path, label="softmax", attention="softmax", task="rt", seed=0, metrics={"accuracy": 0.7})
+    _plan(tmp_path, published=[{"source": "Table 3", "task": "rt", "note": "",
+                                "values": {"softmax": {"accuracy": 0.68}, "performer": {"accuracy": 0.66}}}])
+    data = published_table(load_runs([tmp_path])).data.set_index("label")
+    assert list(data.index) == ["softmax", "performer"]  # not "performer [run]": no run holds it yet
+    assert data.loc["performer", "seeds"] == 0 and math.isnan(data.loc["performer", "ours_mean"])
+
+
 def test_best_trial_picks_the_validation_best_among_complete_trials() -> None:
     assert best_trial({0: [0.70, 0.72], 1: [0.75, 0.73], 2: [0.74, 0.74]}, "max", 2) == 1
     assert best_trial({0: [0.70, 0.72], 1: [0.75, 0.73], 2: [0.74, 0.74]}, "min", 2) == 0
@@ -158,6 +167,18 @@ def test_sweep_keeps_each_labels_validation_best_trial(tmp_path: Path) -> None:
     sweep = sweep_table(results.sweep)
     assert dict(zip(sweep.data["label"], sweep.data["chosen_lr"])) == {"a": 3e-3, "b": 1e-3}
     assert "Equal budget: every label had 2 trials." in sweep.notes
+
+
+def test_sweep_runner_up_is_among_the_trials_that_competed(tmp_path: Path) -> None:
+    # trial 0 has both seeds (0.70); trial 1 only one, and a higher score (0.90): it neither wins nor is runner-up
+    for trial, seeds, val in ((0, (0, 1), 0.70), (1, (0,), 0.90), (2, (0, 1), 0.60)):
+        for seed in seeds:
+            write_cell(tmp_path, label="a", attention="softmax", task="rt", seed=seed, metrics={"accuracy": 0.5},
+                       details={"validation": {"accuracy": val}},
+                       sweep={"trial": trial, "values": {"lr": 10.0 ** -trial}, "metric": "accuracy"})
+    sweep = sweep_table(load_runs([tmp_path]).sweep)
+    assert sweep.data["chosen_trial"].tolist() == [0] and sweep.data["complete_trials"].tolist() == [2]
+    assert sweep.text["runner-up"].tolist() == ["0.600"]
 
 
 def test_references_are_marked_and_not_ranked(tmp_path: Path) -> None:

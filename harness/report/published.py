@@ -23,7 +23,8 @@ def published_rows(results: Results) -> list[dict[str, Any]]:
         cells = frame[frame["run"] == run.tag]
         for block in run.config.get("published") or []:
             for label, metrics in block["values"].items():
-                shown = label if label in set(cells["label"]) else f"{label} [{run.tag}]"
+                tagged = f"{label} [{run.tag}]"  # load_runs tags a label that several runs share
+                shown = tagged if tagged in set(cells["label"]) else label
                 part = cells[(cells["task"] == block["task"]) & (cells["label"] == shown)]
                 for metric, theirs in metrics.items():
                     ours = summarize([c.get(metric) for c in part["metrics"] if metric in c], interval_from=2)

@@ -56,13 +56,14 @@ def select_trials(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | Non
         seeds = int(part["seed"].nunique())
         scores = {int(t): [s for s in g["score"] if math.isfinite(s)] for t, g in part.groupby("trial")}
         chosen = best_trial(scores, direction, seeds)
+        complete = any(len(s) == seeds for s in scores.values())
         drop += list(part.loc[part["trial"] != chosen, "index"])
         for t, g in part.groupby("trial"):
             s = summarize(scores[int(t)])
             summary.append({"run": run, "task": task, "label": label, "trial": int(t), "metric": metric,
                             "direction": direction, "values": g["values"].iloc[0], "validation_mean": s["mean"],
                             "validation_std": s["std"], "seeds_ok": s["n"], "seeds": seeds,
-                            "chosen": int(t) == chosen})
+                            "competed": s["n"] == seeds or not complete, "chosen": int(t) == chosen})
     return cells.drop(index=drop).reset_index(drop=True), pd.DataFrame(summary)
 
 
@@ -102,8 +103,8 @@ def sweep_table(summary: pd.DataFrame | None) -> Table | None:
 
 
 def _runner_up(part: pd.DataFrame) -> str:
-    """The best validation mean among the trials not chosen (what the choice won by)."""
-    others = part[~part["chosen"]]["validation_mean"].dropna()
+    """The best validation mean among the other trials that competed (what the choice won by)."""
+    others = part[~part["chosen"] & part["competed"]]["validation_mean"].dropna()
     if others.empty:
         return "—"
     direction = part["direction"].iloc[0]
