@@ -29,8 +29,9 @@ from harness.cell import DEFAULT_CELL_TIMEOUT, PROCESS_DIED, Cell, CellSink, Exe
 from harness.errors import UserError
 from harness.progress import ProgressUI
 from harness.provenance import machine_provenance, now, resolve_device
-from harness.store import FINISHED, RunStore, process_alive
+from harness.store import FINISHED, RunStore, cell_id, process_alive
 from harness.suite import Suite, cell_name
+from harness.suite_keys import chosen_trials
 from harness.workers import Split, available_gib, choose_split, machine_facts, running_workers, suite_facts
 
 
@@ -77,9 +78,10 @@ class RunSummary:
                 f"in {self.seconds:.1f} s -> {self.run_dir}")
 
 
-def select_cells(suite: Suite, filters: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The suite's cells whose name matches any of the glob `filters` (all if none)."""
-    cells = suite.cells()
+def select_cells(suite: Suite, filters: tuple[str, ...],
+                 cells: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The suite's cells (or `cells`) whose name matches any of the glob `filters` (all if none)."""
+    cells = suite.cells() if cells is None else cells
     if not filters:
         return cells
     chosen = [c for c in cells if any(fnmatch.fnmatchcase(cell_name(c), p) for p in filters)]
@@ -164,12 +166,11 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
     if options.executor == "ray":
         from harness.ray_executor import require_ray
         require_ray()  # before anything is written
-    cells = [Cell.of(suite, spec) for spec in select_cells(suite, options.filters)]
-    planned = [Cell.of(suite, spec).id for spec in suite.cells()]  # the whole suite, also with --filter
+    store = RunStore(run_dir)
+    cells, planned = plan_cells(suite, store, options.filters)
     split = None if options.executor == "ray" else choose_split(
         suite_facts(suite), machine_facts(), workers=None if options.workers == "auto" else options.workers,
         threads=options.threads, device=device)
-    store = RunStore(run_dir)
     store.check_writable()
     store.refuse_other_suite(suite.name)
     try:
@@ -181,12 +182,19 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
             notes += store.open(suite.as_dict(), planned, provenance)
             notes += _record_deaths(store, device)
             keep = FINISHED if options.retry_failed else FINISHED + ("failed",)
-            todo = [c for c in cells if store.status(c.id) not in keep]
-            running = 1 if split is None else running_workers(split, len(todo), available_gib())
-            if split is not None and todo and options.announce is not None:
-                options.announce(split.line(running))
-            ran, data_notes = _run_cells(todo, len(cells), suite, store, device, options, split, running)
-            notes += data_notes
+            ran, tried = 0, set()
+            while True:  # once, or again for the cells a sweep's selection seeds have just chosen
+                todo = [c for c in cells if c.id not in tried and store.status(c.id) not in keep]
+                running = 1 if split is None else running_workers(split, len(todo), available_gib())
+                if split is not None and todo and options.announce is not None:
+                    options.announce(split.line(running))
+                ran_now, data_notes = _run_cells(todo, len(cells), suite, store, device, options, split, running)
+                ran, tried, notes = ran + ran_now, tried | {c.id for c in todo}, notes + data_notes
+                cells, replanned = plan_cells(suite, store, options.filters)
+                if set(replanned) == set(planned):
+                    break
+                planned = replanned
+                store.update_plan(planned)
     except OSError as err:  # a folder that became unwritable, a full disk
         raise UserError(f"cannot write the run folder {run_dir}: {err.strerror or err} ({err.filename}); "
                         f"finished cells are kept; free space or fix permissions and rerun") from None
@@ -201,6 +209,16 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
     foreign = len({p.stem for p in store.cells_dir.glob("*.json")} - set(planned))
     return RunSummary(run_dir, len(cells), ran, len(cells) - ran, counts, failures, time.perf_counter() - start,
                       foreign, notes)
+
+
+def plan_cells(suite: Suite, store: RunStore, filters: tuple[str, ...]) -> tuple[list[Cell], list[str]]:
+    """(the selected cells, the ids of the whole plan, also with --filter): with a sweep's `select_seeds`,
+    the other seeds' cells of each label whose trials at those seeds have finished, on its chosen trial."""
+    specs = suite.cells()
+    if "select_seeds" in suite.comparison_keys.get("sweep", {}):
+        records = {cell_id(c): store.read_cell(cell_id(c)) for c in specs if "sweep" in c}
+        specs = suite.cells(chosen_trials(specs, records, suite.comparison_keys))
+    return [Cell.of(suite, s) for s in select_cells(suite, filters, specs)], [cell_id(s) for s in specs]
 
 
 def _run_cells(todo: list[Cell], selected: int, suite: Suite, store: RunStore, device: str, options: RunOptions,

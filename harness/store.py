@@ -213,6 +213,14 @@ class RunStore:
         write_json_atomic(path, info)
         return notes
 
+    def update_plan(self, cell_ids: list[str]) -> None:
+        """Record a plan that grew while running (a sweep's chosen trials at the other seeds) in run.json."""
+        path = self.run_dir / "run.json"
+        info = json.loads(path.read_text())
+        info["cell_ids"] = cell_ids
+        info["updated"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        write_json_atomic(path, info)
+
     def _set_aside(self, path: Path, problem: str, then: str) -> str:
         """Move an unreadable file to RUN_DIR/unreadable/ (never delete it); one line saying so."""
         self.unreadable_dir.mkdir(exist_ok=True)

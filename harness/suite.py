@@ -166,8 +166,9 @@ class Suite:
                 "cell_timeout": self.cell_timeout, "exclude": self.exclude, "resolved": self.resolved,
                 **self.comparison_keys}
 
-    def cells(self) -> list[dict[str, Any]]:
-        """Every cell of the suite, in a stable order (measurement, task, attention, seed)."""
+    def cells(self, chosen: dict[tuple[str, str], int] | None = None) -> list[dict[str, Any]]:
+        """Every cell of the suite, in a stable order (measurement, task, attention, seed); with a sweep's
+        `select_seeds`, the other seeds' cells of the labels whose trial is `chosen` (suite_keys.chosen_trials)."""
         cells = []
         for measurement in self.measurements:
             tasks = [NO_TASK] if measurement["name"] in self.task_free else self.tasks
@@ -181,7 +182,7 @@ class Suite:
                         cell = {"suite": self.name, "task": _copy(task), "attention": _copy(spec),
                                 "seed": seed, "model": _copy(model), "training": _copy(self.training),
                                 "measurement": _copy(measurement)}
-                        cells += [c for c in sweep_trials(cell, self.comparison_keys)
+                        cells += [c for c in sweep_trials(cell, self.comparison_keys, chosen)
                                   if not any(fnmatch.fnmatchcase(cell_name(c), p) for p in self.exclude)]
         return cells
 
@@ -258,7 +259,7 @@ class _Validator:
             resolved=self.resolved, task_free=task_free, seed_free=independent["uses_seed"],
             attention_free=independent["uses_attention"])
         suite.comparison_keys = validate_comparison_keys(raw, self, [a["label"] for a in suite.attentions],
-                                                         [task_label(t) for t in suite.tasks])
+                                                         [task_label(t) for t in suite.tasks], suite.seeds)
         if not suite.cells():
             raise self.error("exclude", "the exclude patterns leave no cells to run")
         return suite

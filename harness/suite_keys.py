@@ -17,6 +17,9 @@ and `sweep_trials`.
       grid: {lr: [2.0e-4, 1.0e-3], epochs: [10, 20], weight_decay: [0.01], dropout: [0.1, 0.3]}
       budget: 4                            # optional: that many grid points, drawn once with `seed`
       seed: 0
+      select_seeds: [0]                    # optional: trials run at these seeds only; each label's chosen
+                                           # trial then trains at the suite's other seeds (default: every
+                                           # trial at every seed, chosen on the mean over all of them)
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from harness.errors import ConfigError, UserError
 
 COMPARISON_KEYS = ("references", "comparisons", "published", "sweep")
 REFERENCE = "reference"  # the attention name of reference-model cells (harness.references), read by the report
-SWEEP_KEYS = ("metric", "grid", "budget", "seed")
+SWEEP_KEYS = ("metric", "grid", "budget", "seed", "select_seeds")
 PUBLISHED_KEYS = ("source", "task", "note", "values")
 
 
@@ -46,7 +49,7 @@ class Checker(Protocol):
 
 
 def validate_comparison_keys(raw: dict[str, Any], v: Checker, labels: list[str],
-                             tasks: list[str]) -> dict[str, Any]:
+                             tasks: list[str], seeds: list[int] | None = None) -> dict[str, Any]:
     """The normalised references / comparisons / published / sweep of a raw suite (absent keys left out)."""
     out: dict[str, Any] = {}
     if "references" in raw:
@@ -57,7 +60,7 @@ def validate_comparison_keys(raw: dict[str, Any], v: Checker, labels: list[str],
     if "published" in raw:
         out["published"] = _published(raw["published"], v, known, tasks)
     if "sweep" in raw:
-        out["sweep"] = _sweep(raw["sweep"], v)
+        out["sweep"] = _sweep(raw["sweep"], v, seeds)
     return out
 
 
@@ -132,7 +135,7 @@ def _published(value: Any, v: Checker, labels: list[str], tasks: list[str]) -> l
     return out
 
 
-def _sweep(value: Any, v: Checker) -> dict[str, Any]:
+def _sweep(value: Any, v: Checker, seeds: list[int] | None = None) -> dict[str, Any]:
     from harness.metrics import metric_direction
 
     sweep = v.mapping(value, "sweep")
@@ -155,8 +158,23 @@ def _sweep(value: Any, v: Checker) -> dict[str, Any]:
     if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= len(points):
         raise v.error("sweep.budget", f"is {budget!r}; give an integer from 1 to the grid's {len(points)} points")
     chosen = sorted(np.random.default_rng(seed).choice(len(points), size=budget, replace=False).tolist())
-    return {"metric": metric, "grid": {k: list(vals) for k, vals in grid.items()}, "budget": budget, "seed": seed,
-            "trials": [trials[j] for j in chosen]}
+    out = {"metric": metric, "grid": {k: list(vals) for k, vals in grid.items()}, "budget": budget, "seed": seed,
+           "trials": [trials[j] for j in chosen]}
+    if "select_seeds" in sweep:  # absent: every trial at every seed (and run.json as before)
+        out["select_seeds"] = _select_seeds(sweep["select_seeds"], v, seeds)
+    return out
+
+
+def _select_seeds(value: Any, v: Checker, seeds: list[int] | None) -> list[int]:
+    """The seeds the trials run at: a non-empty list of distinct seeds of the suite."""
+    picked = v.list(value, "sweep.select_seeds")
+    if not picked or any(isinstance(s, bool) or not isinstance(s, int) for s in picked) or len(set(picked)) < len(picked):
+        raise v.error("sweep.select_seeds", f"is {value!r}; give distinct integer seeds of the suite, e.g. [0]")
+    unknown = [s for s in picked if seeds is not None and s not in seeds]
+    if unknown:
+        raise v.error("sweep.select_seeds", f"{unknown} are not among the suite's seeds {seeds}; "
+                                            "select on seeds the suite runs")
+    return list(picked)
 
 
 def _trial(point: dict[str, Any], v: Checker, path: str) -> dict[str, Any]:
@@ -197,14 +215,68 @@ def _is_text_task(name: str) -> bool:
     return issubclass(TASKS.get(name).config, TextTaskConfig)
 
 
-def sweep_trials(cell: dict[str, Any], extras: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cell once per sweep trial (training and model overrides, and cell['sweep']); references are not swept."""
+def sweep_trials(cell: dict[str, Any], extras: dict[str, Any],
+                 chosen: dict[tuple[str, str], int] | None = None) -> list[dict[str, Any]]:
+    """The cell once per sweep trial (training and model overrides, and cell['sweep']); references are not swept.
+    With `select_seeds`, a cell at another seed is the (task label, attention label)'s `chosen` trial only,
+    and none while that label's choice is not known."""
     sweep = extras.get("sweep")
     if not sweep or cell["attention"]["name"] == REFERENCE or cell["measurement"]["name"] != "accuracy":
         return [cell]
     out = []
     for i, trial in enumerate(sweep["trials"]):
+        if not selects_at(sweep, cell["seed"]) and (chosen or {}).get(sweep_group(cell)) != i:
+            continue
         out.append({**cell, "training": {**cell["training"], **trial["training"]},
                     "model": {**cell["model"], **trial["model"]},
                     "sweep": {"trial": i, "values": trial["values"], "metric": sweep["metric"]}})
     return out
+
+
+def selects_at(sweep: dict[str, Any], seed: int) -> bool:
+    """Whether every trial runs at `seed` (a selection seed, or every seed without `select_seeds`)."""
+    return "select_seeds" not in sweep or seed in sweep["select_seeds"]
+
+
+def sweep_group(cell: dict[str, Any]) -> tuple[str, str]:
+    """The (task label, attention label) a trial is chosen for."""
+    return (cell["task"].get("label") or cell["task"]["name"], cell["attention"]["label"])
+
+
+def best_trial(scores: dict[int, list[float]], direction: str, seeds: int) -> int | None:
+    """The trial whose validation scores (one per seed) have the best mean; only trials with `seeds` scores
+    compete, unless none has them all; ties go to the earlier trial; None without any score."""
+    complete = {t: s for t, s in scores.items() if len(s) == seeds} or scores
+    means = {t: float(np.mean(s)) for t, s in complete.items() if s}
+    if not means:
+        return None
+    best = max(means.values()) if direction == "max" else min(means.values())
+    return min(t for t, m in means.items() if m == best)
+
+
+def chosen_trials(cells: list[dict[str, Any]], records: dict[str, dict[str, Any] | None],
+                  extras: dict[str, Any]) -> dict[tuple[str, str], int]:
+    """Per (task label, attention label): the trial chosen on the selection seeds' validation metric, once
+    every trial cell at those seeds has finished (`records`: cell id -> stored record or None)."""
+    from harness.metrics import metric_direction
+    from harness.store import FINISHED, cell_id
+
+    sweep = extras.get("sweep")
+    if not sweep or "select_seeds" not in sweep:
+        return {}
+    groups: dict[tuple[str, str], dict[int, list[float]]] = {}
+    waiting = set()
+    for cell in cells:
+        if "sweep" not in cell or not selects_at(sweep, cell["seed"]):
+            continue
+        group, record = sweep_group(cell), records.get(cell_id(cell))
+        scores = groups.setdefault(group, {}).setdefault(cell["sweep"]["trial"], [])
+        if record is None or record.get("status") not in FINISHED + ("failed",):
+            waiting.add(group)
+            continue
+        value = ((record.get("details") or {}).get("validation") or {}).get(sweep["metric"])
+        if record["status"] == "ok" and isinstance(value, (int, float)) and math.isfinite(value):
+            scores.append(float(value))
+    direction = metric_direction(sweep["metric"]) or "max"
+    chosen = {g: best_trial(s, direction, len(sweep["select_seeds"])) for g, s in groups.items() if g not in waiting}
+    return {g: t for g, t in chosen.items() if t is not None}

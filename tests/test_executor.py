@@ -262,3 +262,28 @@ def test_in_process_cells_have_a_default_time_limit(tmp_path, monkeypatch):
     (record,) = RunStore(tmp_path / "run").records()
     assert time.perf_counter() - start < 20 and summary.exit_code == 1
     assert record["reason"] == "time-out: the cell ran past its time limit of 1 s"
+
+
+def test_a_sweep_on_selection_seeds_runs_the_chosen_trial_at_the_other_seeds(tmp_path):
+    from harness.report.load import load_runs
+
+    task = {"name": "nonlinear_tokens", "options": {"num_train": 96, "num_validation": 32, "num_test": 48,
+                                                    "min_length": 4, "max_length": 16, "num_tokens": 16}}
+    sweep = {"metric": "accuracy", "grid": {"lr": [1e-5, 1e-3, 3e-2]}, "select_seeds": [0]}
+    path = suite_file(tmp_path, ["softmax", "elu-linear"], ["accuracy"], seeds=(0, 1, 2), tasks=[task], sweep=sweep)
+    summary = run_suite(load_suite(str(path)), tmp_path / "run", RunOptions(show_progress=False, workers=1))
+    assert summary.exit_code == 0 and summary.ran == summary.selected == 2 * (3 + 2)
+    by_label: dict[str, dict[int, dict[int, dict]]] = {}
+    for r in RunStore(tmp_path / "run").records():
+        by_label.setdefault(r["label"], {}).setdefault(r["cell"]["seed"], {})[r["cell"]["sweep"]["trial"]] = r
+    for label, seeds in by_label.items():
+        assert set(seeds[0]) == {0, 1, 2}  # every trial at the selection seed
+        val = {t: r["details"]["validation"]["accuracy"] for t, r in seeds[0].items()}
+        best = min(t for t in val if val[t] == max(val.values()))  # the validation best, the earlier on ties
+        assert set(seeds[1]) == set(seeds[2]) == {best}, (label, val)
+    plan = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert sorted(plan["cell_ids"]) == sorted(r["cell_id"] for r in RunStore(tmp_path / "run").records())
+    again = run_suite(load_suite(str(path)), tmp_path / "run", RunOptions(show_progress=False, workers=1))
+    assert again.ran == 0 and again.resumed == 10
+    kept = load_runs([tmp_path / "run"]).cells
+    assert sorted(kept.groupby("label")["seed"].apply(sorted).tolist()) == [[0, 1, 2], [0, 1, 2]]

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from harness.errors import UserError
+from harness.store import cell_id
 from harness.suite import cell_name, load_suite
 
 BASE: dict[str, Any] = {
@@ -94,6 +95,10 @@ def test_published_and_comparisons_are_kept(tmp_path: Path) -> None:
     ({"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "budget": 2}}, "sweep.budget: is 2"),
     ({"sweep": {"metric": "params_total", "grid": {"lr": [1e-3]}}}, "sweep.metric: 'params_total' is not"),
     ({"sweep": {"metric": "accuracy", "grid": {"lr": []}}}, "sweep.grid.lr: is []"),
+    ({"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "select_seeds": [5]}},
+     "sweep.select_seeds: [5] are not among the suite's seeds [0, 1]"),
+    ({"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "select_seeds": []}}, "sweep.select_seeds: is []"),
+    ({"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "select_seeds": [0, 0]}}, "give distinct integer seeds"),
     ({"references": ["svm"]}, "references[0]: unknown reference 'svm'; valid references: majority, tfidf-logreg"),
     ({"references": [{"name": "tfidf-logreg", "options": {"c": 1}}]}, "unknown option 'c' for reference"),
     ({"references": ["softmax"]}, "references[0].name: reference 'softmax' has the label of an attention"),
@@ -102,6 +107,19 @@ def test_published_and_comparisons_are_kept(tmp_path: Path) -> None:
 def test_mistakes_name_the_key_path(tmp_path: Path, changes: dict, expected: str) -> None:
     message = error_of(tmp_path, **changes)
     assert str(tmp_path / "keys.yaml") in message and expected in message, message
+
+
+def test_select_seeds_runs_the_trials_at_those_seeds_and_the_chosen_one_at_the_others(tmp_path: Path) -> None:
+    grid = {"metric": "accuracy", "grid": {"lr": [1e-3, 3e-3, 1e-2]}}
+    full = load(tmp_path, sweep=grid)
+    staged = load(tmp_path, sweep={**grid, "select_seeds": [1]})
+    first = staged.cells()
+    assert {c["seed"] for c in first} == {1} and len(first) == 3 * 3  # three labels, three trials, seed 1 only
+    later = staged.cells({("rotten_tomatoes", "softmax"): 2, ("rotten_tomatoes", "kernel-elu"): 0})
+    added = [cell_name(c) for c in later if c["seed"] == 0]
+    assert added == ["rotten_tomatoes/softmax/s0/accuracy/t2", "rotten_tomatoes/kernel-elu/s0/accuracy/t0"]
+    same = {cell_id(c) for c in full.cells()}  # the same cells as the unstaged sweep's: stored results carry over
+    assert {cell_id(c) for c in later} <= same and len(same) == 3 * 3 * 2
 
 
 @pytest.mark.parametrize("name, labels", [("paper-rt", 18), ("rt-tuned", 18)])

@@ -77,7 +77,8 @@ def load_runs(run_dirs: list[Path]) -> Results:
     cells["seed"] = pd.to_numeric(cells["seed"], errors="coerce").astype("Int64")
     if len(runs) > 1:
         cells["label"] = _tag_clashing_labels(cells)
-    cells, sweep = select_trials(cells.reset_index(drop=True))
+    cells, sweep = select_trials(cells.reset_index(drop=True),
+                                 {run.tag: (run.config.get("sweep") or {}).get("select_seeds") for run in runs})
     return Results(cells=cells, runs=runs, sweep=sweep)
 
 

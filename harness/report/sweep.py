@@ -5,7 +5,9 @@ cell stores its metrics on the validation split. Here each label keeps only its 
 cells, so every other table reports the tuned models on test; the `sweep` table lists every
 trial's validation score and marks the choice. Only trials with a result for every seed of the
 label compete (a trial that lost a seed would be judged on fewer examples of noise); the
-direction is the metric's declared one; ties go to the earlier trial.
+direction is the metric's declared one; ties go to the earlier trial. With the sweep's
+`select_seeds`, the choice reads those seeds only (as the executor did when it ran the chosen
+trial at the other seeds).
 """
 from __future__ import annotations
 
@@ -17,16 +19,7 @@ import pandas as pd
 from harness.metrics import metric_direction
 from harness.report.table import Table, fmt
 from harness.report.stats import summarize
-
-
-def best_trial(scores: dict[int, list[float]], direction: str, seeds: int) -> int | None:
-    """The trial whose validation scores (one per seed) have the best mean; only trials with `seeds` scores."""
-    complete = {t: s for t, s in scores.items() if len(s) == seeds} or scores
-    means = {t: float(np.mean(s)) for t, s in complete.items() if s}
-    if not means:
-        return None
-    best = max(means.values()) if direction == "max" else min(means.values())
-    return min(t for t, m in means.items() if m == best)
+from harness.suite_keys import best_trial
 
 
 def _trial_frame(cells: pd.DataFrame) -> pd.DataFrame:
@@ -44,8 +37,10 @@ def _trial_frame(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def select_trials(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """Cells with only each label's chosen trial left, and the per-trial summary (None without a sweep)."""
+def select_trials(cells: pd.DataFrame, select_seeds: dict[str, list[int] | None] | None = None
+                  ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Cells with only each label's chosen trial left, and the per-trial summary (None without a sweep);
+    `select_seeds`: per run tag, the seeds the choice reads (None: every seed)."""
     trials = _trial_frame(cells)
     if trials.empty:
         return cells, None
@@ -53,17 +48,20 @@ def select_trials(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | Non
     for (run, measurement, task, label), part in trials.groupby(["run", "measurement", "task", "label"], sort=True):
         metric = part["metric"].iloc[0]
         direction = metric_direction(metric) or "max"
-        seeds = int(part["seed"].nunique())
+        drawn = (select_seeds or {}).get(run)
+        everything, part = part, part if drawn is None else part[part["seed"].isin(drawn)]
+        seeds = len(drawn) if drawn is not None else int(part["seed"].nunique())
         scores = {int(t): [s for s in g["score"] if math.isfinite(s)] for t, g in part.groupby("trial")}
         chosen = best_trial(scores, direction, seeds)
         complete = any(len(s) == seeds for s in scores.values())
-        drop += list(part.loc[part["trial"] != chosen, "index"])
+        drop += list(everything.loc[everything["trial"] != chosen, "index"])
         for t, g in part.groupby("trial"):
             s = summarize(scores[int(t)])
             summary.append({"run": run, "task": task, "label": label, "trial": int(t), "metric": metric,
                             "direction": direction, "values": g["values"].iloc[0], "validation_mean": s["mean"],
                             "validation_std": s["std"], "seeds_ok": s["n"], "seeds": seeds,
-                            "competed": s["n"] == seeds or not complete, "chosen": int(t) == chosen})
+                            "competed": s["n"] == seeds or not complete, "chosen": int(t) == chosen,
+                            "select_seeds": drawn})
     return cells.drop(index=drop).reset_index(drop=True), pd.DataFrame(summary)
 
 
@@ -98,6 +96,12 @@ def sweep_table(summary: pd.DataFrame | None) -> Table | None:
              "Validation: mean ± std over seeds."]
     notes.append("Equal budget: every label had " + (f"{budgets[0]} trials." if len(budgets) == 1 else
                                                       f"a different number of trials ({budgets}): NOT equal."))
+    drawn = sorted({tuple(x) for x in summary["select_seeds"] if x is not None}) if "select_seeds" in summary else []
+    for seeds in drawn:
+        named = ", ".join(map(str, seeds))
+        notes.append(f"Trials ran at seed{'s' * (len(seeds) > 1)} {named} only and were chosen on "
+                     f"{'their' if len(seeds) > 1 else 'its'} validation score; each label's chosen trial then "
+                     "trained at the suite's other seeds, so the test tables hold every seed of the chosen trial.")
     return Table("sweep", "Sweep: chosen training values per attention (on validation)", pd.DataFrame(data), text,
                  best, notes, key_columns=3 if many_runs else 2)
 
