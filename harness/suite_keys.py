@@ -49,7 +49,7 @@ class Checker(Protocol):
 
 
 def validate_comparison_keys(raw: dict[str, Any], v: Checker, labels: list[str],
-                             tasks: list[str], seeds: list[int] | None = None) -> dict[str, Any]:
+                             tasks: list[str], seeds: list[int]) -> dict[str, Any]:
     """The normalised references / comparisons / published / sweep of a raw suite (absent keys left out)."""
     out: dict[str, Any] = {}
     if "references" in raw:
@@ -135,7 +135,7 @@ def _published(value: Any, v: Checker, labels: list[str], tasks: list[str]) -> l
     return out
 
 
-def _sweep(value: Any, v: Checker, seeds: list[int] | None = None) -> dict[str, Any]:
+def _sweep(value: Any, v: Checker, seeds: list[int]) -> dict[str, Any]:
     from harness.metrics import metric_direction
 
     sweep = v.mapping(value, "sweep")
@@ -165,12 +165,12 @@ def _sweep(value: Any, v: Checker, seeds: list[int] | None = None) -> dict[str, 
     return out
 
 
-def _select_seeds(value: Any, v: Checker, seeds: list[int] | None) -> list[int]:
+def _select_seeds(value: Any, v: Checker, seeds: list[int]) -> list[int]:
     """The seeds the trials run at: a non-empty list of distinct seeds of the suite."""
     picked = v.list(value, "sweep.select_seeds")
     if not picked or any(isinstance(s, bool) or not isinstance(s, int) for s in picked) or len(set(picked)) < len(picked):
         raise v.error("sweep.select_seeds", f"is {value!r}; give distinct integer seeds of the suite, e.g. [0]")
-    unknown = [s for s in picked if seeds is not None and s not in seeds]
+    unknown = [s for s in picked if s not in seeds]
     if unknown:
         raise v.error("sweep.select_seeds", f"{unknown} are not among the suite's seeds {seeds}; "
                                             "select on seeds the suite runs")
@@ -240,7 +240,9 @@ def selects_at(sweep: dict[str, Any], seed: int) -> bool:
 
 def sweep_group(cell: dict[str, Any]) -> tuple[str, str]:
     """The (task label, attention label) a trial is chosen for."""
-    return (cell["task"].get("label") or cell["task"]["name"], cell["attention"]["label"])
+    from harness.suite import task_label
+
+    return (task_label(cell["task"]), cell["attention"]["label"])
 
 
 def best_trial(scores: dict[int, list[float]], direction: str, seeds: int) -> int | None:
