@@ -35,6 +35,11 @@ FINISHED = ("ok", "skipped")  # statuses a rerun keeps; "failed" cells are retri
 STATUSES = ("ok", "failed", "skipped")
 
 
+def _utc_seconds() -> str:
+    """The current UTC time, ISO 8601 to the second (run.json and the lock's times)."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 def cell_id(cell: dict[str, Any]) -> str:
     """First 16 hex digits of sha256 over the cell's canonical JSON (sorted keys, no spaces)."""
     canonical = json.dumps(cell, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -157,7 +162,7 @@ class RunStore:
                                 f"wait for it to end, or give another --out") from None
             previous = self._holder(fd)
             me = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "started": _utc_seconds(),
                   "command": command}
             self._write_holder(fd, me)
             try:
@@ -206,7 +211,7 @@ class RunStore:
             problem = _unreadable(cell, cell.stem)
             if problem:
                 notes.append(self._set_aside(cell, problem, "the cell runs again"))
-        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        now = _utc_seconds()
         info = {"schema": SCHEMA, "suite": suite["name"], "resolved_suite": suite, "cell_ids": cell_ids,
                 "created": existing.get("created", now) if existing else now, "updated": now,
                 "provenance": provenance}
@@ -218,7 +223,7 @@ class RunStore:
         path = self.run_dir / "run.json"
         info = json.loads(path.read_text())
         info["cell_ids"] = cell_ids
-        info["updated"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        info["updated"] = _utc_seconds()
         write_json_atomic(path, info)
 
     def _set_aside(self, path: Path, problem: str, then: str) -> str:
