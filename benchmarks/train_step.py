@@ -15,6 +15,8 @@ their longest row).
     python benchmarks/train_step.py profile --attention softmax --steps 20
     python benchmarks/train_step.py epochs --attention all --threads 1
     python benchmarks/train_step.py compare --baseline HEAD~3 --attention softmax performer --repeats 6
+
+`--march x86-64-v3` builds the fused kernels (both trees' in `compare`) for AVX2 machines instead of this CPU.
 """
 from __future__ import annotations
 
@@ -195,7 +197,14 @@ def worker(attentions: list[str], task: Any) -> None:
         print(json.dumps((time.perf_counter() - start) / taken * 1e3), flush=True)
 
 
-def compare(baseline: str, attentions: list[str], count: int, repeats: int, threads: int, max_length: int) -> None:
+def build_kernels_for(march: str) -> None:
+    """Build the fused kernels with -march=`march` in place of -march=native (before their first use)."""
+    from baselines import native
+    native.FLAGS = tuple(f"-march={march}" if f == "-march=native" else f for f in native.FLAGS)
+
+
+def compare(baseline: str, attentions: list[str], count: int, repeats: int, threads: int, max_length: int,
+            march: str | None = None) -> None:
     from benchmarks.contention import export_tree
     root = Path(__file__).resolve().parents[1]
     times: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
@@ -205,6 +214,7 @@ def compare(baseline: str, attentions: list[str], count: int, repeats: int, thre
         for build_name, tree in trees.items():
             argv = [sys.executable, str(Path(__file__).resolve()), "worker", "--attention", *attentions,
                     "--threads", str(threads), "--max-length", str(max_length)]
+            argv += ["--march", march] if march else []
             workers[build_name] = subprocess.Popen(argv, cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)),
                                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             if workers[build_name].stdout.readline().strip() != "ready":
@@ -221,8 +231,9 @@ def compare(baseline: str, attentions: list[str], count: int, repeats: int, thre
             for proc in workers.values():
                 proc.stdin.close()
                 proc.wait()
-    print(f"training step (batch 64, Rotten Tomatoes, {threads} threads), {baseline} (old) against the working tree "
-          f"(new): median ms per step over {repeats} alternated bursts of {count} steps; load average "
+    kernels = f"kernels built for -march={march}" if march else "kernels built for this CPU"
+    print(f"training step (batch 64, Rotten Tomatoes, {threads} threads, {kernels}), {baseline} (old) against the "
+          f"working tree (new): median ms per step over {repeats} alternated bursts of {count} steps; load average "
           f"{os.getloadavg()[0]:.1f} at the end")
     print("| attention | old ms | new ms | new / old |")
     print("| --- | --- | --- | --- |")
@@ -242,11 +253,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--dropout-rng", choices=["hash", "torch"], default="hash", help="ModelConfig.dropout_rng")
+    parser.add_argument("--march", help="build the fused kernels for this -march (x86-64-v3: AVX2 machines) instead "
+                                         "of -march=native; in compare, both trees'")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.what == "compare":
-        compare(args.baseline, args.attention, args.steps, args.repeats, args.threads, args.max_length)
+        compare(args.baseline, args.attention, args.steps, args.repeats, args.threads, args.max_length, args.march)
         return
+    if args.march:
+        build_kernels_for(args.march)
     task = load_task("rotten_tomatoes", max_length=args.max_length)
     if args.what == "worker":
         worker(args.attention, task)
