@@ -216,76 +216,53 @@ inline void stream(float* p, v16 x) {
     store(p, x);
 }
 
-#if !defined(__AVX512F__)
-// Without AVX-512 a 64-byte vector is two registers and GCC lowers a scalar times one through the stack (16 scalar
-// stores and reloads for each product: the tile below ran 10x slower than PyTorch's path on an AVX2 EPYC), so the
-// product runs on 32-byte vectors in sub-tiles that fit the 16 registers: c (R x 8 C) = a @ b (+ c), R x C
-// accumulators, C of b, one broadcast. Each element of c still sums a[r, i] b[i, j] over i in order from the same
-// start, so the result is bitwise the tile's
-
-template <int R, int C>
-inline void tile8(const float* a, int64_t ar, int64_t ak, int k, const float* b, int64_t bs, float* c, int64_t cs,
-                  bool add) {
-    v8 acc[R][C] = {};
+// c (R x L C, row stride cs) = a @ b, plus c's values when `add`, on vectors V of L floats; a (R x k) read as
+// a[r * ar + i * ak] (so a transposed operand costs nothing), b (k x L C, row stride bs). R and C are compile-time, so
+// the R x C accumulators stay in vector registers
+template <class V, int R, int C>
+inline void tile_on(const float* a, int64_t ar, int64_t ak, int k, const float* b, int64_t bs, float* c, int64_t cs,
+                    bool add) {
+    constexpr int L = sizeof(V) / sizeof(float);
+    V acc[R][C] = {};
     if (add)
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-            for (int j = 0; j < C; ++j) acc[r][j] = load8(c + r * cs + 8 * j);
+            for (int j = 0; j < C; ++j) std::memcpy(&acc[r][j], c + r * cs + L * j, sizeof(V));
     for (int i = 0; i < k; ++i) {
-        v8 bv[C];
+        V bv[C];
 #pragma GCC unroll 8
-        for (int j = 0; j < C; ++j) bv[j] = load8(b + i * bs + 8 * j);
+        for (int j = 0; j < C; ++j) std::memcpy(&bv[j], b + i * bs + L * j, sizeof(V));
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             float x = a[r * ar + i * ak];
-            v8 xv = {x, x, x, x, x, x, x, x};
 #pragma GCC unroll 8
-            for (int j = 0; j < C; ++j) acc[r][j] += xv * bv[j];
+            for (int j = 0; j < C; ++j) acc[r][j] += x * bv[j];
         }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-        for (int j = 0; j < C; ++j) std::memcpy(c + r * cs + 8 * j, &acc[r][j], sizeof(v8));
+        for (int j = 0; j < C; ++j) std::memcpy(c + r * cs + L * j, &acc[r][j], sizeof(V));
 }
-#endif
 
-// the one register-tiled product: c (RT x 16 NC, row stride cs) = a @ b, plus c's values when `add`; a (RT x k)
-// read as a[r * ar + i * ak] (so a transposed operand costs nothing), b (k x 16 NC, row stride bs). RT and NC are
-// compile-time, so the RT x NC accumulators stay in vector registers (4 x 4 of the 32 with AVX-512; without it,
-// sub-tiles of 32-byte vectors, tile8)
+// the one register-tiled product: c (RT x 16 NC) = a @ b (+ c), as tile_on. With AVX-512 one tile of RT x NC
+// 64-byte accumulators (4 x 4 of its 32 registers). Without it a 64-byte vector is two registers and GCC lowers a
+// scalar times one through the stack (16 scalar stores and reloads a product: 10x slower than PyTorch's path on an
+// AVX2 EPYC), so sub-tiles of 32-byte vectors that fit its 16 registers. Each element of c sums a[r, i] b[i, j]
+// over i in order from the same start either way: the same bits
 template <int RT, int NC>
 inline void tile(const float* a, int64_t ar, int64_t ak, int k, const float* b, int64_t bs, float* c, int64_t cs,
                  bool add) {
-#if !defined(__AVX512F__)
-    constexpr int R = RT < 4 ? RT : 4, W = 2 * NC, C = W < (R >= 4 ? 2 : R >= 2 ? 4 : 8) ? W : R >= 4 ? 2 : R >= 2 ? 4 : 8;
+#if defined(__AVX512F__)
+    tile_on<v16, RT, NC>(a, ar, ak, k, b, bs, c, cs, add);
+#else
+    constexpr int R = RT < 4 ? RT : 4, W = 2 * NC, C_MAX = R >= 4 ? 2 : R >= 2 ? 4 : 8, C = W < C_MAX ? W : C_MAX;
     static_assert(RT % R == 0 && W % C == 0, "sub-tiles must cover the tile");
     for (int r = 0; r < RT; r += R)
-        for (int j = 0; j < W; j += C) tile8<R, C>(a + r * ar, ar, ak, k, b + 8 * j, bs, c + r * cs + 8 * j, cs, add);
-    return;
+        for (int j = 0; j < W; j += C)
+            tile_on<v8, R, C>(a + r * ar, ar, ak, k, b + 8 * j, bs, c + r * cs + 8 * j, cs, add);
 #endif
-    v16 acc[RT][NC] = {};
-    if (add)
-#pragma GCC unroll 8
-        for (int r = 0; r < RT; ++r)
-#pragma GCC unroll 8
-            for (int j = 0; j < NC; ++j) acc[r][j] = load(c + r * cs + 16 * j);
-    for (int i = 0; i < k; ++i) {
-        v16 bv[NC];
-#pragma GCC unroll 8
-        for (int j = 0; j < NC; ++j) bv[j] = load(b + i * bs + 16 * j);
-#pragma GCC unroll 8
-        for (int r = 0; r < RT; ++r) {
-            float x = a[r * ar + i * ak];
-#pragma GCC unroll 8
-            for (int j = 0; j < NC; ++j) acc[r][j] += x * bv[j];
-        }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < RT; ++r)
-#pragma GCC unroll 8
-        for (int j = 0; j < NC; ++j) store(c + r * cs + 16 * j, acc[r][j]);
 }
 
 template <int RT>
