@@ -1,0 +1,87 @@
+"""The published numbers the suites carry are the paper's: every `published:` value of every shipped suite against
+Tables 1-3 as ../shared/PAPER.md restates them (parsed here from its text, not copied), and the paper suites carry
+every accuracy those tables give."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT.parent / "shared" / "PAPER.md"
+UPPER = {"softmax": "softmax", "vanilla-favor-WqWk": "vanilla-favor-untied", "Performer": "performer",
+         "Linformer": "linformer"}
+UPPER_METRICS = ("accuracy", "mcc", "nll", "brier", "ece", "train_seconds")  # Table 3's columns, in order
+NUMBER = r"\(?\d*\.\d+\)?"
+
+
+def paper_tables(text: str) -> dict[str, dict[str, dict[str, float]]]:
+    """task -> label -> metric -> value from PAPER.md's "Sentence tasks: reported numbers" section. A value in
+    parentheses (Linformer's LogLoss, a repeat of its accuracy) is left out, as the suites leave it."""
+    section = text.split("## Sentence tasks: reported numbers", 1)[1].split("\n## ", 1)[0]
+    parts = re.split(r"\n(?=Rotten Tomatoes \(Table 3\)|SST-2 \(Table 1|QQP \(Table 2\))", section)
+    tables: dict[str, dict[str, dict[str, float]]] = {}
+    for part in parts:
+        task = {"Rotten": "rotten_tomatoes", "SST-2 ": "sst2", "QQP (T": "qqp"}.get(part[:6])
+        if task is None:
+            continue
+        rows = tables.setdefault(task, {})
+        if task == "qqp":
+            for name, value in re.findall(r"(softmax|Linformer) (\.\d+)", part):
+                rows[UPPER[name]] = {"accuracy": float(value)}
+            kernel = re.search(r"kernel-([a-z0-9-]+) (\.\d+) \(vanilla (\.\d+)\)", part)
+            rows[f"kernel-{kernel[1]}"] = {"accuracy": float(kernel[2])}
+            rows[f"vanilla-{kernel[1]}"] = {"accuracy": float(kernel[3])}
+            continue
+        for name, values in re.findall(rf"({'|'.join(UPPER)}) ({NUMBER}(?:/{NUMBER})*)", part):
+            rows[UPPER[name]] = {metric: float(v) for metric, v in zip(UPPER_METRICS, values.split("/"))
+                                 if not v.startswith("(")}
+        for kind, vanilla, kernel in re.findall(r"([a-z0-9-]+) (\.\d+) \| (\.\d+)", part):
+            rows[f"vanilla-{kind}"] = {"accuracy": float(vanilla)}
+            rows[f"kernel-{kind}"] = {"accuracy": float(kernel)}
+    return tables
+
+
+def suite_published(path: Path) -> list[tuple[str, str, str, float]]:
+    """(task, label, metric, value) of a suite's `published:` blocks (one block or a list)."""
+    suite = yaml.safe_load(path.read_text())
+    blocks = suite.get("published") or []
+    blocks = [blocks] if isinstance(blocks, dict) else blocks
+    tasks = [t["name"] if isinstance(t, dict) else t for t in suite.get("tasks", [])]
+    out = []
+    for block in blocks:
+        task = block.get("task") or (tasks[0] if len(tasks) == 1 else None)
+        for label, metrics in block["values"].items():
+            out += [(task, label, metric, float(value)) for metric, value in metrics.items()]
+    return out
+
+
+needs_paper = pytest.mark.skipif(not PAPER.exists(), reason=f"{PAPER} not beside the repository (CI has it)")
+
+
+@needs_paper
+def test_the_parser_reads_every_row_of_tables_1_to_3():
+    tables = paper_tables(PAPER.read_text())
+    assert {task: len(rows) for task, rows in tables.items()} == {"rotten_tomatoes": 18, "sst2": 18, "qqp": 4}
+    assert tables["rotten_tomatoes"]["linformer"] == {"accuracy": 0.6614, "mcc": 0.3230, "brier": 0.2260,
+                                                      "ece": 0.2509, "train_seconds": 13.7}
+    assert tables["sst2"]["kernel-porf-softplus"] == {"accuracy": 0.8188}
+    assert tables["qqp"]["vanilla-softmaxfeat"] == {"accuracy": 0.7801}
+
+
+@needs_paper
+@pytest.mark.parametrize("suite", sorted(p.name for p in (ROOT / "suites").glob("*.yaml")))
+def test_every_published_value_is_the_papers(suite):
+    tables = paper_tables(PAPER.read_text())
+    for task, label, metric, value in suite_published(ROOT / "suites" / suite):
+        assert tables.get(task, {}).get(label, {}).get(metric) == value, (task, label, metric, value)
+
+
+@needs_paper
+def test_the_paper_suite_carries_every_accuracy_of_tables_1_to_3():
+    tables = paper_tables(PAPER.read_text())
+    carried = {(task, label) for task, label, metric, _ in suite_published(ROOT / "suites" / "paper.yaml")
+               if metric == "accuracy"}
+    assert carried == {(task, label) for task, rows in tables.items() for label in rows}
