@@ -43,6 +43,7 @@ def _level_table(results: Results, rows: pd.DataFrame, name: str, title: str, pr
     metrics = metric_frame(results, "robustness")
     levels = sorted(rows["level"].unique())
     data, text_rows, numeric = [], [], []
+    measures: dict[str, str] = {}  # each numeric column's registered metric, whose direction ranks it
     for (task, label, group), part in rows.groupby(["task", "label", "group"], sort=True):
         text = {"task": task, "label": label, "perturbation": group}
         num = {}
@@ -52,6 +53,7 @@ def _level_table(results: Results, rows: pd.DataFrame, name: str, title: str, pr
                 summary[column] = summarize(metrics[(metrics["task"] == task) & (metrics["label"] == label)
                                                     & (metrics["metric"] == metric)]["value"])
                 text[column], num[column] = fmt_summary(summary[column]), summary[column]["mean"]
+                measures[column] = metric
         for level in levels:
             at = part[part["level"] == level]
             acc, ece = summarize(at["accuracy"]), summarize(at["ece"])
@@ -63,10 +65,11 @@ def _level_table(results: Results, rows: pd.DataFrame, name: str, title: str, pr
             key = f"{prefix}{level:g}"
             text[f"acc@{key}"], text[f"ece@{key}"] = fmt_summary(acc), fmt_summary(ece)
             num[f"acc@{key}"], num[f"ece@{key}"] = acc["mean"], ece["mean"]
+            measures[f"acc@{key}"], measures[f"ece@{key}"] = "accuracy", "ece"
         text_rows.append(text)
         numeric.append(num)
     text, numeric = pd.DataFrame(text_rows), pd.DataFrame(numeric)
-    directions = {c: metric_direction("ece" if c.startswith("ece") else "accuracy") for c in numeric}
+    directions = {c: metric_direction(measures[c]) for c in numeric}
     groups = group_keys(text, ["task", "perturbation"])
     best = best_mask(numeric, directions, groups).reindex(columns=text.columns, fill_value=False)
     return Table(name, title, pd.DataFrame(data), text, best, notes, key_columns=3)
