@@ -7,7 +7,7 @@ the labels, the Riesz energy W_s pushes them apart. The physics lives in plain f
 `kernel_target_alignment`, eq. 2.2 and Appendix D; `riesz_energy`; `langevin_step`, `langevin_move`;
 `particle_step`, `align_particles` for the generic eq. 2.2 setting); `CoulombAttention` is the
 random-features attention whose omegas are the particles (nn.Parameter), moved only by phase A
-(`harness.learning_phase`, the procedure the registry entry names).
+(`attnbench.learning_phase`, the procedure the registry entry names).
 
 Where the factor N of the paper's update lives: H averages over particles, so dH/d omega_k is
 O(1/N); the callers multiply the autograd gradient by N (the mean-field force on particle k)
@@ -23,11 +23,11 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from baselines.random_features import (SCALED, FeatureMapKind, MapForm, RandomFeatureMap, RandomFeaturesAttention,
+from attnbench.baselines.random_features import (SCALED, FeatureMapKind, MapForm, RandomFeatureMap, RandomFeaturesAttention,
                                        RandomFeaturesConfig, feature_values)
-from harness.errors import ConfigError
-from harness.options import option, require
-from harness.registry import register_attention
+from attnbench.errors import ConfigError
+from attnbench.options import option, require
+from attnbench.registry import register_attention
 
 AlignmentKind = Literal["ustat", "normalized", "centered"]
 ALIGNMENT_KINDS: tuple[str, ...] = AlignmentKind.__args__
@@ -409,7 +409,7 @@ class CoulombConfig(RandomFeaturesConfig):
         super().__post_init__()
 
 
-@register_attention("coulomb", config=CoulombConfig, learning_phase="harness.learning_phase:run_learning_phase",
+@register_attention("coulomb", config=CoulombConfig, learning_phase="attnbench.learning_phase:run_learning_phase",
                     causal=True, positive_features=lambda cfg: cfg.feature_map != "trig")
 class CoulombAttention(RandomFeaturesAttention):
     """Kernel-<map>: random-feature attention whose omegas are Coulomb particles learned in phase A."""

@@ -5,11 +5,11 @@ import dataclasses
 
 from torch import Tensor
 
-from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
-from baselines.native import NativeSpec
-from baselines.random_features import elu_plus_one
-from harness.options import option, require
-from harness.registry import AttentionConfig, register_attention
+from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
+from attnbench.baselines.native import NativeSpec
+from attnbench.baselines.random_features import elu_plus_one
+from attnbench.options import option, require
+from attnbench.registry import AttentionConfig, register_attention
 
 
 class EluFeatureMap(FeatureMap):

@@ -10,7 +10,7 @@ Four renderings of the same formula:
   causal. Used for the causal form with gradients.
 - `factored_linear_attention(q_chunk, k_chunk, v)`: the same, non-causal, from features in factored form
   (see below) without materialising them: the training path in PyTorch.
-- `fused_linear_attention(spec, q, k, v)`: non-causal, through the fused CPU kernels (`baselines.native`)
+- `fused_linear_attention(spec, q, k, v)`: non-causal, through the fused CPU kernels (`attnbench.baselines.native`)
   where the map gives a `native_spec`: without gradients, and with them where its projection takes none.
 - `chunked_linear_attention(feature_map, q, k, v)`: without gradients (inference), non-causal; the fused
   kernels where they support the map, otherwise in PyTorch (`pytorch_chunked_attention`) as follows. Walks
@@ -26,7 +26,7 @@ Four renderings of the same formula:
   the features' size: fresh memory costs page faults that would otherwise take a third of the time.
 
 `choose_route` is the one place that picks among them for a call (and `LinearKernelAttention` counts what
-it picked, `baselines.routes`).
+it picked, `attnbench.baselines.routes`).
 """
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from baselines import native
-from baselines.native import NativeSpec
-from baselines.routes import RecordsRoutes
+from attnbench.baselines import native
+from attnbench.baselines.native import NativeSpec
+from attnbench.baselines.routes import RecordsRoutes
 
 CAUSAL_CHUNK = 64  # causal form: exact quadratic inside chunks of this many positions, prefix sums across
 CHUNK_ELEMENTS = 2**21  # chunked kernel (CPU): floats of one block's features, inputs and values (8 MiB)
@@ -139,7 +139,7 @@ class FeatureMap(nn.Module):
             self._derived = None
 
     def native_spec(self, x: Tensor) -> NativeSpec | None:
-        """What the fused CPU kernel (`baselines.native`) needs to compute this map's features of x (B, H, N, D)
+        """What the fused CPU kernel (`attnbench.baselines.native`) needs to compute this map's features of x (B, H, N, D)
         without gradients; None (the default) keeps the PyTorch path."""
         return None
 
@@ -501,7 +501,7 @@ def pytorch_chunked_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: 
     return out
 
 
-Route = str  # "native", "native-training", "pytorch-chunked", "pytorch-factored", "pytorch-causal" (baselines.routes)
+Route = str  # "native", "native-training", "pytorch-chunked", "pytorch-factored", "pytorch-causal" (attnbench.baselines.routes)
 
 
 def choose_route(feature_map: FeatureMap, q: Tensor, k: Tensor, v: Tensor,
@@ -546,7 +546,7 @@ _UNREAD = threading.local()
 @contextlib.contextmanager
 def padded_queries_unread() -> Iterator[None]:
     """Within (this thread): the caller never reads the outputs at padded positions (key_padding_mask False) nor
-    sends gradients into them (the model packs real tokens, harness.model), so the fused kernels may skip query rows
+    sends gradients into them (the model packs real tokens, attnbench.model), so the fused kernels may skip query rows
     past each sequence's last real token and write 0 there; outputs at real positions are unchanged, bit for bit.
     Other routes compute every row as usual."""
     before = getattr(_UNREAD, "on", False)

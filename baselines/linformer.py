@@ -11,9 +11,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from baselines.random_features import seeded_generator
-from harness.options import option, require
-from harness.registry import AttentionConfig, check_heads, register_attention
+from attnbench.baselines.random_features import seeded_generator
+from attnbench.options import option, require
+from attnbench.registry import AttentionConfig, check_heads, register_attention
 
 
 @dataclasses.dataclass

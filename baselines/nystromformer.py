@@ -14,12 +14,12 @@ import functools
 import torch
 from torch import Tensor, nn
 
-from baselines import native
-from baselines.linear_kernel import chunk_rows, run_on_threads, scratch, split_rows, torch_threads
-from baselines.random_features import seeded_generator
-from baselines.routes import RecordsRoutes
-from harness.options import option, require
-from harness.registry import AttentionConfig, check_heads, register_attention
+from attnbench.baselines import native
+from attnbench.baselines.linear_kernel import chunk_rows, run_on_threads, scratch, split_rows, torch_threads
+from attnbench.baselines.random_features import seeded_generator
+from attnbench.baselines.routes import RecordsRoutes
+from attnbench.options import option, require
+from attnbench.registry import AttentionConfig, check_heads, register_attention
 
 CONV_BLOCK = 16  # outputs per Toeplitz block of the sequence convolution
 

@@ -15,7 +15,7 @@ Thin adapters (q, k, v (B, H, N, D), key_padding_mask (B, N) True = real -> (B, 
   the landmark means when no mask is given) and scales the pinv's initial guess by the maximum over
   the whole batch (the reported bug; ours per matrix).
 
-Used through the plugin mechanism as "baselines.peers:PerformerPytorch" (suites/peers.yaml). Not
+Used through the plugin mechanism as "attnbench.baselines.peers:PerformerPytorch" (suites/peers.yaml). Not
 imported by `import baselines`: the packages are the optional extra `peers`.
 """
 from __future__ import annotations
@@ -25,18 +25,18 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import linear_kernel_cost
-from baselines.nystromformer import nystrom_cost
-from baselines.random_features import RowNorms, draw_omegas, random_feature_flops, seeded_generator
-from harness.errors import UserError
-from harness.options import option, require
-from harness.registry import AttentionConfig, register_attention
+from attnbench.baselines.linear_kernel import linear_kernel_cost
+from attnbench.baselines.nystromformer import nystrom_cost
+from attnbench.baselines.random_features import RowNorms, draw_omegas, random_feature_flops, seeded_generator
+from attnbench.errors import UserError
+from attnbench.options import option, require
+from attnbench.registry import AttentionConfig, register_attention
 
 try:
     from nystrom_attention import NystromAttention
     from performer_pytorch import FastAttention
 except ImportError as err:
-    raise UserError(f"baselines.peers needs the optional extra 'peers' ({err.name} is not installed); "
+    raise UserError(f"attnbench.baselines.peers needs the optional extra 'peers' ({err.name} is not installed); "
                     f"install it with: pip install 'attnbench[peers]'") from None
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from baselines.linear_kernel import LinearKernelAttention
-from baselines.random_features import RandomFeatureMap, RowNorms
-from harness.options import option, require
-from harness.registry import AttentionConfig, register_attention
+from attnbench.baselines.linear_kernel import LinearKernelAttention
+from attnbench.baselines.random_features import RandomFeatureMap, RowNorms
+from attnbench.options import option, require
+from attnbench.registry import AttentionConfig, register_attention
 
 
 @dataclasses.dataclass

@@ -46,11 +46,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, no_grad_recorded, scratch
-from baselines.native import NativeSpec
-from harness.errors import ConfigError
-from harness.options import option, require
-from harness.registry import AttentionConfig, register_attention
+from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, no_grad_recorded, scratch
+from attnbench.baselines.native import NativeSpec
+from attnbench.errors import ConfigError
+from attnbench.options import option, require
+from attnbench.registry import AttentionConfig, register_attention
 
 FeatureMapKind = Literal["favor", "elu", "softplus", "sigmoid2", "cos2", "softmaxfeat", "porf-softplus", "trig"]
 FEATURE_MAPS: tuple[str, ...] = FeatureMapKind.__args__

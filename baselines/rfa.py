@@ -12,11 +12,11 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
-from baselines.native import NativeSpec
-from baselines.random_features import draw_omegas, per_head, projection_weights, trig_features
-from harness.options import option, require
-from harness.registry import AttentionConfig, register_attention
+from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
+from attnbench.baselines.native import NativeSpec
+from attnbench.baselines.random_features import draw_omegas, per_head, projection_weights, trig_features
+from attnbench.options import option, require
+from attnbench.registry import AttentionConfig, register_attention
 
 NORM_EPS = 1e-3
 

@@ -8,8 +8,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from harness.options import option
-from harness.registry import AttentionConfig, register_attention
+from attnbench.options import option
+from attnbench.registry import AttentionConfig, register_attention
 
 BACKENDS = {
     "math": SDPBackend.MATH,

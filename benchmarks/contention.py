@@ -5,7 +5,7 @@ working tree, time the same forward calls (B 1, H 4, d 64, `threads` threads) in
 B A), so both builds see the same machine. First without added load, then with `--load-jobs` other torch jobs
 (`--load-threads` threads each, a loop of 512 x 512 matmuls, bounded in time and killed afterwards). Prints one
 table row per point: the median call of each build in each phase and the loaded / unloaded ratio, with the
-machine's load average and a spinning thread's share of a core (`harness.timing.machine_load`) per phase.
+machine's load average and a spinning thread's share of a core (`attnbench.timing.machine_load`) per phase.
 
     python benchmarks/contention.py --baseline HEAD~3
 """
@@ -42,7 +42,7 @@ def worker(threads: int) -> None:
     """Serve timing requests on stdin ('point seconds' lines): answer each with its call times (ms) as JSON."""
     import torch
 
-    from harness.measurements.efficiency import attention_call
+    from attnbench.measurements.efficiency import attention_call
     torch.set_num_threads(threads)
     calls = [attention_call(name, options, 1, 4, n, 64, "forward", "float32", "cpu", 0) for name, options, n in POINTS]
     for call in calls:
@@ -86,7 +86,7 @@ def ask(proc: subprocess.Popen, index: int, seconds: float) -> list[float]:
 
 def measure(workers: dict[str, subprocess.Popen], rounds: int, seconds: float) -> dict[tuple[str, int], list[float]]:
     """Per (build, point) the pooled call times of `rounds` alternated bursts of `seconds` each."""
-    from harness.timing import machine_load
+    from attnbench.timing import machine_load
     times: dict[tuple[str, int], list[float]] = {}
     loads = [machine_load()]
     names = list(workers)

@@ -1,11 +1,11 @@
 """Where a paper-scale training step spends its time, and the epoch time of each attention against softmax.
 
 The paper's sentence model (2 layers, d_model 128, 2 heads, FFN 256, dropout 0.1, batch 64, AdamW with clipping as
-harness.train runs it) on Rotten Tomatoes ($ATTNBENCH_DATA_DIR/rotten_tomatoes, max_length 128, batches trimmed to
+attnbench.train runs it) on Rotten Tomatoes ($ATTNBENCH_DATA_DIR/rotten_tomatoes, max_length 128, batches trimmed to
 their longest row).
 - `profile`: torch.profiler over `--steps` training steps after a warm-up, the self CPU time of the operators
   grouped by what they belong to (dropout, linear layers, norms, attention, optimiser, ...).
-- `epochs`: one cell per Table 3 row as harness.train runs it (phase A where the row has one, over
+- `epochs`: one cell per Table 3 row as attnbench.train runs it (phase A where the row has one, over
   `--phase-a-epochs`; one phase-B epoch with its validation pass; the test pass), all in one run: each row's epoch
   time and its ratio to softmax, and the Table 3 run (rows x 3 seeds, 10 epochs, 2.5 of phase A as paper-rt's
   steps_fraction 0.2) extrapolated from them (`--attention all`: all 18 rows).
@@ -37,10 +37,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.model import ModelConfig, TransformerClassifier
-from harness.tasks import load_task
-import harness.train
-from harness.train import TrainConfig, predict_proba
+from attnbench.model import ModelConfig, TransformerClassifier
+from attnbench.tasks import load_task
+import attnbench.train
+from attnbench.train import TrainConfig, predict_proba
 
 ATTENTIONS = {"performer": ("performer", {"num_features": 256}),
               "nystromformer": ("nystromformer", {"num_landmarks": 32}),
@@ -75,10 +75,10 @@ def build(attention: str, task: Any, seed: int = 0, dropout_rng: str = "hash") -
 
 
 def steps(model: nn.Module, task: Any, count: int | None, seed: int = 0) -> int:
-    """`count` training steps (None: one epoch) as harness.train takes them; returns the steps taken."""
+    """`count` training steps (None: one epoch) as attnbench.train takes them; returns the steps taken."""
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    make = getattr(harness.train, "make_optimizer", None)  # a baseline tree may predate it
+    make = getattr(attnbench.train, "make_optimizer", None)  # a baseline tree may predate it
     optimizer = make(trainable, TrainConfig()) if make else torch.optim.AdamW(trainable, lr=2e-4, weight_decay=0.01)
     generator = torch.Generator().manual_seed(seed)
     taken = 0
@@ -137,7 +137,7 @@ def table3_rows() -> dict[str, tuple[str, dict, dict]]:
 
 
 def cell_seconds(label: str, row: tuple[str, dict, dict], task: Any, phase_a_epochs: float) -> dict[str, float]:
-    """One cell as harness.train runs it, at one phase-B epoch and `phase_a_epochs` of phase A: seconds of phase
+    """One cell as attnbench.train runs it, at one phase-B epoch and `phase_a_epochs` of phase A: seconds of phase
     A, of the epoch (training and the validation pass) and of the test pass."""
     name, options, overrides = row
     cfg = ModelConfig(vocab_size=task.vocab_size, num_classes=task.num_classes, max_length=task.max_length,
@@ -145,7 +145,7 @@ def cell_seconds(label: str, row: tuple[str, dict, dict], task: Any, phase_a_epo
     model = TransformerClassifier(cfg, name, options, seed=0)
     train = TrainConfig(epochs=1, phase_a={**PHASE_A, "epochs": phase_a_epochs})
     start = time.perf_counter()
-    result = harness.train.train_classifier(model, task, train, seed=0)
+    result = attnbench.train.train_classifier(model, task, train, seed=0)
     total = time.perf_counter() - start
     test_start = time.perf_counter()
     predict_proba(result.model, task["test"], 256)
@@ -199,7 +199,7 @@ def worker(attentions: list[str], task: Any) -> None:
 
 def build_kernels_for(march: str) -> None:
     """Build the fused kernels with -march=`march` in place of -march=native (before their first use)."""
-    from baselines import native
+    from attnbench.baselines import native
     native.FLAGS = tuple(f"-march={march}" if f == "-march=native" else f for f in native.FLAGS)
 
 

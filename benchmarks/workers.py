@@ -1,4 +1,4 @@
-"""Cells per hour of a suite's cells under each split of the cores, the figures behind harness.workers.
+"""Cells per hour of a suite's cells under each split of the cores, the figures behind attnbench.workers.
 
 The same few real cells (default: four of compare-quick, a Rotten Tomatoes subset; the suite's cell_timeout
 dropped, so that 1 x N runs in one process as `attnbench run` does for a suite without one) go through
@@ -8,7 +8,7 @@ worker processes of one thread (N x 1), and in one process on one thread (1 x 1:
 cells side by side, apart from what it gains by one thread per cell), in alternated order (A B C, then C B A)
 so that all see the same machine. Per sitting and per split: wall time, cells per hour, the 1-minute load average
 and the cores other processes kept busy meanwhile (the machine was busy when that is well above 0). Also the
-seconds a worker process takes from spawn to ready (harness.workers.SPAWN_SECONDS), one alone and N at once,
+seconds a worker process takes from spawn to ready (attnbench.workers.SPAWN_SECONDS), one alone and N at once,
 the training tokens per second of the cells (TOKENS_PER_SECOND), and the largest peak resident memory of a
 run's process (CELL_FOOTPRINT_GIB).
 
@@ -35,22 +35,22 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.executor import select_cells  # noqa: E402
-from harness.provenance import usable_cores  # noqa: E402
-from harness.store import RunStore  # noqa: E402
-from harness.suite import find_suite, load_suite  # noqa: E402
-from harness.timing import cpu_snapshot  # noqa: E402
-from harness.workers import cell_tokens  # noqa: E402
+from attnbench.executor import select_cells  # noqa: E402
+from attnbench.provenance import usable_cores  # noqa: E402
+from attnbench.store import RunStore  # noqa: E402
+from attnbench.suite import find_suite, load_suite  # noqa: E402
+from attnbench.timing import cpu_snapshot  # noqa: E402
+from attnbench.workers import cell_tokens  # noqa: E402
 
 DEFAULT_FILTERS = ("*/s0/accuracy/t0", "*/softmax/s1/accuracy/t0")  # compare-quick: each attention once, softmax twice
 
 
 def _ready() -> None:
-    """What a worker process imports before it takes a cell (harness.worker_executor._worker_main)."""
+    """What a worker process imports before it takes a cell (attnbench.worker_executor._worker_main)."""
     import torch  # noqa: F401
 
-    from harness.measurements import MEASUREMENTS
-    from harness.registry import ATTENTIONS
+    from attnbench.measurements import MEASUREMENTS
+    from attnbench.registry import ATTENTIONS
 
     MEASUREMENTS.names(), ATTENTIONS.names()
 
@@ -97,7 +97,7 @@ def own_cpu_seconds() -> float:
 
 def sitting(path: Path, filters: tuple[str, ...], workers: int, threads: int, run_dir: Path) -> dict[str, Any]:
     """One `attnbench run` of the selected cells with `workers` x `threads`: wall s, load, others' cores, cells ok."""
-    command = [sys.executable, "-m", "harness", "run", str(path), "--out", str(run_dir), "--workers", str(workers),
+    command = [sys.executable, "-m", "attnbench", "run", str(path), "--out", str(run_dir), "--workers", str(workers),
                "--threads", str(threads), "--quiet", *(f"--filter={p}" for p in filters)]
     before, cpu0 = cpu_snapshot(), own_cpu_seconds()
     with LoadSampler() as load:
@@ -167,7 +167,7 @@ def main() -> None:
               f"{rate} | {statistics.mean(x['load'] for x in runs):.2f} | "
               + (f"{statistics.mean(others):.2f} |" if others else "n/a |"))
     if None not in tokens:
-        print(f"training tokens of the cells (epochs x rows x length, harness.workers.cell_tokens): {sum(tokens):.0f}")
+        print(f"training tokens of the cells (epochs x rows x length, attnbench.workers.cell_tokens): {sum(tokens):.0f}")
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     print(f"largest peak resident memory of a run's process (the whole run in one process, or a worker): {rss:.2f} GiB")
     busy = [x["others"] for runs in results.values() for x in runs if x["others"] is not None]

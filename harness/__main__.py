@@ -1,6 +1,6 @@
-"""`python -m harness` is the `attnbench` command."""
+"""`python -m attnbench` is the `attnbench` command."""
 import sys
 
-from harness.cli import main
+from attnbench.cli import main
 
 sys.exit(main())

@@ -2,7 +2,7 @@
 
 Used by `attnbench check` and by tests/test_attention_properties.py (the same functions, no copies):
 
-    from harness.attention_properties import check_attention
+    from attnbench.attention_properties import check_attention
     verdicts = check_attention("performer")          # every property, several (batch, heads), native on and off
     all(v.ok is not False for v in verdicts)
 
@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from baselines import native
-from harness.errors import UserError
-from harness.registry import attention_entry, build_attention
+from attnbench.baselines import native
+from attnbench.errors import UserError
+from attnbench.registry import attention_entry, build_attention
 
 HEAD_DIM, MAX_LENGTH = 16, 4096
 SHAPES = ((1, 1), (2, 3), (3, 4))  # (batch, heads)

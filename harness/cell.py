@@ -9,7 +9,7 @@ executor records that with `Cell.failed` (`PROCESS_DIED`).
 
 Executors (in this process, in worker processes, as Ray tasks) implement one interface,
 `Executor.run(cells, sink)`, and report to a `CellSink` (started, progress, finished); they import
-this module, never each other nor the code that picks them (harness.executor).
+this module, never each other nor the code that picks them (attnbench.executor).
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.provenance import machine_provenance, now
-from harness.store import cell_id, result_record
-from harness.suite import Suite, cell_name, task_label
+from attnbench.provenance import machine_provenance, now
+from attnbench.store import cell_id, result_record
+from attnbench.suite import Suite, cell_name, task_label
 
 Progress = Callable[[str, int, int], None]
 
@@ -52,7 +52,7 @@ def seed_everything(seed: int) -> None:
 
 def failure_reason(err: BaseException) -> str:
     """One line saying why a cell failed."""
-    from harness.train import NonFiniteLossError
+    from attnbench.train import NonFiniteLossError
 
     text = (str(err).strip().splitlines() or [""])[0]
     if isinstance(err, CellTimeout):
@@ -110,8 +110,8 @@ class Cell:
     @classmethod
     def of(cls, suite: Suite, spec: dict[str, Any]) -> "Cell":
         """The cell `spec` of `suite`, with every config's defaults filled in from the suite."""
-        from harness.model import ModelConfig
-        from harness.options import make_options
+        from attnbench.model import ModelConfig
+        from attnbench.options import make_options
 
         resolved = {"attention": suite.resolved["attentions"].get(spec["attention"]["label"], {}),
                     "task": suite.resolved["tasks"].get(task_label(spec["task"]), {}),
@@ -131,7 +131,7 @@ class Cell:
     def run(self, *, device: str, command: str, progress: Progress | None = None,
             timeout: float | None = None) -> dict[str, Any]:
         """Run the cell here (within `timeout` seconds, if given) and return its record, whatever happens."""
-        from harness.measurements import SkipCell, run_cell
+        from attnbench.measurements import SkipCell, run_cell
 
         started, t0 = now(), time.perf_counter()
         outcome: dict[str, Any] = {"status": "ok"}

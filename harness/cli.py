@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
+from attnbench.errors import UserError
 
 LISTABLE = ("attention", "tasks", "measurements", "metrics", "suites")
 _ALIASES = {"attentions": "attention", "task": "tasks", "measurement": "measurements", "metric": "metrics",
@@ -169,7 +169,7 @@ def _positive_float(text: str) -> float:
 # --- list -------------------------------------------------------------------------------------
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from harness.errors import unknown_name_message
+    from attnbench.errors import unknown_name_message
 
     what = _ALIASES.get(args.what, args.what)
     if what is None:
@@ -179,7 +179,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if what not in LISTABLE:
         raise UserError(unknown_name_message("listing", args.what, LISTABLE))
     if what == "suites":
-        from harness.suite import suite_description, suites_dir
+        from attnbench.suite import suite_description, suites_dir
         for name in _names("suites", args.pattern):
             print(f"{name:<14} {suite_description(suites_dir() / f'{name}.yaml')}")
         return 0
@@ -203,12 +203,12 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _registry(kind: str) -> Any:
     if kind == "attention":
-        from harness.registry import ATTENTIONS
+        from attnbench.registry import ATTENTIONS
         return ATTENTIONS
     if kind == "tasks":
-        from harness.tasks import TASKS
+        from attnbench.tasks import TASKS
         return TASKS
-    from harness.measurements import MEASUREMENTS
+    from attnbench.measurements import MEASUREMENTS
     return MEASUREMENTS
 
 
@@ -216,7 +216,7 @@ def _names(kind: str, pattern: str) -> list[str]:
     import fnmatch
 
     if kind == "suites":
-        from harness.suite import suite_names
+        from attnbench.suite import suite_names
         return [n for n in suite_names() if fnmatch.fnmatchcase(n, pattern)]
     if kind == "metrics":
         return [n for n in _metric_descriptions() if fnmatch.fnmatchcase(n, pattern)]
@@ -224,9 +224,9 @@ def _names(kind: str, pattern: str) -> list[str]:
 
 
 def _metric_descriptions() -> dict[str, str]:
-    """The declared metrics (harness.metrics.register_metric, built-in and from measurement modules): name or glob ->
+    """The declared metrics (attnbench.metrics.register_metric, built-in and from measurement modules): name or glob ->
     which way is better and what it is."""
-    from harness.metrics import METRICS, metric_info
+    from attnbench.metrics import METRICS, metric_info
 
     metric_info("accuracy")  # loads every measurement module's declarations
     arrows = {"max": "higher is better", "min": "lower is better", None: "not ranked"}
@@ -236,8 +236,8 @@ def _metric_descriptions() -> dict[str, str]:
 
 def _describe(entry: Any, *, show_capabilities: bool) -> str:
     """A registered component: name, description, capability flags, then one line per option."""
-    from harness.registry import AttentionConfig
-    from harness.suite import MODEL_SET_ATTENTION_OPTIONS
+    from attnbench.registry import AttentionConfig
+    from attnbench.suite import MODEL_SET_ATTENTION_OPTIONS
 
     lines = [f"{entry.name}: {entry.description}" + ("" if entry.source == "builtin" else f"  [{entry.source}]")]
     set_elsewhere = MODEL_SET_ATTENTION_OPTIONS if issubclass(entry.config, AttentionConfig) else ("seed",)
@@ -258,8 +258,8 @@ def _describe(entry: Any, *, show_capabilities: bool) -> str:
 # --- check ------------------------------------------------------------------------------------
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from harness.attention_properties import HEAD_DIM, MAX_LENGTH, check_attention
-    from harness.registry import ATTENTIONS
+    from attnbench.attention_properties import HEAD_DIM, MAX_LENGTH, check_attention
+    from attnbench.registry import ATTENTIONS
 
     options = _parse_options(args.option)
     ATTENTIONS.make_config(args.attention, head_dim=HEAD_DIM, max_length=MAX_LENGTH,
@@ -288,9 +288,9 @@ def _parse_options(pairs: list[str]) -> dict[str, Any]:
 # --- run --------------------------------------------------------------------------------------
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.executor import RunOptions, run_suite
-    from harness.store import default_run_dir
-    from harness.suite import load_suite
+    from attnbench.executor import RunOptions, run_suite
+    from attnbench.store import default_run_dir
+    from attnbench.suite import load_suite
 
     suite = load_suite(args.suite)  # validates everything before anything is written
     if args.executor == "local" and args.address:
@@ -321,14 +321,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _report_module() -> Any:
     try:
-        import harness.report as report
+        import attnbench.report as report
     except ImportError as err:
         raise UserError(f"the report module is not available ({err}); reports cannot be built yet") from None
     return report
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.store import RunStore
+    from attnbench.store import RunStore
 
     RunStore(args.run_dir).run_info()  # a clear error if this is not a run folder
     path = _report_module().write_report(args.run_dir)
@@ -338,7 +338,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from harness.store import RunStore
+    from attnbench.store import RunStore
 
     for run_dir in args.run_dirs:
         RunStore(run_dir).run_info()
@@ -390,7 +390,7 @@ def find_cell_files(cell: str, run_dir: Path | None) -> list[Path]:
 
 def _stored_cell_name(path: Path) -> str | None:
     """The name task/label/s<seed>/measurement of a stored cell result, or None for a file that is not one."""
-    from harness.suite import cell_name
+    from attnbench.suite import cell_name
 
     try:
         return cell_name(json.loads(path.read_text())["cell"])
@@ -409,7 +409,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _show_cell(path: Path, *, as_json: bool) -> None:
     """Print one stored cell result: its name, status, configuration, metrics and provenance."""
-    from harness.suite import cell_name
+    from attnbench.suite import cell_name
 
     try:
         record = json.loads(path.read_text())

@@ -18,15 +18,15 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from harness.metrics import NLL_CLIP
-from harness.predictions import Predictions
+from attnbench.metrics import NLL_CLIP
+from attnbench.predictions import Predictions
 
 ResampledMetric = Callable[[Predictions, np.ndarray], np.ndarray]  # (predictions, weights (B, N)) -> (B,)
 
 
 def mean_difference_interval(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
     """Mean of a_s - b_s over seeds s (also std, n), and its 95% t-interval (NaN with fewer than 2 seeds)."""
-    from harness.report.stats import summarize  # here: harness.report's tables import this module
+    from attnbench.report.stats import summarize  # here: attnbench.report's tables import this module
 
     return summarize(np.asarray(a, dtype=float) - np.asarray(b, dtype=float), interval_from=2)
 
@@ -50,13 +50,13 @@ def resampled_accuracy(pred: Predictions, weights: np.ndarray) -> np.ndarray:
 
 
 def resampled_nll(pred: Predictions, weights: np.ndarray) -> np.ndarray:
-    """Mean negative log-probability of the true class on each resample (clipped like harness.metrics)."""
+    """Mean negative log-probability of the true class on each resample (clipped like attnbench.metrics)."""
     true = pred.probs[np.arange(len(pred.labels)), pred.labels]
     return weights @ -np.log(np.clip(true, NLL_CLIP, 1.0)) / len(pred.labels)
 
 
 def resampled_ece(pred: Predictions, weights: np.ndarray, n_bins: int = 15) -> np.ndarray:
-    """Equal-width-bin ECE (as harness.metrics.expected_calibration_error) on each resample."""
+    """Equal-width-bin ECE (as attnbench.metrics.expected_calibration_error) on each resample."""
     confidence = pred.probs.max(axis=1)
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     bins = np.clip(np.searchsorted(edges[1:-1], confidence, side="left"), 0, n_bins - 1)
@@ -66,7 +66,7 @@ def resampled_ece(pred: Predictions, weights: np.ndarray, n_bins: int = 15) -> n
 
 
 def resampled_macro_f1(pred: Predictions, weights: np.ndarray) -> np.ndarray:
-    """Macro-F1 over the classes present in labels or predictions of each resample (as harness.metrics)."""
+    """Macro-F1 over the classes present in labels or predictions of each resample (as attnbench.metrics)."""
     num_classes = pred.probs.shape[1]
     f1_sum = np.zeros(weights.shape[0])
     present = np.zeros(weights.shape[0])

@@ -4,7 +4,7 @@ Every cell ends as one stored record (ok / failed / skipped); an exception, a Na
 of memory or a time-out fails that cell only, and the suite goes on. Resume is the default: cells
 whose file says ok or skipped are not run again; failed cells are retried unless
 `retry_failed=False`. One process writes a run folder at a time (RUN_DIR/run.lock). How many cells
-run at once, and with how many torch threads, is the split that harness.workers chooses
+run at once, and with how many torch threads, is the split that attnbench.workers chooses
 (`workers="auto"`) or the options give. Cells run in this process (with DEFAULT_CELL_TIMEOUT as a
 soft limit) unless a time-out is set or the split has more than one worker; then each runs in a
 spawned worker process that is killed when the cell overruns its time. A cell whose process died
@@ -25,14 +25,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.cell import DEFAULT_CELL_TIMEOUT, PROCESS_DIED, Cell, CellSink, Executor, died_before, output_to
-from harness.errors import UserError
-from harness.progress import ProgressUI
-from harness.provenance import machine_provenance, now, resolve_device
-from harness.store import FINISHED, RunStore, cell_id, process_alive
-from harness.suite import Suite, cell_name
-from harness.suite_keys import chosen_trials
-from harness.workers import Split, available_gib, choose_split, machine_facts, running_workers, suite_facts
+from attnbench.cell import DEFAULT_CELL_TIMEOUT, PROCESS_DIED, Cell, CellSink, Executor, died_before, output_to
+from attnbench.errors import UserError
+from attnbench.progress import ProgressUI
+from attnbench.provenance import machine_provenance, now, resolve_device
+from attnbench.store import FINISHED, RunStore, cell_id, process_alive
+from attnbench.suite import Suite, cell_name
+from attnbench.suite_keys import chosen_trials
+from attnbench.workers import Split, available_gib, choose_split, machine_facts, running_workers, suite_facts
 
 
 @dataclasses.dataclass
@@ -40,7 +40,7 @@ class RunOptions:
     """How to run a suite (the `attnbench run` flags)."""
 
     device: str = "cpu"  # cpu | cuda | auto
-    workers: int | Literal["auto"] = "auto"  # local processes (auto: harness.workers); Ray: cells at once locally
+    workers: int | Literal["auto"] = "auto"  # local processes (auto: attnbench.workers); Ray: cells at once locally
     executor: Literal["local", "ray"] = "local"
     address: str | None = None  # Ray cluster address; None starts a local instance
     cell_timeout: float | None = None  # seconds; overrides the suite's cell_timeout
@@ -164,7 +164,7 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
     start = time.perf_counter()
     device = resolve_device(options.device) if options.executor == "local" else options.device
     if options.executor == "ray":
-        from harness.ray_executor import require_ray
+        from attnbench.ray_executor import require_ray
         require_ray()  # before anything is written
     store = RunStore(run_dir)
     cells, planned = plan_cells(suite, store, options.filters)
@@ -233,13 +233,13 @@ def _run_cells(todo: list[Cell], selected: int, suite: Suite, store: RunStore, d
                    None if split is None else {**split.provenance(), "running": running})
     executor: Executor
     if split is None:
-        from harness.ray_executor import RayExecutor
+        from attnbench.ray_executor import RayExecutor
         executor = RayExecutor(options.device, options.command, options.address,
                                None if options.workers == "auto" else options.workers,
                                options.cpus_per_cell, options.threads, timeout)
         batches = [(executor, todo)]
     else:
-        from harness.worker_executor import WorkerExecutor
+        from attnbench.worker_executor import WorkerExecutor
         isolated = WorkerExecutor(device, options.command, running, split.threads, timeout)
         if split.workers > 1 or explicit is not None:
             batches = [(isolated, todo)]

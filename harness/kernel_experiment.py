@@ -6,7 +6,7 @@ w ~ N(0, 0.3^2 I) drawn once, labels y ~ Bernoulli(sigmoid(l(x) + xi)), xi ~ N(0
 70/30 split (random_state 0) for every trial and level; per trial only the noise (xi and the
 Bernoulli draw) and the methods' randomness are redrawn. Within a trial one standard-normal draw
 and one uniform draw serve every sigma (**ours**: the paper does not say), so levels differ only in
-sigma. Three parts: the noise sweep (every method, `harness.kernel_methods`), the lambda ablation
+sigma. Three parts: the noise sweep (every method, `attnbench.kernel_methods`), the lambda ablation
 (Langevin particles only) and the runtime-scaling sweep over n with fitted exponents t ~ n^gamma.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from scipy.special import expit
 
-from harness import kernel_methods as km
-from harness.kernel_particles import ParticleDynamics
-from harness.options import option, require
+from attnbench import kernel_methods as km
+from attnbench.kernel_particles import ParticleDynamics
+from attnbench.options import option, require
 
 Row = dict[str, Any]
 Progress = Callable[[str, int, int], None]
@@ -43,7 +43,7 @@ class KernelExperimentConfig:
 
     uses_task: ClassVar[bool] = False  # a tabular experiment: run once per seed, not per task or attention
     uses_attention: ClassVar[bool] = False
-    measures_time: ClassVar[bool] = True  # the runtime sweep (Table 6): run alone with all cores (harness.workers)
+    measures_time: ClassVar[bool] = True  # the runtime sweep (Table 6): run alone with all cores (attnbench.workers)
 
     num_samples: int = option(400, "rows n of the design (paper: 400)")
     num_inputs: int = option(5, "columns p of the design (paper: p >= 5, default 5)")

@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import torch
 
-from harness.kernel_particles import ParticleDynamics, learn_features
+from attnbench.kernel_particles import ParticleDynamics, learn_features
 
 
 @dataclasses.dataclass
@@ -155,7 +155,7 @@ def importance_sampling(split: Split, rng: np.random.Generator, num_features: in
 def langevin_particles(split: Split, rng: np.random.Generator, repulsion: float, num_features: int = 200,
                        gamma: float = 0.5, dynamics: ParticleDynamics = ParticleDynamics()
                        ) -> tuple[np.ndarray, dict[str, float]]:
-    """Algorithms 1 and 2 (`harness.kernel_particles`) at one lambda, then Fourier features + linear SVM.
+    """Algorithms 1 and 2 (`attnbench.kernel_particles`) at one lambda, then Fourier features + linear SVM.
 
     Returns the test predictions and the dynamics' diagnostics (drift against noise, alignment).
     """

@@ -10,7 +10,7 @@ S independent systems (one per repulsion weight lambda) move together, vectorise
 with y in {-1, +1}. H = (1/N) sum_k H_k, H_k = -a_k + lambda/(2(N-1)) sum_{l != k} g_s (each
 particle's share), a_k = ((sum_i y_i phi_ki)^2 - sum_i phi_ki^2) / (n(n-1)). The drift is
 eta N grad_k H (the analytic gradient), clipped per particle to `grad_clip` over (omega_k, b_k);
-the step is `baselines.coulomb.langevin_step` (noise sqrt(2 eta / beta) on both), frequencies
+the step is `attnbench.baselines.coulomb.langevin_step` (noise sqrt(2 eta / beta) on both), frequencies
 projected to |omega_k| <= radius, phases wrapped into [0, 2 pi). Repulsion acts on the
 frequencies only (**ours**: the paper names no phase term). Afterwards Algorithm 2 keeps D
 distinct particles drawn with probability proportional to exp(-beta H_k).
@@ -23,7 +23,7 @@ import math
 import torch
 from torch import Tensor
 
-from baselines.coulomb import langevin_step
+from attnbench.baselines.coulomb import langevin_step
 
 TWO_PI = 2 * math.pi
 

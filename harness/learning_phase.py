@@ -31,12 +31,12 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from baselines.coulomb import (DynamicsConfig, kernel_target_alignment, particle_step, resample_index,
+from attnbench.baselines.coulomb import (DynamicsConfig, kernel_target_alignment, particle_step, resample_index,
                                within_class_alignment)
-from harness.errors import ConfigError
-from harness.options import make_options, option, require
-from harness.tasks.base import Split
-from harness.train import Progress
+from attnbench.errors import ConfigError
+from attnbench.options import make_options, option, require
+from attnbench.tasks.base import Split
+from attnbench.train import Progress
 
 DISTANCE_SAMPLES = 2000  # pairwise distances kept (before and after) for histograms
 ALIGNMENTS = ("within-class", "centered-kta", "input-kernel")  # measured before and after on validation rows

@@ -70,7 +70,7 @@ def metric_direction(name: str) -> Direction | None:
 
 def _load_declarations() -> None:
     """Import the measurement modules (built-in and plug-in), where the rest of the metrics are declared."""
-    from harness.measurements import measurement_names
+    from attnbench.measurements import measurement_names
 
     measurement_names()
 

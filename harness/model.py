@@ -17,10 +17,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from baselines.linear_kernel import padded_queries_unread
-from harness.dropout import HashDropout
-from harness.options import option, require
-from harness.registry import attention_entry, build_attention
+from attnbench.baselines.linear_kernel import padded_queries_unread
+from attnbench.dropout import HashDropout
+from attnbench.options import option, require
+from attnbench.registry import attention_entry, build_attention
 
 
 @dataclasses.dataclass
@@ -36,7 +36,7 @@ class ModelConfig:
     ffn_dim: int = option(256, "feed-forward width", minimum=1, maximum=1_048_576)
     dropout: float = option(0.1, "dropout rate")
     dropout_rng: Literal["hash", "torch"] = option(
-        "hash", "dropout's random source: hash (harness.dropout: one seed per call from torch's generator, each "
+        "hash", "dropout's random source: hash (attnbench.dropout: one seed per call from torch's generator, each "
                 "element's draw a hash of it; a tenth of nn.Dropout's time) or torch (nn.Dropout, bernoulli_)")
     pooling: Literal["mean", "first"] = option("mean", "sequence pooling: mean over real tokens or first token")
     tie_qk: bool = option(True, "share one projection for queries and keys (Q = K, the paper's setting)")

@@ -14,7 +14,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, Union
 
-from harness.errors import ConfigError, closest
+from attnbench.errors import ConfigError, closest
 
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, minimum: float | None = None,

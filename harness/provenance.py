@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import harness
+import attnbench
 
 PACKAGES = ("numpy", "datasets", "tokenizers", "pandas", "scikit-learn", "pyyaml", "rich", "ray")
 
@@ -29,7 +29,7 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
-        from harness.errors import UserError
+        from attnbench.errors import UserError
         raise UserError("--device cuda was asked for but torch sees no CUDA device; use --device cpu or auto")
     return device
 
@@ -38,7 +38,7 @@ def resolve_device(device: str) -> str:
 def git_state() -> tuple[str | None, bool | None]:
     """(commit, dirty) of the repository holding the harness package; outside git (e.g. a copied
     tree on a remote machine) the commit named by $ATTNBENCH_GIT_COMMIT, dirtiness unknown."""
-    root = Path(harness.__file__).resolve().parents[1]
+    root = Path(attnbench.__file__).resolve().parents[1]
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                                 text=True, timeout=10, check=True).stdout.strip()
@@ -90,10 +90,10 @@ def machine_provenance(device: str, command: str | None = None) -> dict[str, Any
     """Everything about code, packages and machine that could change a result (command: the CLI line)."""
     import torch
 
-    from baselines import native
+    from attnbench.baselines import native
 
     commit, dirty = git_state()
-    return {"attnbench_version": harness.__version__, "git_commit": commit, "git_dirty": dirty,
+    return {"attnbench_version": attnbench.__version__, "git_commit": commit, "git_dirty": dirty,
             "python": platform.python_version(), "torch": torch.__version__, "packages": package_versions(),
             "platform": platform.platform(), "machine": platform.machine(), "cpu": cpu_model(),
             "cpu_count": os.cpu_count(), "device": device_name(device), "threads": torch.get_num_threads(),

@@ -13,16 +13,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cell import Cell, CellSink, failure_reason
-from harness.errors import UserError
-from harness.provenance import now
+from attnbench.cell import Cell, CellSink, failure_reason
+from attnbench.errors import UserError
+from attnbench.provenance import now
 
 
 def ray_cell(cell: Cell, device: str, command: str, threads: int, timeout: float | None) -> tuple[dict[str, Any], str]:
     """Body of one Ray task: run the cell with `threads` torch threads; (record, captured output)."""
     import torch
 
-    from harness.provenance import resolve_device
+    from attnbench.provenance import resolve_device
 
     torch.set_num_threads(threads)
     output = io.StringIO()

@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from harness.errors import UserError
-from harness.measurements import SkipCell
-from harness.measurements.common import load_cell_task, train_config
-from harness.metrics import classification_metrics, reliability_bins
-from harness.options import make_options, option, require
-from harness.predictions import encode_predictions
-from harness.suite_keys import REFERENCE
-from harness.tasks.base import TaskData
+from attnbench.errors import UserError
+from attnbench.measurements import SkipCell
+from attnbench.measurements.common import load_cell_task, train_config
+from attnbench.metrics import classification_metrics, reliability_bins
+from attnbench.options import make_options, option, require
+from attnbench.predictions import encode_predictions
+from attnbench.suite_keys import REFERENCE
+from attnbench.tasks.base import TaskData
 
 __all__ = ["REFERENCE", "REFERENCES", "measure_reference", "reference_attention", "reference_names"]
 

@@ -2,7 +2,7 @@
 
 Contract (other code, tests and users rely on it):
 
-    from harness.registry import attention_names, build_attention, register_attention
+    from attnbench.registry import attention_names, build_attention, register_attention
     attention_names("*linear*")                     # sorted names, timm-style glob
     attn = build_attention("performer", head_dim=64, num_features=256, seed=0)
     out = attn(q, k, v, key_padding_mask=mask)      # (B, H, N, D) -> (B, H, N, D)
@@ -20,8 +20,8 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness.errors import ConfigError, UnknownNameError, UserError, unknown_name_message
-from harness.options import make_options, option, option_table
+from attnbench.errors import ConfigError, UnknownNameError, UserError, unknown_name_message
+from attnbench.options import make_options, option, option_table
 
 ENTRY_POINT_GROUP = "attnbench.attention"
 
@@ -153,7 +153,7 @@ class Registry:
 
 def _source_of(factory: Callable[..., Any]) -> str:
     module = getattr(factory, "__module__", "")
-    return "builtin" if module.startswith(("baselines", "harness")) else f"{module}:{factory.__qualname__}"
+    return "builtin" if (module == "attnbench" or module.startswith("attnbench.")) else f"{module}:{factory.__qualname__}"
 
 
 def _import_object(spec: str, kind: str) -> Any:
@@ -204,7 +204,7 @@ def _entry_for_plain_class(name: str, cls: Callable[..., Any], source: str) -> E
     return Entry(name, factory, config, doc, Capabilities(), source)
 
 
-ATTENTIONS = Registry("attention", builtin_modules=["baselines"], entry_point_group=ENTRY_POINT_GROUP)
+ATTENTIONS = Registry("attention", builtin_modules=["attnbench.baselines"], entry_point_group=ENTRY_POINT_GROUP)
 
 
 def register_attention(name: str, *, config: type = AttentionConfig, description: str | None = None,

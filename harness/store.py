@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
+from attnbench.errors import UserError
 
 SCHEMA = 1
 FINISHED = ("ok", "skipped")  # statuses a rerun keeps; "failed" cells are retried unless told not to

@@ -18,7 +18,7 @@ measurement). Schema (top-level keys):
     measurements: [accuracy, {name: efficiency, options: {...}}]   # required
     cell_timeout: 600                # optional seconds per cell (CLI --cell-timeout overrides; default 6 h)
     exclude: ["qqp/linformer*"]      # optional glob patterns over cell names to leave out
-    references / comparisons / published / sweep   # optional, see harness.suite_keys
+    references / comparisons / published / sweep   # optional, see attnbench.suite_keys
 
 Measurements declare what they depend on with class attributes of their options dataclass
 (`uses_task`, `uses_seed`, `uses_attention`, all True unless set to False, as typing.ClassVar):
@@ -26,7 +26,7 @@ one with `uses_task = False` (efficiency, kernel) gets the task {"name": "none"}
 once, not per task; `uses_seed = False` (efficiency) runs with the first seed only;
 `uses_attention = False` (kernel, a tabular experiment) gets the attention {"name": "none"} and
 runs once, not per attention. One with `measures_time = True` (kernel; default False) times calls
-or measures memory: `attnbench run --workers auto` then runs the suite one cell at a time (harness.workers).
+or measures memory: `attnbench run --workers auto` then runs the suite one cell at a time (attnbench.workers).
 """
 from __future__ import annotations
 
@@ -40,13 +40,13 @@ from typing import Any
 
 import yaml
 
-import harness
-from harness.errors import ConfigError, UserError, closest, unknown_name_message
-from harness.model import ModelConfig
-from harness.options import check_option
-from harness.registry import ATTENTIONS, Registry
-from harness.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
-from harness.train import TrainConfig
+import attnbench
+from attnbench.errors import ConfigError, UserError, closest, unknown_name_message
+from attnbench.model import ModelConfig
+from attnbench.options import check_option
+from attnbench.registry import ATTENTIONS, Registry
+from attnbench.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
+from attnbench.train import TrainConfig
 
 SUITE_KEYS = ("name", "description", "attentions", "tasks", "seeds", "model", "training",
               "measurements", "cell_timeout", "exclude", *COMPARISON_KEYS)
@@ -60,8 +60,8 @@ NO_ATTENTION = {"name": "none", "label": "none", "options": {}}
 
 def suites_dir() -> Path:
     """The shipped suites: harness/suites in an installed wheel, else the repository's suites/ beside harness/."""
-    installed = Path(harness.__file__).resolve().parent / "suites"
-    return installed if installed.is_dir() else Path(harness.__file__).resolve().parents[1] / "suites"
+    installed = Path(attnbench.__file__).resolve().parent / "suites"
+    return installed if installed.is_dir() else Path(attnbench.__file__).resolve().parents[1] / "suites"
 
 
 def suite_names() -> list[str]:
@@ -156,7 +156,7 @@ class Suite:
     task_free: frozenset[str]  # measurement names that do not use a task
     seed_free: frozenset[str]  # measurement names that do not use a seed
     attention_free: frozenset[str]  # measurement names that do not use an attention
-    comparison_keys: dict[str, Any] = dataclasses.field(default_factory=dict)  # harness.suite_keys
+    comparison_keys: dict[str, Any] = dataclasses.field(default_factory=dict)  # attnbench.suite_keys
 
     def as_dict(self) -> dict[str, Any]:
         """The normalised suite (JSON-able), as stored in run.json."""
@@ -210,8 +210,8 @@ def _copy(value: Any) -> Any:
 
 
 def _registries() -> tuple[Registry, Registry]:
-    from harness.measurements import MEASUREMENTS
-    from harness.tasks import TASKS
+    from attnbench.measurements import MEASUREMENTS
+    from attnbench.tasks import TASKS
     return TASKS, MEASUREMENTS
 
 
@@ -388,7 +388,7 @@ class _Validator:
         training = self.mapping(value, "training")
         self.config(training, "training", TrainConfig, "training")
         if training.get("phase_a"):
-            from harness.learning_phase import PhaseAConfig
+            from attnbench.learning_phase import PhaseAConfig
             self.config(training["phase_a"], "training.phase_a", PhaseAConfig, "phase A")
         return dict(training)
 

@@ -1,7 +1,7 @@
 """The suite keys for trustworthy comparisons: references, comparisons, published, sweep.
 
 Validated here, in one place, and kept in the normalised suite (run.json), where the report reads
-them; `harness.suite` calls `validate_comparison_keys` and expands cells with `reference_entries`
+them; `attnbench.suite` calls `validate_comparison_keys` and expands cells with `reference_entries`
 and `sweep_trials`.
 
     references: [majority, tfidf-logreg]   # attention-free references on every text task (accuracy cells)
@@ -30,16 +30,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from harness.errors import ConfigError, UserError
+from attnbench.errors import ConfigError, UserError
 
 COMPARISON_KEYS = ("references", "comparisons", "published", "sweep")
-REFERENCE = "reference"  # the attention name of reference-model cells (harness.references), read by the report
+REFERENCE = "reference"  # the attention name of reference-model cells (attnbench.references), read by the report
 SWEEP_KEYS = ("metric", "grid", "budget", "seed", "select_seeds")
 PUBLISHED_KEYS = ("source", "task", "note", "values")
 
 
 class Checker(Protocol):
-    """What these checks use of harness.suite's validator: errors with the file and key path, type checks."""
+    """What these checks use of attnbench.suite's validator: errors with the file and key path, type checks."""
 
     def error(self, key_path: str, message: str) -> UserError: ...
     def list(self, value: Any, path: str) -> list[Any]: ...
@@ -65,7 +65,7 @@ def validate_comparison_keys(raw: dict[str, Any], v: Checker, labels: list[str],
 
 
 def _references(value: Any, v: Checker, labels: list[str]) -> list[dict[str, Any]]:
-    from harness.references import reference_attention
+    from attnbench.references import reference_attention
 
     out = []
     for i, item in enumerate(v.list(value, "references")):
@@ -104,7 +104,7 @@ def _comparisons(value: Any, v: Checker, labels: list[str]) -> list[Any]:
 
 
 def _published(value: Any, v: Checker, labels: list[str], tasks: list[str]) -> list[dict[str, Any]]:
-    from harness.metrics import metric_direction
+    from attnbench.metrics import metric_direction
 
     blocks = value if isinstance(value, list) else [value]
     out = []
@@ -136,7 +136,7 @@ def _published(value: Any, v: Checker, labels: list[str], tasks: list[str]) -> l
 
 
 def _sweep(value: Any, v: Checker, seeds: list[int]) -> dict[str, Any]:
-    from harness.metrics import metric_direction
+    from attnbench.metrics import metric_direction
 
     sweep = v.mapping(value, "sweep")
     v.keys(sweep, SWEEP_KEYS, "sweep", ("metric", "grid"))
@@ -179,10 +179,10 @@ def _select_seeds(value: Any, v: Checker, seeds: list[int]) -> list[int]:
 
 def _trial(point: dict[str, Any], v: Checker, path: str) -> dict[str, Any]:
     """One grid point split into training and model overrides, each checked against its config."""
-    from harness.model import ModelConfig
-    from harness.options import make_options
-    from harness.suite import TASK_SET_MODEL_OPTIONS
-    from harness.train import TrainConfig
+    from attnbench.model import ModelConfig
+    from attnbench.options import make_options
+    from attnbench.suite import TASK_SET_MODEL_OPTIONS
+    from attnbench.train import TrainConfig
 
     training_fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"phase_a"}
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)} - set(TASK_SET_MODEL_OPTIONS)
@@ -209,8 +209,8 @@ def reference_entries(extras: dict[str, Any], measurement: str, task: dict[str, 
 
 
 def _is_text_task(name: str) -> bool:
-    from harness.tasks import TASKS
-    from harness.tasks.sentence import TextTaskConfig
+    from attnbench.tasks import TASKS
+    from attnbench.tasks.sentence import TextTaskConfig
 
     return issubclass(TASKS.get(name).config, TextTaskConfig)
 
@@ -240,7 +240,7 @@ def selects_at(sweep: dict[str, Any], seed: int) -> bool:
 
 def sweep_group(cell: dict[str, Any]) -> tuple[str, str]:
     """The (task label, attention label) a trial is chosen for."""
-    from harness.suite import task_label
+    from attnbench.suite import task_label
 
     return (task_label(cell["task"]), cell["attention"]["label"])
 
@@ -260,8 +260,8 @@ def chosen_trials(cells: list[dict[str, Any]], records: dict[str, dict[str, Any]
                   extras: dict[str, Any]) -> dict[tuple[str, str], int]:
     """Per (task label, attention label): the trial chosen on the selection seeds' validation metric, once
     every trial cell at those seeds has finished (`records`: cell id -> stored record or None)."""
-    from harness.metrics import metric_direction
-    from harness.store import FINISHED, cell_id
+    from attnbench.metrics import metric_direction
+    from attnbench.store import FINISHED, cell_id
 
     sweep = extras.get("sweep")
     if not sweep or "select_seeds" not in sweep:

@@ -19,10 +19,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from harness.metrics import log_loss
-from harness.options import option, require
-from harness.progress import epoch_phase
-from harness.tasks.base import Split, TaskData
+from attnbench.metrics import log_loss
+from attnbench.options import option, require
+from attnbench.progress import epoch_phase
+from attnbench.tasks.base import Split, TaskData
 
 Progress = Callable[[str, int, int], None]  # (phase, step, total)
 

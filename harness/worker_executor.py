@@ -14,16 +14,16 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from harness.cell import PROCESS_DIED, Cell, CellSink, output_to
-from harness.provenance import now, usable_cores
+from attnbench.cell import PROCESS_DIED, Cell, CellSink, output_to
+from attnbench.provenance import now, usable_cores
 
 
 def _worker_main(conn: multiprocessing.connection.Connection, threads: int) -> None:
     """A spawned worker: run the cells it is sent, stream progress, send back each record."""
     import torch
 
-    from harness.measurements import MEASUREMENTS
-    from harness.registry import ATTENTIONS
+    from attnbench.measurements import MEASUREMENTS
+    from attnbench.registry import ATTENTIONS
 
     torch.set_num_threads(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop

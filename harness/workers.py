@@ -25,8 +25,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.provenance import usable_cores
-from harness.suite import Suite, task_label
+from attnbench.provenance import usable_cores
+from attnbench.suite import Suite, task_label
 
 # From benchmarks/workers.py (results/benchmarks/workers.txt and earlier runs), on 2 cores of which another run kept
 # about 1 busy: a worker took 2-3 s from spawn to ready (it imports torch), two at once 4-6 s; four compare-quick
@@ -126,7 +126,7 @@ def running_workers(split: Split, pending: int, free_gib: float) -> int:
 
 def timed_measurements(suite: Suite) -> tuple[str, ...]:
     """The suite's measurements that time calls or measure memory (options dataclass: `measures_time = True`)."""
-    from harness.measurements import MEASUREMENTS
+    from attnbench.measurements import MEASUREMENTS
 
     return tuple(m["name"] for m in suite.measurements
                  if getattr(MEASUREMENTS.get(m["name"]).config, "measures_time", False))

@@ -15,12 +15,12 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from harness.measurements import MEASUREMENTS, SkipCell
-from harness.model import ModelConfig, TransformerClassifier
-from harness.options import option
-from harness.tasks import TaskConfig, register_task
-from harness.tasks.base import Split, TaskData
-from harness.train import TrainConfig, predict_proba, train_classifier
+from attnbench.measurements import MEASUREMENTS, SkipCell
+from attnbench.model import ModelConfig, TransformerClassifier
+from attnbench.options import option
+from attnbench.tasks import TaskConfig, register_task
+from attnbench.tasks.base import Split, TaskData
+from attnbench.train import TrainConfig, predict_proba, train_classifier
 
 
 @dataclasses.dataclass

@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from baselines import native  # noqa: E402
+from attnbench.baselines import native  # noqa: E402
 
 CASES = [("performer", {}), ("elu-linear", {}), ("nystromformer", {"num_landmarks": 16}),
          ("random-features", {"feature_map": "elu", "form": "scaled"}),
@@ -26,7 +26,7 @@ CASES = [("performer", {}), ("elu-linear", {}), ("nystromformer", {"num_landmark
 
 
 def probe() -> dict[str, torch.Tensor]:
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 200, 32, generator=g) for _ in range(3))
     mask = torch.ones(2, 200, dtype=torch.bool)

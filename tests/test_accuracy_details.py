@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness.measurements import run_cell
-from harness.measurements.common import load_cell_task
-from harness.metrics import classification_metrics
-from harness.predictions import decode_predictions
+from attnbench.measurements import run_cell
+from attnbench.measurements.common import load_cell_task
+from attnbench.metrics import classification_metrics
+from attnbench.predictions import decode_predictions
 
 
 def tiny_cell(checkpoint: str = "best-validation", epochs: int = 4) -> dict:

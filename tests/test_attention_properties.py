@@ -1,17 +1,17 @@
 """Properties every registered attention must have (new registrations are covered automatically).
 
-The checks themselves live in harness.attention_properties, which `attnbench check` runs too: each over several
+The checks themselves live in attnbench.attention_properties, which `attnbench check` runs too: each over several
 (batch, heads) shapes, with the native kernels on and off.
 """
 import pytest
 import torch
 
-from harness.attention_properties import PROPERTIES, check_property
-from harness.errors import ConfigError
-from harness.model import ModelConfig, TransformerClassifier
-from harness.registry import attention_entry, attention_names, build_attention
-from harness.tasks.base import Split, TaskData
-from harness.train import TrainConfig, predict_proba, train_classifier
+from attnbench.attention_properties import PROPERTIES, check_property
+from attnbench.errors import ConfigError
+from attnbench.model import ModelConfig, TransformerClassifier
+from attnbench.registry import attention_entry, attention_names, build_attention
+from attnbench.tasks.base import Split, TaskData
+from attnbench.train import TrainConfig, predict_proba, train_classifier
 
 NAMES = [name for name in attention_names() if not name.startswith("test-")]  # not other test modules' fakes
 CAUSAL = [name for name in NAMES if attention_entry(name).capabilities.causal]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.cli import build_parser, main
-from harness.suite import suite_names
+from attnbench.cli import build_parser, main
+from attnbench.suite import suite_names
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))  # fake_cells plugins
@@ -176,7 +176,7 @@ def test_tasks_take_labels_so_one_task_can_appear_twice(tmp_path, capsys):
 def test_off_a_terminal_each_cell_and_epoch_prints_a_line_and_logs_it(tmp_path):
     path = tiny_suite(tmp_path, seeds=[0], training={"epochs": 2, "batch_size": 32})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, "-m", "harness", "run", str(path), "--out", str(tmp_path / "run")],
+    result = subprocess.run([sys.executable, "-m", "attnbench", "run", str(path), "--out", str(tmp_path / "run")],
                             env=env, capture_output=True, text=True, timeout=120)  # stdout is a pipe
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

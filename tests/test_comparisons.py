@@ -8,10 +8,10 @@ import pytest
 from scipy import stats as scipy_stats
 from statsmodels.stats.contingency_tables import mcnemar
 
-from harness import comparisons, metrics
-from harness.comparisons import (RESAMPLED, bootstrap_weights, combine_p_values, default_pairs,
+from attnbench import comparisons, metrics
+from attnbench.comparisons import (RESAMPLED, bootstrap_weights, combine_p_values, default_pairs,
                                  mcnemar_exact, mean_difference_interval, paired_bootstrap_p, per_example_p)
-from harness.predictions import Predictions, decode_predictions, encode_predictions
+from attnbench.predictions import Predictions, decode_predictions, encode_predictions
 
 
 def _predictions(probs: np.ndarray, labels: np.ndarray) -> Predictions:

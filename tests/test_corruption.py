@@ -6,9 +6,9 @@ import random
 import pytest
 import torch
 
-from harness.errors import ConfigError
-from harness.tasks.base import Split
-from harness.tasks.corruption import KINDS, corrupt
+from attnbench.errors import ConfigError
+from attnbench.tasks.base import Split
+from attnbench.tasks.corruption import KINDS, corrupt
 
 PAD, CLS, SEP = 0, 2, 3
 SPECIALS = (0, 1, 2, 3, 4)

@@ -6,12 +6,12 @@ import math
 import pytest
 import torch
 
-from baselines.coulomb import (DynamicsConfig, align_particles, kernel_target_alignment, langevin_move, langevin_step,
+from attnbench.baselines.coulomb import (DynamicsConfig, align_particles, kernel_target_alignment, langevin_move, langevin_step,
                                within_class_alignment,
                                particle_alignments, particle_potentials, particle_step, resample_particles,
                                riesz_energy)
-from harness.errors import ConfigError
-from harness.registry import attention_entry, build_attention
+from attnbench.errors import ConfigError
+from attnbench.registry import attention_entry, build_attention
 
 
 def naive_alignment(phi: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:

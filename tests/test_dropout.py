@@ -1,10 +1,10 @@
-"""Hashed dropout (harness.dropout): the documented hash, the same mask on every path, nn.Dropout's contract."""
+"""Hashed dropout (attnbench.dropout): the documented hash, the same mask on every path, nn.Dropout's contract."""
 import pytest
 import torch
 
-from baselines import native
-from harness import dropout
-from harness.model import ModelConfig, TransformerClassifier
+from attnbench.baselines import native
+from attnbench import dropout
+from attnbench.model import ModelConfig, TransformerClassifier
 
 
 def _python_draw(i: int, seed: int) -> int:

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from harness.registry import build_attention
+from attnbench.registry import build_attention
 
 
 def phi(x):
@@ -47,7 +47,7 @@ def test_elu_linear_has_no_parameters_and_rejects_bad_eps():
 
 def test_elu_plus_one_matches_torch_elu_in_value_and_gradient():
     """The output-only backward, d phi / du = min(phi, 1), against autograd through torch's elu."""
-    from baselines.random_features import elu_plus_one
+    from attnbench.baselines.random_features import elu_plus_one
     points = [-30.0, -2.0, -1e-3, 0.0, 1e-3, 0.5, 4.0]
     u = torch.tensor(points, dtype=torch.float64, requires_grad=True)
     u_ref = torch.tensor(points, dtype=torch.float64, requires_grad=True)

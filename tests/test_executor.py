@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 import yaml
 
-from harness.cli import main
-from harness.executor import RunOptions, run_suite
-from harness.store import RunStore, cell_id
-from harness.suite import cell_name, load_suite
+from attnbench.cli import main
+from attnbench.executor import RunOptions, run_suite
+from attnbench.store import RunStore, cell_id
+from attnbench.suite import cell_name, load_suite
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))  # fake_cells plugins
@@ -128,7 +128,7 @@ def test_kill_9_mid_run_then_rerun_gives_every_cell_exactly_once(tmp_path):
                  if c["measurement"]["name"] == "fake_cells:sleeper"]
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen([sys.executable, "-m", "harness", "run", str(path), "--out", str(run_dir), "--quiet",
+    process = subprocess.Popen([sys.executable, "-m", "attnbench", "run", str(path), "--out", str(run_dir), "--quiet",
                                 "--workers", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 90
     while not (list((run_dir / "cells").glob("*.json")) and any(p.exists() for p in held_logs)):
@@ -156,8 +156,8 @@ def test_kill_9_mid_run_then_rerun_gives_every_cell_exactly_once(tmp_path):
 
 
 def test_failure_reasons_are_one_line_and_say_what_happened():
-    from harness.cell import failure_reason
-    from harness.train import NonFiniteLossError
+    from attnbench.cell import failure_reason
+    from attnbench.train import NonFiniteLossError
 
     def silent():
         raise NotImplementedError
@@ -176,7 +176,7 @@ def test_failure_reasons_are_one_line_and_say_what_happened():
 def cli(*args: str) -> subprocess.Popen:
     """`attnbench ARGS` in a child process that finds the fake_cells plugins."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "attnbench", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -246,16 +246,16 @@ def test_provenance_holds_the_model_and_data_that_ran(tmp_path):
     assert (model["vocab_size"], model["num_classes"], model["max_length"], model["d_model"]) == (9, 2, 10, 16)
     assert data["label_names"] == [0, 1] and set(data["splits"]) == {"train", "validation", "test"}
     from fake_cells import tiny_task
-    from harness.tasks import TASKS
+    from attnbench.tasks import TASKS
     task = tiny_task(TASKS.make_config("fake_cells:tiny_task", rows=24))
     for split, summary in data["splits"].items():  # an independent count of the same seeded rows
         assert summary == {"size": 24, "class_counts": torch.bincount(task[split].labels, minlength=2).tolist()}
 
 
 def test_in_process_cells_have_a_default_time_limit(tmp_path, monkeypatch):
-    import harness.executor
+    import attnbench.executor
 
-    monkeypatch.setattr(harness.executor, "DEFAULT_CELL_TIMEOUT", 1.0)
+    monkeypatch.setattr(attnbench.executor, "DEFAULT_CELL_TIMEOUT", 1.0)
     suite = load_suite(str(suite_file(tmp_path, ["softmax"], [{"name": "fake_cells:sleeper", "options": {"sleep": 30}}])))
     start = time.perf_counter()
     summary = run_suite(suite, tmp_path / "run", RunOptions(show_progress=False))
@@ -265,7 +265,7 @@ def test_in_process_cells_have_a_default_time_limit(tmp_path, monkeypatch):
 
 
 def test_a_sweep_on_selection_seeds_runs_the_chosen_trial_at_the_other_seeds(tmp_path):
-    from harness.report.load import load_runs
+    from attnbench.report.load import load_runs
 
     task = {"name": "nonlinear_tokens", "options": {"num_train": 96, "num_validation": 32, "num_test": 48,
                                                     "min_length": 4, "max_length": 16, "num_tokens": 16}}

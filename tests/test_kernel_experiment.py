@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from harness.errors import ConfigError
-from harness.kernel_experiment import (KernelExperimentConfig, fit_exponent, logit, make_design, run_kernel_experiment,
+from attnbench.errors import ConfigError
+from attnbench.kernel_experiment import (KernelExperimentConfig, fit_exponent, logit, make_design, run_kernel_experiment,
                                        scaling_fits, skip_reason, summarise, trial_labels)
-from harness.options import make_options
+from attnbench.options import make_options
 
 SMALL = dict(num_samples=60, noise_levels=2, trials=2, particles=12, num_features=8, particle_steps=5,
              mkl_max_iter=3, is_candidates=200, ablation_lambdas=[0.0, 1.0], scaling_sizes=[40, 80])
@@ -98,7 +98,7 @@ def test_every_part_produces_its_rows():
 
 
 def test_kernel_measurement_through_run_cell():
-    from harness.measurements import measurement_names, run_cell
+    from attnbench.measurements import measurement_names, run_cell
     assert "kernel" in measurement_names()
     cell = {"suite": "t", "task": {"name": "none", "options": {}}, "attention": {"name": "none"}, "seed": 42,
             "model": {}, "training": {},
@@ -122,7 +122,7 @@ def test_config_errors_name_the_option(options, message):
 
 def test_bayes_accuracy_is_the_expected_accuracy_of_the_bayes_rule():
     design = make_design(400, 5, 42, 0.3, 0)
-    from harness.kernel_experiment import bayes_accuracy
+    from attnbench.kernel_experiment import bayes_accuracy
     hits = [(trial_labels(design, [1e-5], 42, t)[0][design.test] == (design.logit[design.test] > 0)).mean()
             for t in range(300)]
     assert bayes_accuracy(design) == pytest.approx(np.mean(hits), abs=0.005)

@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-import harness.learning_phase as learning_phase
-from harness.errors import ConfigError
-from harness.learning_phase import representations, run_learning_phase
-from harness.model import ModelConfig, TransformerClassifier
-from harness.tasks.base import Split, TaskData
-from harness.train import TrainConfig, train_classifier
+import attnbench.learning_phase as learning_phase
+from attnbench.errors import ConfigError
+from attnbench.learning_phase import representations, run_learning_phase
+from attnbench.model import ModelConfig, TransformerClassifier
+from attnbench.tasks.base import Split, TaskData
+from attnbench.train import TrainConfig, train_classifier
 
 VOCAB, LENGTH = 20, 12
 
@@ -130,12 +130,12 @@ def test_default_budget_is_ten_epochs_fraction_by_option_and_model_is_restored()
 
 
 def test_phase_a_is_the_procedure_the_registry_names_and_train_does_not_import_it():
-    from harness.registry import attention_entry
-    from harness.train import learning_procedure
-    assert attention_entry("coulomb").capabilities.learning_phase == "harness.learning_phase:run_learning_phase"
+    from attnbench.registry import attention_entry
+    from attnbench.train import learning_procedure
+    assert attention_entry("coulomb").capabilities.learning_phase == "attnbench.learning_phase:run_learning_phase"
     assert learning_procedure(toy_model()) is run_learning_phase
     source = open(train_classifier.__code__.co_filename).read()
-    assert "learning_phase import" not in source and "import harness.learning_phase" not in source
+    assert "learning_phase import" not in source and "import attnbench.learning_phase" not in source
 
 
 def test_within_class_alignment_of_outputs_matches_the_pooled_attention_outputs():
@@ -152,7 +152,7 @@ def test_within_class_alignment_of_outputs_matches_the_pooled_attention_outputs(
     handle.remove()
     out, mask = outputs[0], split.attention_mask  # (B, H, N, D)
     rows = (out.transpose(1, 2).flatten(2) * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
-    from baselines.coulomb import within_class_alignment
+    from attnbench.baselines.coulomb import within_class_alignment
     assert before[0] == pytest.approx(float(within_class_alignment(rows.double(), split.labels)), rel=1e-5)
 
 

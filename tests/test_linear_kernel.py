@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from baselines.linear_kernel import (FeatureChunk, FeatureMap, LinearKernelAttention, chunked_linear_attention,
+from attnbench.baselines.linear_kernel import (FeatureChunk, FeatureMap, LinearKernelAttention, chunked_linear_attention,
                                      factored_linear_attention, linear_attention)
 
 
@@ -80,9 +80,9 @@ def test_redraw_every_n_training_steps_and_never_in_evaluation():
 
 
 def _maps():
-    from baselines.elu_linear import EluFeatureMap
-    from baselines.random_features import FEATURE_MAPS, RandomFeatureMap
-    from baselines.rfa import RfaFeatureMap
+    from attnbench.baselines.elu_linear import EluFeatureMap
+    from attnbench.baselines.random_features import FEATURE_MAPS, RandomFeatureMap
+    from attnbench.baselines.rfa import RfaFeatureMap
     maps = [RandomFeatureMap(6, 2, 8, kind, seed=1).double() for kind in FEATURE_MAPS]
     return maps + [EluFeatureMap(6), RfaFeatureMap(6, 2, 8, seed=1, tau=1.0, orthogonal=True).double()]
 
@@ -156,8 +156,8 @@ def test_factored_chunk_materialises_scale_and_offset():
 
 
 def test_cost_counts_features_and_kernel_products():
-    from baselines.elu_linear import EluFeatureMap
-    from baselines.random_features import RandomFeatureMap
+    from attnbench.baselines.elu_linear import EluFeatureMap
+    from attnbench.baselines.random_features import RandomFeatureMap
     n, d = 1000, 8
     elu = LinearKernelAttention(EluFeatureMap(d)).cost(2, 3, n, d)
     kernel = 2 * 2 * n * d * d + 3 * n * d + n * d  # phi_k^T v, phi_q @ state; sum, normaliser; division
@@ -202,7 +202,7 @@ def test_maps_without_the_out_argument_still_run_chunked():
 
 
 def test_scratch_is_reused_per_thread_and_grows():
-    from baselines.linear_kernel import scratch
+    from attnbench.baselines.linear_kernel import scratch
     first = scratch((2, 3), torch.float32, torch.device("cpu"))
     again = scratch((3, 2), torch.float32, torch.device("cpu"))
     assert again.data_ptr() == first.data_ptr()
@@ -233,7 +233,7 @@ def test_factored_training_path_equals_the_materialised_one_with_gradients(index
 
 
 def test_derived_weights_are_kept_across_calls_until_their_source_changes():
-    from baselines.random_features import RandomFeatureMap
+    from attnbench.baselines.random_features import RandomFeatureMap
     fm = RandomFeatureMap(8, 2, 16, "favor", seed=0).eval()
     x = torch.randn(1, 2, 5, 8)
     first = fm.native_spec(x).weights
@@ -249,7 +249,7 @@ def test_derived_weights_are_kept_across_calls_until_their_source_changes():
 
 
 def test_derived_weights_that_carry_a_gradient_are_made_afresh():
-    from baselines.rfa import RfaFeatureMap
+    from attnbench.baselines.rfa import RfaFeatureMap
     fm = RfaFeatureMap(8, 2, 4, seed=0, tau=1.0, orthogonal=True).eval()
     x = torch.randn(1, 2, 5, 8)
     with torch.no_grad():

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from harness.errors import ConfigError
-from harness.registry import attention_entry, build_attention
+from attnbench.errors import ConfigError
+from attnbench.registry import attention_entry, build_attention
 
 
 def naive_linformer(q, k, v, e, f, n_real):

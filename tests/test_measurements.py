@@ -7,11 +7,11 @@ import pytest
 import torch
 from torch import nn
 
-from harness.measurements import SkipCell, measurement_names, run_cell
-from harness.measurements.cost import forward_cost, point_cost
-from harness.measurements.fidelity import exact_attention, uniform_attention
-from harness.measurements.robustness import normalized_auc
-from harness.registry import AttentionConfig, build_attention, register_attention
+from attnbench.measurements import SkipCell, measurement_names, run_cell
+from attnbench.measurements.cost import forward_cost, point_cost
+from attnbench.measurements.fidelity import exact_attention, uniform_attention
+from attnbench.measurements.robustness import normalized_auc
+from attnbench.registry import AttentionConfig, build_attention, register_attention
 
 CLASSIFICATION_KEYS = {"accuracy", "macro_f1", "mcc", "balanced_accuracy", "roc_auc", "pr_auc", "nll", "brier",
                        "ece", "ece_equal_mass"}
@@ -150,7 +150,7 @@ def test_efficiency_cell_rows_memory_and_roofline():
 
 def test_efficiency_rounds_interleave_the_points_and_pool_their_calls(monkeypatch):
     """Three rounds: each pass visits every point in order, its calls pooled; the bound uses probes next to passes."""
-    from harness.measurements import efficiency
+    from attnbench.measurements import efficiency
 
     order, probes = [], iter(range(1, 100))
     real_time_repeated = efficiency.time_repeated
@@ -171,7 +171,7 @@ def test_efficiency_rounds_interleave_the_points_and_pool_their_calls(monkeypatc
 def test_efficiency_rows_record_the_machine_load_and_flag_a_busy_machine(monkeypatch):
     """Each point carries the load read around its timed passes; where other processes held the cores it is
     flagged busy (row and notes), where none did it is not."""
-    from harness.measurements import efficiency
+    from attnbench.measurements import efficiency
     options = {**EFFICIENCY_FAST, "seq_lens": [16], "modes": ["forward"]}
     for others, busy in ((1.5, True), (0.0, False)):
         monkeypatch.setattr(efficiency, "others_cores", lambda *a, o=others: o)
@@ -185,7 +185,7 @@ def test_efficiency_rows_record_the_machine_load_and_flag_a_busy_machine(monkeyp
 def test_efficiency_paired_times_two_attentions_call_by_call(monkeypatch):
     """A paired attention is timed in alternation at every point; the same attention under another label gives a
     ratio near 1, and the row carries both medians and the ratio's quartiles."""
-    from harness.measurements import efficiency
+    from attnbench.measurements import efficiency
 
     alternated = []
     real = efficiency.time_alternating
@@ -201,8 +201,8 @@ def test_efficiency_paired_times_two_attentions_call_by_call(monkeypatch):
 
 
 def test_efficiency_paired_option_rejects_bad_entries():
-    from harness.errors import UserError
-    from harness.measurements.efficiency import EfficiencyOptions
+    from attnbench.errors import UserError
+    from attnbench.measurements.efficiency import EfficiencyOptions
     with pytest.raises(UserError, match="must be an attention name"):
         EfficiencyOptions(paired={"performer": 42})
     with pytest.raises(UserError, match=r"paired\[.performer.\]: unknown attention .no-such-attention"):
@@ -309,7 +309,7 @@ def test_a_training_step_keeps_a_learned_kernel_frozen_as_phase_b_does():
     only by phase A, take no gradient (and so the attention may run its fused training path)."""
     import inspect
 
-    from harness.measurements.efficiency import attention_call
+    from attnbench.measurements.efficiency import attention_call
     step = attention_call("coulomb", {"feature_map": "favor", "num_features": 16}, 1, 2, 64, 16, "train",
                           "float32", "cpu", 0)
     step()

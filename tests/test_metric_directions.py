@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.metrics import METRICS, metric_direction, register_metric
-from harness.report.load import load_runs
-from harness.report.tables import task_table
+from attnbench.metrics import METRICS, metric_direction, register_metric
+from attnbench.report.load import load_runs
+from attnbench.report.tables import task_table
 from report_fixture import write_cell
 
 

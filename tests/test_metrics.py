@@ -6,7 +6,7 @@ import pytest
 import torch
 from sklearn import metrics as sk
 
-from harness import metrics
+from attnbench import metrics
 
 
 def _random_case(n: int, c: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from harness.model import ModelConfig, TransformerClassifier, parameter_counts
-from harness.registry import attention_names
+from attnbench.model import ModelConfig, TransformerClassifier, parameter_counts
+from attnbench.registry import attention_names
 
 CFG = dict(vocab_size=50, num_classes=3, max_length=32, d_model=16, num_layers=2, num_heads=2, ffn_dim=32, dropout=0.0)
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import baselines.linear_kernel as kernel
-from baselines import native
-from baselines.elu_linear import EluFeatureMap
-from baselines.random_features import MapForm, RandomFeatureMap
-from baselines.rfa import RfaFeatureMap
+import attnbench.baselines.linear_kernel as kernel
+from attnbench.baselines import native
+from attnbench.baselines.elu_linear import EluFeatureMap
+from attnbench.baselines.random_features import MapForm, RandomFeatureMap
+from attnbench.baselines.rfa import RfaFeatureMap
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_MAPS = ("favor", "elu", "softplus", "sigmoid2", "cos2", "softmaxfeat", "porf-softplus")
@@ -120,7 +120,7 @@ def test_unsupported_shapes_and_dtypes_fall_back_to_pytorch(monkeypatch):
 
 
 def _status_in_subprocess(**env: str) -> str:
-    code = "from baselines import native; print(native.status())"
+    code = "from attnbench.baselines import native; print(native.status())"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
                             env={**os.environ, **env})
     return result.stdout.strip()
@@ -138,7 +138,7 @@ def test_disabled_or_unbuildable_kernels_report_why(tmp_path):
 
 @needs_native
 def test_attention_modules_take_the_fused_path_without_gradients():
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
     q, k, v, mask = _inputs(4, 100, 64)
     for name in ("performer", "elu-linear", "rfa", "coulomb"):
         attn = build_attention(name, num_heads=3, head_dim=64).eval()
@@ -152,7 +152,7 @@ def test_attention_modules_take_the_fused_path_without_gradients():
 def test_fused_nystromformer_equals_its_pytorch_forward(n, landmarks, monkeypatch):
     """Column-stabilised landmark sums, softmax over the landmarks, the pinv mix and the convolution over V in the
     query pass: the same output as the differentiable PyTorch forward, with and without padding, on 1 and 2 threads."""
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
     calls = []
     real_columns = native.softmax_columns
     monkeypatch.setattr(native, "softmax_columns", lambda *a: calls.append(1) or real_columns(*a))
@@ -174,7 +174,7 @@ def test_fused_nystromformer_equals_its_pytorch_forward(n, landmarks, monkeypatc
 
 def _pytorch_nystromformer(attn, q, k, v, mask):
     """attn(q, k, v, mask) with gradients through the PyTorch path (the fused kernels declined)."""
-    from baselines.nystromformer import NystromAttention
+    from attnbench.baselines.nystromformer import NystromAttention
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(NystromAttention, "choose_route", staticmethod(lambda *args: "pytorch"))
         out = attn(q, k, v, mask)
@@ -190,7 +190,7 @@ def test_fused_nystromformer_training_equals_autograd_in_value_and_gradients(n, 
     convolution's taps, with landmarks dividing n and not, with loud padding (every landmark still has tokens), on
     1 and 2 threads. The pinv's backward amplifies rounding, so each is held to the float64 PyTorch path: no
     further from it than twice the float32 PyTorch path is, plus a float32 rounding of the largest value."""
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
     attn = build_attention("nystromformer", num_heads=3, head_dim=64, num_landmarks=landmarks)
     q, k, v, mask = _inputs(n, n, 64, loud=padded)
     mask = mask if padded else None
@@ -224,7 +224,7 @@ def test_fused_nystromformer_training_equals_autograd_in_value_and_gradients(n, 
 @needs_native
 def test_fused_nystromformer_leaves_degenerate_padding_to_pytorch(monkeypatch):
     """A sequence without real keys (softmax over nothing) is the PyTorch path's to define."""
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
     monkeypatch.setattr(native, "softmax_columns", lambda *a: pytest.fail("the fused kernel ran"))
     attn = build_attention("nystromformer", num_heads=3, head_dim=64, num_landmarks=16).eval()
     q, k, v, mask = _inputs(2, 64, 64)
@@ -271,7 +271,7 @@ def _gradients(attn, q, k, v, mask, g):
 def test_fused_training_path_equals_autograd_in_value_and_gradients(name, options, monkeypatch):
     """The fused attention with its hand-written backward against autograd through the factored PyTorch path, with
     padding, on 1 and 3 threads; with the features kept from the forward and recomputed in the backward."""
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
     attn = build_attention(name, num_heads=3, head_dim=32, **options).eval()
     for p in attn.parameters():
         p.requires_grad_(False)  # the Coulomb particles as phase B holds them: frozen
@@ -309,7 +309,7 @@ def test_unread_padded_query_rows_are_skipped_and_nothing_else_changes(name, opt
     """Within `padded_queries_unread` (the model packs real tokens) the kernels skip query rows past each sequence's
     last real key: the outputs there are 0, and the real rows' outputs and every gradient are the same bits as
     when they are computed (gradients come back 0 on padded rows, as the model's packing sends them)."""
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
     attn = build_attention(name, num_heads=3, head_dim=32, **options)
     q, k, v, mask = _inputs(6, 90, 32, loud=False)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(2)) * mask[:, None, :, None]
@@ -331,7 +331,7 @@ def test_unread_padded_query_rows_are_skipped_and_nothing_else_changes(name, opt
 def test_every_call_records_the_route_it_took():
     """`kernel_routes` counts what ran: the fused kernels with and without gradients, PyTorch with them off or
     where the kernels cannot take the call (float64, a projection taking gradients), and Nystromformer's."""
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
     q, k, v, mask = _inputs(3, 64, 64)
     cases = [("random-features", {"feature_map": "cos2"}, "native", "native-training"),
              ("performer", {}, "native", "native-training"),
@@ -357,7 +357,7 @@ def test_every_call_records_the_route_it_took():
 def test_paper_maps_match_the_pytorch_path_where_the_normaliser_guard_acts(kind):
     """Inputs loud enough (and tau small enough) that softmaxfeat's features are one-hot and rows match no key:
     the guard then acts on the l1-weighted denominator, which the kernel forms as the PyTorch path does."""
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
     attn = build_attention("random-features", num_heads=3, head_dim=32, feature_map=kind, num_features=48,
                            temperature=0.5)
     q, k, v, mask = _inputs(4, 40, 32, scale=10.0)
@@ -372,7 +372,7 @@ def test_paper_maps_match_the_pytorch_path_where_the_normaliser_guard_acts(kind)
 @needs_native
 def test_rfa_keeps_autograd_for_its_learned_scale(monkeypatch):
     """RFA normalises its inputs and learns sigma: the kernels do not take it with gradients."""
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
     monkeypatch.setattr(native.Attention, "apply", lambda *a: pytest.fail("the fused training path ran"))
     q, k, v, mask = _inputs(2, 64, 64)
     attn = build_attention("rfa", num_heads=3, head_dim=64)
@@ -388,7 +388,7 @@ def test_particles_taking_gradients_get_them_from_the_kernels(kind, heads, monke
     """Phase A: the Coulomb particles (one head's shared by all, or one set per head) take gradients through the
     fused kernels' backward, which equal autograd through the PyTorch path, on 1 and 2 threads with padding;
     q takes its gradient too (train_norm_value's route into the layers below)."""
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
     attn = build_attention("coulomb", num_heads=heads, head_dim=32, feature_map=kind, num_features=32, seed=1)
     q, k, v, mask = _inputs(7, 150, 32, loud=False)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(4)) * mask[:, None, :, None]
@@ -470,7 +470,7 @@ def test_results_are_bitwise_the_same_for_every_thread_count_and_run(name, optio
     """Threads take units of work as they finish, but every sum is split into groups fixed by the length alone
     and merged in order: outputs (and the fused training path's gradients) are identical on 1, 2 and 3 threads
     and across repeats, with and without padding."""
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
     attn = build_attention(name, num_heads=3, head_dim=64, **options).eval()
     q, k, v, mask = _inputs(5, 1000, 64)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(2))
@@ -498,7 +498,7 @@ def test_results_are_bitwise_the_same_for_every_thread_count_and_run(name, optio
 def test_fused_pinv_steps_match_the_torch_iteration_in_value_and_gradient():
     """Nystromformer's Newton-Schulz pseudo-inverse through `native.PinvSteps`: the torch loop's iterates and
     gradients (to rounding), and, iterated on, the Moore-Penrose inverse that torch.linalg.pinv computes by SVD."""
-    from baselines.nystromformer import iterative_pinv
+    from attnbench.baselines.nystromformer import iterative_pinv
     g = torch.Generator().manual_seed(0)
     a = torch.softmax(2 * torch.randn(2, 3, 64, 64, generator=g), dim=-1)  # row-stochastic, as kernel_2
     out_grad = torch.randn(2, 3, 64, 64, generator=g)
@@ -598,7 +598,7 @@ def test_nystromformer_shares_one_heads_convolution_across_heads_on_both_paths(o
     if on and native.library() is None:
         pytest.skip(f"native kernels {native.status()}")
     monkeypatch.setattr(native, "library", native.library if on else lambda: None)
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
 
     attn = build_attention("nystromformer", head_dim=16, num_landmarks=32).eval()
     g = torch.Generator().manual_seed(0)

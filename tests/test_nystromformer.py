@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 
-from baselines.nystromformer import iterative_pinv, sequence_conv
-from harness.errors import ConfigError
-from harness.registry import build_attention
+from attnbench.baselines.nystromformer import iterative_pinv, sequence_conv
+from attnbench.errors import ConfigError
+from attnbench.registry import build_attention
 
 
 def naive_softmax(q, k, v, mask=None):
@@ -145,7 +145,7 @@ def test_cost_counts_the_products_that_dominate():
 def test_blockwise_inference_equals_the_differentiable_route(monkeypatch, n, landmarks):
     """Without gradients the products run over blocks of 4 rows (running maxima); padding-only blocks
     and a sequence of padding only included."""
-    import baselines.nystromformer as nystromformer
+    import attnbench.baselines.nystromformer as nystromformer
     monkeypatch.setattr(nystromformer, "chunk_rows", lambda q, m: 4)
     q, k, v = _inputs(n, scale=3.0, seed=n)
     mask = torch.ones(2, n, dtype=torch.bool)

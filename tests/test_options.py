@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.options import make_options, option, option_table
+from attnbench.errors import ConfigError
+from attnbench.options import make_options, option, option_table
 
 
 @dataclasses.dataclass
@@ -36,7 +36,7 @@ def test_the_option_table_shows_the_bounds():
 
 
 def test_a_huge_feature_count_is_refused_when_the_attention_is_built():
-    from harness.registry import build_attention
+    from attnbench.registry import build_attention
 
     with pytest.raises(ConfigError, match="'num_features' of attention 'performer' is 1000000000, outside"):
         build_attention("performer", head_dim=8, num_heads=2, num_features=1_000_000_000)

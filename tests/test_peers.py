@@ -9,9 +9,9 @@ import torch
 pytest.importorskip("performer_pytorch", reason="optional extra 'peers' not installed (pip install 'attnbench[peers]')")
 pytest.importorskip("nystrom_attention", reason="optional extra 'peers' not installed (pip install 'attnbench[peers]')")
 
-from harness.errors import UserError  # noqa: E402
-from harness.measurements.fidelity import FidelityOptions, exact_attention, measure_fidelity  # noqa: E402
-from harness.registry import build_attention  # noqa: E402
+from attnbench.errors import UserError  # noqa: E402
+from attnbench.measurements.fidelity import FidelityOptions, exact_attention, measure_fidelity  # noqa: E402
+from attnbench.registry import build_attention  # noqa: E402
 
 
 def _inputs(b, h, n, d, std=1.0, seed=0):
@@ -22,7 +22,7 @@ def _inputs(b, h, n, d, std=1.0, seed=0):
 
 def _pair(ours, theirs, **options):
     return (build_attention(ours, **options).double().eval(),
-            build_attention(f"baselines.peers:{theirs}", **options).double().eval())
+            build_attention(f"attnbench.baselines.peers:{theirs}", **options).double().eval())
 
 
 def _relative(a, b):
@@ -44,8 +44,8 @@ def test_performer_pytorch_collapses_to_uniform_attention_at_unit_logit_variance
     options = FidelityOptions(inputs=["random"], seq_lens=[1024], batch=1, heads=4, head_dim=64, random_std=1.0)
     rows = {name: measure_fidelity({"attention": {"name": name, "options": {}}, "seed": 0, "task": {"name": "none"}},
                                    options)["details"]["rows"][0]
-            for name in ("performer", "baselines.peers:PerformerPytorch")}
-    theirs, ours = rows["baselines.peers:PerformerPytorch"], rows["performer"]
+            for name in ("performer", "attnbench.baselines.peers:PerformerPytorch")}
+    theirs, ours = rows["attnbench.baselines.peers:PerformerPytorch"], rows["performer"]
     assert theirs["from_uniform"] < 0.1 < 1.0 < ours["from_uniform"]
     assert abs(theirs["rel_error"] - theirs["uniform_rel_error"]) < 0.01
 
@@ -82,12 +82,12 @@ def test_peer_costs_equal_ours_at_equal_settings():
 
 
 def test_import_baselines_does_not_need_the_extra():
-    code = "import baselines, sys; assert 'baselines.peers' not in sys.modules and 'performer_pytorch' not in sys.modules"
+    code = "import baselines, sys; assert 'attnbench.baselines.peers' not in sys.modules and 'performer_pytorch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_missing_extra_is_a_user_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "performer_pytorch", None)  # import fails as if not installed
-    monkeypatch.delitem(sys.modules, "baselines.peers", raising=False)
+    monkeypatch.delitem(sys.modules, "attnbench.baselines.peers", raising=False)
     with pytest.raises(UserError, match=r"pip install 'attnbench\[peers\]'"):
-        importlib.import_module("baselines.peers")
+        importlib.import_module("attnbench.baselines.peers")

@@ -3,8 +3,8 @@ import math
 
 import torch
 
-from baselines.random_features import FAVOR_EPS, feature_values, orthogonal_gaussian, seeded_generator
-from harness.registry import build_attention
+from attnbench.baselines.random_features import FAVOR_EPS, feature_values, orthogonal_gaussian, seeded_generator
+from attnbench.registry import build_attention
 
 
 def naive_softmax(q, k, v):

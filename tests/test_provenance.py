@@ -1,7 +1,7 @@
 """Provenance: the git commit, inside a checkout and in a copied tree without .git."""
 import subprocess
 
-from harness import provenance
+from attnbench import provenance
 
 
 def test_commit_inside_the_checkout_matches_git():
@@ -30,7 +30,7 @@ def test_without_git_the_commit_comes_from_the_environment(monkeypatch):
 
 
 def test_provenance_says_whether_the_fused_kernels_ran(monkeypatch):
-    from baselines import native
+    from attnbench.baselines import native
     assert provenance.machine_provenance("cpu")["native_kernels"] == native.status()
     monkeypatch.setattr(native, "_LIB", None)
     monkeypatch.setattr(native, "_REASON", "disabled by ATTNBENCH_NATIVE=0")

@@ -4,11 +4,11 @@ import math
 import pytest
 import torch
 
-from baselines import native
-from baselines.random_features import (FEATURE_MAPS, SCALED, RandomFeatureMap, feature_values, orthogonal_gaussian,
+from attnbench.baselines import native
+from attnbench.baselines.random_features import (FEATURE_MAPS, SCALED, RandomFeatureMap, feature_values, orthogonal_gaussian,
                                        seeded_generator)
-from harness.errors import ConfigError
-from harness.registry import build_attention
+from attnbench.errors import ConfigError
+from attnbench.registry import build_attention
 
 NAIVE = {  # f(u) per PAPER.md, one scalar at a time
     "elu": lambda u: u + 1 if u > 0 else math.exp(u),

@@ -8,9 +8,9 @@ import pytest
 import torch
 import yaml
 
-from harness.executor import RunOptions, run_suite
-from harness.store import RunStore
-from harness.suite import load_suite
+from attnbench.executor import RunOptions, run_suite
+from attnbench.store import RunStore
+from attnbench.suite import load_suite
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'attnbench[ray]')")
 sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins, also sent to the Ray workers
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins, also sent 
 
 @pytest.fixture(scope="module")
 def local_ray():
-    from harness.ray_executor import _pythonpath
+    from attnbench.ray_executor import _pythonpath
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": _pythonpath()}})

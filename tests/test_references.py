@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from harness.measurements import SkipCell, run_cell
-from harness.predictions import decode_predictions
-from harness.references import reference_attention
+from attnbench.measurements import SkipCell, run_cell
+from attnbench.predictions import decode_predictions
+from attnbench.references import reference_attention
 
 DATA_DIR = os.environ.get("ATTNBENCH_DATA_DIR")
 needs_data = pytest.mark.skipif(not DATA_DIR, reason="ATTNBENCH_DATA_DIR is unset: no local SST-2 / Rotten Tomatoes "

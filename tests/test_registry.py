@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.errors import ConfigError, UnknownNameError, UserError
-from harness.model import ModelConfig, TransformerClassifier
-from harness.registry import ATTENTIONS, attention_capabilities, attention_entry, attention_names, build_attention
+from attnbench.errors import ConfigError, UnknownNameError, UserError
+from attnbench.model import ModelConfig, TransformerClassifier
+from attnbench.registry import ATTENTIONS, attention_capabilities, attention_entry, attention_names, build_attention
 
 PLUGIN = '''
 import torch
@@ -107,9 +107,9 @@ def test_plugin_by_module_and_class_string(plugin_dir):
 def test_registered_plugin_keeps_its_typed_config(plugin_dir):
     (plugin_dir / "toy_registered_plugin.py").write_text(textwrap.dedent('''
         import dataclasses
-        from harness.options import option
-        from harness.registry import AttentionConfig, register_attention
-        from baselines.softmax import SoftmaxAttention, SoftmaxConfig
+        from attnbench.options import option
+        from attnbench.registry import AttentionConfig, register_attention
+        from attnbench.baselines.softmax import SoftmaxAttention, SoftmaxConfig
 
         @dataclasses.dataclass
         class HotConfig(SoftmaxConfig):
@@ -142,7 +142,7 @@ def test_plugin_by_installed_entry_point(plugin_dir, capsys):
     mask = torch.tensor([[True] * 4, [True] * 3 + [False]])
     torch.testing.assert_close(attn(v, v, v, key_padding_mask=mask), 3.0 * _expected_mean(v, mask))
     assert attention_entry("toy-mean").source.startswith("entry point")
-    from harness.cli import main
+    from attnbench.cli import main
     assert main(["list", "attention", "toy-*"]) == 0
     assert "toy-mean: Every position gets the mean" in capsys.readouterr().out
     model = TransformerClassifier(ModelConfig(vocab_size=11, max_length=8, d_model=16, num_heads=2, num_layers=1),
@@ -167,8 +167,8 @@ def _naive_linear(phi_q, phi_k, v, mask, causal):
 
 
 def test_the_readmes_feature_map_plugin_runs_as_written(plugin_dir, capsys):
-    from harness.attention_properties import check_attention
-    from harness.cli import main
+    from attnbench.attention_properties import check_attention
+    from attnbench.cli import main
 
     (plugin_dir / "my_attn").mkdir()
     (plugin_dir / "my_attn" / "relu_linear.py").write_text(_readme_block("# my_attn/relu_linear.py"))
@@ -202,7 +202,7 @@ def test_capability_flags_match_behaviour(name):
     maps = getattr(entry.config, "__dataclass_fields__", {}).get("feature_map")
     kinds = list(getattr(maps.type, "__args__", ())) if maps is not None and not isinstance(maps.type, str) else []
     if maps is not None and not kinds:
-        from baselines.random_features import FEATURE_MAPS
+        from attnbench.baselines.random_features import FEATURE_MAPS
         kinds = list(FEATURE_MAPS)
     for options in ([{"feature_map": kind} for kind in kinds] or [{}]):
         attn = build_attention(name, head_dim=16, max_length=64, **options).eval()

@@ -11,13 +11,13 @@ import pytest
 from scipy import stats as scipy_stats
 from statsmodels.stats.contingency_tables import mcnemar
 
-from harness.predictions import encode_predictions
-from harness.report import write_report
-from harness.report.load import load_runs
-from harness.report.paired import paired_comparison_table, resolve_pairs, verdict
-from harness.report.published import published_table
-from harness.report.sweep import best_trial, sweep_table
-from harness.report.tables import leaderboard_table, task_table
+from attnbench.predictions import encode_predictions
+from attnbench.report import write_report
+from attnbench.report.load import load_runs
+from attnbench.report.paired import paired_comparison_table, resolve_pairs, verdict
+from attnbench.report.published import published_table
+from attnbench.report.sweep import best_trial, sweep_table
+from attnbench.report.tables import leaderboard_table, task_table
 from report_fixture import write_cell
 
 N = 400

@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.report import write_report
-from harness.report.html import table_html
-from harness.report.load import load_runs
-from harness.report.table import Table
-from harness.report.tables import all_tables
+from attnbench.report import write_report
+from attnbench.report.html import table_html
+from attnbench.report.load import load_runs
+from attnbench.report.table import Table
+from attnbench.report.tables import all_tables
 from report_fixture import make_fake_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

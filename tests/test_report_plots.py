@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.report.load import load_runs
-from harness.report.plots import all_plots, label_colors, pareto_front
-from harness.report.measurement_tables import efficiency_frame
-from harness.report.tables import leaderboard_table
+from attnbench.report.load import load_runs
+from attnbench.report.plots import all_plots, label_colors, pareto_front
+from attnbench.report.measurement_tables import efficiency_frame
+from attnbench.report.tables import leaderboard_table
 from report_fixture import make_fake_run
 
 LABELS = ("softmax", "kernel-favor", "performer-256")

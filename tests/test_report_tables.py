@@ -11,16 +11,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.errors import UserError
-from harness.report import write_leaderboard, write_report
-from harness.report.formats import latex_escape, to_latex, to_markdown, write_table
-from harness.report.load import detail_rows, load_runs, run_provenance
-from harness.report.stats import metric_direction, summarize, t_quantile_975
-from harness.report.kernel_tables import (kernel_ablation_table, kernel_langevin_table, kernel_paper_table,
+from attnbench.errors import UserError
+from attnbench.report import write_leaderboard, write_report
+from attnbench.report.formats import latex_escape, to_latex, to_markdown, write_table
+from attnbench.report.load import detail_rows, load_runs, run_provenance
+from attnbench.report.stats import metric_direction, summarize, t_quantile_975
+from attnbench.report.kernel_tables import (kernel_ablation_table, kernel_langevin_table, kernel_paper_table,
                                           kernel_scaling_table, kernel_table)
-from harness.report.measurement_tables import (coulomb_table, efficiency_frame, fidelity_table,
+from attnbench.report.measurement_tables import (coulomb_table, efficiency_frame, fidelity_table,
                                                robustness_tables)
-from harness.report.tables import all_tables, leaderboard_table, task_table
+from attnbench.report.tables import all_tables, leaderboard_table, task_table
 from report_fixture import make_fake_run, write_cell
 
 # accuracy, ece per (task, label) over seeds 0, 1, 2; "c" has no result on task "t2" (it failed there)

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from harness.registry import attention_entry, build_attention
+from attnbench.registry import attention_entry, build_attention
 
 
 def test_features_match_the_definition():
@@ -59,7 +59,7 @@ def test_sigma_is_a_learned_per_head_parameter():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_sin_cos_into_a_buffer_equals_the_concatenation(threads):
     """[sin u, cos u] written strided (one thread) or through contiguous scratch (several), and with gradients."""
-    from baselines.random_features import sin_cos
+    from attnbench.baselines.random_features import sin_cos
     torch.set_num_threads(threads)  # the autouse fixture restores one thread
     u = torch.randn(2, 3, 17, 5, dtype=torch.float64)
     expected = torch.cat([torch.sin(u), torch.cos(u)], dim=-1)

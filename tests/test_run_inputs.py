@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.cli import main
+from attnbench.cli import main
 from test_store import read_only, writable
 
 sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins

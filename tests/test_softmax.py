@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from harness.registry import build_attention
+from attnbench.registry import build_attention
 
 
 def naive_softmax(q, k, v, mask=None, causal=False):

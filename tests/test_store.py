@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from harness.errors import UserError
-from harness.store import RunStore, cell_id, default_run_dir, result_record, write_json_atomic
+from attnbench.errors import UserError
+from attnbench.store import RunStore, cell_id, default_run_dir, result_record, write_json_atomic
 
 CELL = {"suite": "smoke", "task": {"name": "listops", "options": {"num_train": 64}},
         "attention": {"name": "performer", "label": "performer-64", "options": {"num_features": 64}},

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.errors import UserError
-from harness.suite import NO_ATTENTION, NO_TASK, cell_name, find_suite, load_suite, suite_names, suites_dir
+from attnbench.errors import UserError
+from attnbench.suite import NO_ATTENTION, NO_TASK, cell_name, find_suite, load_suite, suite_names, suites_dir
 
 sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins
 

@@ -11,8 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.errors import UserError
-from harness.suite import load_suite
+from attnbench.errors import UserError
+from attnbench.suite import load_suite
 
 sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.errors import UserError
-from harness.store import cell_id
-from harness.suite import cell_name, load_suite
+from attnbench.errors import UserError
+from attnbench.store import cell_id
+from attnbench.suite import cell_name, load_suite
 
 BASE: dict[str, Any] = {
     "name": "keys",

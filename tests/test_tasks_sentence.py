@@ -11,9 +11,9 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from harness.errors import UserError
-from harness.model import ModelConfig, TransformerClassifier
-from harness.tasks import load_task
+from attnbench.errors import UserError
+from attnbench.model import ModelConfig, TransformerClassifier
+from attnbench.tasks import load_task
 
 DATA_DIR = os.environ.get("ATTNBENCH_DATA_DIR")
 needs_data = pytest.mark.skipif(not DATA_DIR, reason="ATTNBENCH_DATA_DIR is unset: no local SST-2 / Rotten Tomatoes "
@@ -237,7 +237,7 @@ def _suite(tmp_path: Path, task: dict) -> Path:
 
 @pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "parquet"])
 def test_validation_reads_headers_for_missing_columns_and_files(tmp_path, fmt):
-    from harness.suite import load_suite
+    from attnbench.suite import load_suite
 
     frame = pd.DataFrame({"sentence": ["a b", "c d"], "stars": [0, 1]})
     path = tmp_path / f"t.{fmt}"
@@ -254,7 +254,7 @@ def test_validation_reads_headers_for_missing_columns_and_files(tmp_path, fmt):
 
 
 def test_hub_task_without_data_is_refused_at_validation_when_offline(tmp_path, monkeypatch):
-    from harness.suite import load_suite
+    from attnbench.suite import load_suite
 
     monkeypatch.setenv("ATTNBENCH_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from harness.errors import ConfigError
-from harness.model import ModelConfig, TransformerClassifier
-from harness.tasks import load_task, task_names
-from harness.tasks.listops import vocabulary
-from harness.tasks.nonlinear import NonlinearConfig, NonlinearSampler
+from attnbench.errors import ConfigError
+from attnbench.model import ModelConfig, TransformerClassifier
+from attnbench.tasks import load_task, task_names
+from attnbench.tasks.listops import vocabulary
+from attnbench.tasks.nonlinear import NonlinearConfig, NonlinearSampler
 
 SIZES = {"num_train": 300, "num_validation": 100, "num_test": 100}
 SMALL = {

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness import timing
+from attnbench import timing
 
 
 def _allocate(numel: int):

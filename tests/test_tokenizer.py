@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UserError
-from harness.tasks import tokenizer as tokenizer_module
-from harness.tasks.tokenizer import SPECIAL_TOKENS, build_encoder, cached_wordpiece, truncate_pair
+from attnbench.errors import UserError
+from attnbench.tasks import tokenizer as tokenizer_module
+from attnbench.tasks.tokenizer import SPECIAL_TOKENS, build_encoder, cached_wordpiece, truncate_pair
 
 DATA_DIR = os.environ.get("ATTNBENCH_DATA_DIR")
 FALLBACK = [f"a {w} film about {v} and the {u} end ." for w, v, u in

@@ -1,4 +1,4 @@
-"""The split of the cores (harness.workers): the policy on synthetic facts, the --workers flag, the provenance."""
+"""The split of the cores (attnbench.workers): the policy on synthetic facts, the --workers flag, the provenance."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,9 @@ import pytest
 import torch
 import yaml
 
-from harness.cli import build_parser, main
-from harness.suite import load_suite
-from harness.workers import (CELL_FOOTPRINT_GIB, FEW_CELLS, SPAWN_SECONDS, TINY_SECONDS, TOKENS_PER_SECOND,
+from attnbench.cli import build_parser, main
+from attnbench.suite import load_suite
+from attnbench.workers import (CELL_FOOTPRINT_GIB, FEW_CELLS, SPAWN_SECONDS, TINY_SECONDS, TOKENS_PER_SECOND,
                              MachineFacts, SuiteFacts, cell_tokens, choose_split, running_workers, suite_facts)
 
 sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins

@@ -478,7 +478,7 @@ def sequence_conv_weight_grad(g: Tensor, v: Tensor, size: int, threads: int = 1)
 
 
 def dropout(x: Tensor, threshold: int, scale: float, seed: int, threads: int = 1) -> Tensor:
-    """The kernels' hashed dropout (harness.dropout) of a contiguous float32 CPU tensor: 0 where the draw of
+    """The kernels' hashed dropout (attnbench.dropout) of a contiguous float32 CPU tensor: 0 where the draw of
     (seed, element index) lies below threshold (of 2^32), else x * scale."""
     _expect("dropout", "x", x, tuple(x.shape))
     out = torch.empty_like(x)

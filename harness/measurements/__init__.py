@@ -2,7 +2,7 @@
 
 Contract (the executor and tests rely on it):
 
-    from harness.measurements import run_cell, measurement_names, SkipCell
+    from attnbench.measurements import run_cell, measurement_names, SkipCell
     result = run_cell(cell, device="cpu")     # -> {"metrics": {str: float}, "details": {...}}
 
 A measurement is `fn(cell, options, *, device, progress) -> {"metrics", "details"}` registered with
@@ -15,15 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harness.registry import Registry
-from harness.train import Progress
+from attnbench.registry import Registry
+from attnbench.train import Progress
 
 ENTRY_POINT_GROUP = "attnbench.measurement"
 
 MEASUREMENTS = Registry("measurement", builtin_modules=[
-    "harness.measurements.accuracy", "harness.measurements.robustness",
-    "harness.measurements.efficiency", "harness.measurements.fidelity",
-    "harness.measurements.kernel"], entry_point_group=ENTRY_POINT_GROUP)
+    "attnbench.measurements.accuracy", "attnbench.measurements.robustness",
+    "attnbench.measurements.efficiency", "attnbench.measurements.fidelity",
+    "attnbench.measurements.kernel"], entry_point_group=ENTRY_POINT_GROUP)
 
 
 class SkipCell(Exception):

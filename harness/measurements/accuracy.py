@@ -1,22 +1,22 @@
 """Accuracy and calibration of one trained model on the test split (checkpoint chosen on validation).
 
 Details also hold the metrics on the validation split (what a `sweep:` selects on) and the
-per-example predictions on the evaluated split (`harness.predictions`, for paired tests). Cells of
-reference models (attention name "reference", `harness.references`) are fitted instead of trained.
+per-example predictions on the evaluated split (`attnbench.predictions`, for paired tests). Cells of
+reference models (attention name "reference", `attnbench.references`) are fitted instead of trained.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Literal
 
-from harness.measurements import register_measurement
-from harness.measurements.common import attention_runtime, load_cell_task, train_cell_model, train_config
-from harness.metrics import classification_metrics, reliability_bins, register_metric
-from harness.model import parameter_counts
-from harness.options import option, require
-from harness.predictions import encode_predictions
-from harness.references import REFERENCE, measure_reference
-from harness.train import Progress, predict_proba
+from attnbench.measurements import register_measurement
+from attnbench.measurements.common import attention_runtime, load_cell_task, train_cell_model, train_config
+from attnbench.metrics import classification_metrics, reliability_bins, register_metric
+from attnbench.model import parameter_counts
+from attnbench.options import option, require
+from attnbench.predictions import encode_predictions
+from attnbench.references import REFERENCE, measure_reference
+from attnbench.train import Progress, predict_proba
 
 
 @dataclasses.dataclass

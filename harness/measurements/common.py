@@ -5,14 +5,14 @@ import dataclasses
 from typing import Any
 
 
-from harness.cell import record_what_ran, seed_everything
-from harness.measurements import SkipCell
-from harness.model import ModelConfig, TransformerClassifier
-from harness.options import make_options
-from harness.registry import attention_entry
-from harness.tasks import load_task
-from harness.tasks.base import TaskData
-from harness.train import Progress, TrainConfig, TrainResult, train_classifier
+from attnbench.cell import record_what_ran, seed_everything
+from attnbench.measurements import SkipCell
+from attnbench.model import ModelConfig, TransformerClassifier
+from attnbench.options import make_options
+from attnbench.registry import attention_entry
+from attnbench.tasks import load_task
+from attnbench.tasks.base import TaskData
+from attnbench.train import Progress, TrainConfig, TrainResult, train_classifier
 
 
 def attention_label(cell: dict[str, Any]) -> str:
@@ -72,7 +72,7 @@ def has_option(attention: str, option_name: str) -> bool:
     return any(f.name == option_name for f in dataclasses.fields(attention_entry(attention).config))
 
 
-# what ran, as opposed to what was asked for; kernel_routes: calls per route (baselines.routes)
+# what ran, as opposed to what was asked for; kernel_routes: calls per route (attnbench.baselines.routes)
 RUNTIME_ATTRIBUTES = ("last_backend", "redraw_policy", "feature_form", "kernel_routes")
 
 

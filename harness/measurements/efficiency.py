@@ -9,12 +9,12 @@ alike rather than on one length; time: the median call, also its quartiles and f
 length cap, or whose roofline bound alone exceeds the per-point budget, are skipped with a reason;
 out-of-memory and time-outs are rows with their status. Peak memory is what one call needs above
 its inputs and the built module (training: the forward activations, backward and input gradients).
-FLOPs and bytes for the roofline come from `harness.measurements.cost`; the machine's rates from a
+FLOPs and bytes for the roofline come from `attnbench.measurements.cost`; the machine's rates from a
 probe at the start of the run (provenance) and, by default, again between timed passes; each point's
 bound uses, per pass, the better reading of the probes before and after it, and the median of that over
 passes (`probe_each_point`). How busy the machine was is recorded per point, from each timed pass: the cores
 other processes kept busy meanwhile, a spinning thread's share of a core right after it and the load average; a
-point measured on a busy machine (`harness.timing.busy_machine`) is flagged, in its row and in the report's table
+point measured on a busy machine (`attnbench.timing.busy_machine`) is flagged, in its row and in the report's table
 and plot.
 """
 from __future__ import annotations
@@ -26,17 +26,17 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from harness.errors import ConfigError, UserError
-from harness.measurements import register_measurement
-from harness.metrics import register_metric
-from harness.measurements.common import attention_label
-from harness.measurements.cost import point_cost
-from harness.options import option, require
-from harness.registry import ATTENTIONS, build_attention
-from harness.timing import (OOM_ERRORS, busy_machine, call_seconds, cpu_snapshot, machine_load, measure_machine,
+from attnbench.errors import ConfigError, UserError
+from attnbench.measurements import register_measurement
+from attnbench.metrics import register_metric
+from attnbench.measurements.common import attention_label
+from attnbench.measurements.cost import point_cost
+from attnbench.options import option, require
+from attnbench.registry import ATTENTIONS, build_attention
+from attnbench.timing import (OOM_ERRORS, busy_machine, call_seconds, cpu_snapshot, machine_load, measure_machine,
                             others_cores, pair_ratios, peak_memory, quartiles, retain_freed_memory, time_alternating,
                             time_repeated)
-from harness.train import Progress
+from attnbench.train import Progress
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 Mode = Literal["forward", "train"]
@@ -46,9 +46,9 @@ Mode = Literal["forward", "train"]
 class EfficiencyOptions:
     """Options of the efficiency measurement."""
 
-    uses_task: ClassVar[bool] = False  # suites expand it once per attention (harness.suite)
+    uses_task: ClassVar[bool] = False  # suites expand it once per attention (attnbench.suite)
     uses_seed: ClassVar[bool] = False
-    measures_time: ClassVar[bool] = True  # timed calls: run alone with all cores (harness.workers)
+    measures_time: ClassVar[bool] = True  # timed calls: run alone with all cores (attnbench.workers)
 
     seq_lens: list[int] = option([256, 1024, 4096], "sequence lengths N")
     batch_sizes: list[int] = option([1], "batch sizes B")
@@ -72,7 +72,7 @@ class EfficiencyOptions:
     copy_mb: int = option(256, "tensor size (MiB) of the machine's copy-bandwidth probe")
     allocator: Literal["retain", "system"] = option(
         "retain", "retain: glibc malloc keeps freed memory for reuse in the timing process (as jemalloc / tcmalloc "
-                  "do; see harness.timing.retain_freed_memory), so calls do not fault in fresh pages for every large "
+                  "do; see attnbench.timing.retain_freed_memory), so calls do not fault in fresh pages for every large "
                   "tensor; system: the allocator as it is. Applies to every attention alike; peak memory is "
                   "measured in fresh subprocesses either way")
     paired: dict = option({}, "per attention label or name, another attention (a name, or {name, options, label}) "
@@ -305,7 +305,7 @@ def _finish(point: Point, times: list[float], probes: list[dict[str, Any]], roun
     if row["flops"] is not None:
         row["gflops_per_s"] = row["flops"] / (median / 1e3) / 1e9
         row["roofline_fraction"] = row["roofline_ms"] / median
-    module = getattr(point.fn, "module", None)  # the calls' routes (baselines.routes); None where not counted
+    module = getattr(point.fn, "module", None)  # the calls' routes (attnbench.baselines.routes); None where not counted
     row["kernel_routes"] = getattr(module, "kernel_routes", None)
     point.fn = None
 

@@ -22,12 +22,12 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from harness.measurements import SkipCell, register_measurement
-from harness.metrics import register_metric
-from harness.measurements.common import has_option, load_cell_task, model_config, train_cell_model
-from harness.options import option, require
-from harness.registry import build_attention
-from harness.train import Progress
+from attnbench.measurements import SkipCell, register_measurement
+from attnbench.metrics import register_metric
+from attnbench.measurements.common import has_option, load_cell_task, model_config, train_cell_model
+from attnbench.options import option, require
+from attnbench.registry import build_attention
+from attnbench.train import Progress
 
 Inputs = Literal["random", "trained"]
 

@@ -1,4 +1,4 @@
-"""Measurement `kernel`: the paper's synthetic experiment, Appendix F.1 (`harness.kernel_experiment`), no Transformer.
+"""Measurement `kernel`: the paper's synthetic experiment, Appendix F.1 (`attnbench.kernel_experiment`), no Transformer.
 
 The cell's task and attention are not used; its seed is the global seed (the paper's 42) fixing
 the design, the trials' noise and the methods' randomness. Runs on the CPU whatever the device.
@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from harness.kernel_experiment import (PAPER_SCALING_EXPONENTS, PAPER_SMALLEST_SIGMA_ACCURACY,
+from attnbench.kernel_experiment import (PAPER_SCALING_EXPONENTS, PAPER_SMALLEST_SIGMA_ACCURACY,
                                        KernelExperimentConfig, bayes_accuracy, make_design, run_kernel_experiment,
                                        scaling_fits, summarise)
-from harness.measurements import register_measurement
-from harness.metrics import register_metric
-from harness.train import Progress
+from attnbench.measurements import register_measurement
+from attnbench.metrics import register_metric
+from attnbench.train import Progress
 
 
 for _pattern, _direction, _text in (("*/accuracy", "max", "test accuracy of one kernel method, mean over noise levels"),

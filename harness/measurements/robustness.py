@@ -14,13 +14,13 @@ from typing import Any, Literal
 import numpy as np
 from torch import nn
 
-from harness.measurements import register_measurement
-from harness.measurements.common import has_option, load_cell_task, train_cell_model, train_config
-from harness.metrics import accuracy, expected_calibration_error, register_metric
-from harness.options import option, require
-from harness.tasks.base import Split, TaskData
-from harness.tasks.corruption import corrupt
-from harness.train import Progress, predict_proba
+from attnbench.measurements import register_measurement
+from attnbench.measurements.common import has_option, load_cell_task, train_cell_model, train_config
+from attnbench.metrics import accuracy, expected_calibration_error, register_metric
+from attnbench.options import option, require
+from attnbench.tasks.base import Split, TaskData
+from attnbench.tasks.corruption import corrupt
+from attnbench.train import Progress, predict_proba
 
 Corruption = Literal["substitute", "delete", "swap", "insert", "mixed"]
 

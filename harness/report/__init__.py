@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.report.formats import to_markdown, write_table
-from harness.report.html import provenance_value, render_page
-from harness.report.load import Results, load_runs, run_provenance
-from harness.report.plots import all_plots
-from harness.report.measurement_tables import efficiency_frame
-from harness.report.table import Table
-from harness.report.tables import all_tables
+from attnbench.report.formats import to_markdown, write_table
+from attnbench.report.html import provenance_value, render_page
+from attnbench.report.load import Results, load_runs, run_provenance
+from attnbench.report.plots import all_plots
+from attnbench.report.measurement_tables import efficiency_frame
+from attnbench.report.table import Table
+from attnbench.report.tables import all_tables
 
 __all__ = ["write_report", "write_leaderboard"]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.report.table import Table
+from attnbench.report.table import Table
 
 WIDE_COLUMNS = 8  # LaTeX tables with more columns are scaled to the line width
 

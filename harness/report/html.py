@@ -5,8 +5,8 @@ import base64
 import html
 from typing import Any
 
-from harness.report.plots import Plot
-from harness.report.table import Table
+from attnbench.report.plots import Plot
+from attnbench.report.table import Table
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 1400px; color: #222; padding: 0 1rem; }

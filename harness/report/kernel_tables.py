@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.report.load import Results, detail_rows
-from harness.report.stats import summarize
-from harness.report.table import DASH, Table, best_mask, fmt
+from attnbench.report.load import Results, detail_rows
+from attnbench.report.stats import summarize
+from attnbench.report.table import DASH, Table, best_mask, fmt
 
 
 def kernel_rows(results: Results, part: str) -> pd.DataFrame:

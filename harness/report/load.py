@@ -12,9 +12,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.errors import UserError
-from harness.report.sweep import select_trials
-from harness.suite_keys import REFERENCE
+from attnbench.errors import UserError
+from attnbench.report.sweep import select_trials
+from attnbench.suite_keys import REFERENCE
 
 SCHEMA = 1
 CELL_COLUMNS = ["run", "cell_id", "suite", "measurement", "task", "label", "attention", "seed",
@@ -42,7 +42,7 @@ class Results:
 
     cells: pd.DataFrame
     runs: list[RunInfo]
-    sweep: pd.DataFrame | None = None  # every sweep trial's validation score (harness.report.sweep), if any
+    sweep: pd.DataFrame | None = None  # every sweep trial's validation score (attnbench.report.sweep), if any
 
     @property
     def ok(self) -> pd.DataFrame:

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.report.load import Results, detail_rows, metric_frame
-from harness.report.stats import metric_direction, summarize
-from harness.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary, group_keys
+from attnbench.report.load import Results, detail_rows, metric_frame
+from attnbench.report.stats import metric_direction, summarize
+from attnbench.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary, group_keys
 
 MIB = 2.0 ** 20
 
@@ -198,7 +198,7 @@ def efficiency_table(results: Results) -> Table | None:
              "bandwidth), from the machine probed around the point; roofline fraction = bound / time. "
              "OOM / TIMEOUT: the point did not fit (a result, not a crash). Bold: best per run, mode and shape."]
     if eff["busy"].any():
-        notes.append(f"{BUSY_MARK.strip()}: measured on a busy machine (harness.timing.busy_machine): while it was "
+        notes.append(f"{BUSY_MARK.strip()}: measured on a busy machine (attnbench.timing.busy_machine): while it was "
                      "timed other processes kept cores busy (machine: their average cores, a spinning thread's share "
                      "of a core, the load average), so its time reads slower than the code is; rerun it on a quiet "
                      "machine before reading a comparison from it.")

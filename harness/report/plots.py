@@ -18,10 +18,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
-from harness.report.load import Results, metric_frame
-from harness.report.kernel_tables import kernel_ablation_table, kernel_f1_table, kernel_scaling_table, kernel_table
-from harness.report.measurement_tables import robustness_rows
-from harness.report.table import finite, slug
+from attnbench.report.load import Results, metric_frame
+from attnbench.report.kernel_tables import kernel_ablation_table, kernel_f1_table, kernel_scaling_table, kernel_table
+from attnbench.report.measurement_tables import robustness_rows
+from attnbench.report.table import finite, slug
 
 MIB = 2.0 ** 20
 

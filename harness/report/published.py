@@ -10,9 +10,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report.load import Results
-from harness.report.stats import summarize
-from harness.report.table import DASH, Table, fmt
+from attnbench.report.load import Results
+from attnbench.report.stats import summarize
+from attnbench.report.table import DASH, Table, fmt
 
 
 def published_rows(results: Results) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """Statistics for tables: mean, std, 95% t-interval over seeds, and direction-aware ranks.
 
-Directions come from the metric declarations (`harness.metrics.metric_direction`), never from names."""
+Directions come from the metric declarations (`attnbench.metrics.metric_direction`), never from names."""
 from __future__ import annotations
 
 import functools
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from harness.metrics import Direction, metric_direction
+from attnbench.metrics import Direction, metric_direction
 
 __all__ = ["Direction", "metric_direction", "rank", "summarize", "t_quantile_975"]
 

@@ -16,10 +16,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.metrics import metric_direction
-from harness.report.table import Table, fmt
-from harness.report.stats import summarize
-from harness.suite_keys import best_trial
+from attnbench.metrics import metric_direction
+from attnbench.report.table import Table, fmt
+from attnbench.report.stats import summarize
+from attnbench.suite_keys import best_trial
 
 
 def _trial_frame(cells: pd.DataFrame) -> pd.DataFrame:

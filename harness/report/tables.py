@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.report.load import Results, metric_frame, not_ok
-from harness.report.kernel_tables import kernel_tables
-from harness.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table,
+from attnbench.report.load import Results, metric_frame, not_ok
+from attnbench.report.kernel_tables import kernel_tables
+from attnbench.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table,
                                                paired_table, robustness_tables)
-from harness.report.paired import paired_comparison_table
-from harness.report.published import published_table
-from harness.report.stats import metric_direction, rank, summarize
-from harness.report.sweep import sweep_table
-from harness.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary, slug
+from attnbench.report.paired import paired_comparison_table
+from attnbench.report.published import published_table
+from attnbench.report.stats import metric_direction, rank, summarize
+from attnbench.report.sweep import sweep_table
+from attnbench.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary, slug
 
 HEADLINE = ("accuracy", "macro_f1", "ece")
 METRIC_ORDER = ("accuracy", "macro_f1", "ece", "mcc", "balanced_accuracy", "roc_auc", "pr_auc", "nll",

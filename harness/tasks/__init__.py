@@ -2,7 +2,7 @@
 
 Contract (suites, measurements and tests rely on it):
 
-    from harness.tasks import load_task, task_names
+    from attnbench.tasks import load_task, task_names
     task_names("*")                                   # sorted names, timm-style glob
     data = load_task("listops", seed=0, max_length=256, label_noise=0.1)
     data["train"].input_ids                           # (N, L) long, right-padded with data.pad_id
@@ -18,14 +18,14 @@ from typing import Any
 
 import torch
 
-from harness.options import option, require
-from harness.registry import Registry
-from harness.tasks.base import Split, TaskData
+from attnbench.options import option, require
+from attnbench.registry import Registry
+from attnbench.tasks.base import Split, TaskData
 
 ENTRY_POINT_GROUP = "attnbench.task"
 
-TASKS = Registry("task", builtin_modules=["harness.tasks.listops", "harness.tasks.recall",
-                                          "harness.tasks.nonlinear", "harness.tasks.sentence"],
+TASKS = Registry("task", builtin_modules=["attnbench.tasks.listops", "attnbench.tasks.recall",
+                                          "attnbench.tasks.nonlinear", "attnbench.tasks.sentence"],
                  entry_point_group=ENTRY_POINT_GROUP)
 
 
@@ -49,7 +49,7 @@ def register_task(name: str, *, config: type = TaskConfig,
                   description: str | None = None) -> Callable[[Callable[..., TaskData]], Callable[..., TaskData]]:
     """Register `fn(cfg) -> TaskData` under `name`; `config` must derive from TaskConfig."""
     if not issubclass(config, TaskConfig):
-        raise TypeError(f"task {name!r}: config {config.__name__} must subclass harness.tasks.TaskConfig")
+        raise TypeError(f"task {name!r}: config {config.__name__} must subclass attnbench.tasks.TaskConfig")
     return TASKS.register(name, config=config, description=description)
 
 

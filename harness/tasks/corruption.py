@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.errors import ConfigError
-from harness.tasks.base import Split
-from harness.tasks.tokenizer import truncate_pair
+from attnbench.errors import ConfigError
+from attnbench.tasks.base import Split
+from attnbench.tasks.tokenizer import truncate_pair
 
 KINDS = ("substitute", "delete", "swap", "insert", "mixed")
 BASIC = KINDS[:4]

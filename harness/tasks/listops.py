@@ -15,10 +15,10 @@ from typing import Literal
 
 import numpy as np
 
-from harness.options import option, require
-from harness.tasks import register_task
-from harness.tasks.base import TaskData
-from harness.tasks.synthetic import Example, SyntheticConfig, balanced_splits, split_info
+from attnbench.options import option, require
+from attnbench.tasks import register_task
+from attnbench.tasks.base import TaskData
+from attnbench.tasks.synthetic import Example, SyntheticConfig, balanced_splits, split_info
 
 Operator = Literal["MAX", "MIN", "MED", "SM"]
 OPERATORS: tuple[str, ...] = ("MAX", "MIN", "MED", "SM")

@@ -15,10 +15,10 @@ import dataclasses
 
 import numpy as np
 
-from harness.options import option, require
-from harness.tasks import register_task
-from harness.tasks.base import TaskData
-from harness.tasks.synthetic import Example, SyntheticConfig, balanced_splits, split_info
+from attnbench.options import option, require
+from attnbench.tasks import register_task
+from attnbench.tasks.base import TaskData
+from attnbench.tasks.synthetic import Example, SyntheticConfig, balanced_splits, split_info
 
 PAD_ID = 0
 PILOT_SIZE = 4000

@@ -4,7 +4,7 @@ Hub tasks read local files in the hub's column layout when a data directory hold
 ($ATTNBENCH_DATA_DIR or option data_dir: DIR/<task>/{train,validation,test}.jsonl), else the hub.
 Splits without labels (GLUE's test, label -1) are replaced: the hub's labelled validation split
 becomes the test split and a validation split is carved from train (seeded by split_seed; recorded
-in TaskData.info). Texts are tokenised by `harness.tasks.tokenizer`.
+in TaskData.info). Texts are tokenised by `attnbench.tasks.tokenizer`.
 """
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from harness.errors import UserError
-from harness.options import option, require
-from harness.tasks import TaskConfig, register_task
-from harness.tasks.base import SPLITS, TaskData
-from harness.tasks.tokenizer import LOCAL, build_encoder
+from attnbench.errors import UserError
+from attnbench.options import option, require
+from attnbench.tasks import TaskConfig, register_task
+from attnbench.tasks.base import SPLITS, TaskData
+from attnbench.tasks.tokenizer import LOCAL, build_encoder
 
 DATA_ENV = "ATTNBENCH_DATA_DIR"
 

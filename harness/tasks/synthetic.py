@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.errors import UserError
-from harness.options import option, require
-from harness.tasks import TaskConfig
-from harness.tasks.base import SPLITS, Split
+from attnbench.errors import UserError
+from attnbench.options import option, require
+from attnbench.tasks import TaskConfig
+from attnbench.tasks.base import SPLITS, Split
 
 Example = tuple[tuple[int, ...], int]  # (token ids without padding, class)
 Sampler = Callable[[np.random.Generator], "Example | None"]  # None = rejected draw

@@ -16,8 +16,8 @@ from pathlib import Path
 import tokenizers
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from harness.errors import UserError
-from harness.tasks.base import Split
+from attnbench.errors import UserError
+from attnbench.tasks.base import Split
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in a locally trained tokenizer
 LOCAL = "wordpiece"
