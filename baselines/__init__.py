@@ -5,6 +5,6 @@ from attnbench.baselines import random_features  # noqa: F401
 from attnbench.baselines import performer  # noqa: F401
 from attnbench.baselines import rfa  # noqa: F401
 from attnbench.baselines import elu_linear  # noqa: F401
-from attnbench.baselines import coulomb  # noqa: F401
+from attnbench.baselines import coulomb  # noqa: F401  (a package: the paper as a plugin)
 from attnbench.baselines import nystromformer  # noqa: F401
 from attnbench.baselines import linformer  # noqa: F401

@@ -33,7 +33,7 @@ class Capabilities:
     padding_mask: bool = True  # honours key_padding_mask
     causal: bool = False  # has a causal (autoregressive) form
     needs_max_length: bool = False  # parameters depend on a maximum sequence length
-    learning_phase: str | None = None  # "module:function" of a procedure (phase A) the training loop runs first
+    learning_phase: str | None = None  # a registered learning phase (name or "module:function") run before training
     positive_features: bool = True  # random-feature maps: features are non-negative
 
     def as_dict(self) -> dict[str, bool]:
@@ -230,6 +230,24 @@ def attention_capabilities(name: str, **options: Any) -> Capabilities:
 def attention_entry(name: str) -> Entry:
     """The registry entry (factory, config class, capabilities) for an attention name or "module:Class"."""
     return ATTENTIONS.get(name)
+
+
+LEARNING_PHASES = Registry("learning phase", entry_point_group="attnbench.learning_phase")
+
+
+def register_learning_phase(name: str, *, config: type,
+                            description: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a learning phase: `fn(model, train_split, config, *, device, seed, progress, validation,
+    phase_b_steps) -> JSON-able record`, run by the training loop before training for every attention whose
+    registry entry names it (`learning_phase=`); its options (a suite's `training.phase_a`) are validated against
+    `config`, a dataclass of `option`s, like an attention's."""
+    return LEARNING_PHASES.register(name, config=config, description=description)
+
+
+def learning_phase_entry(attention: str) -> Entry | None:
+    """The learning phase that attention `attention` declares (its factory and config type), or None."""
+    spec = ATTENTIONS.get(attention).capabilities.learning_phase
+    return None if spec is None else LEARNING_PHASES.get(spec)
 
 
 def check_heads(attention: str, num_heads: int, given: int) -> None:

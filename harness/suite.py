@@ -44,7 +44,7 @@ import attnbench
 from attnbench.errors import ConfigError, UserError, closest, unknown_name_message
 from attnbench.model import ModelConfig
 from attnbench.options import check_option
-from attnbench.registry import ATTENTIONS, Registry
+from attnbench.registry import ATTENTIONS, Registry, learning_phase_entry
 from attnbench.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
 from attnbench.train import TrainConfig
 
@@ -249,11 +249,11 @@ class _Validator:
             raise self.error("attentions", f"no attentions given, but measurement {needs_attention[0]!r} needs "
                                            f"them; add attentions (see `attnbench list attention`)")
         model = self.model(raw.get("model", {}))
+        attentions = self.entries(raw.get("attentions", []), "attentions", ATTENTIONS, labels=True, model=model)
         suite = Suite(
             name=name, description=description.strip(), path=self.path,
-            attentions=self.entries(raw.get("attentions", []), "attentions", ATTENTIONS, labels=True, model=model),
-            tasks=tasks, seeds=self.seeds(raw["seeds"]), model=model,
-            training=self.training(raw.get("training", {})),
+            attentions=attentions, tasks=tasks, seeds=self.seeds(raw["seeds"]), model=model,
+            training=self.training(raw.get("training", {}), attentions),
             measurements=measurements, cell_timeout=self.timeout(raw.get("cell_timeout")),
             exclude=[self.string(p, f"exclude[{i}]") for i, p in enumerate(self.list(raw.get("exclude", []), "exclude"))],
             resolved=self.resolved, task_free=task_free, seed_free=independent["uses_seed"],
@@ -384,12 +384,15 @@ class _Validator:
         self.config(model, path, ModelConfig, "model")
         return dict(model)
 
-    def training(self, value: Any) -> dict[str, Any]:
+    def training(self, value: Any, attentions: list[dict[str, Any]]) -> dict[str, Any]:
+        """TrainConfig keys; `phase_a` checked against the config of each learning phase the attentions declare."""
         training = self.mapping(value, "training")
         self.config(training, "training", TrainConfig, "training")
         if training.get("phase_a"):
-            from attnbench.learning_phase import PhaseAConfig
-            self.config(training["phase_a"], "training.phase_a", PhaseAConfig, "phase A")
+            phases = {phase.name: phase for phase in map(learning_phase_entry, {a["name"] for a in attentions})
+                      if phase is not None}
+            for phase in phases.values():
+                self.config(training["phase_a"], "training.phase_a", phase.config, f"learning phase {phase.name!r}")
         return dict(training)
 
     def config(self, value: Any, path: str, config_cls: type, what: str) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import math
 import time
 from collections.abc import Callable
@@ -20,8 +19,9 @@ import torch
 from torch import Tensor, nn
 
 from attnbench.metrics import log_loss
-from attnbench.options import option, require
+from attnbench.options import make_options, option, require
 from attnbench.progress import epoch_phase
+from attnbench.registry import LEARNING_PHASES, Entry
 from attnbench.tasks.base import Split, TaskData
 
 Progress = Callable[[str, int, int], None]  # (phase, step, total)
@@ -105,13 +105,11 @@ def learning_phase_parameters(model: nn.Module) -> list[nn.Parameter]:
     return params
 
 
-def learning_procedure(model: nn.Module) -> Callable[..., dict[str, Any]] | None:
-    """The phase-A procedure the model's attention declares in the registry (`capabilities.learning_phase`), or None."""
+def learning_procedure(model: nn.Module) -> Entry | None:
+    """The learning phase (registry entry: factory and config type) the model's attention declares in the registry
+    (`capabilities.learning_phase`), or None."""
     spec = getattr(getattr(model, "capabilities", None), "learning_phase", None)
-    if not spec:
-        return None
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return LEARNING_PHASES.get(spec) if spec else None
 
 
 def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -134,9 +132,9 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     procedure = learning_procedure(model)
-    phase_a = None if procedure is None else procedure(model, train, cfg.phase_a, device=device, seed=seed,
-                                                       progress=progress, validation=task["validation"],
-                                                       phase_b_steps=total)
+    phase_a = None if procedure is None else procedure.factory(
+        model, train, make_options(procedure.config, cfg.phase_a or {}, what="phase_a"), device=device, seed=seed,
+        progress=progress, validation=task["validation"], phase_b_steps=total)
     frozen = learning_phase_parameters(model)
     for p in frozen:
         p.requires_grad_(False)

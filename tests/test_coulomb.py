@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from attnbench.baselines.coulomb import (DynamicsConfig, align_particles, kernel_target_alignment, langevin_move, langevin_step,
+from attnbench.baselines.coulomb.physics import (DynamicsConfig, align_particles, kernel_target_alignment, langevin_move, langevin_step,
                                within_class_alignment,
                                particle_alignments, particle_potentials, particle_step, resample_particles,
                                riesz_energy)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnbench.errors import ConfigError
-from attnbench.kernel_experiment import (KernelExperimentConfig, fit_exponent, logit, make_design, run_kernel_experiment,
+from attnbench.baselines.coulomb.kernel_experiment import (KernelExperimentConfig, fit_exponent, logit, make_design, run_kernel_experiment,
                                        scaling_fits, skip_reason, summarise, trial_labels)
 from attnbench.options import make_options
 
@@ -122,7 +122,7 @@ def test_config_errors_name_the_option(options, message):
 
 def test_bayes_accuracy_is_the_expected_accuracy_of_the_bayes_rule():
     design = make_design(400, 5, 42, 0.3, 0)
-    from attnbench.kernel_experiment import bayes_accuracy
+    from attnbench.baselines.coulomb.kernel_experiment import bayes_accuracy
     hits = [(trial_labels(design, [1e-5], 42, t)[0][design.test] == (design.logit[design.test] > 0)).mean()
             for t in range(300)]
     assert bayes_accuracy(design) == pytest.approx(np.mean(hits), abs=0.005)
@@ -134,3 +134,13 @@ def test_processes_give_the_same_rows_as_one_process():
     two = run_kernel_experiment(small_config(**cfg, processes=2), seed=42)
     assert [{k: v for k, v in r.items() if k != "seconds"} for r in one] == [
         {k: v for k, v in r.items() if k != "seconds"} for r in two]
+
+
+def test_without_the_mkl_extra_the_mkl_method_is_left_out_and_says_how_to_install(monkeypatch):
+    from attnbench.baselines.coulomb import kernel_experiment, kernel_methods
+    from attnbench.errors import UserError
+    monkeypatch.setattr(kernel_methods, "mkl_available", lambda: False)
+    cfg = KernelExperimentConfig()
+    assert "mkl" not in kernel_experiment.methods(cfg, cfg.lambdas) and "mkl" not in kernel_experiment.scaling_methods(cfg)
+    with pytest.raises(UserError, match=r"pip install 'attnbench\[mkl\]'"):
+        kernel_methods.mkl_memo(None, None, [0.5])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnbench import kernel_methods as km
+from attnbench.baselines.coulomb import kernel_methods as km
 
 
 def test_fourier_features_converge_to_the_rbf_kernel():

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from attnbench.kernel_particles import (ParticleDynamics, clip_per_particle, gibbs_resample, hamiltonian_drift,
+from attnbench.baselines.coulomb.kernel_particles import (ParticleDynamics, clip_per_particle, gibbs_resample, hamiltonian_drift,
                                       learn_features, particle_energies, run_dynamics)
 
 

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import json
+import dataclasses
 import math
 
 import pytest
 import torch
 
-import attnbench.learning_phase as learning_phase
+import attnbench.baselines.coulomb.phase_a as learning_phase
 from attnbench.errors import ConfigError
-from attnbench.learning_phase import representations, run_learning_phase
+from attnbench.baselines.coulomb.phase_a import representations, run_learning_phase
 from attnbench.model import ModelConfig, TransformerClassifier
 from attnbench.tasks.base import Split, TaskData
 from attnbench.train import TrainConfig, train_classifier
@@ -61,6 +62,7 @@ def test_phase_a_moves_only_particles_and_phase_b_never_moves_them(monkeypatch):
         seen["particles_after"], seen["others_after"] = particles(model), others(model)
         return result
 
+    spy.__attnbench_entry__ = dataclasses.replace(run_learning_phase.__attnbench_entry__, factory=spy)
     monkeypatch.setattr(learning_phase, "run_learning_phase", spy)
     trained_before = others(model)
     result = train_classifier(model, task, TrainConfig(epochs=2, batch_size=32, lr=1e-3,
@@ -132,10 +134,11 @@ def test_default_budget_is_ten_epochs_fraction_by_option_and_model_is_restored()
 def test_phase_a_is_the_procedure_the_registry_names_and_train_does_not_import_it():
     from attnbench.registry import attention_entry
     from attnbench.train import learning_procedure
-    assert attention_entry("coulomb").capabilities.learning_phase == "attnbench.learning_phase:run_learning_phase"
-    assert learning_procedure(toy_model()) is run_learning_phase
+    assert attention_entry("coulomb").capabilities.learning_phase == "attnbench.baselines.coulomb.phase_a:run_learning_phase"
+    procedure = learning_procedure(toy_model())
+    assert procedure.factory is run_learning_phase and procedure.config is learning_phase.PhaseAConfig
     source = open(train_classifier.__code__.co_filename).read()
-    assert "learning_phase import" not in source and "import attnbench.learning_phase" not in source
+    assert "learning_phase import" not in source and "import attnbench.baselines.coulomb.phase_a" not in source
 
 
 def test_within_class_alignment_of_outputs_matches_the_pooled_attention_outputs():
@@ -152,7 +155,7 @@ def test_within_class_alignment_of_outputs_matches_the_pooled_attention_outputs(
     handle.remove()
     out, mask = outputs[0], split.attention_mask  # (B, H, N, D)
     rows = (out.transpose(1, 2).flatten(2) * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
-    from attnbench.baselines.coulomb import within_class_alignment
+    from attnbench.baselines.coulomb.physics import within_class_alignment
     assert before[0] == pytest.approx(float(within_class_alignment(rows.double(), split.labels)), rel=1e-5)
 
 

@@ -213,3 +213,34 @@ def test_capability_flags_match_behaviour(name):
             smallest = min(attn.feature_map.forward_queries(x).min(), attn.feature_map.forward_keys(x).min())
         claimed = attention_capabilities(name, **options).positive_features
         assert claimed == bool(smallest >= 0), (name, options, float(smallest))
+
+
+def test_a_third_party_learning_phase_is_declared_with_its_own_config_type():
+    import dataclasses
+
+    from attnbench.options import option
+    from attnbench.registry import LEARNING_PHASES, learning_phase_entry, register_attention, register_learning_phase
+
+    @dataclasses.dataclass
+    class WarmupConfig:
+        rounds: int = option(1, "rounds of the toy learning phase")
+
+    @register_learning_phase("toy-warmup", config=WarmupConfig)
+    def toy_warmup(model, train_split, options, **kwargs):
+        return {"rounds": options.rounds}
+
+    @register_attention("toy-with-phase", learning_phase="toy-warmup")
+    class ToyWithPhase(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+
+    try:
+        entry = learning_phase_entry("toy-with-phase")
+        assert entry.factory is toy_warmup and entry.config is WarmupConfig
+        assert learning_phase_entry("softmax") is None
+        assert LEARNING_PHASES.make_config("toy-warmup", rounds=3).rounds == 3
+        with pytest.raises(ConfigError, match="unknown option 'round'"):
+            LEARNING_PHASES.make_config("toy-warmup", round=3)
+    finally:
+        ATTENTIONS._entries.pop("toy-with-phase")
+        LEARNING_PHASES._entries.pop("toy-warmup")

@@ -16,7 +16,7 @@ from attnbench.report import write_leaderboard, write_report
 from attnbench.report.formats import latex_escape, to_latex, to_markdown, write_table
 from attnbench.report.load import detail_rows, load_runs, run_provenance
 from attnbench.report.stats import metric_direction, summarize, t_quantile_975
-from attnbench.report.kernel_tables import (kernel_ablation_table, kernel_langevin_table, kernel_paper_table,
+from attnbench.baselines.coulomb.report import (kernel_ablation_table, kernel_langevin_table, kernel_paper_table,
                                           kernel_scaling_table, kernel_table)
 from attnbench.report.measurement_tables import (coulomb_table, efficiency_frame, fidelity_table,
                                                robustness_tables)

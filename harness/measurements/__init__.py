@@ -23,7 +23,7 @@ ENTRY_POINT_GROUP = "attnbench.measurement"
 MEASUREMENTS = Registry("measurement", builtin_modules=[
     "attnbench.measurements.accuracy", "attnbench.measurements.robustness",
     "attnbench.measurements.efficiency", "attnbench.measurements.fidelity",
-    "attnbench.measurements.kernel"], entry_point_group=ENTRY_POINT_GROUP)
+    "attnbench.baselines.coulomb.measurement"], entry_point_group=ENTRY_POINT_GROUP)
 
 
 class SkipCell(Exception):

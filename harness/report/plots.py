@@ -19,7 +19,7 @@ from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
 from attnbench.report.load import Results, metric_frame
-from attnbench.report.kernel_tables import kernel_ablation_table, kernel_f1_table, kernel_scaling_table, kernel_table
+from attnbench.baselines.coulomb.report import kernel_ablation_table, kernel_f1_table, kernel_scaling_table, kernel_table
 from attnbench.report.measurement_tables import robustness_rows
 from attnbench.report.table import finite, slug
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.report.load import Results, metric_frame, not_ok
-from attnbench.report.kernel_tables import kernel_tables
+from attnbench.baselines.coulomb.report import kernel_tables
 from attnbench.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table,
                                                paired_table, robustness_tables)
 from attnbench.report.paired import paired_comparison_table

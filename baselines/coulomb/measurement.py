@@ -1,4 +1,4 @@
-"""Measurement `kernel`: the paper's synthetic experiment, Appendix F.1 (`attnbench.kernel_experiment`), no Transformer.
+"""Measurement `kernel`: the paper's synthetic experiment, Appendix F.1 (`attnbench.baselines.coulomb.kernel_experiment`), no Transformer.
 
 The cell's task and attention are not used; its seed is the global seed (the paper's 42) fixing
 the design, the trials' noise and the methods' randomness. Runs on the CPU whatever the device.
@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from attnbench.kernel_experiment import (PAPER_SCALING_EXPONENTS, PAPER_SMALLEST_SIGMA_ACCURACY,
+from attnbench.baselines.coulomb import kernel_methods as km
+from attnbench.baselines.coulomb.kernel_experiment import (PAPER_SCALING_EXPONENTS, PAPER_SMALLEST_SIGMA_ACCURACY,
                                        KernelExperimentConfig, bayes_accuracy, make_design, run_kernel_experiment,
                                        scaling_fits, summarise)
 from attnbench.measurements import register_measurement
@@ -36,4 +37,5 @@ def kernel(cell: dict[str, Any], options: KernelExperimentConfig, *, device: str
                         "bayes_accuracy": bayes_accuracy(design),
                         "paper": {"smallest_sigma_accuracy": PAPER_SMALLEST_SIGMA_ACCURACY,
                                   "scaling_exponents": PAPER_SCALING_EXPONENTS},
-                        "config": dataclasses.asdict(options)}}
+                        "config": dataclasses.asdict(options),
+                        "not_run": {} if km.mkl_available() else {"mkl": km.MKL_MISSING}}}

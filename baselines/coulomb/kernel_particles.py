@@ -23,7 +23,7 @@ import math
 import torch
 from torch import Tensor
 
-from attnbench.baselines.coulomb import langevin_step
+from attnbench.baselines.coulomb.physics import langevin_step
 
 TWO_PI = 2 * math.pi
 

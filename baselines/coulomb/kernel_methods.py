@@ -7,6 +7,7 @@ use D features z(x) = sqrt(2/D) cos(W^T x + b) and a linear SVM head (sklearn Li
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import dataclasses
 import io
 import math
@@ -15,7 +16,8 @@ import warnings
 import numpy as np
 import torch
 
-from attnbench.kernel_particles import ParticleDynamics, learn_features
+from attnbench.errors import UserError
+from attnbench.baselines.coulomb.kernel_particles import ParticleDynamics, learn_features
 
 
 @dataclasses.dataclass
@@ -69,6 +71,15 @@ def rbf_grams(x: np.ndarray, z: np.ndarray, gammas: list[float]) -> list[torch.T
     return [torch.from_numpy(np.exp(-g * sq)) for g in gammas]
 
 
+MKL_MISSING = ("the MKL method needs MKLpy (and cvxopt), the optional extra 'mkl': pip install 'attnbench[mkl]'; "
+               "without it the kernel experiment runs every other method")
+
+
+def mkl_available() -> bool:
+    """Whether MKLpy, an optional extra used by the MKL + SVM method alone, is installed."""
+    return importlib.util.find_spec("MKLpy") is not None
+
+
 def mkl_memo(split: Split, rng: np.random.Generator, gammas: list[float], max_iter: int = 1000,
              c: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """MKL + SVM: MKLpy's MEMO weights over kernel-normalised RBF Grams, SVC(C = c) on the combination.
@@ -77,6 +88,8 @@ def mkl_memo(split: Split, rng: np.random.Generator, gammas: list[float], max_it
     normalisation K_ij / sqrt(K_ii K_jj) leaves it (and the test Grams) unchanged. MKLpy's own
     progress prints are swallowed.
     """
+    if not mkl_available():
+        raise UserError(MKL_MISSING)
     from MKLpy.algorithms import MEMO
     from MKLpy.preprocessing import kernel_normalization
     from sklearn.svm import SVC
@@ -155,7 +168,7 @@ def importance_sampling(split: Split, rng: np.random.Generator, num_features: in
 def langevin_particles(split: Split, rng: np.random.Generator, repulsion: float, num_features: int = 200,
                        gamma: float = 0.5, dynamics: ParticleDynamics = ParticleDynamics()
                        ) -> tuple[np.ndarray, dict[str, float]]:
-    """Algorithms 1 and 2 (`attnbench.kernel_particles`) at one lambda, then Fourier features + linear SVM.
+    """Algorithms 1 and 2 (`attnbench.baselines.coulomb.kernel_particles`) at one lambda, then Fourier features + linear SVM.
 
     Returns the test predictions and the dynamics' diagnostics (drift against noise, alignment).
     """

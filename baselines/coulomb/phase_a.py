@@ -31,10 +31,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.coulomb import (DynamicsConfig, kernel_target_alignment, particle_step, resample_index,
+from attnbench.baselines.coulomb.physics import (DynamicsConfig, kernel_target_alignment, particle_step, resample_index,
                                within_class_alignment)
 from attnbench.errors import ConfigError
 from attnbench.options import make_options, option, require
+from attnbench.registry import register_learning_phase
 from attnbench.tasks.base import Split
 from attnbench.train import Progress
 
@@ -270,12 +271,14 @@ def walk_summary(diagnostics: list[list[list[dict[str, float]]]]) -> dict[str, A
     return summary
 
 
-def run_learning_phase(model: nn.Module, train_split: Split, options: dict, *, device: torch.device | str = "cpu",
+@register_learning_phase("coulomb-phase-a", config=PhaseAConfig)
+def run_learning_phase(model: nn.Module, train_split: Split, options: PhaseAConfig | dict[str, Any], *,
+                       device: torch.device | str = "cpu",
                        seed: int = 0, progress: Progress | None = None, validation: Split | None = None,
                        phase_b_steps: int | None = None) -> dict[str, Any]:
     """Phase A: move every attention's particles (and, by option, LayerNorm and value projections), nothing else;
     returns budget, time, alignments on `validation` (else the first training rows) and walk diagnostics."""
-    cfg = make_options(PhaseAConfig, options or {}, what="phase_a")
+    cfg = options if isinstance(options, PhaseAConfig) else make_options(PhaseAConfig, options or {}, what="phase_a")
     device = torch.device(device)
     modules = particle_modules(model)
     if not modules:

@@ -6,7 +6,7 @@ w ~ N(0, 0.3^2 I) drawn once, labels y ~ Bernoulli(sigmoid(l(x) + xi)), xi ~ N(0
 70/30 split (random_state 0) for every trial and level; per trial only the noise (xi and the
 Bernoulli draw) and the methods' randomness are redrawn. Within a trial one standard-normal draw
 and one uniform draw serve every sigma (**ours**: the paper does not say), so levels differ only in
-sigma. Three parts: the noise sweep (every method, `attnbench.kernel_methods`), the lambda ablation
+sigma. Three parts: the noise sweep (every method, `attnbench.baselines.coulomb.kernel_methods`), the lambda ablation
 (Langevin particles only) and the runtime-scaling sweep over n with fitted exponents t ~ n^gamma.
 """
 from __future__ import annotations
@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from scipy.special import expit
 
-from attnbench import kernel_methods as km
-from attnbench.kernel_particles import ParticleDynamics
+from attnbench.baselines.coulomb import kernel_methods as km
+from attnbench.baselines.coulomb.kernel_particles import ParticleDynamics
 from attnbench.options import option, require
 
 Row = dict[str, Any]
@@ -167,7 +167,8 @@ def methods(cfg: KernelExperimentConfig, lambdas: list[float]) -> dict[str, Call
         predictions, weights = km.mkl_memo(s, r, cfg.mkl_gammas, cfg.mkl_max_iter)
         return predictions, {"mkl_weights": weights.tolist()}
 
-    table["mkl"] = mkl
+    if km.mkl_available():
+        table["mkl"] = mkl
     table["importance-sampling"] = lambda s, r: km.importance_sampling(
         s, r, cfg.num_features, cfg.svm_gamma, cfg.is_candidates, cfg.is_rho_fraction, cfg.is_tol)
     for lam in lambdas:
