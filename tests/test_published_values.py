@@ -81,15 +81,18 @@ def test_the_paper_suite_carries_every_accuracy_of_tables_1_to_3():
     assert carried == {(task, label) for task, rows in tables.items() for label in rows}
 
 
-CITING = ("harness", "baselines", "suites", "benchmarks")  # the code and data that cite the paper's labels
+NOT_CITING = ("tests", "results", "docs", "build", "dist")  # every other top-level folder may cite the paper
 SECTION_CITATION = re.compile(r'(?:PAPER\.md|docs/paper\.md) "([^"]+)"')
 LABEL = re.compile(r"\b(?:eq\. [0-9A-Z]\.\d+|appendix [A-Z](?:\.\d+)?|app\. [A-Z](?:\.\d+)?|sec\. \d+|section \d+"
                    r"|algorithm \d+|table \d+|figure \d+)", re.IGNORECASE)
 
 
 def citing_texts() -> dict[str, str]:
-    """Path -> text of every file that may cite the paper: code, suites, benchmarks, README and docs/."""
-    paths = [p for folder in CITING for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".yaml", ".cpp")]
+    """Path -> text of every file that may cite the paper: code, suites and scripts in any top-level folder
+    (harness/, baselines/, suites/, benchmarks/, a plugin's), README.md and docs/."""
+    folders = [p for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in NOT_CITING
+               and not p.name.endswith(".egg-info")]
+    paths = [p for folder in folders for p in folder.rglob("*") if p.suffix in (".py", ".yaml", ".cpp")]
     paths += [ROOT / "README.md", *(p for p in (ROOT / "docs").glob("*.md") if p != PAPER)]
     return {str(p.relative_to(ROOT)): p.read_text() for p in paths}
 
