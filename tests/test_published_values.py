@@ -1,6 +1,6 @@
 """The published numbers the suites carry are the paper's: every `published:` value of every shipped suite against
-Tables 1-3 as ../shared/PAPER.md restates them (parsed here from its text, not copied), and the paper suites carry
-every accuracy those tables give."""
+Tables 1-3 as docs/paper.md restates them (parsed here from its text, not copied), and the paper suites carry
+every accuracy those tables give. Every section and label the code cites in docs/paper.md exists there."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER = ROOT.parent / "shared" / "PAPER.md"
+PAPER = ROOT / "docs" / "paper.md"
 UPPER = {"softmax": "softmax", "vanilla-favor-WqWk": "vanilla-favor-untied", "Performer": "performer",
          "Linformer": "linformer"}
 UPPER_METRICS = ("accuracy", "mcc", "nll", "brier", "ece", "train_seconds")  # Table 3's columns, in order
@@ -18,7 +18,7 @@ NUMBER = r"\(?\d*\.\d+\)?"
 
 
 def paper_tables(text: str) -> dict[str, dict[str, dict[str, float]]]:
-    """task -> label -> metric -> value from PAPER.md's "Sentence tasks: reported numbers" section. A value in
+    """task -> label -> metric -> value from docs/paper.md's "Sentence tasks: reported numbers" section. A value in
     parentheses (Linformer's LogLoss, a repeat of its accuracy) is left out, as the suites leave it."""
     section = text.split("## Sentence tasks: reported numbers", 1)[1].split("\n## ", 1)[0]
     parts = re.split(r"\n(?=Rotten Tomatoes \(Table 3\)|SST-2 \(Table 1|QQP \(Table 2\))", section)
@@ -58,10 +58,6 @@ def suite_published(path: Path) -> list[tuple[str, str, str, float]]:
     return out
 
 
-needs_paper = pytest.mark.skipif(not PAPER.exists(), reason=f"{PAPER} not beside the repository (CI has it)")
-
-
-@needs_paper
 def test_the_parser_reads_every_row_of_tables_1_to_3():
     tables = paper_tables(PAPER.read_text())
     assert {task: len(rows) for task, rows in tables.items()} == {"rotten_tomatoes": 18, "sst2": 18, "qqp": 4}
@@ -71,7 +67,6 @@ def test_the_parser_reads_every_row_of_tables_1_to_3():
     assert tables["qqp"]["vanilla-softmaxfeat"] == {"accuracy": 0.7801}
 
 
-@needs_paper
 @pytest.mark.parametrize("suite", sorted(p.name for p in (ROOT / "suites").glob("*.yaml")))
 def test_every_published_value_is_the_papers(suite):
     tables = paper_tables(PAPER.read_text())
@@ -79,9 +74,40 @@ def test_every_published_value_is_the_papers(suite):
         assert tables.get(task, {}).get(label, {}).get(metric) == value, (task, label, metric, value)
 
 
-@needs_paper
 def test_the_paper_suite_carries_every_accuracy_of_tables_1_to_3():
     tables = paper_tables(PAPER.read_text())
     carried = {(task, label) for task, label, metric, _ in suite_published(ROOT / "suites" / "paper.yaml")
                if metric == "accuracy"}
     assert carried == {(task, label) for task, rows in tables.items() for label in rows}
+
+
+NOT_CITING = ("tests", "results", "docs", "build", "dist")  # every other top-level folder may cite the paper
+SECTION_CITATION = re.compile(r'(?:PAPER\.md|docs/paper\.md) "([^"]+)"')
+LABEL = re.compile(r"\b(?:eq\. [0-9A-Z]\.\d+|appendix [A-Z](?:\.\d+)?|app\. [A-Z](?:\.\d+)?|sec\. \d+|section \d+"
+                   r"|algorithm \d+|table \d+|figure \d+)", re.IGNORECASE)
+
+
+def citing_texts() -> dict[str, str]:
+    """Path -> text of every file that may cite the paper: code, suites and scripts in any top-level folder
+    (harness/, baselines/, suites/, benchmarks/, a plugin's), README.md and docs/."""
+    folders = [p for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in NOT_CITING
+               and not p.name.endswith(".egg-info")]
+    paths = [p for folder in folders for p in folder.rglob("*") if p.suffix in (".py", ".yaml", ".cpp")]
+    paths += [ROOT / "README.md", *(p for p in (ROOT / "docs").glob("*.md") if p != PAPER)]
+    return {str(p.relative_to(ROOT)): p.read_text() for p in paths}
+
+
+def test_every_section_the_code_cites_is_a_heading_of_the_paper_page():
+    headings = [line.lstrip("#").strip().lower() for line in PAPER.read_text().splitlines() if line.startswith("#")]
+    cited = {(path, title) for path, text in citing_texts().items() for title in SECTION_CITATION.findall(text)}
+    assert cited, "no citation found: the pattern no longer matches the code"
+    missing = sorted((path, title) for path, title in cited if not any(title.lower() in h for h in headings))
+    assert not missing, missing
+
+
+def test_every_equation_table_figure_and_appendix_the_code_names_is_on_the_paper_page():
+    paper = PAPER.read_text().lower()
+    cited = {(path, label.lower()) for path, text in citing_texts().items() for label in LABEL.findall(text)}
+    assert ("harness/learning_phase.py", "eq. 2.2") in cited
+    missing = sorted((path, label) for path, label in cited if label not in paper)
+    assert not missing, missing
