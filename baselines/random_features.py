@@ -1,6 +1,6 @@
 """Random-feature maps phi_omega(x) built from u = omega^T x with fixed random omegas (the paper's "Vanilla" kernels).
 
-Two forms (`MapForm`). The paper's (PAPER.md "The feature maps", the default of `random-features` and
+Two forms (`MapForm`). The paper's (docs/paper.md "The feature maps", the default of `random-features` and
 `coulomb`), with temperature tau, floor and Z(x) the per-token l1 normaliser making sum_i phi_i(x) = sqrt(M)
 (queries and keys alike; a key's normaliser reweights that key):
 
@@ -430,9 +430,9 @@ class RandomFeatureMap(FeatureMap):
 
 @dataclasses.dataclass
 class RandomFeaturesConfig(AttentionConfig):
-    feature_map: FeatureMapKind = option("favor", "feature map applied to u = omega^T x (see PAPER.md)")
+    feature_map: FeatureMapKind = option("favor", "feature map applied to u = omega^T x (see docs/paper.md)")
     form: FormName = option(
-        "paper", "paper: the maps of PAPER.md (temperature, floor, l1 renormalisation to sqrt(M) of queries and "
+        "paper", "paper: the maps of docs/paper.md (temperature, floor, l1 renormalisation to sqrt(M) of queries and "
         "keys except favor and softmaxfeat, cos2 phases, favor exp(u - |x|^2/2) / sqrt(M)); scaled: the earlier "
         "forms (x scaled by d^-1/4, f(u) / sqrt(M), favor + eps 1e-6, cos2 without phases, orthogonal omegas)")
     temperature: float = option(1.0, "paper form: tau dividing u in elu, softplus, sigmoid2, softmaxfeat (ours: 1)")

@@ -11,7 +11,7 @@ from attnbench.baselines.coulomb.kernel_particles import (ParticleDynamics, clip
 
 
 def naive_hamiltonian(x, y, omega, phase, lam, s):
-    """PAPER.md's H by its double sums, for one system: omega (N, p), phase (N,)."""
+    """docs/paper.md's H by its double sums, for one system: omega (N, p), phase (N,)."""
     n, num = x.shape[0], omega.shape[0]
     phi = math.sqrt(2) * torch.cos(x @ omega.T + phase)
     kernel = phi @ phi.T / num

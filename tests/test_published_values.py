@@ -108,6 +108,6 @@ def test_every_section_the_code_cites_is_a_heading_of_the_paper_page():
 def test_every_equation_table_figure_and_appendix_the_code_names_is_on_the_paper_page():
     paper = PAPER.read_text().lower()
     cited = {(path, label.lower()) for path, text in citing_texts().items() for label in LABEL.findall(text)}
-    assert ("harness/learning_phase.py", "eq. 2.2") in cited
+    assert ("baselines/coulomb/phase_a.py", "eq. 2.2") in cited
     missing = sorted((path, label) for path, label in cited if label not in paper)
     assert not missing, missing

@@ -10,7 +10,7 @@ from attnbench.baselines.random_features import (FEATURE_MAPS, SCALED, RandomFea
 from attnbench.errors import ConfigError
 from attnbench.registry import build_attention
 
-NAIVE = {  # f(u) per PAPER.md, one scalar at a time
+NAIVE = {  # f(u) per docs/paper.md, one scalar at a time
     "elu": lambda u: u + 1 if u > 0 else math.exp(u),
     "softplus": lambda u: math.log1p(math.exp(u)),
     "porf-softplus": lambda u: math.log1p(math.exp(u)),
@@ -132,7 +132,7 @@ def test_config_errors_are_clear():
 
 def paper_phi(kind: str, x: torch.Tensor, omega: torch.Tensor, phase: torch.Tensor | None, tau: float = 1.0,
               floor: float = 1e-6, bias: float = 0.0) -> torch.Tensor:
-    """PAPER.md's table, token by token in float64: x (N, d), omega (M, d) -> phi (N, M)."""
+    """docs/paper.md's table, token by token in float64: x (N, d), omega (M, d) -> phi (N, M)."""
     m = omega.shape[0]
     rows = []
     for token in x.double():

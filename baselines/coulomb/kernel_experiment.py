@@ -1,4 +1,4 @@
-"""The paper's synthetic experiment (PAPER.md "Synthetic experiment (Appendix F.1)"), no Transformer.
+"""The paper's synthetic experiment (docs/paper.md "Synthetic experiment (Appendix F.1)"), no Transformer.
 
 Design: X (n, p) standard normal from the global seed (the cell's seed; the paper's is 42),
 logit l(x) = 1.5 sin(pi x1) + 0.8 x2^2 - x3 x4 + 0.5 sin(3 x5) + 1{p > 5} x_{6:p}^T w with
@@ -31,7 +31,7 @@ Progress = Callable[[str, int, int], None]
 
 PAPER_SMALLEST_SIGMA_ACCURACY = {"langevin lambda=0.5": 0.655, "rbf-svm gamma=0.5": 0.63, "rff": 0.56,
                                  "importance-sampling": 0.48}
-"""Figure 1 read off at the smallest sigma (approximate; PAPER.md): the Langevin curve is "Alg-1"."""
+"""Figure 1 read off at the smallest sigma (approximate; docs/paper.md): the Langevin curve is "Alg-1"."""
 PAPER_SCALING_EXPONENTS = {"mkl": 1.96, "rbf-svm gamma=0.5": 1.48, "importance-sampling": 0.97, "rff": 0.80,
                            "langevin lambda=0.5": 0.73, "logistic": 0.02}
 """Table 6: fitted exponents of wall time t ~ n^gamma, n = 100 to 20,000."""

@@ -1,4 +1,4 @@
-"""The six methods of the synthetic experiment (PAPER.md "Synthetic experiment"), each fit -> test predictions.
+"""The six methods of the synthetic experiment (docs/paper.md "Synthetic experiment"), each fit -> test predictions.
 
 Every method takes the split (x_train, y_train 0/1, x_test) and a seeded numpy Generator (the
 trial's method randomness) and returns 0/1 predictions for the test rows. Random-feature methods

@@ -1,4 +1,4 @@
-"""Langevin particles of the synthetic experiment (PAPER.md "Synthetic experiment", Algorithms 1 and 2).
+"""Langevin particles of the synthetic experiment (docs/paper.md "Synthetic experiment", Algorithms 1 and 2).
 
 Each particle k is a frequency omega_k (p,) and a phase b_k with the feature
 phi_k(x) = sqrt(2) cos(omega_k^T x + b_k), so (1/N) sum_k phi_k(x) phi_k(x') is the learned kernel.

@@ -6,7 +6,7 @@ unless `train_norm_value`): the model runs in evaluation mode, forward hooks on 
 capture their inputs (q, k, key_padding_mask) and outputs, and each (layer, head) particle system takes one
 projected Langevin step per batch (`DynamicsConfig.move`) on H = -V + lambda W_s.
 
-Objectives V (PAPER.md "In attention: what phase A aligns"):
+Objectives V (docs/paper.md "In attention: what phase A aligns"):
 - within-class (default, eq. C.4): `within_class_alignment` of each attention layer's attention outputs
   (heads concatenated, before the output projection), mean-pooled over real tokens, with gradients through
   the attention into the particles; each layer's particles follow the gradient of its own layer's H, the

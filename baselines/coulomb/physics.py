@@ -1,4 +1,4 @@
-"""The Coulomb particle model (PAPER.md): learned random-feature kernels for linear attention.
+"""The Coulomb particle model (docs/paper.md): learned random-feature kernels for linear attention.
 
 The omegas of a random-feature map are particles moved by projected Langevin dynamics on
 H(Omega) = -A(Omega) + lambda * W_s(Omega): an alignment A pulls them towards features that separate
@@ -225,7 +225,7 @@ def clip_forces(force: Tensor, clip: float) -> Tensor:
 
 @dataclasses.dataclass
 class DynamicsConfig:
-    """Phase-A particle dynamics (defaults: the paper's, PAPER.md "phase A"; units are ours)."""
+    """Phase-A particle dynamics (defaults: the paper's, docs/paper.md "phase A"; units are ours)."""
 
     step: float = option(2e-3, "Langevin step eta (paper: 2e-3)")
     beta: float = option(50.0, "inverse temperature; inf = no noise (paper: 50)")
