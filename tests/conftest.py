@@ -6,6 +6,16 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from processes import Children  # noqa: E402
+
+
+@pytest.fixture
+def children():
+    """Start child processes with `children.start(args, ...)`: each is killed with its process group when the
+    test ends, pass or fail."""
+    started = Children()
+    yield started
+    started.end_all()
 
 
 @pytest.fixture(autouse=True)

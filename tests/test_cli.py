@@ -11,6 +11,7 @@ import yaml
 
 from attnbench.cli import build_parser, main
 from attnbench.suite import suite_names
+from processes import HANG_GUARD
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))  # fake_cells plugins
@@ -110,7 +111,7 @@ def test_console_script_exits_1_when_a_cell_fails(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     script = Path(sys.executable).parent / "attnbench"  # the installed console script
     result = subprocess.run([str(script), "run", str(path), "--out", str(tmp_path / "run")], env=env,
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=HANG_GUARD)
     assert result.returncode == 1, result.stderr
     assert "failed: none/raises/s0/fake_cells:tiny_train: RuntimeError: this attention always fails" in result.stderr
     assert "1 cells: 0 ok, 1 failed" in result.stdout
@@ -177,7 +178,7 @@ def test_off_a_terminal_each_cell_and_epoch_prints_a_line_and_logs_it(tmp_path):
     path = tiny_suite(tmp_path, seeds=[0], training={"epochs": 2, "batch_size": 32})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-m", "attnbench", "run", str(path), "--out", str(tmp_path / "run")],
-                            env=env, capture_output=True, text=True, timeout=120)  # stdout is a pipe
+                            env=env, capture_output=True, text=True, timeout=HANG_GUARD)  # stdout is a pipe
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     name = "none/softmax/s0/fake_cells:tiny_train"

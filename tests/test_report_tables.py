@@ -22,6 +22,7 @@ from attnbench.report.measurement_tables import (coulomb_table, efficiency_frame
                                                robustness_tables)
 from attnbench.report.tables import all_tables, leaderboard_table, task_table
 from report_fixture import make_fake_run, write_cell
+from processes import HANG_GUARD
 
 # accuracy, ece per (task, label) over seeds 0, 1, 2; "c" has no result on task "t2" (it failed there)
 ACC = {("t1", "a"): [0.80, 0.82, 0.84], ("t1", "b"): [0.70, 0.71, 0.75], ("t1", "c"): [0.90, 0.90, 0.93],
@@ -254,7 +255,7 @@ def test_latex_compiles_with_pdflatex(tmp_path: Path) -> None:
     doc.write_text("\\documentclass{article}\\usepackage[utf8]{inputenc}\\usepackage{booktabs}\\usepackage{graphicx}"
                    "\\begin{document}\n" + tex + "\n\\end{document}\n")
     proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG_GUARD)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (tmp_path / "doc.pdf").stat().st_size > 10_000
 

@@ -65,7 +65,8 @@ def test_time_alternating_swaps_the_order_pair_by_pair_and_compares_pairs():
     fast, slow = _sleep(0.002), _sleep(0.006)
     ta, tb = timing.time_alternating(fast, slow, min_time_s=0.0, min_repeats=9, max_repeats=9)
     ratios = timing.pair_ratios(ta.times_ms, tb.times_ms)
-    assert len(ratios) == 9 and 2.0 < float(np.median(ratios)) < 4.0  # 6 ms against 2 ms, oversleep aside
+    # 6 ms against 2 ms: the ratio's size depends on oversleep (a loaded machine adds to both), its side does not
+    assert len(ratios) == 9 and float(np.median(ratios)) > 1.0
 
 
 def test_peak_memory_sees_a_large_allocation_and_not_a_small_one():
@@ -122,17 +123,17 @@ def test_retained_allocator_reuses_freed_memory_for_large_tensors():
     assert resident - timing._proc_status_bytes("VmRSS") < 16 * 2**20
 
 
-def test_others_cores_sees_another_process_spinning_and_busy_machine_flags_it():
+def test_others_cores_sees_another_process_spinning_and_busy_machine_flags_it(children):
     """Two child processes spinning for 0.6 s keep other cores busy between two snapshots (this process only
     sleeps); busy_machine flags such readings and a quiet one (no other use, a full core) not."""
     code = "import time\nend = time.time() + 0.6\nwhile time.time() < end: pass"
-    children = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
+    spinners = [children.start([sys.executable, "-c", code]) for _ in range(2)]
     time.sleep(0.05)
     before = timing.cpu_snapshot()
     time.sleep(0.4)
     after = timing.cpu_snapshot()
-    for child in children:
-        child.wait()
+    for spinner in spinners:
+        spinner.wait()
     others = timing.others_cores(before, after)
     assert others is not None and others >= 0.5
     assert timing.busy_machine(others, None) and timing.busy_machine(None, 0.5)
