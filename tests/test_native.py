@@ -608,3 +608,19 @@ def test_nystromformer_shares_one_heads_convolution_across_heads_on_both_paths(o
         heads = [attn(q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1]) for i in range(4)]  # one head each: no sharing
     torch.testing.assert_close(out, torch.cat(heads, dim=1), rtol=1e-5, atol=1e-5)
     assert out.abs().max() < 10
+
+
+def test_the_cpp_kind_ids_and_abi_come_from_the_python_table():
+    """The C++ source holds no kind ids or ABI number of its own: both are compiler definitions made from
+    KIND_TABLE and ABI, and every enumerator of the table is one the source uses."""
+    import re
+
+    from attnbench.baselines import native
+    source = native.SOURCE.read_text()
+    assert "enum Kind { ATTNBENCH_KIND_ENUM };" in source and "return ATTNBENCH_ABI;" in source
+    definitions = dict(flag[2:].split("=", 1) for flag in native.generated_definitions())
+    assert definitions["ATTNBENCH_ABI"] == str(native.ABI)
+    enum = dict(item.split("=") for item in definitions["ATTNBENCH_KIND_ENUM"].split(","))
+    assert {cpp: int(i) for cpp, i in enum.items()} == {cpp: native.KINDS[name] for name, cpp in native.KIND_TABLE}
+    assert all(re.search(rf"\b{cpp}\b", source.replace("ATTNBENCH_KIND_ENUM", "")) for cpp in enum)
+    assert set(native.FLAGS) >= set(native.generated_definitions())

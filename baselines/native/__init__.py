@@ -46,11 +46,25 @@ import torch
 from torch import Tensor
 
 SOURCE = Path(__file__).with_name("fused_linear.cpp")
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-ffp-contract=fast")
-KINDS = {"favor": 0, "elu": 1, "trig": 2, "softmaxfeat": 3, "elu-paper": 4, "softplus": 5, "sigmoid2": 6, "cos2": 7}
+# The one table of the feature kinds the kernels know: the Python name a NativeSpec carries -> the C++ enumerator.
+# A kind's id is its position; the C++ enum Kind and attnbench_abi() are generated from this table and ABI as
+# compiler definitions (ATTNBENCH_KIND_ENUM, ATTNBENCH_ABI), so the two languages cannot drift.
+KIND_TABLE = (("favor", "FAVOR"), ("elu", "ELU"), ("trig", "TRIG"), ("softmaxfeat", "SOFTMAX"), ("elu-paper", "PELU"),
+              ("softplus", "SOFTPLUS"), ("sigmoid2", "SIGMOID2"), ("cos2", "COS2"))
+KINDS = {name: index for index, (name, _) in enumerate(KIND_TABLE)}
 PAPER_KINDS = ("softmaxfeat", "elu-paper", "softplus", "sigmoid2", "cos2")  # keys l1-renormalised to sqrt(M)
 VALUE_WIDTHS = (16, 32, 64, 128)
 ABI = 23
+
+
+def generated_definitions() -> tuple[str, ...]:
+    """The compiler definitions that give the C++ source its kind ids and ABI version, from KIND_TABLE and ABI."""
+    enum = ",".join(f"{cpp}={index}" for index, (_, cpp) in enumerate(KIND_TABLE))
+    return (f"-DATTNBENCH_KIND_ENUM={enum}", f"-DATTNBENCH_ABI={ABI}")
+
+
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-ffp-contract=fast",
+         *generated_definitions())
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None

@@ -58,7 +58,8 @@ struct Scratch {
 // (baselines/random_features.py "paper" form): softmaxfeat (exp(u - row max), as favor's values), elu + 1 of u + bias
 // floored, softplus + floor, sigmoid^2, cos^2(u + phase). The paper's maps reweight each key by sqrt(M) / max(sum_m
 // f, floor) (its l1 normaliser); a query's normaliser cancels in phi S / phi s, so queries keep f as it is
-enum Kind { FAVOR = 0, ELU = 1, TRIG = 2, SOFTMAX = 3, PELU = 4, SOFTPLUS = 5, SIGMOID2 = 6, COS2 = 7 };
+// ids generated from baselines/native/__init__.py KIND_TABLE (compiler definition ATTNBENCH_KIND_ENUM)
+enum Kind { ATTNBENCH_KIND_ENUM };
 
 inline v16 load(const float* p) { v16 r; std::memcpy(&r, p, sizeof r); return r; }
 inline v8 load8(const float* p) { v8 r; std::memcpy(&r, p, sizeof r); return r; }
@@ -1720,7 +1721,7 @@ void dropout_impl(const float* x, int64_t n, uint32_t threshold, float scale, ui
 
 extern "C" {
 
-int attnbench_abi() { return 23; }
+int attnbench_abi() { return ATTNBENCH_ABI; }  // baselines/native/__init__.py ABI
 
 // the kernels' exp of n floats (a multiple of 16), for the accuracy test
 void attnbench_exp(const float* x, int64_t n, float* out) {
