@@ -22,15 +22,15 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from attnbench.progress import Progress
 from attnbench.provenance import machine_provenance, now
 from attnbench.store import cell_id, result_record
 from attnbench.suite import Suite, cell_name, task_label
 
-Progress = Callable[[str, int, int], None]
 
 DEFAULT_CELL_TIMEOUT = 6 * 3600.0  # seconds a cell may run when neither the suite nor --cell-timeout says
 PROCESS_DIED = "the process died while running this cell"

@@ -9,10 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+import rich.progress
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, \
+from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn, \
     TimeRemainingColumn
+
+
+Progress = Callable[[str, int, int], None]  # a cell's progress callback: (phase, step, total)
 
 
 def epoch_phase(epoch_record: dict[str, float], metric: str = "val_accuracy") -> str:
@@ -39,7 +43,7 @@ class ProgressUI:
         live = enabled and console.is_terminal
         self.stream = None if live or not enabled else (stream or sys.stdout)
         self.log_path = log_path
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        self.progress = rich.progress.Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TimeRemainingColumn(), console=console,
                                  disable=not live, transient=False)
         self.overall = self.progress.add_task(self._overall_text(), total=total, completed=done)

@@ -12,7 +12,6 @@ import copy
 import dataclasses
 import math
 import time
-from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -20,11 +19,10 @@ from torch import Tensor, nn
 
 from attnbench.metrics import log_loss
 from attnbench.options import make_options, option, require
-from attnbench.progress import epoch_phase
+from attnbench.progress import Progress, epoch_phase
 from attnbench.registry import LEARNING_PHASES, Entry
 from attnbench.tasks.base import Split, TaskData
 
-Progress = Callable[[str, int, int], None]  # (phase, step, total)
 
 
 class NonFiniteLossError(RuntimeError):

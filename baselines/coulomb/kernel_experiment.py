@@ -23,11 +23,11 @@ import torch
 from scipy.special import expit
 
 from attnbench.baselines.coulomb import kernel_methods as km
+from attnbench.progress import Progress
 from attnbench.baselines.coulomb.kernel_particles import ParticleDynamics
 from attnbench.options import option, require
 
 Row = dict[str, Any]
-Progress = Callable[[str, int, int], None]
 
 PAPER_SMALLEST_SIGMA_ACCURACY = {"langevin lambda=0.5": 0.655, "rbf-svm gamma=0.5": 0.63, "rff": 0.56,
                                  "importance-sampling": 0.48}

@@ -16,7 +16,7 @@ from attnbench.baselines.coulomb.kernel_experiment import (PAPER_SCALING_EXPONEN
                                        scaling_fits, summarise)
 from attnbench.measurements import register_measurement
 from attnbench.metrics import register_metric
-from attnbench.train import Progress
+from attnbench.progress import Progress
 
 
 for _pattern, _direction, _text in (("*/accuracy", "max", "test accuracy of one kernel method, mean over noise levels"),

@@ -37,7 +37,7 @@ from attnbench.errors import ConfigError
 from attnbench.options import make_options, option, require
 from attnbench.registry import register_learning_phase
 from attnbench.tasks.base import Split
-from attnbench.train import Progress
+from attnbench.progress import Progress
 
 DISTANCE_SAMPLES = 2000  # pairwise distances kept (before and after) for histograms
 ALIGNMENTS = ("within-class", "centered-kta", "input-kernel")  # measured before and after on validation rows

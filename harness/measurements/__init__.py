@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from attnbench.registry import Registry
-from attnbench.train import Progress
+from attnbench.progress import Progress
 
 ENTRY_POINT_GROUP = "attnbench.measurement"
 

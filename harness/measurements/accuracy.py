@@ -16,7 +16,8 @@ from attnbench.model import parameter_counts
 from attnbench.options import option, require
 from attnbench.predictions import encode_predictions
 from attnbench.references import REFERENCE, measure_reference
-from attnbench.train import Progress, predict_proba
+from attnbench.progress import Progress
+from attnbench.train import predict_proba
 
 
 @dataclasses.dataclass

@@ -12,7 +12,8 @@ from attnbench.options import make_options
 from attnbench.registry import attention_entry
 from attnbench.tasks import load_task
 from attnbench.tasks.base import TaskData
-from attnbench.train import Progress, TrainConfig, TrainResult, train_classifier
+from attnbench.progress import Progress
+from attnbench.train import TrainConfig, TrainResult, train_classifier
 
 
 def attention_label(cell: dict[str, Any]) -> str:

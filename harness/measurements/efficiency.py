@@ -36,7 +36,7 @@ from attnbench.registry import ATTENTIONS, build_attention
 from attnbench.timing import (OOM_ERRORS, busy_machine, call_seconds, cpu_snapshot, machine_load, measure_machine,
                             others_cores, pair_ratios, peak_memory, quartiles, retain_freed_memory, time_alternating,
                             time_repeated)
-from attnbench.train import Progress
+from attnbench.progress import Progress
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 Mode = Literal["forward", "train"]

@@ -27,7 +27,7 @@ from attnbench.metrics import register_metric
 from attnbench.measurements.common import has_option, load_cell_task, model_config, train_cell_model
 from attnbench.options import option, require
 from attnbench.registry import build_attention
-from attnbench.train import Progress
+from attnbench.progress import Progress
 
 Inputs = Literal["random", "trained"]
 

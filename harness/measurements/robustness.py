@@ -20,7 +20,8 @@ from attnbench.metrics import accuracy, expected_calibration_error, register_met
 from attnbench.options import option, require
 from attnbench.tasks.base import Split, TaskData
 from attnbench.tasks.corruption import corrupt
-from attnbench.train import Progress, predict_proba
+from attnbench.progress import Progress
+from attnbench.train import predict_proba
 
 Corruption = Literal["substitute", "delete", "swap", "insert", "mixed"]
 
