@@ -1,10 +1,10 @@
 """The paired-comparison table: for each pair of labels, task and headline metric, a - b over shared seeds.
 
 Pairs come from the suite's `comparisons:` (stored in run.json), else the default pairs of
-`attnbench.comparisons.default_pairs`. Numbers: the mean over seeds of the per-seed differences of
+`attnbench.report.comparisons.default_pairs`. Numbers: the mean over seeds of the per-seed differences of
 the stored metrics, its 95% t-interval, and a test over the test examples (exact McNemar for
 accuracy, paired bootstrap otherwise, on the stored per-example predictions) per seed, combined
-across seeds as `attnbench.comparisons.combine_p_values` says.
+across seeds as `attnbench.report.comparisons.combine_p_values` says.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.comparisons import combine_p_values, default_pairs, mean_difference_interval, per_example_p
+from attnbench.report.comparisons import combine_p_values, default_pairs, mean_difference_interval, per_example_p
 from attnbench.metrics import metric_direction
 from attnbench.predictions import Predictions, decode_predictions
 from attnbench.report.load import Results, RunInfo
