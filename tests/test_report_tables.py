@@ -122,22 +122,34 @@ def test_efficiency_ratios_against_softmax_of_the_same_run(tmp_path: Path) -> No
     assert table.name == "efficiency" and "OOM" in set(table.text["time ms (q25–q75)"])
 
 
-def test_efficiency_table_flags_points_timed_on_a_busy_machine(tmp_path: Path) -> None:
-    """A row the measurement marked busy gets the mark on its time, its load in the machine column and a note; a
-    quiet row gets neither mark nor busy text."""
-    def row(n: int, busy: bool) -> dict:
-        return {"seq_len": n, "batch": 1, "heads": 1, "head_dim": 8, "mode": "forward", "status": "ok",
-                "median_ms": 1.0, "q25_ms": 1.0, "q75_ms": 1.0, "tokens_per_s": 1.0, "peak_mem_bytes": 1.0,
-                "busy": busy, "others_cores": 1.5 if busy else 0.0, "cpu_availability": 0.4 if busy else 1.0,
-                "load_1m": 4.0 if busy else 0.2}
+def test_efficiency_leaves_starved_and_unchecked_busy_points_out_of_ratios(tmp_path: Path) -> None:
+    """A point refused as not measured, and a busy point from a run that did not check for starvation, have no time
+    or ratio and say why; a busy point that passed the check keeps its time with the mark; a quiet one neither."""
+    def row(n: int, busy: bool, checked: bool | None, status: str = "ok") -> dict:
+        timed = {"median_ms": 1.0, "q25_ms": 1.0, "q75_ms": 1.0, "tokens_per_s": 1.0} if status == "ok" else {}
+        return {"seq_len": n, "batch": 1, "heads": 1, "head_dim": 8, "mode": "forward", "status": status,
+                "reason": "not measured: the timed threads waited" if status != "ok" else None,
+                "peak_mem_bytes": 1.0, "busy": busy, "others_cores": 1.5 if busy else 0.0,
+                "cpu_availability": 0.4 if busy else 1.0, "load_1m": 4.0 if busy else 0.2, **timed,
+                **({} if checked is None else {"starvation_checked": checked})}
     write_cell(tmp_path, label="lin", attention="performer", task="none", measurement="efficiency",
-               details={"rows": [row(64, True), row(128, False)]})
-    table = all_tables(load_runs([tmp_path]))[0]
-    text = table.text.set_index("seq_len")
-    assert text.at["64", "time ms (q25–q75)"].endswith("†") and not text.at["128", "time ms (q25–q75)"].endswith("†")
-    assert text.at["64", "machine"] == "busy: others 1.50 cores, core share 0.40, load 4.0"
-    assert text.at["128", "machine"].startswith("quiet:")
-    assert any("busy machine" in note for note in table.notes)
+               details={"rows": [row(64, True, None), row(128, False, True), row(256, True, True),
+                                 row(512, False, True, "not_measured")]})
+    write_cell(tmp_path, label="softmax", attention="softmax", task="none", measurement="efficiency",
+               details={"rows": [row(n, False, True) for n in (64, 128, 256, 512)]})
+    results = load_runs([tmp_path])
+    eff = efficiency_frame(results).set_index(["label", "seq_len"])
+    assert eff.at[("lin", 64), "status"] == "not_measured" and "busy machine" in eff.at[("lin", 64), "reason"]
+    assert math.isnan(eff.at[("lin", 64), "speed_vs_softmax"]) and math.isnan(eff.at[("lin", 512), "speed_vs_softmax"])
+    assert eff.at[("lin", 128), "speed_vs_softmax"] == pytest.approx(1.0)
+    table = all_tables(results)[0]
+    text = table.text[table.text["label"] == "lin"].set_index("seq_len")
+    assert text.at["64", "time ms (q25–q75)"] == "NOT MEASURED" == text.at["512", "time ms (q25–q75)"]
+    assert text.at["256", "time ms (q25–q75)"].endswith("†") and not text.at["128", "time ms (q25–q75)"].endswith("†")
+    assert text.at["256", "machine"] == "busy: others 1.50 cores, core share 0.40, load 4.0"
+    assert "not measured" in text.at["64", "status"] and "others 1.50 cores" in text.at["64", "status"]
+    out = write_report(tmp_path)
+    assert "2 point(s) not measured" in (out / "report.md").read_text()
 
 
 def test_paired_table_lists_the_alternated_timings(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from attnbench.report.formats import to_markdown, write_table
 from attnbench.report.html import cell_counts, provenance_value, render_page
 from attnbench.report.load import Results, load_runs, run_provenance
 from attnbench.report.plots import all_plots
-from attnbench.report.measurement_tables import efficiency_frame
+from attnbench.report.measurement_tables import efficiency_frame, not_measured_points
 from attnbench.report.table import Table
 from attnbench.report.tables import all_tables, headline_summary
 
@@ -73,8 +73,13 @@ def _write(results: Results, out_dir: Path, title: str) -> Path:
         write_table(table, out_dir / "tables")
     leaderboard = next((t for t in tables if t.name == "leaderboard"), None)
     summary = headline_summary(leaderboard) if leaderboard is not None else []
+    eff = efficiency_frame(results)
+    refused = not_measured_points(eff)
+    if refused:
+        summary.append(f"Efficiency: {len(refused)} point(s) not measured (timed threads kept off the cores by other "
+                       f"work), left out of every ratio, rank and the Pareto front: {', '.join(refused)}.")
     plots = all_plots(results, leaderboard.data if leaderboard is not None else pd.DataFrame(),
-                      efficiency_frame(results), out_dir / "plots")
+                      eff, out_dir / "plots")
     provenance = run_provenance(results)
     (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=1), encoding="utf-8")
     (out_dir / "report.md").write_text(_markdown(title, tables, [p.name for p in plots], provenance, summary),
