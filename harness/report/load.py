@@ -264,3 +264,30 @@ def run_provenance(results: Results) -> list[dict[str, Any]]:
             "reasons": [{"status": s, "reason": r if isinstance(r, str) else "no reason given", "count": int(n)}
                         for (s, r), n in reasons.items()]})
     return out
+
+
+RESULT_COLUMNS = ["run", "cell_id", "measurement", "task", "label", "attention", "seed", "status", "reason",
+                  "metric", "value", "trial", "chosen"]
+
+
+def load_results(run_dir: str | Path) -> pd.DataFrame:
+    """The stored results of a run folder as a long DataFrame: one row per cell and metric (RESULT_COLUMNS).
+
+    A cell without metrics (failed, skipped, unreadable) is one row with metric and value missing. Sweep
+    trials are all there: `trial` is the cell's trial (missing outside sweeps) and `chosen` says whether the
+    report shows it (True for every cell outside sweeps). Read-only; the same reading as `attnbench report`."""
+    results = load_runs([Path(run_dir)])
+    unchosen = results.unchosen if results.unchosen is not None else results.cells.iloc[:0]
+    rows = []
+    for cells, chosen in ((results.cells, True), (unchosen, False)):
+        for _, c in cells.iterrows():
+            base = {k: c[k] for k in RESULT_COLUMNS if k in c.index} | {"chosen": chosen}
+            metrics = c["metrics"] if isinstance(c["metrics"], dict) else {}
+            rows += [base | {"metric": m, "value": v} for m, v in metrics.items()] or \
+                [base | {"metric": None, "value": float("nan")}]
+    frame = pd.DataFrame(rows, columns=RESULT_COLUMNS)
+    frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce").astype("Int64")
+    frame["trial"] = pd.to_numeric(frame["trial"], errors="coerce").astype("Int64")
+    frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+    return frame.sort_values(["measurement", "task", "label", "seed", "metric"], na_position="last",
+                             kind="stable").reset_index(drop=True)
