@@ -20,6 +20,7 @@ table.sortable th { cursor: pointer; user-select: none; }
 table.sortable th[aria-sort="ascending"]::after { content: " \\25B2"; }
 table.sortable th[aria-sort="descending"]::after { content: " \\25BC"; }
 td.key, th.key { text-align: left; }
+td.num:last-child { white-space: normal; min-width: 8rem; }
 td.best { background: #eaf6ea; }
 p.note { font-size: 0.8rem; color: #555; max-width: 1100px; }
 figure { display: inline-block; margin: 0.5rem 1rem 1.5rem 0; vertical-align: top; }

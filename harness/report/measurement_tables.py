@@ -202,7 +202,8 @@ def efficiency_table(results: Results) -> Table | None:
                      "roofline fraction": fmt(r.roofline_fraction, 3)}
         if eff["busy"].any():
             text["machine"] = busy_text(r)
-        text["status"] = r.status if ok or not r.reason else f"{r.status}: {r.reason}"
+        text["status"] = (r.status if ok or not r.reason else r.reason if r.status == NOT_MEASURED
+                          else f"{r.status}: {r.reason}")
         text_rows.append(text)
     text = pd.DataFrame(text_rows)
     numeric = pd.DataFrame({"time ms (q25–q75)": eff["median_ms"], "tokens/s": eff["tokens_per_s"],

@@ -136,12 +136,12 @@ def paired_comparison_table(results: Results) -> Table | None:
         return None
     data = pd.DataFrame(rows)
     many_runs = data["run"].nunique() > 1
-    text = pd.DataFrame([({"run": r.run} if many_runs else {}) | {
-        "task": r.task, "a": r.a, "b": r.b, "metric": r.metric, "seeds": str(r.seeds),
+    text = pd.DataFrame([({"run": r.run} if many_runs else {}) | {  # verdict early: in view on a narrow page
+        "task": r.task, "a": r.a, "b": r.b, "metric": r.metric, "verdict": r.verdict,
         "a − b [95% CI]": fmt(r.mean_diff) + (f" [{fmt(r.ci_low)}, {fmt(r.ci_high)}]"
                                                if math.isfinite(r.ci_low) else ""),
-        "p (examples)": fmt(r.p_value) if math.isfinite(r.p_value) else DASH, "p per seed": r.p_per_seed or DASH,
-        "verdict": r.verdict} for r in data.itertuples()])
+        "p (examples)": fmt(r.p_value) if math.isfinite(r.p_value) else DASH, "seeds": str(r.seeds),
+        "p per seed": r.p_per_seed or DASH} for r in data.itertuples()])
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     best["verdict"] = [v in ("a better", "b better", "a higher", "b higher") for v in data["verdict"]]
     notes = ["a − b: mean over the seeds both have of the per-seed difference of the test metric, with its 95% "
