@@ -2,12 +2,14 @@
 
 Contract: `expected_calibration_error(probs, labels, n_bins=15) -> float`. Inputs may be numpy
 arrays or torch tensors; rows of `probs` are class probabilities, `labels` integer classes.
-Conventions (each matches scikit-learn where it has the metric):
+Accuracy, F1, MCC, balanced accuracy, ROC-AUC, average precision and Brier are scikit-learn's
+(`sklearn.metrics`); NLL and the calibration errors, which it lacks or defines differently, are here.
+Conventions:
 - macro-F1 and balanced accuracy average over the classes present in labels or predictions
   (F1) / in labels (balanced accuracy); an undefined per-class F1 counts as 0.
 - MCC is the multi-class (Gorodkin) form; 0 when undefined.
 - ROC-AUC and PR-AUC (average precision) are for binary tasks, on the probability of class 1.
-- NLL clips the true-class probability at 1e-15.
+- NLL clips the true-class probability at float64 eps (as scikit-learn does).
 - Brier is the squared error to the one-hot label summed over classes (Brier 1950, range [0, 2]);
   for two classes it is halved, i.e. the usual (p_1 - y)^2 in [0, 1] (scikit-learn's convention).
 - ECE bins the top-1 confidence into equal-width bins (lower, upper], the first bin also holding
@@ -23,11 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import warnings
 from typing import Any, Literal
 
 import numpy as np
+from sklearn import metrics as skm
 
-NLL_CLIP = 1e-15
+NLL_CLIP = float(np.finfo(np.float64).eps)  # where sklearn.metrics.log_loss clips
 
 Direction = Literal["max", "min"]
 
@@ -89,55 +93,40 @@ def _as_arrays(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
     return p, y
 
 
-def _confusion(pred: np.ndarray, y: np.ndarray, num_classes: int) -> np.ndarray:
-    """Confusion matrix (C, C): rows true class, columns predicted class."""
-    return np.bincount(y * num_classes + pred, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+def _predicted(p: np.ndarray) -> np.ndarray:
+    return p.argmax(axis=1)
 
 
 def accuracy(probs: Any, labels: Any) -> float:
     """Fraction of rows whose arg-max class is the label."""
     p, y = _as_arrays(probs, labels)
-    return float(np.mean(p.argmax(axis=1) == y))
-
-
-def _f1_per_class(p: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-class F1, support, and which classes occur in labels or predictions."""
-    cm = _confusion(p.argmax(axis=1), y, p.shape[1])
-    tp = np.diag(cm).astype(np.float64)
-    denominator = cm.sum(axis=0) + cm.sum(axis=1)  # 2 tp + fp + fn
-    f1 = np.divide(2 * tp, denominator, out=np.zeros_like(tp), where=denominator > 0)
-    return f1, cm.sum(axis=1), denominator > 0
+    return float(skm.accuracy_score(y, _predicted(p)))
 
 
 def macro_f1(probs: Any, labels: Any) -> float:
     """Unweighted mean of per-class F1 over classes present in labels or predictions."""
-    f1, _, present = _f1_per_class(*_as_arrays(probs, labels))
-    return float(f1[present].mean())
+    p, y = _as_arrays(probs, labels)
+    return float(skm.f1_score(y, _predicted(p), average="macro", zero_division=0))
 
 
 def weighted_f1(probs: Any, labels: Any) -> float:
     """Per-class F1 averaged with weights = class support in the labels."""
-    f1, support, _ = _f1_per_class(*_as_arrays(probs, labels))
-    return float((f1 * support).sum() / support.sum())
+    p, y = _as_arrays(probs, labels)
+    return float(skm.f1_score(y, _predicted(p), average="weighted", zero_division=0))
 
 
 def matthews_corrcoef(probs: Any, labels: Any) -> float:
     """Multi-class Matthews correlation coefficient (Gorodkin 2004) of arg-max predictions."""
     p, y = _as_arrays(probs, labels)
-    cm = _confusion(p.argmax(axis=1), y, p.shape[1]).astype(np.float64)
-    s, c = cm.sum(), np.trace(cm)
-    t, q = cm.sum(axis=1), cm.sum(axis=0)
-    denominator = np.sqrt((s * s - q @ q) * (s * s - t @ t))
-    return float((c * s - t @ q) / denominator) if denominator > 0 else 0.0
+    return float(skm.matthews_corrcoef(y, _predicted(p)))
 
 
 def balanced_accuracy(probs: Any, labels: Any) -> float:
     """Mean per-class recall over the classes present in the labels."""
     p, y = _as_arrays(probs, labels)
-    cm = _confusion(p.argmax(axis=1), y, p.shape[1])
-    support = cm.sum(axis=1)
-    present = support > 0
-    return float((np.diag(cm)[present] / support[present]).mean())
+    with warnings.catch_warnings():  # a predicted class absent from the labels is expected, not news
+        warnings.simplefilter("ignore", UserWarning)
+        return float(skm.balanced_accuracy_score(y, _predicted(p)))
 
 
 def _binary_scores(probs: Any, labels: Any, what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -150,44 +139,30 @@ def _binary_scores(probs: Any, labels: Any, what: str) -> tuple[np.ndarray, np.n
 
 
 def roc_auc(probs: Any, labels: Any) -> float:
-    """Binary ROC-AUC of P(class 1): the Mann-Whitney statistic with tied scores given average ranks."""
+    """Binary ROC-AUC of P(class 1) (tied scores count one half)."""
     scores, y = _binary_scores(probs, labels, "ROC-AUC")
-    order = np.argsort(scores, kind="mergesort")
-    sorted_scores = scores[order]
-    ranks = np.empty(len(scores), dtype=np.float64)
-    _, first, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
-    average_rank = first + (counts + 1) / 2.0  # 1-based average rank of each tie group
-    ranks[order] = np.repeat(average_rank, counts)
-    n_pos = int(y.sum())
-    n_neg = len(y) - n_pos
-    return float((ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+    return float(skm.roc_auc_score(y, scores))
 
 
 def average_precision(probs: Any, labels: Any) -> float:
     """Binary PR-AUC as average precision: sum over thresholds of (recall step) x precision."""
     scores, y = _binary_scores(probs, labels, "PR-AUC")
-    order = np.argsort(-scores, kind="mergesort")
-    s, t = scores[order], y[order]
-    last_of_group = np.r_[s[1:] != s[:-1], True]  # evaluate only after each distinct threshold
-    tp = np.cumsum(t)[last_of_group]
-    fp = np.cumsum(1 - t)[last_of_group]
-    precision = tp / (tp + fp)
-    recall = tp / t.sum()
-    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+    return float(skm.average_precision_score(y, scores))
 
 
 def log_loss(probs: Any, labels: Any) -> float:
-    """Mean negative log-probability of the true class (clipped at 1e-15)."""
+    """Mean negative log-probability of the true class (rows renormalised, clipped at NLL_CLIP)."""
     p, y = _as_arrays(probs, labels)
-    return float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], NLL_CLIP, 1.0))))
+    p = p / p.sum(axis=1, keepdims=True)  # float32 softmax rows miss 1 by more than sklearn's check allows
+    return float(skm.log_loss(y, p, labels=list(range(p.shape[1]))))
 
 
 def brier_score(probs: Any, labels: Any) -> float:
     """Squared error to the one-hot label summed over classes, halved for two classes (see module doc)."""
     p, y = _as_arrays(probs, labels)
-    one_hot = np.eye(p.shape[1])[y]
-    score = float(np.mean(np.sum((p - one_hot) ** 2, axis=1)))
-    return score / 2.0 if p.shape[1] == 2 else score
+    if p.shape[1] == 2:
+        return float(skm.brier_score_loss(y, p[:, 1], pos_label=1))
+    return float(skm.brier_score_loss(y, p, labels=list(range(p.shape[1]))))
 
 
 def _confidence_correct(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:

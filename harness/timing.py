@@ -13,12 +13,18 @@
   it, the median reported (one call where the counter cannot be reset).
   Out-of-memory (torch.OutOfMemoryError, MemoryError, or the subprocess killed) and calls longer
   than the budget come back as readings with a status, not as exceptions.
+- `time_unstarved(measure)`: a timing accepted only when this process's runnable threads got a core:
+  the kernel's per-thread run-queue wait (/proc/self/task/*/schedstat) over the timed pass is at most
+  `tolerance` of their runnable time; else retried, at most `tries` times, then refused with the reason.
+  Wait time is what a busy machine adds to wall time, so it is read directly, not inferred from wall time.
+- `torch_threads(count)`: torch's intra-op threads set within a block (small calls run on one thread).
 - `measure_machine()`: the machine's fp32 matrix-multiply rate and copy bandwidth (the roofline).
 - `machine_load()`, `cpu_snapshot()` / `others_cores()`: how busy the machine is (load average, the share of a
   core a spinning thread gets, and the cores other processes kept busy between two snapshots).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import gc
@@ -27,7 +33,7 @@ import os
 import resource
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -145,6 +151,95 @@ def quartiles(values: Any) -> tuple[float, float, float]:
 def _timing(times: list[float]) -> Timing:
     q25, median, q75 = quartiles(times)
     return Timing(median, q25, q75, len(times), times)
+
+
+# --- starvation ------------------------------------------------------------------------------
+
+STARVED_SHARE = 0.10  # a timed pass whose runnable threads waited for a core longer than this share is refused
+STARVED_TRIES = 3
+STARVED_PAUSE_S = 1.0  # pause between tries, so that a passing spell of other work can end
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedSnapshot:
+    """Nanoseconds this process's threads (all of them, summed) have run on a core and waited runnable for one."""
+
+    run_ns: int
+    wait_ns: int
+
+
+def sched_snapshot() -> SchedSnapshot | None:
+    """The process's scheduler counters now (Linux /proc/self/task/*/schedstat); None where unreadable."""
+    run = wait = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                fields = f.read().split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if len(fields) < 2:
+            return None
+        run, wait = run + int(fields[0]), wait + int(fields[1])
+    return SchedSnapshot(run, wait)
+
+
+def starved_share(before: SchedSnapshot | None, after: SchedSnapshot | None) -> float | None:
+    """The share of their runnable time that the process's threads spent waiting for a core between two
+    snapshots (0: never kept off a core; 0.5: as two busy threads on one core); None without counters."""
+    if before is None or after is None:
+        return None
+    run, wait = after.run_ns - before.run_ns, after.wait_ns - before.wait_ns
+    return wait / (run + wait) if run + wait > 0 else None
+
+
+@dataclasses.dataclass
+class Guarded:
+    """A measurement accepted (value set) or refused (reason set), with each try's starved share."""
+
+    value: Any
+    shares: list[float | None]
+    reason: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason is None
+
+
+def time_unstarved(measure: Callable[[], Any], *, tolerance: float = STARVED_SHARE, tries: int = STARVED_TRIES,
+                   pause_s: float = STARVED_PAUSE_S,
+                   snapshot: Callable[[], SchedSnapshot | None] | None = None) -> Guarded:
+    """Run `measure` (a timed pass) until its threads were not starved (see `starved_share`), at most `tries`
+    times; refused with the reason when every try was. Where the counters are unreadable, the first try is
+    accepted with share None (not checked). `snapshot`: the counters' reader (default `sched_snapshot`)."""
+    snapshot = snapshot or sched_snapshot
+    shares: list[float | None] = []
+    for attempt in range(tries):
+        if attempt and pause_s > 0:
+            time.sleep(pause_s)
+        before = snapshot()
+        value = measure()
+        share = starved_share(before, snapshot())
+        shares.append(share)
+        if share is None or share <= tolerance:
+            return Guarded(value, shares)
+    waited = ", ".join(f"{s:.0%}" for s in shares if s is not None)
+    return Guarded(None, shares, f"not measured: the timed threads waited for a core {waited} of their runnable time "
+                                 f"in {tries} tries (tolerance {tolerance:.0%}); the machine was busy")
+
+
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count set to `count` within, restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # --- peak memory ------------------------------------------------------------------------------

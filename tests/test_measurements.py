@@ -124,6 +124,14 @@ ROW_KEYS = {"seq_len", "batch", "heads", "head_dim", "mode", "status", "reason",
             "roofline_fraction"}
 
 
+@pytest.fixture(autouse=True)
+def _unchecked_starvation(monkeypatch):
+    """Efficiency tests run on a shared machine: the starvation check reads no counters here (not checked), except
+    where a test injects its own."""
+    from attnbench import timing
+    monkeypatch.setattr(timing, "sched_snapshot", lambda: None)
+
+
 def test_efficiency_cell_rows_memory_and_roofline():
     cell = tiny_cell("efficiency", "elu-linear", options=EFFICIENCY_FAST)
     cell["task"] = {"name": "none", "options": {}}
@@ -198,6 +206,44 @@ def test_efficiency_paired_times_two_attentions_call_by_call(monkeypatch):
     assert row["paired_ratio_q25"] <= row["paired_ratio"] <= row["paired_ratio_q75"]
     assert 0.5 < row["paired_ratio"] < 2.0  # the same work on both sides
     assert result["metrics"]["forward_paired_ratio@64"] == row["paired_ratio"]
+
+
+def test_efficiency_refuses_a_starved_point_and_leaves_it_out_of_the_metrics(monkeypatch):
+    """Counters that show the timed threads waiting 60% of the time for a core: every try refused, the point
+    recorded as not measured with the reason, no time and no metric; a quiet reading is accepted."""
+    from attnbench import timing
+    from attnbench.measurements import efficiency
+    options = {**EFFICIENCY_FAST, "memory": False, "seq_lens": [16], "modes": ["forward"], "starved_tries": 2}
+    monkeypatch.setattr(efficiency, "time_unstarved",
+                        lambda measure, **k: timing.time_unstarved(measure, **k | {"pause_s": 0}))
+    for share in (0.6, 0.0):
+        clock = iter([timing.SchedSnapshot(0, 0), timing.SchedSnapshot(int(1e9 * (1 - share)), int(1e9 * share))] * 4)
+        monkeypatch.setattr(timing, "sched_snapshot", lambda c=clock: next(c))
+        result = run_cell(tiny_cell("efficiency", "elu-linear", options=options))
+        (row,) = result["details"]["rows"]
+        assert row["starvation_checked"] and row["starved_share"] == pytest.approx(share)
+        if share:
+            assert row["status"] == "not_measured" and row["median_ms"] is None and row["timing_tries"] == 2
+            assert "waited for a core 60%, 60%" in row["reason"] and "forward_ms@16" not in result["metrics"]
+            assert any("not measured" in note for note in result["details"]["notes"])
+        else:
+            assert row["status"] == "ok" and row["timing_tries"] == 1 and "forward_ms@16" in result["metrics"]
+
+
+def test_efficiency_small_calls_run_on_one_thread(monkeypatch):
+    """A call below single_thread_flops is warmed up and timed with one torch thread, a larger one with the option's."""
+    from attnbench.measurements import efficiency
+    seen = []
+    real = efficiency.time_repeated
+    monkeypatch.setattr(efficiency, "time_repeated",
+                        lambda fn, **k: seen.append(torch.get_num_threads()) or real(fn, **k))
+    flops = [point_cost(build_attention("softmax", head_dim=16, num_heads=2, max_length=n), "softmax", 1, 2, n, 16,
+                        "forward", torch.float32)["flops"] for n in (16, 256)]
+    options = {**EFFICIENCY_FAST, "memory": False, "modes": ["forward"], "threads": 2, "seq_lens": [16, 256],
+               "single_thread_flops": (flops[0] * flops[1]) ** 0.5}
+    rows = run_cell(tiny_cell("efficiency", "softmax", options=options))["details"]["rows"]
+    assert [r["flops"] for r in rows] == flops
+    assert [r["threads"] for r in rows] == seen == [1, 2]
 
 
 def test_efficiency_paired_option_rejects_bad_entries():

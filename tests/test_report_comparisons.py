@@ -184,7 +184,9 @@ def test_sweep_runner_up_is_among_the_trials_that_competed(tmp_path: Path) -> No
 def test_references_are_marked_and_not_ranked(tmp_path: Path) -> None:
     for label, attention, acc in (("softmax", "softmax", 0.70), ("performer", "performer", 0.65),
                                   ("tfidf-logreg", "reference", 0.78)):
-        write_cell(tmp_path, label=label, attention=attention, task="rt", metrics={"accuracy": acc})
+        for seed in (0, 1):
+            write_cell(tmp_path, label=label, attention=attention, task="rt", seed=seed,
+                       metrics={"accuracy": acc + 0.01 * seed})
     results = load_runs([tmp_path])
     table = task_table(results, "rt")
     ranks = dict(zip(table.data["label"], table.data["accuracy_rank"]))

@@ -1,6 +1,8 @@
 """The timing/memory probe: orders cheap vs expensive work, sees real allocations, records OOM and time-outs."""
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -145,3 +147,57 @@ def test_cpu_availability_is_a_share_of_a_core():
     assert 0.0 < share <= 1.0
     load = timing.machine_load(0.01)
     assert load["cpus"] >= 1 and 0.0 < load["cpu_availability"] <= 1.0
+
+
+def _counters(shares: list[float]):
+    """A scheduler-counter reader whose k-th timed pass (two reads) shows share shares[k] of waiting."""
+    reads = []
+    for share in shares:
+        reads += [timing.SchedSnapshot(0, 0), timing.SchedSnapshot(int(1e9 * (1 - share)), int(1e9 * share))]
+    it = iter(reads)
+    return lambda: next(it)
+
+
+def test_time_unstarved_refuses_a_starved_pass_with_the_reason_after_its_tries():
+    calls = []
+    guarded = timing.time_unstarved(lambda: calls.append(1) or "timing", tolerance=0.1, tries=3, pause_s=0,
+                                    snapshot=_counters([0.5, 0.4, 0.3]))
+    assert not guarded.accepted and guarded.value is None and len(calls) == 3
+    assert guarded.shares == pytest.approx([0.5, 0.4, 0.3])
+    assert "not measured" in guarded.reason and "50%, 40%, 30%" in guarded.reason and "tolerance 10%" in guarded.reason
+
+
+def test_time_unstarved_accepts_the_first_pass_that_got_its_cores():
+    guarded = timing.time_unstarved(lambda: "timing", tolerance=0.1, tries=3, pause_s=0,
+                                    snapshot=_counters([0.6, 0.05]))
+    assert guarded.accepted and guarded.value == "timing" and guarded.shares == pytest.approx([0.6, 0.05])
+    unreadable = timing.time_unstarved(lambda: "timing", snapshot=lambda: None)
+    assert unreadable.accepted and unreadable.shares == [None]  # not checked, and says so
+
+
+def _spin(seconds_of_cpu: float) -> None:
+    start = time.thread_time()
+    while time.thread_time() - start < seconds_of_cpu:
+        pass
+
+
+@pytest.mark.skipif(timing.sched_snapshot() is None or not hasattr(os, "sched_setaffinity"),
+                    reason="needs Linux scheduler counters and CPU affinity")
+def test_work_pinned_beside_a_busy_process_is_refused():
+    """The timed thread and a spinning process share one CPU: the kernel keeps each runnable thread off the core
+    about half the time, whatever else the machine does, so the pass is refused (no wall-clock threshold)."""
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    code = ("import os, sys\nos.sched_setaffinity(0, {%d})\nsys.stdout.write('spinning\\n'); sys.stdout.flush()\n"
+            "while True: pass" % cpu)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert child.stdout.readline() == b"spinning\n"
+        os.sched_setaffinity(0, {cpu})
+        guarded = timing.time_unstarved(lambda: _spin(0.1), tolerance=0.1, tries=2, pause_s=0)
+    finally:
+        os.sched_setaffinity(0, before)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    assert not guarded.accepted and all(s > 0.25 for s in guarded.shares), guarded.shares
+    assert "waited for a core" in guarded.reason

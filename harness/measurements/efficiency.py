@@ -15,7 +15,12 @@ bound uses, per pass, the better reading of the probes before and after it, and 
 passes (`probe_each_point`). How busy the machine was is recorded per point, from each timed pass: the cores
 other processes kept busy meanwhile, a spinning thread's share of a core right after it and the load average; a
 point measured on a busy machine (`attnbench.timing.busy_machine`) is flagged, in its row and in the report's table
-and plot.
+and plot. A timed pass whose threads were starved (they waited for a core more than `starved_tolerance` of their
+runnable time, read from the kernel's scheduler counters: `attnbench.timing.time_unstarved`) is retried, at most
+`starved_tries` times; a point still starved is recorded as not measured (status "not_measured") with the reason, so
+that it has no time, ratio or rank. Small calls (below `single_thread_flops`) run on one thread, as the fused kernels
+run their small operations: a call too small to gain from threads otherwise meets torch's thread pool at a barrier,
+and stalls whenever another process holds one of its cores.
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ from attnbench.options import option, require
 from attnbench.registry import ATTENTIONS, build_attention
 from attnbench.timing import (OOM_ERRORS, busy_machine, call_seconds, cpu_snapshot, machine_load, measure_machine,
                             others_cores, pair_ratios, peak_memory, quartiles, retain_freed_memory, time_alternating,
-                            time_repeated)
+                            time_repeated, time_unstarved, torch_threads)
 from attnbench.progress import Progress
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -84,6 +89,11 @@ class EfficiencyOptions:
                                           "each timed pass, its roofline bound from the better of the two (median "
                                           "over passes; a shared machine's speed drifts during a run); False: the "
                                           "run's one probe")
+    starved_tolerance: float = option(0.10, "refuse a timed pass whose threads waited for a core more than this share "
+                                            "of their runnable time (the kernel's scheduler counters; a busy machine)")
+    starved_tries: int = option(3, "tries of a starved pass (1 s apart) before the point is recorded as not measured")
+    single_thread_flops: float = option(2e7, "calls below this many counted FLOPs (without a count: whose warm-up call "
+                                             "took under 1 ms) run on one thread; 0: never")
     load_probe_s: float = option(0.02, "seconds a thread spins after each timed pass to probe its share of a core "
                                        "(with the other processes' CPU use during the pass and the load average: "
                                        "how busy the machine was; 0: no spinning probe)")
@@ -96,6 +106,8 @@ class EfficiencyOptions:
                 f"need 1 <= min_repeats ({self.min_repeats}) <= max_repeats ({self.max_repeats})")
         require(self.rounds >= 1, f"rounds={self.rounds} must be at least 1")
         require(self.load_probe_s >= 0, f"load_probe_s={self.load_probe_s} must be 0 or more")
+        require(0 < self.starved_tolerance < 1, f"starved_tolerance={self.starved_tolerance} must lie in (0, 1)")
+        require(self.starved_tries >= 1, f"starved_tries={self.starved_tries} must be at least 1")
         for label, other in self.paired.items():
             spec = _paired_spec(other)
             require(isinstance(spec, dict) and isinstance(spec.get("name"), str)
@@ -153,6 +165,7 @@ class Point:
     fn: Callable[[], Any] | None = None
     call_s: float = 0.0  # the last warm-up call's seconds
     twin: "Point | None" = None  # the attention timed in alternation with this one (option paired)
+    threads: int = 1  # torch threads for its calls (one below single_thread_flops, else the option threads)
 
     @property
     def open(self) -> bool:
@@ -208,19 +221,36 @@ def _measure_memory(point: Point, options: EfficiencyOptions, device: str) -> No
         point.row["peak_mem_bytes"] = reading.peak_bytes
 
 
+SMALL_CALL_S = 1e-3  # without a FLOP count: a warm-up call shorter than this is a small call
+
+
+def _small(point: Point, options: EfficiencyOptions, device: str) -> bool:
+    """Whether the point's calls are too small to gain from threads (see `single_thread_flops`)."""
+    if options.single_thread_flops <= 0 or torch.device(device).type != "cpu":
+        return False
+    if point.row["flops"] is not None:
+        return point.row["flops"] < options.single_thread_flops
+    return call_seconds(point.fn, device) < SMALL_CALL_S
+
+
 def _warm_up(point: Point, options: EfficiencyOptions, device: str) -> None:
-    if point.twin is not None:
-        _warm_up(point.twin, options, device)
-        if not point.twin.open:
-            point.row["paired_reason"] = f"{point.row['paired_label']}: {point.twin.row['reason']}"
     try:
         point.fn = attention_call(*point.args)
-        for _ in range(options.warmup):
-            seconds = point.call_s = call_seconds(point.fn, device)
-            if seconds > options.point_budget_s:
-                _fail(point, "timeout", f"one call took {seconds:.3g} s, over the per-point budget "
-                                        f"{options.point_budget_s:g} s (point_budget_s)")
-                return
+        point.threads = 1 if _small(point, options, device) else options.threads
+        point.row["threads"] = point.threads
+        if point.twin is not None:
+            point.twin.row["flops"] = point.row["flops"]
+            _warm_up(point.twin, options, device)
+            point.twin.threads = point.threads
+            if not point.twin.open:
+                point.row["paired_reason"] = f"{point.row['paired_label']}: {point.twin.row['reason']}"
+        with torch_threads(point.threads):
+            for _ in range(options.warmup):
+                seconds = point.call_s = call_seconds(point.fn, device)
+                if seconds > options.point_budget_s:
+                    _fail(point, "timeout", f"one call took {seconds:.3g} s, over the per-point budget "
+                                            f"{options.point_budget_s:g} s (point_budget_s)")
+                    return
     except OOM_ERRORS as err:
         _fail(point, "oom", f"{type(err).__name__}: {err}"[:300])
         _release(device)
@@ -250,43 +280,68 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
     twin_times: dict[int, list[float]] = {i: [] for i in range(len(points))}
     rates: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
     loads: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
+    shares: dict[int, list[float | None]] = {i: [] for i in range(len(points))}  # every try's starved share
+    accepted: dict[int, list[float | None]] = {i: [] for i in range(len(points))}  # the accepted tries' shares
     last = _probe(options, device) if options.probe_each_point else None
     for r in range(rounds):
         for i, point in enumerate(points):
             if point.open:
                 try:
                     twin = point.twin if point.twin is not None and point.twin.open else None
-                    for each in [point] + ([twin] if twin is not None else []):
-                        if rounds > 1 and each.call_s < rewarm_below_s:  # caches, threads warm again after a probe
-                            call_seconds(each.fn, device)
                     cpu_before = cpu_snapshot()
-                    if twin is None:
-                        timing = time_repeated(point.fn, device=device, budget_s=options.point_budget_s, **share)
-                    else:
-                        timing, other = time_alternating(point.fn, twin.fn, device=device,
-                                                         budget_s=options.point_budget_s, **share)
-                        twin_times[i] += other.times_ms
+                    with torch_threads(point.threads):
+                        for each in [point] + ([twin] if twin is not None else []):
+                            if rounds > 1 and each.call_s < rewarm_below_s:  # caches, threads warm after a probe
+                                call_seconds(each.fn, device)
+                        guarded = time_unstarved(lambda p=point, t=twin: _timed_pass(p, t, options, device, share),
+                                                 tolerance=options.starved_tolerance, tries=options.starved_tries)
                     loads[i].append(_load_reading(cpu_before, options))
                     after = _probe(options, device) if options.probe_each_point else None
                 except OOM_ERRORS as err:
                     _fail(point, "oom", f"{type(err).__name__}: {err}"[:300])
                     _release(device)
                     continue
-                times[i] += timing.times_ms
-                rates[i] += [last, after] if last is not None else []
-                last = after
+                shares[i] += guarded.shares
+                probes, last = ([last, after] if last is not None else []), after
+                if not guarded.accepted:
+                    _fail(point, "not_measured", guarded.reason)
+                    point.row |= _starvation_summary(shares[i], guarded.shares, options)
+                else:
+                    accepted[i].append(guarded.shares[-1])
+                    timing, other = guarded.value
+                    if other is not None:
+                        twin_times[i] += other.times_ms
+                    times[i] += timing.times_ms
+                    rates[i] += probes
             if progress is not None:
                 progress("time", r * len(points) + i + 1, rounds * len(points))
     for i, point in enumerate(points):
         if point.open:
             _finish(point, times[i], rates[i], rounds)
-            point.row |= _load_summary(loads[i])
+            point.row |= _load_summary(loads[i]) | _starvation_summary(shares[i], accepted[i], options)
             if twin_times[i]:
                 q25, median, q75 = quartiles(pair_ratios(times[i], twin_times[i]))
                 point.row |= {"paired_median_ms": float(np.median(twin_times[i])), "paired_ratio": median,
                               "paired_ratio_q25": q25, "paired_ratio_q75": q75}
             if point.twin is not None:
                 point.twin.fn = None
+
+
+def _timed_pass(point: Point, twin: Point | None, options: EfficiencyOptions, device: str,
+                share: dict[str, Any]) -> tuple[Any, Any]:
+    """One timed pass of a point (alternated with its twin, if any): (its Timing, the twin's Timing or None)."""
+    if twin is None:
+        return time_repeated(point.fn, device=device, budget_s=options.point_budget_s, **share), None
+    return time_alternating(point.fn, twin.fn, device=device, budget_s=options.point_budget_s, **share)
+
+
+def _starvation_summary(tries: list[float | None], kept: list[float | None],
+                        options: EfficiencyOptions) -> dict[str, Any]:
+    """A point's starvation readings: the largest share among the kept tries (accepted point) or the refused
+    pass's tries (refused point), how many tries it took, and whether the counters could be read."""
+    read = [s for s in kept if s is not None]
+    return {"starved_share": max(read) if read else None, "timing_tries": len(tries),
+            "starvation_checked": any(s is not None for s in tries), "starved_tolerance": options.starved_tolerance}
 
 
 def _finish(point: Point, times: list[float], probes: list[dict[str, Any]], rounds: int) -> None:
@@ -397,6 +452,9 @@ def _notes(rows: list[dict[str, Any]]) -> list[str]:
     """Warnings a reader needs: points timed on a busy machine, a roofline fraction above 1 (the machine probe
     under-measured)."""
     notes = []
+    refused = [f"{r['mode']}@{r['seq_len']}" for r in rows if r["status"] == "not_measured"]
+    if refused:
+        notes.append(f"not measured (the timed threads were kept off the cores in every try): {', '.join(refused)}")
     busy = [f"{r['mode']}@{r['seq_len']}" for r in rows if r.get("busy")]
     if busy:
         notes.append(f"measured on a busy machine (other processes on the cores while timed): {', '.join(busy)}; "

@@ -19,12 +19,12 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.report.formats import to_markdown, write_table
-from attnbench.report.html import provenance_value, render_page
+from attnbench.report.html import cell_counts, provenance_value, render_page
 from attnbench.report.load import Results, load_runs, run_provenance
 from attnbench.report.plots import all_plots
-from attnbench.report.measurement_tables import efficiency_frame
+from attnbench.report.measurement_tables import efficiency_frame, not_measured_points
 from attnbench.report.table import Table
-from attnbench.report.tables import all_tables
+from attnbench.report.tables import all_tables, headline_summary
 
 __all__ = ["write_report", "write_leaderboard"]
 
@@ -52,8 +52,10 @@ def _clear_generated(out_dir: Path) -> None:
                     path.unlink()
 
 
-def _markdown(title: str, tables: list[Table], plot_names: list[str], provenance: list[dict]) -> str:
-    lines = [f"# {title}", "", "Built from stored cell results only.", ""]
+def _markdown(title: str, tables: list[Table], plot_names: list[str], provenance: list[dict],
+              summary: list[str]) -> str:
+    lines = [f"# {title}", "", f"Built from stored cell results only. Cells: {cell_counts(provenance)}.", ""]
+    lines += [f"- {s}" for s in summary] + ([""] if summary else [])
     lines += [to_markdown(t) for t in tables]
     lines += ["## Plots", ""] + [f"![{n}](plots/{n}.png)" for n in plot_names] + ["", "## Provenance", ""]
     for run in provenance:
@@ -69,12 +71,18 @@ def _write(results: Results, out_dir: Path, title: str) -> Path:
     tables = all_tables(results)
     for table in tables:
         write_table(table, out_dir / "tables")
-    leaderboard = next((t.data for t in tables if t.name == "leaderboard"), None)
-    plots = all_plots(results, leaderboard if leaderboard is not None else pd.DataFrame(),
-                      efficiency_frame(results), out_dir / "plots")
+    leaderboard = next((t for t in tables if t.name == "leaderboard"), None)
+    summary = headline_summary(leaderboard) if leaderboard is not None else []
+    eff = efficiency_frame(results)
+    refused = not_measured_points(eff)
+    if refused:
+        summary.append(f"Efficiency: {len(refused)} point(s) not measured (timed threads kept off the cores by other "
+                       f"work), left out of every ratio, rank and the Pareto front: {', '.join(refused)}.")
+    plots = all_plots(results, leaderboard.data if leaderboard is not None else pd.DataFrame(),
+                      eff, out_dir / "plots")
     provenance = run_provenance(results)
     (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=1), encoding="utf-8")
-    (out_dir / "report.md").write_text(_markdown(title, tables, [p.name for p in plots], provenance),
+    (out_dir / "report.md").write_text(_markdown(title, tables, [p.name for p in plots], provenance, summary),
                                        encoding="utf-8")
-    (out_dir / "index.html").write_text(render_page(title, tables, plots, provenance), encoding="utf-8")
+    (out_dir / "index.html").write_text(render_page(title, tables, plots, provenance, summary), encoding="utf-8")
     return out_dir

@@ -20,6 +20,7 @@ table.sortable th { cursor: pointer; user-select: none; }
 table.sortable th[aria-sort="ascending"]::after { content: " \\25B2"; }
 table.sortable th[aria-sort="descending"]::after { content: " \\25BC"; }
 td.key, th.key { text-align: left; }
+td.num:last-child { white-space: normal; min-width: 8rem; }
 td.best { background: #eaf6ea; }
 p.note { font-size: 0.8rem; color: #555; max-width: 1100px; }
 figure { display: inline-block; margin: 0.5rem 1rem 1.5rem 0; vertical-align: top; }
@@ -119,15 +120,27 @@ def provenance_html(provenance: list[dict[str, Any]]) -> str:
     return '<h2 id="provenance">Provenance</h2>' + "".join(parts)
 
 
-def render_page(title: str, tables: list[Table], plots: list[Plot], provenance: list[dict[str, Any]]) -> str:
-    """The whole page as one string: inline CSS and JS, images as data URIs."""
-    nav = " ".join(f'<a href="#{_e(t.name)}">{_e(t.title)}</a>' for t in tables)
-    nav += ' <a href="#plots">Plots</a> <a href="#provenance">Provenance</a>'
+def cell_counts(provenance: list[dict[str, Any]]) -> str:
+    """'24 result files: 24 ok, ...; 9 of them unchosen sweep trials (...)', summed over runs."""
     totals: dict[str, int] = {}
     for run in provenance:
         for status, n in run["cells"].items():
             totals[status] = totals.get(status, 0) + n
-    summary = ", ".join(f"{n} {status}" for status, n in totals.items())
+    files = totals.pop("result files", 0)
+    unchosen = totals.pop("unchosen sweep trials", 0)
+    text = f"{files} result files: " + ", ".join(f"{n} {status}" for status, n in totals.items())
+    if unchosen:
+        text += (f"; {unchosen} of them are sweep trials not chosen on validation, shown only in the sweep table "
+                 "(every other table shows each label's chosen trial)")
+    return text
+
+
+def render_page(title: str, tables: list[Table], plots: list[Plot], provenance: list[dict[str, Any]],
+                summary_lines: list[str] | None = None) -> str:
+    """The whole page as one string: inline CSS and JS, images as data URIs."""
+    nav = " ".join(f'<a href="#{_e(t.name)}">{_e(t.title)}</a>' for t in tables)
+    nav += ' <a href="#plots">Plots</a> <a href="#provenance">Provenance</a>'
+    summary = cell_counts(provenance)
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -135,6 +148,8 @@ def render_page(title: str, tables: list[Table], plots: list[Plot], provenance: 
         f"<h1>{_e(title)}</h1>",
         f'<p>Built from stored cell results only (nothing re-run). Cells: {_e(summary)}. '
         "Click a column header to sort; missing values (—) stay last.</p>",
+        *([f'<ul class="summary">{"".join(f"<li>{_e(s)}</li>" for s in summary_lines)}</ul>']
+          if summary_lines else []),
         f"<nav>{nav}</nav>",
         *[table_html(t) for t in tables],
         '<h2 id="plots">Plots</h2>', *([plot_html(p) for p in plots] or ["<p>No plots: no plottable results.</p>"]),

@@ -43,6 +43,7 @@ class Results:
     cells: pd.DataFrame
     runs: list[RunInfo]
     sweep: pd.DataFrame | None = None  # every sweep trial's validation score (attnbench.report.sweep), if any
+    unchosen: pd.DataFrame | None = None  # cells of sweep trials not chosen (counted, shown only in the sweep table)
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -77,9 +78,12 @@ def load_runs(run_dirs: list[Path]) -> Results:
     cells["seed"] = pd.to_numeric(cells["seed"], errors="coerce").astype("Int64")
     if len(runs) > 1:
         cells["label"] = _tag_clashing_labels(cells)
-    cells, sweep = select_trials(cells.reset_index(drop=True),
+    everything = cells.reset_index(drop=True)
+    cells, sweep = select_trials(everything,
                                  {run.tag: (run.config.get("sweep") or {}).get("select_seeds") for run in runs})
-    return Results(cells=cells, runs=runs, sweep=sweep)
+    kept = set(zip(cells["run"], cells["file"]))
+    unchosen = everything[[key not in kept for key in zip(everything["run"], everything["file"])]]
+    return Results(cells=cells, runs=runs, sweep=sweep, unchosen=unchosen.reset_index(drop=True))
 
 
 def _run_tags(paths: list[Path]) -> list[str]:
@@ -237,7 +241,9 @@ def run_provenance(results: Results) -> list[dict[str, Any]]:
             return sorted({str(p[key]) for p in prov if p.get(key) not in (None, "")})
 
         packages = sorted({f"{k} {v}" for p in prov for k, v in (p.get("packages") or {}).items()})
-        counts = cells["status"].value_counts().to_dict()
+        unchosen = (results.unchosen[results.unchosen["run"] == run.tag] if results.unchosen is not None
+                    else cells.iloc[:0])
+        counts = pd.concat([cells["status"], unchosen["status"]]).value_counts().to_dict()
         reasons = cells[cells["status"] != "ok"].groupby(["status", "reason"], dropna=False).size()
         out.append({
             "run": run.tag, "path": str(run.path),
@@ -250,10 +256,38 @@ def run_provenance(results: Results) -> list[dict[str, Any]]:
             "command": values("command"), "seeds": sorted({int(s) for s in cells["seed"].dropna()}),
             "started_at": min(values("started_at"), default=None),
             "finished_at": max(values("finished_at"), default=None),
-            "cells": {status: int(counts.get(status, 0)) for status in ("ok", "failed", "skipped", "unreadable")}
-            | {"not run": len(run.not_run)},
+            "cells": {"result files": len(cells) + len(unchosen)}
+            | {status: int(counts.get(status, 0)) for status in ("ok", "failed", "skipped", "unreadable")}
+            | {"not run": len(run.not_run), "unchosen sweep trials": len(unchosen)},
             "not_run_cell_ids": run.not_run,
             "machine_probe": _machine_probe(cells),
             "reasons": [{"status": s, "reason": r if isinstance(r, str) else "no reason given", "count": int(n)}
                         for (s, r), n in reasons.items()]})
     return out
+
+
+RESULT_COLUMNS = ["run", "cell_id", "measurement", "task", "label", "attention", "seed", "status", "reason",
+                  "metric", "value", "trial", "chosen"]
+
+
+def load_results(run_dir: str | Path) -> pd.DataFrame:
+    """The stored results of a run folder as a long DataFrame: one row per cell and metric (RESULT_COLUMNS).
+
+    A cell without metrics (failed, skipped, unreadable) is one row with metric and value missing. Sweep
+    trials are all there: `trial` is the cell's trial (missing outside sweeps) and `chosen` says whether the
+    report shows it (True for every cell outside sweeps). Read-only; the same reading as `attnbench report`."""
+    results = load_runs([Path(run_dir)])
+    unchosen = results.unchosen if results.unchosen is not None else results.cells.iloc[:0]
+    rows = []
+    for cells, chosen in ((results.cells, True), (unchosen, False)):
+        for _, c in cells.iterrows():
+            base = {k: c[k] for k in RESULT_COLUMNS if k in c.index} | {"chosen": chosen}
+            metrics = c["metrics"] if isinstance(c["metrics"], dict) else {}
+            rows += [base | {"metric": m, "value": v} for m, v in metrics.items()] or \
+                [base | {"metric": None, "value": float("nan")}]
+    frame = pd.DataFrame(rows, columns=RESULT_COLUMNS)
+    frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce").astype("Int64")
+    frame["trial"] = pd.to_numeric(frame["trial"], errors="coerce").astype("Int64")
+    frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+    return frame.sort_values(["measurement", "task", "label", "seed", "metric"], na_position="last",
+                             kind="stable").reset_index(drop=True)

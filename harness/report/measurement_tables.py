@@ -109,6 +109,30 @@ def _softmax_reference(eff: pd.DataFrame) -> dict[str, str]:
     return out
 
 
+NOT_MEASURED = "not_measured"
+
+
+def _refuse_unchecked_busy(rows: pd.DataFrame) -> pd.DataFrame:
+    """Points timed before the starvation check existed and flagged busy: not measured, as the check would
+    have refused them (their times read slower than the code is, and by how much no one can say)."""
+    checked = rows["starvation_checked"].map(lambda v: v is True)
+    legacy = (rows["status"] == "ok") & rows["busy"].map(lambda v: v is True) & ~checked
+    rows = rows.copy()
+    rows.loc[legacy, "status"] = NOT_MEASURED
+    rows.loc[legacy, "reason"] = [
+        "not measured: timed on a busy machine (" + busy_text(r).removeprefix("busy: ") + ") by a run that did not "
+        "yet refuse starved timings" for r in rows[legacy].assign(status="ok").itertuples()]
+    return rows
+
+
+def not_measured_points(eff: pd.DataFrame) -> list[str]:
+    """'label mode@N' of every efficiency point refused as not measured."""
+    if eff.empty:
+        return []
+    part = eff[eff["status"] == NOT_MEASURED]
+    return [f"{r.label} {r.mode}@{int(r.seq_len)}" for r in part.itertuples()]
+
+
 def efficiency_frame(results: Results) -> pd.DataFrame:
     """Efficiency rows averaged over seeds, with speed/memory ratios against softmax in the same run."""
     rows = detail_rows(results, "efficiency")
@@ -116,9 +140,10 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
         return rows
     for col in ("median_ms", "q25_ms", "q75_ms", "min_ms", "rounds", "tokens_per_s", "peak_mem_bytes",
                 "roofline_fraction", "gflops_per_s", "roofline_ms", "batch", "heads", "head_dim", "reason", "mode",
-                "busy", "others_cores", "cpu_availability", "load_1m"):
+                "busy", "others_cores", "cpu_availability", "load_1m", "starvation_checked"):
         if col not in rows:
             rows[col] = np.nan
+    rows = _refuse_unchecked_busy(rows)
     rows["mode"] = ["forward" if not isinstance(m, str) else m for m in rows["mode"]]
     keys = ["run", "label", "attention", "mode", "seq_len", "batch", "heads", "head_dim"]
     keys += ["dtype"] if "dtype" in rows and rows["dtype"].nunique() > 1 else []
@@ -169,7 +194,7 @@ def efficiency_table(results: Results) -> Table | None:
                      + (f" {r.dtype}" if "dtype" in eff else ""),
             "time ms (q25–q75)": (f"{fmt(r.median_ms)} ({fmt(r.q25_ms)}–{fmt(r.q75_ms)})" + (BUSY_MARK if r.busy
                                                                                               else "") if ok
-                                  else r.status.upper()),
+                                  else r.status.replace("_", " ").upper()),
             "tokens/s": fmt(r.tokens_per_s, 0), "peak MiB": fmt(r.peak_mem_mib),
             "speed × softmax": fmt(r.speed_vs_softmax, 2), "memory × softmax": fmt(r.memory_vs_softmax, 2)}
         if eff["roofline_fraction"].notna().any():
@@ -177,7 +202,8 @@ def efficiency_table(results: Results) -> Table | None:
                      "roofline fraction": fmt(r.roofline_fraction, 3)}
         if eff["busy"].any():
             text["machine"] = busy_text(r)
-        text["status"] = r.status if ok or not r.reason else f"{r.status}: {r.reason}"
+        text["status"] = (r.status if ok or not r.reason else r.reason if r.status == NOT_MEASURED
+                          else f"{r.status}: {r.reason}")
         text_rows.append(text)
     text = pd.DataFrame(text_rows)
     numeric = pd.DataFrame({"time ms (q25–q75)": eff["median_ms"], "tokens/s": eff["tokens_per_s"],
@@ -196,7 +222,9 @@ def efficiency_table(results: Results) -> Table | None:
              f"against softmax measured in the same run, same shape (reference: {refs or 'none in run'}). "
              "GFLOP/s: counted FLOPs / time; bound ms: the roofline bound, max(FLOPs / matmul rate, bytes / copy "
              "bandwidth), from the machine probed around the point; roofline fraction = bound / time. "
-             "OOM / TIMEOUT: the point did not fit (a result, not a crash). Bold: best per run, mode and shape."]
+             "OOM / TIMEOUT: the point did not fit (a result, not a crash). NOT MEASURED: the timed threads were "
+             "kept off the cores (a busy machine; attnbench.timing.time_unstarved), so the point has no time, ratio, "
+             "rank or place on the Pareto front. Bold: best per run, mode and shape."]
     if eff["busy"].any():
         notes.append(f"{BUSY_MARK.strip()}: measured on a busy machine (attnbench.timing.busy_machine): while it was "
                      "timed other processes kept cores busy (machine: their average cores, a spinning thread's share "

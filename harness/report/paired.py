@@ -1,10 +1,10 @@
 """The paired-comparison table: for each pair of labels, task and headline metric, a - b over shared seeds.
 
 Pairs come from the suite's `comparisons:` (stored in run.json), else the default pairs of
-`attnbench.comparisons.default_pairs`. Numbers: the mean over seeds of the per-seed differences of
+`attnbench.report.comparisons.default_pairs`. Numbers: the mean over seeds of the per-seed differences of
 the stored metrics, its 95% t-interval, and a test over the test examples (exact McNemar for
 accuracy, paired bootstrap otherwise, on the stored per-example predictions) per seed, combined
-across seeds as `attnbench.comparisons.combine_p_values` says.
+across seeds as `attnbench.report.comparisons.combine_p_values` says.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.comparisons import combine_p_values, default_pairs, mean_difference_interval, per_example_p
+from attnbench.report.comparisons import combine_p_values, default_pairs, mean_difference_interval, per_example_p
 from attnbench.metrics import metric_direction
 from attnbench.predictions import Predictions, decode_predictions
 from attnbench.report.load import Results, RunInfo
@@ -56,7 +56,7 @@ def verdict(interval: dict[str, float], direction: str | None, p_value: float) -
     return side
 
 
-class _PredictionCache:
+class PredictionCache:
     """Decoded per-example predictions of each cell, read once."""
 
     def __init__(self) -> None:
@@ -73,42 +73,56 @@ class _PredictionCache:
         return self.cache[key]
 
 
+def paired_difference(a_cells: dict[int, pd.Series], b_cells: dict[int, pd.Series], metric: str,
+                      cache: PredictionCache) -> dict[str, Any] | None:
+    """a - b on `metric` over the seeds both have: mean [95% t-interval], per-seed per-example p-values and
+    their combination, and the verdict; None where no seed has the metric for both."""
+    have = sorted(s for s in set(a_cells) & set(b_cells)
+                  if metric in a_cells[s]["metrics"] and metric in b_cells[s]["metrics"])
+    if not have:
+        return None
+    interval = mean_difference_interval([a_cells[s]["metrics"][metric] for s in have],
+                                        [b_cells[s]["metrics"][metric] for s in have])
+    p_seeds = []
+    for s in have:
+        pa, pb = cache.get(a_cells[s]), cache.get(b_cells[s])
+        n_bins = len((a_cells[s]["details"] or {}).get("reliability") or []) or 15
+        try:
+            p_seeds.append(per_example_p(metric, pa, pb, resamples=RESAMPLES, seed=s, n_bins=n_bins)
+                           if pa is not None and pb is not None else math.nan)
+        except ValueError:  # scored on different rows: no per-example test
+            p_seeds.append(math.nan)
+    p_value = combine_p_values(p_seeds)
+    return {"seeds": have, "interval": interval, "p_value": p_value, "p_seeds": p_seeds,
+            "verdict": verdict(interval, metric_direction(metric), p_value)}
+
+
+def cells_by_seed(part: pd.DataFrame, label: str) -> dict[int, pd.Series]:
+    """The ok cells of one label in a frame of one task, keyed by seed."""
+    return {int(c["seed"]): c for _, c in part[part["label"] == label].iterrows()}
+
+
 def _pair_rows(run: RunInfo, part: pd.DataFrame, task: str, a: str, b: str,
-               cache: _PredictionCache) -> list[dict[str, Any]]:
+               cache: PredictionCache) -> list[dict[str, Any]]:
     """One row per headline metric for labels a, b on a task of one run (empty if they share no seed)."""
-    by_seed = {lab: {int(c["seed"]): c for _, c in part[part["label"] == lab].iterrows()} for lab in (a, b)}
-    seeds = sorted(set(by_seed[a]) & set(by_seed[b]))
-    if not seeds:
-        return []
+    a_cells, b_cells = cells_by_seed(part, a), cells_by_seed(part, b)
     rows = []
     for metric in PAIRED_METRICS:
-        have = [s for s in seeds if metric in by_seed[a][s]["metrics"] and metric in by_seed[b][s]["metrics"]]
-        if not have:
+        found = paired_difference(a_cells, b_cells, metric, cache)
+        if found is None:
             continue
-        interval = mean_difference_interval([by_seed[a][s]["metrics"][metric] for s in have],
-                                            [by_seed[b][s]["metrics"][metric] for s in have])
-        p_seeds = []
-        for s in have:
-            pa, pb = cache.get(by_seed[a][s]), cache.get(by_seed[b][s])
-            n_bins = len((by_seed[a][s]["details"] or {}).get("reliability") or []) or 15
-            try:
-                p_seeds.append(per_example_p(metric, pa, pb, resamples=RESAMPLES, seed=s, n_bins=n_bins)
-                               if pa is not None and pb is not None else math.nan)
-            except ValueError:  # scored on different rows: no per-example test
-                p_seeds.append(math.nan)
-        p_value = combine_p_values(p_seeds)
-        rows.append({"run": run.tag, "task": task, "a": a, "b": b, "metric": metric, "seeds": len(have),
+        interval = found["interval"]
+        rows.append({"run": run.tag, "task": task, "a": a, "b": b, "metric": metric, "seeds": len(found["seeds"]),
                      "mean_diff": interval["mean"], "std_diff": interval["std"], "ci_low": interval["ci_low"],
-                     "ci_high": interval["ci_high"], "p_value": p_value,
-                     "p_per_seed": " ".join(f"{p:.3g}" for p in p_seeds),
-                     "verdict": verdict(interval, metric_direction(metric), p_value)})
+                     "ci_high": interval["ci_high"], "p_value": found["p_value"],
+                     "p_per_seed": " ".join(f"{p:.3g}" for p in found["p_seeds"]), "verdict": found["verdict"]})
     return rows
 
 
 def paired_comparison_table(results: Results) -> Table | None:
     """Every pair's mean difference [95% t-interval] over shared seeds and the per-example p-value, per metric."""
     accuracy = results.of("accuracy")
-    cache = _PredictionCache()
+    cache = PredictionCache()
     rows: list[dict[str, Any]] = []
     for run in results.runs:
         cells = accuracy[accuracy["run"] == run.tag]
@@ -122,12 +136,12 @@ def paired_comparison_table(results: Results) -> Table | None:
         return None
     data = pd.DataFrame(rows)
     many_runs = data["run"].nunique() > 1
-    text = pd.DataFrame([({"run": r.run} if many_runs else {}) | {
-        "task": r.task, "a": r.a, "b": r.b, "metric": r.metric, "seeds": str(r.seeds),
+    text = pd.DataFrame([({"run": r.run} if many_runs else {}) | {  # verdict early: in view on a narrow page
+        "task": r.task, "a": r.a, "b": r.b, "metric": r.metric, "verdict": r.verdict,
         "a − b [95% CI]": fmt(r.mean_diff) + (f" [{fmt(r.ci_low)}, {fmt(r.ci_high)}]"
                                                if math.isfinite(r.ci_low) else ""),
-        "p (examples)": fmt(r.p_value) if math.isfinite(r.p_value) else DASH, "p per seed": r.p_per_seed or DASH,
-        "verdict": r.verdict} for r in data.itertuples()])
+        "p (examples)": fmt(r.p_value) if math.isfinite(r.p_value) else DASH, "seeds": str(r.seeds),
+        "p per seed": r.p_per_seed or DASH} for r in data.itertuples()])
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     best["verdict"] = [v in ("a better", "b better", "a higher", "b higher") for v in data["verdict"]]
     notes = ["a − b: mean over the seeds both have of the per-seed difference of the test metric, with its 95% "

@@ -57,10 +57,11 @@ def _figure(width: float, height: float) -> Figure:
 def _save(fig: Figure, out_dir: Path, name: str, title: str) -> Plot:
     out_dir.mkdir(parents=True, exist_ok=True)
     png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
-    fig.savefig(png, dpi=110)
+    # tight: the saved canvas grows to hold a suptitle or an outside legend wider than the panels (no clipping)
+    fig.savefig(png, dpi=110, bbox_inches="tight", pad_inches=0.1)
     fig.set_layout_engine("none")  # keep the layout just computed; the SVG has the same size in inches
     with rc_context({"svg.fonttype": "none"}):  # text stays text: searchable, editable for a paper
-        fig.savefig(svg)
+        fig.savefig(svg, bbox_inches="tight", pad_inches=0.1)
     return Plot(name, title, png, svg)
 
 
@@ -322,17 +323,18 @@ def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
         done.add((cell["task"], cell["label"]))
         color = colors[cell["label"]]
         objective = pa.get("objective", pa.get("alignment_kind", "alignment"))
-        fig = _figure(13, 3.2)
+        fig = _figure(13, 3.8)
         axes = fig.subplots(1, 4)
-        _step_panel(axes[0], series, "H", color, "Hamiltonian H (training batch)")
-        _step_panel(axes[1], series, "alignment", color, f"{objective} alignment (training batch)")
+        _step_panel(axes[0], series, "H", color, "Hamiltonian H\n(training batch)")
+        _step_panel(axes[1], series, "alignment", color, f"{objective} alignment\n(training batch)")
         measured = (pa.get("validation_alignment") or {}).get(objective) or {}
         if series and all(finite(measured.get(k)) for k in ("before", "after")):
             last = max(len(steps) for steps in series) - 1
             axes[1].plot([0, last], [measured["before"], measured["after"]], "D", color="crimson",
-                         label=f"{pa.get('probe_split', 'train')} rows before / after, as in the table")
-        axes[0].legend(fontsize="x-small", loc="best")
-        axes[1].legend(fontsize="x-small", loc="best")
+                         label=f"{pa.get('probe_split', 'train')} rows before / after (table)")
+        for panel in axes[:2]:  # below the panel: over the curves it hid the data and the neighbour's labels
+            if panel.get_legend_handles_labels()[0]:
+                panel.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
         ax = axes[2]
         for key, style in (("drift", "-"), ("noise", ":")):
             curves = [[_as_float(s.get(key)) for s in steps] for steps in series]

@@ -3,41 +3,23 @@
 Directions come from the metric declarations (`attnbench.metrics.metric_direction`), never from names."""
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
 from attnbench.metrics import Direction, metric_direction
 
 __all__ = ["Direction", "metric_direction", "rank", "summarize", "t_quantile_975"]
 
 
-def _t_density(x: np.ndarray, df: int) -> np.ndarray:
-    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-    return np.exp(log_c - (df + 1) / 2 * np.log1p(x * x / df))
-
-
-def _t_cdf_upper_half(x: float, df: int, points: int = 4001) -> float:
-    """P(0 < T < x) by Simpson's rule on the Student-t density."""
-    grid = np.linspace(0.0, x, points)
-    f = _t_density(grid, df)
-    h = x / (points - 1)
-    return float(h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum()))
-
-
-@functools.lru_cache(maxsize=None)
 def t_quantile_975(df: int) -> float:
-    """The 0.975 quantile of Student's t with `df` degrees of freedom (bisection on its CDF)."""
+    """The 0.975 quantile of Student's t with `df` degrees of freedom (scipy.stats.t)."""
     if df < 1:
         raise ValueError(f"degrees of freedom must be at least 1, got {df}")
-    lo, hi = 0.0, 20.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _t_cdf_upper_half(mid, df) < 0.475 else (lo, mid)
-    return (lo + hi) / 2
+    return float(scipy_stats.t.ppf(0.975, df))
 
 
 def summarize(values: Iterable[float], interval_from: int = 3) -> dict[str, float]:

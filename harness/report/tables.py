@@ -3,6 +3,7 @@ of cells without results; `all_tables` gathers every table the results support, 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,12 @@ from attnbench.report.load import Results, metric_frame, not_ok
 from attnbench.baselines.coulomb.report import kernel_tables
 from attnbench.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table,
                                                paired_table, robustness_tables)
-from attnbench.report.paired import paired_comparison_table
+from attnbench.report.paired import PredictionCache, paired_comparison_table
 from attnbench.report.published import published_table
+from attnbench.report.ranking import RANK_METRIC, Standing, ranking_note, task_standings
 from attnbench.report.stats import metric_direction, rank, summarize
 from attnbench.report.sweep import sweep_table
-from attnbench.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary, slug
+from attnbench.report.table import DASH, Table, finite, fmt, fmt_summary, slug
 
 HEADLINE = ("accuracy", "macro_f1", "ece")
 METRIC_ORDER = ("accuracy", "macro_f1", "ece", "mcc", "balanced_accuracy", "roc_auc", "pr_auc", "nll",
@@ -51,8 +53,15 @@ def _problem_text(results: Results, measurement: str, task: str | None, label: s
     return "; ".join(parts)
 
 
+def _accuracy_standings(results: Results, task: str, labels: list[str], cache: PredictionCache) -> dict[str, Standing]:
+    """Group ranks on a task's accuracy cells of the given (non-reference) labels."""
+    part = results.of("accuracy")
+    return task_standings(part[part["task"] == task], labels, cache)
+
+
 def task_table(results: Results, task: str, measurement: str = "accuracy") -> Table:
-    """One row per attention label on a task: every metric as mean ± std [CI] (rank), n, params."""
+    """One row per attention label on a task: every metric as mean ± std [CI], n, params; accuracy ranked in
+    tested groups (plug-in measurements: every declared metric ranked by its mean)."""
     frame = metric_frame(results, measurement)
     frame = frame[frame["task"] == task]
     cells = results.cells[(results.cells["measurement"] == measurement) & (results.cells["task"] == task)]
@@ -63,33 +72,53 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     means = pd.DataFrame({m: [stats[(lab, m)]["mean"] for lab in labels] for m in metrics}, index=labels)
     references = results.reference_labels()
     ranked = means.drop(index=[lab for lab in labels if lab in references])
-    ranks = pd.DataFrame({m: rank(ranked[m], metric_direction(m)) if metric_direction(m) else np.nan
-                          for m in metrics}, index=ranked.index).reindex(labels)
-    acc_rank = ranks["accuracy"] if "accuracy" in ranks else pd.Series(np.nan, index=labels)
-    order = sorted(labels, key=lambda lab: (acc_rank[lab] if finite(acc_rank[lab]) else math.inf, lab))
+    standings = (_accuracy_standings(results, task, list(ranked.index), PredictionCache())
+                 if measurement == "accuracy" and RANK_METRIC in metrics else {})
+    if standings:
+        ranks = pd.DataFrame(np.nan, index=labels, columns=metrics)
+        ranks.loc[list(standings), RANK_METRIC] = [s.low if s.low is not None else np.nan for s in standings.values()]
+    else:
+        ranks = pd.DataFrame({m: rank(ranked[m], metric_direction(m)) if metric_direction(m) else np.nan
+                              for m in metrics}, index=ranked.index).reindex(labels)
+    first = RANK_METRIC if RANK_METRIC in ranks else (metrics[0] if metrics else None)
+    first_rank = ranks[first] if first else pd.Series(np.nan, index=labels)
+    order = sorted(labels, key=lambda lab: (first_rank[lab] if finite(first_rank[lab]) else math.inf,
+                                            lab in references, lab))
     seeds = {lab: int(frame[frame["label"] == lab]["seed"].nunique()) for lab in labels}
     params = {(lab, kind): summarize(frame[(frame["label"] == lab) & (frame["metric"] == kind)]["value"])["mean"]
               for lab in labels for kind in NOT_METRICS}
     data_rows, text_rows = [], []
     for lab in order:
+        standing = standings.get(lab)
         row = {"label": lab, "reference": lab in references, "seeds": seeds[lab],
+               "at_chance": bool(standing and standing.at_chance),
                **{kind: params[(lab, kind)] for kind in NOT_METRICS}}
-        text = {"label": shown_label(lab, references), "seeds": str(seeds[lab]),
+        shown = shown_label(lab, references) + (" (at chance)" if row["at_chance"] else "")
+        text = {"label": shown, "seeds": str(seeds[lab]),
                 "params": fmt(params[(lab, "params_total")], 0),
                 "attention params": fmt(params[(lab, "params_attention")], 0)}
         for m in metrics:
             s = stats[(lab, m)]
             row.update({f"{m}_mean": s["mean"], f"{m}_std": s["std"], f"{m}_n": s["n"],
                         f"{m}_ci_low": s["ci_low"], f"{m}_ci_high": s["ci_high"], f"{m}_rank": ranks.at[lab, m]})
-            text[m] = fmt_summary(s, ranks.at[lab, m], seeds[lab])
+            text[m] = fmt_summary(s, ranks.at[lab, m] if not standings else np.nan, seeds[lab])
+        if standing is not None:
+            row.update({f"{RANK_METRIC}_rank_high": standing.high, "rank": standing.rank_text,
+                        "chance_p": standing.chance_p})
+            if text[RANK_METRIC] != DASH:
+                text[RANK_METRIC] += f" ({standing.rank_text})"
         data_rows.append(row)
         text_rows.append(text)
     text = pd.DataFrame(text_rows, columns=["label", "seeds", "params", "attention params", *metrics])
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
-    for m in metrics:
-        best[m] = [ranks.at[lab, m] == 1 and ranked[m].nunique() > 1 for lab in order]  # no mark if all tie
-    notes = ["Cells: mean ± sample std over seeds, [95% t-interval] where n ≥ 3, (rank; 1 = best, "
-             "direction-aware). Bold: best in column. n shown where a metric has fewer seeds than the row."]
+    if standings:
+        notes = [_grouped_note(standings.values())]
+        best[RANK_METRIC] = _top_group_marks(standings, order)
+    else:
+        for m in metrics:
+            best[m] = [ranks.at[lab, m] == 1 and ranked[m].nunique() > 1 for lab in order]  # no mark if all tie
+        notes = ["Cells: mean ± sample std over seeds, [95% t-interval] where n ≥ 3, (rank of the mean; 1 = best, "
+                 "direction-aware). Bold: best in column. n shown where a metric has fewer seeds than the row."]
     if references:
         notes.append(REFERENCE_NOTE)
     for lab in labels:
@@ -102,61 +131,119 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
                  pd.DataFrame(data_rows), text, best, notes)
 
 
+def _top_group_marks(standings: dict[str, Standing], order: list[str]) -> list[bool]:
+    """Bold for the top group, unless every ranked label is in it (then bold would single out nobody)."""
+    ranked = [s for s in standings.values() if s.low is not None]
+    marked = len([s for s in ranked if s.top]) < len(ranked)
+    return [marked and lab in standings and standings[lab].top for lab in order]
+
+
+def _grouped_note(standings: Iterable[Standing]) -> str:
+    """Cells, ranks and bold of a task table whose accuracy is ranked in groups; at-chance labels named."""
+    standings = list(standings)
+    note = ("Cells: mean ± sample std over seeds, [95% t-interval] where n ≥ 3; n shown where a metric has fewer "
+            "seeds than the row. Only accuracy is ranked (other metrics: see the paired table). " + ranking_note())
+    chance = [s.label for s in standings if s.at_chance]
+    if chance:
+        note += " At chance here: " + ", ".join(chance) + "."
+    if standings and all(s.low is None for s in standings):
+        note += " No ranking is supported on this task (" + "; ".join(
+            sorted({s.why_unranked or "" for s in standings})) + ")."
+    return note
+
+
 def leaderboard_table(results: Results) -> Table:
-    """Across tasks: average rank and mean of the headline metrics; missing cells are dashes, not zeros."""
+    """Per task: accuracy mean ± std with its tested rank group; across tasks: how often a label is in the top group.
+
+    No average over tasks of different scales: each task is ranked on its own, and a label is compared only
+    with labels measured on the same task and seeds."""
     frame = metric_frame(results, "accuracy")
     cells = results.cells[results.cells["measurement"] == "accuracy"]
     tasks = sorted(set(cells["task"].dropna()))
     labels = sorted(set(cells["label"].dropna()))
+    references = results.reference_labels()
     per = {(t, lab, m): summarize(frame[(frame["task"] == t) & (frame["label"] == lab)
                                         & (frame["metric"] == m)]["value"])
            for t in tasks for lab in labels for m in HEADLINE}
-    references = results.reference_labels()
-    rank_parts = {lab: [] for lab in labels}
-    for t in tasks:
-        for m in HEADLINE:
-            means = pd.Series({lab: per[(t, lab, m)]["mean"] for lab in labels if lab not in references}, dtype=float)
-            for lab, r in rank(means, metric_direction(m)).items():
-                if finite(r):
-                    rank_parts[lab].append(r)
+    cache = PredictionCache()
+    standings = {t: _accuracy_standings(results, t, [lab for lab in labels if lab not in references
+                                                     and per[(t, lab, "accuracy")]["n"] > 0], cache)
+                 for t in tasks}
     rows, text_rows, missing = [], [], []
     for lab in labels:
         present = [t for t in tasks if per[(t, lab, "accuracy")]["n"] > 0]
         missing += [f"{lab} × {t} ({_problem_text(results, 'accuracy', t, lab)})" for t in tasks if t not in present]
+        mine = [standings[t][lab] for t in present if lab in standings[t]]
+        ranked = [s for s in mine if s.low is not None]
         row = {"label": lab, "reference": lab in references, "tasks": len(present),
-               "avg_rank": float(np.mean(rank_parts[lab])) if rank_parts[lab] else np.nan}
+               "ranked_tasks": len(ranked), "top_group_tasks": sum(s.top for s in ranked),
+               "at_chance_tasks": sum(s.at_chance for s in mine),
+               "avg_rank": float(np.mean([(s.low + s.high) / 2 for s in ranked])) if ranked else np.nan}
         for m in HEADLINE:
-            vals = [per[(t, lab, m)]["mean"] for t in tasks if per[(t, lab, m)]["n"] > 0]
+            vals = [per[(t, lab, m)]["mean"] for t in present if per[(t, lab, m)]["n"] > 0]
             row[f"{m}_mean"] = float(np.mean(vals)) if vals else np.nan
+        text = {"label": shown_label(lab, references), "tasks": f"{len(present)}/{len(tasks)}",
+                "top group": (f"{row['top_group_tasks']} of {len(ranked)}" if ranked else DASH)}
         for t in tasks:
+            s = standings[t].get(lab)
             row[f"{t}:accuracy_mean"] = per[(t, lab, "accuracy")]["mean"]
             row[f"{t}:accuracy_std"] = per[(t, lab, "accuracy")]["std"]
             row[f"{t}:accuracy_n"] = per[(t, lab, "accuracy")]["n"]
+            row[f"{t}:rank"] = s.rank_text if s is not None else None
+            row[f"{t}:top"] = bool(s is not None and s.top)
+            shown = fmt_summary(per[(t, lab, "accuracy")])
+            text[f"{t} accuracy"] = shown + (f" ({s.rank_text})" if s is not None and shown != DASH else "")
         rows.append(row)
-        text = {"label": shown_label(lab, references), "tasks": f"{len(present)}/{len(tasks)}",
-                "avg rank": fmt(row["avg_rank"], 2)}
-        text.update({f"mean {m}": fmt(row[f"{m}_mean"]) for m in HEADLINE})
-        text.update({f"{t} accuracy": fmt_summary(per[(t, lab, "accuracy")]) for t in tasks})
         text_rows.append(text)
     data = pd.DataFrame(rows)
-    order = data.sort_values(["avg_rank", "label"], na_position="last").index if len(data) else data.index
+    if len(data):
+        data["_order_top"] = -data["top_group_tasks"]
+        order = data.sort_values(["reference", "_order_top", "avg_rank", "label"], na_position="last").index
+        data = data.drop(columns="_order_top")
+    else:
+        order = data.index
     data, text = data.loc[order].reset_index(drop=True), pd.DataFrame(text_rows).loc[order].reset_index(drop=True)
-    numeric = pd.DataFrame({"avg rank": data["avg_rank"],
-                            **{f"mean {m}": data[f"{m}_mean"] for m in HEADLINE},
-                            **{f"{t} accuracy": data[f"{t}:accuracy_mean"] for t in tasks}})
-    directions = {"avg rank": "min", **{f"mean {m}": metric_direction(m) for m in HEADLINE},
-                  **{f"{t} accuracy": "max" for t in tasks}}
-    best = best_mask(numeric.mask(data["reference"].astype(bool), np.nan), directions)
-    best = best.reindex(columns=text.columns, fill_value=False)
-    notes = ["Means are over the tasks each label has (its own n); avg rank = mean, over tasks and the headline "
-             "metrics (accuracy, macro-F1, ECE), of the label's rank on that task (1 = best). "
-             "Per-task cells: mean ± std over seeds. Bold: best in column."]
+    best = pd.DataFrame(False, index=text.index, columns=text.columns)
+    for t in tasks:
+        marks = _top_group_marks(standings[t], list(data["label"]))
+        best[f"{t} accuracy"] = marks
+    notes = ["Each task is ranked on its own (labels are compared only with labels measured on the same task and "
+             "seeds); there is no average over tasks of different scales. tasks: how many tasks the label has; "
+             "top group: on how many of its ranked tasks it is in the top group. Per-task cells: mean ± std over "
+             "seeds (rank group). " + ranking_note()]
+    chance = sorted({f"{lab} on {t}" for t in tasks for lab, s in standings[t].items() if s.at_chance})
+    if chance:
+        notes.append("At chance (shown, not ranked): " + "; ".join(chance) + ".")
+    unranked = [t for t in tasks if standings[t] and all(s.low is None for s in standings[t].values())]
+    if unranked:
+        notes.append("No ranking is supported on " + ", ".join(unranked) + " (one seed, no shared seeds, or every "
+                     "label at chance).")
     if references:
         notes.append(REFERENCE_NOTE)
     if missing:
         notes.append("Missing (shown as —, left out of every average and rank, never counted as zero): "
                      + "; ".join(missing) + ".")
     return Table("leaderboard", "Leaderboard across tasks", data, text, best, notes)
+
+
+def headline_summary(leaderboard: Table) -> list[str]:
+    """Sentences for the top of a report from the leaderboard: per task, the top group, labels at chance, or
+    that no ranking is supported."""
+    data, out = leaderboard.data, []
+    for column in [c for c in data.columns if c.endswith(":rank")]:
+        task = column[: -len(":rank")]
+        ranked = data[column].notna() & ~data["reference"].astype(bool)
+        top = list(data.loc[ranked & data[f"{task}:top"].astype(bool), "label"])
+        chance = list(data.loc[data[column] == "at chance", "label"])
+        if top and len(top) == int((ranked & data[column].str.match(r"^\d").fillna(False)).sum()):
+            out.append(f"{task}: no detectable difference among the ranked labels ({', '.join(top)}).")
+        elif top:
+            out.append(f"{task}: top group (no detectable difference among them): {', '.join(top)}.")
+        elif ranked.any():
+            out.append(f"{task}: no ranking is supported (one seed, no shared seeds, or every label at chance).")
+        if chance:
+            out.append(f"{task}: at chance (accuracy not above the majority class): {', '.join(chance)}.")
+    return out
 
 
 def problems_table(results: Results) -> Table | None:

@@ -8,8 +8,9 @@ import pytest
 from scipy import stats as scipy_stats
 from statsmodels.stats.contingency_tables import mcnemar
 
-from attnbench import comparisons, metrics
-from attnbench.comparisons import (RESAMPLED, bootstrap_weights, combine_p_values, default_pairs,
+from attnbench import metrics
+from attnbench.report import comparisons
+from attnbench.report.comparisons import (RESAMPLED, bootstrap_weights, combine_p_values, default_pairs,
                                  mcnemar_exact, mean_difference_interval, paired_bootstrap_p, per_example_p)
 from attnbench.predictions import Predictions, decode_predictions, encode_predictions
 
