@@ -196,7 +196,8 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
                 planned = replanned
                 store.update_plan(planned)
     except OSError as err:  # a folder that became unwritable, a full disk
-        raise UserError(f"cannot write the run folder {run_dir}: {err.strerror or err} ({err.filename}); "
+        where = f" ({err.filename})" if err.filename else ""
+        raise UserError(f"cannot write the run folder {run_dir}: {err.strerror or err}{where}; "
                         f"finished cells are kept; free space or fix permissions and rerun") from None
     counts: dict[str, int] = {}
     failures = []
