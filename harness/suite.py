@@ -44,7 +44,7 @@ import yaml
 import attnbench
 from attnbench.errors import ConfigError, UserError, closest, unknown_name_message
 from attnbench.model import ModelConfig
-from attnbench.options import check_option
+from attnbench.options import check_option, refuse_missing
 from attnbench.registry import ATTENTIONS, Registry
 from attnbench.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
 from attnbench.train import TrainConfig
@@ -418,6 +418,10 @@ class _Validator:
                 checked[key] = check_option(fields[key], hints[key], item, repr(key))
             except ConfigError as err:
                 raise self.error(_join(path, str(key)), str(err)) from None
+        try:
+            refuse_missing(config_cls, checked, what)
+        except ConfigError as err:
+            raise self.error(path, str(err)) from None
         try:
             instance = config_cls(**checked)
         except (ConfigError, TypeError, ValueError) as err:
