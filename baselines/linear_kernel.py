@@ -43,6 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from attnbench.baselines import native
+from attnbench.baselines.masks import key_padding_mask as padding_mask
 from attnbench.baselines.native import NativeSpec
 from attnbench.baselines.routes import RecordsRoutes
 
@@ -586,6 +587,7 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
         return "never" if self.redraw_every <= 0 else f"every {self.redraw_every} training steps"
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        key_padding_mask = padding_mask(key_padding_mask, k)
         if self.training:  # the count read once as an int: tensor comparisons took 8 us a step, the int 1
             steps = int(self.training_steps)
             if self.redraw_every > 0 and steps > 0 and steps % self.redraw_every == 0:

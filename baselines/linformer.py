@@ -11,6 +11,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from attnbench.baselines.masks import key_padding_mask as padding_mask
 from attnbench.baselines.random_features import seeded_generator
 from attnbench.options import option, require
 from attnbench.registry import AttentionConfig, check_heads, register_attention
@@ -44,6 +45,7 @@ class LinformerAttention(nn.Module):
         self.f_proj = nn.Parameter(torch.empty(shape).uniform_(-bound, bound, generator=generator))
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        key_padding_mask = padding_mask(key_padding_mask, k)
         n = k.shape[-2]
         if n > self.cfg.max_length:
             raise ValueError(f"sequence length {n} exceeds linformer's max_length={self.cfg.max_length}; "

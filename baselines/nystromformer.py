@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from attnbench.baselines import native
 from attnbench.baselines.linear_kernel import chunk_rows, run_on_threads, scratch, split_rows, torch_threads
+from attnbench.baselines.masks import key_padding_mask as padding_mask
 from attnbench.baselines.random_features import seeded_generator
 from attnbench.baselines.routes import RecordsRoutes
 from attnbench.options import option, require
@@ -274,6 +275,7 @@ class NystromAttention(RecordsRoutes, nn.Module):
                 self.conv.weight.uniform_(-bound, bound, generator=seeded_generator(cfg.seed))
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        key_padding_mask = padding_mask(key_padding_mask, k)
         b, h, n, d = q.shape
         num_landmarks = min(self.cfg.num_landmarks, n)  # more landmarks than positions would stay empty
         route = self.choose_route(q, k, v, key_padding_mask, num_landmarks)

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from attnbench.baselines.linear_kernel import linear_kernel_cost
+from attnbench.baselines.masks import key_padding_mask as padding_mask
 from attnbench.baselines.nystromformer import nystrom_cost
 from attnbench.baselines.random_features import RowNorms, draw_omegas, random_feature_flops, seeded_generator
 from attnbench.errors import UserError
@@ -64,6 +65,7 @@ class PerformerPytorch(nn.Module):
             self.fast.projection_matrix.copy_(omega)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        key_padding_mask = padding_mask(key_padding_mask, k)
         if key_padding_mask is not None:  # as their SelfAttention: padded values zeroed, keys left in
             v = v.masked_fill(~key_padding_mask[:, None, :, None], 0.0)
         return self.fast(q, k, v)
@@ -105,6 +107,7 @@ class NystromPeer(nn.Module):
                 self.inner.res_conv.weight.uniform_(-bound, bound, generator=seeded_generator(cfg.seed))
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        key_padding_mask = padding_mask(key_padding_mask, k)
         b, h, n, d = q.shape
         x = torch.cat([q, k, v], dim=1).transpose(1, 2).reshape(b, n, 3 * h * d)  # their to_qkv output layout
         return self.inner(x, mask=key_padding_mask).view(b, n, h, d).transpose(1, 2)

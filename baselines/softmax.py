@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from attnbench.baselines.masks import key_padding_mask as padding_mask
 from attnbench.options import option
 from attnbench.registry import AttentionConfig, register_attention
 
@@ -50,6 +51,7 @@ class SoftmaxAttention(nn.Module):
         return self.cfg.backend
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        key_padding_mask = padding_mask(key_padding_mask, k)
         mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
         causal = self.cfg.causal
         if causal and mask is not None:  # SDPA takes a mask or is_causal, not both: combine them

@@ -7,8 +7,9 @@ Used by `attnbench check` and by tests/test_attention_properties.py (the same fu
     all(v.ok is not False for v in verdicts)
 
 Each property builds the attention afresh (head_dim 16, seed 0, max_length 4096) for every (batch, heads)
-shape in SHAPES and runs it with the native kernels on and off (`native.turned_off`), on inputs drawn from a
-fixed seed, and compares it with itself: what padding, later positions or a second call must not change.
+shape in SHAPES and runs it with the native kernels on and off (`native.turned_off`; once where the attention never
+asks for them), on inputs drawn from a fixed seed, and compares it with itself: what padding, later positions or a
+second call must not change, and what a mask's form (bool, int, float 0/1) and the output's dtype must keep.
 """
 from __future__ import annotations
 
@@ -36,14 +37,14 @@ class Verdict:
     """One property on one path: ok True (holds), False (fails, `detail` says where) or None (not claimed)."""
 
     prop: str
-    native: bool
+    native: bool | None  # None: the attention has no native path, so there is one pass only
     ok: bool | None
     detail: str = ""
 
     def line(self) -> str:
         """'holds   padding invariance (native on)' and the like, for `attnbench check`."""
         word = {True: "holds", False: "FAILS", None: "n/a"}[self.ok]
-        path = "native on" if self.native else "native off"
+        path = {True: "native on", False: "native off", None: "PyTorch; no native path"}[self.native]
         return f"{word:<6} {self.prop} ({path})" + (f": {self.detail}" if self.detail else "")
 
 
@@ -153,6 +154,42 @@ def causality(name: str, options: dict[str, Any], batch: int, heads: int) -> Non
     _close(causal_out[:, :, -1], plain_out[:, :, -1], "the last position, which sees all", atol=1e-4)
 
 
+def mask_forms(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
+    """A key padding mask means the same as bool, int64 and float 0/1 (a Hugging Face attention_mask); other values
+    and a wrong shape are a ValueError or TypeError (attnbench.baselines.masks.key_padding_mask does all this)."""
+    attn = _build(name, heads, options).eval()
+    n = 12
+    q, k, v = _qkv(batch, heads, n)
+    mask = torch.ones(batch, n, dtype=torch.bool)
+    mask[-1, 7:] = False
+    with torch.no_grad():
+        out = attn(q, k, v, key_padding_mask=mask)
+        for dtype in (torch.float32, torch.int64):
+            _close(attn(q, k, v, key_padding_mask=mask.to(dtype)), out, f"a {dtype} 0/1 mask against the bool mask")
+        for what, bad in (("a mask holding 0.5", torch.where(mask, 1.0, 0.5)),
+                          ("a mask of shape (batch, keys + 1)", torch.ones(batch, n + 1, dtype=torch.bool))):
+            try:
+                attn(q, k, v, key_padding_mask=bad)
+            except (ValueError, TypeError):
+                continue
+            raise PropertyFailed(f"{what} is taken without a ValueError; normalise masks with "
+                                 f"attnbench.baselines.masks.key_padding_mask")
+
+
+def output_dtype_and_shape(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
+    """The output has the values' shape and the inputs' dtype (float32 in, float32 out), in training and evaluation,
+    as the layer after it expects."""
+    attn = _build(name, heads, options)
+    q, k, v = _qkv(batch, heads, 10)
+    for mode in ("train", "eval"):
+        getattr(attn, mode)()
+        out = attn(q, k, v)
+        if not isinstance(out, Tensor) or out.shape != v.shape or out.dtype != v.dtype:
+            got = f"shape {tuple(out.shape)}, dtype {out.dtype}" if isinstance(out, Tensor) else type(out).__name__
+            raise PropertyFailed(f"in {mode} mode the output has {got}; expected shape {tuple(v.shape)}, dtype "
+                                 f"{v.dtype} (the model's next layer multiplies it by float32 weights)")
+
+
 def shared_heads(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
     """Built with num_heads=1, a call on several heads gives each head what a call on that head alone gives."""
     attn = _build(name, 1, options).eval()
@@ -171,26 +208,50 @@ PROPERTIES: dict[str, Check] = {
     "determinism in evaluation": determinism,
     "causality": causality,
     "one head's parameters shared by every head": shared_heads,
+    "padding mask as bool, int or float 0/1": mask_forms,
+    "output dtype and shape": output_dtype_and_shape,
 }
 
 
 def check_property(name: str, prop: str, options: dict[str, Any] | None = None,
-                   shapes: Iterable[tuple[int, int]] = SHAPES, paths: Iterable[bool] = (True, False)) -> list[Verdict]:
+                   shapes: Iterable[tuple[int, int]] = SHAPES,
+                   paths: Iterable[bool | None] | None = None) -> list[Verdict]:
     """One property of attention `name` (with `options`) over every (batch, heads) shape, on each path (native
-    kernels on, off): one Verdict per path; causality is n/a unless the attention claims it."""
+    kernels on, off; by default both where the attention has a native path, else one pass, `None`): one Verdict per
+    path; causality and the padding properties are n/a unless the attention claims them."""
     options = dict(options or {})
+    paths = tuple(paths) if paths is not None else (True, False) if has_native_path(name, options) else (None,)
     caps = attention_entry(name).capabilities
-    if prop == "causality" and not caps.causal or prop == "padding invariance" and not caps.padding_mask:
+    masked = prop in ("padding invariance", "padding mask as bool, int or float 0/1")
+    if prop == "causality" and not caps.causal or masked and not caps.padding_mask:
         return [Verdict(prop, on, None, f"not claimed ({'causal' if prop == 'causality' else 'padding_mask'}=no)")
                 for on in paths]
     verdicts = []
     for on in paths:
-        with native.turned_off(not on):
+        with native.turned_off(on is False):
             verdicts.append(_verdict(name, prop, options, shapes, on))
     return verdicts
 
 
-def _verdict(name: str, prop: str, options: dict[str, Any], shapes: Iterable[tuple[int, int]], on: bool) -> Verdict:
+def has_native_path(name: str, options: dict[str, Any] | None = None) -> bool:
+    """Whether the attention asks for the compiled kernels at all (a call with and without gradients, padded)."""
+    asked = native.times_asked()
+    try:
+        attn = _build(name, 2, dict(options or {}))
+        q, k, v = _qkv(1, 2, 8)
+        mask = torch.ones(1, 8, dtype=torch.bool)
+        with torch.no_grad():
+            attn.eval()(q, k, v, key_padding_mask=mask)
+        attn.train()(q, k, v, key_padding_mask=mask)
+    except UserError:
+        raise
+    except Exception:  # noqa: BLE001 - a crash shows in the properties; run both passes to be safe
+        return True
+    return native.times_asked() > asked
+
+
+def _verdict(name: str, prop: str, options: dict[str, Any], shapes: Iterable[tuple[int, int]],
+             on: bool | None) -> Verdict:
     for batch, heads in shapes:
         try:
             PROPERTIES[prop](name, options, batch, heads)
@@ -203,6 +264,8 @@ def _verdict(name: str, prop: str, options: dict[str, Any], shapes: Iterable[tup
 
 def check_attention(name: str, options: dict[str, Any] | None = None,
                     shapes: Iterable[tuple[int, int]] = SHAPES) -> list[Verdict]:
-    """Every property of attention `name` (a registered name or "module:Class"), native kernels on and off."""
+    """Every property of attention `name` (a registered name or "module:Class"), native kernels on and off where
+    it has a native path, else once."""
     attention_entry(name)  # an unknown name fails here, once, with the valid names
-    return [v for prop in PROPERTIES for v in check_property(name, prop, options, tuple(shapes))]
+    paths = (True, False) if has_native_path(name, options) else (None,)
+    return [v for prop in PROPERTIES for v in check_property(name, prop, options, tuple(shapes), paths)]

@@ -1,4 +1,4 @@
-"""The `attnbench` command: list, check, run, report, leaderboard, show.
+"""The `attnbench` command: list, check, run, report, prune, leaderboard, show.
 
 User mistakes (a misspelt suite, attention or option, a missing folder) print one line on stderr
 and exit with code 2; `run` exits 1 when any cell failed, `check` when any property fails, 0 otherwise.
@@ -25,6 +25,7 @@ EPILOG = """examples:
   attnbench run smoke                    run (or resume) the smoke suite into runs/smoke
   attnbench run my_suite.yaml --workers 2 --cell-timeout 600
   attnbench report runs/smoke            tables and plots from stored results
+  attnbench prune runs/smoke             move results of cells no longer in the suite aside
   attnbench leaderboard runs/smoke runs/synthetic --out runs/leaderboard
   attnbench show 3f2a9c0d1e2b4a5f --run runs/smoke
   attnbench show 'listops/*/s0/accuracy' --run runs/synthetic"""
@@ -101,6 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Write the report (tables, plots, HTML) of a run folder from its stored "
                                      "results only, and print where it is.")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="report folder, replaced whole when the report is complete (default RUN_DIR/report, "
+                        "RUN_DIR/report-stale with --stale)")
+    p.add_argument("--stale", action="store_true",
+                   help="report only the stored cells that are not in the suite as it stands (an earlier version "
+                        "of the suite or of its data); by default the report leaves them out and names them")
+
+    p = verbs.add_parser("prune", help="move stored cells that are not in the suite as it stands aside",
+                         description="Move RUN_DIR's stored results of cells that are no longer in its suite (the "
+                                     "plan of its last `attnbench run`: an earlier version of the suite or of its "
+                                     "data) to RUN_DIR/pruned/<time stamp>/; nothing is deleted.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
 
     p = verbs.add_parser("leaderboard", help="one leaderboard across run folders",
                          description="Combine the stored results of one or more run folders into a leaderboard.")
@@ -123,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `attnbench` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
-        return {"list": cmd_list, "check": cmd_check, "run": cmd_run, "report": cmd_report,
+        return {"list": cmd_list, "check": cmd_check, "run": cmd_run, "report": cmd_report, "prune": cmd_prune,
                 "leaderboard": cmd_leaderboard, "show": cmd_show}[args.verb](args)
     except UserError as err:
         print(f"attnbench: error: {err}", file=sys.stderr)
@@ -312,7 +325,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(summary.line(suite.name))
     if summary.foreign:
         print(f"note: {run_dir} also holds {summary.foreign} results of cells that are not in this version of "
-              f"suite {suite.name!r}; reports include them; use --fresh for a folder with this version only",
+              f"suite {suite.name!r} or of its data; reports leave them out and name them; "
+              f"`attnbench report {run_dir} --stale` reports them, `attnbench prune {run_dir}` moves them aside",
               file=sys.stderr)
     return summary.exit_code
 
@@ -330,10 +344,30 @@ def _report_module() -> Any:
 def cmd_report(args: argparse.Namespace) -> int:
     from attnbench.store import RunStore
 
-    RunStore(args.run_dir).run_info()  # a clear error if this is not a run folder
-    path = _report_module().write_report(args.run_dir)
+    store = RunStore(args.run_dir)
+    store.run_info()  # a clear error if this is not a run folder
+    path = _report_module().write_report(args.run_dir, args.out, stale=args.stale)
     _print_leaderboard(path)
     print(f"report: {path} (index.html, report.md, tables/, plots/)")
+    stale = store.stale()
+    if stale and not args.stale:
+        print(f"note: left out {len(stale)} stored cells that are not in the suite as it stands (named in the "
+              f"report's provenance); `attnbench report {args.run_dir} --stale` reports them, "
+              f"`attnbench prune {args.run_dir}` moves them aside", file=sys.stderr)
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from attnbench.store import RunStore
+
+    store = RunStore(args.run_dir)
+    store.run_info()
+    with store.claim(shlex.join(["attnbench", *sys.argv[1:]])):
+        moved, target = store.prune()
+    if not moved:
+        print(f"{args.run_dir}: every stored cell belongs to the suite as it stands; nothing to prune")
+    else:
+        print(f"{args.run_dir}: moved {len(moved)} stored cells that are not in the suite as it stands to {target}")
     return 0
 
 

@@ -168,14 +168,15 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
         require_ray()  # before anything is written
     store = RunStore(run_dir)
     cells, planned = plan_cells(suite, store, options.filters)
+    threads, thread_note = resumed_threads(store.first_split(), options)
     split = None if options.executor == "ray" else choose_split(
         suite_facts(suite), machine_facts(), workers=None if options.workers == "auto" else options.workers,
-        threads=options.threads, device=device)
+        threads=threads, device=device)
     store.check_writable()
     store.refuse_other_suite(suite.name)
     try:
         with store.claim(options.command) as previous, _sigterm_as_interrupt():
-            notes = [] if previous is None else [_taken_over(previous)]
+            notes = ([] if previous is None else [_taken_over(previous)]) + ([thread_note] if thread_note else [])
             provenance = machine_provenance(device if device != "auto" else "cpu", options.command)
             if split is not None:
                 provenance["split"] = split.provenance()
@@ -196,7 +197,8 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
                 planned = replanned
                 store.update_plan(planned)
     except OSError as err:  # a folder that became unwritable, a full disk
-        raise UserError(f"cannot write the run folder {run_dir}: {err.strerror or err} ({err.filename}); "
+        where = f" ({err.filename})" if err.filename else ""
+        raise UserError(f"cannot write the run folder {run_dir}: {err.strerror or err}{where}; "
                         f"finished cells are kept; free space or fix permissions and rerun") from None
     counts: dict[str, int] = {}
     failures = []
@@ -209,6 +211,21 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
     foreign = len({p.stem for p in store.cells_dir.glob("*.json")} - set(planned))
     return RunSummary(run_dir, len(cells), ran, len(cells) - ran, counts, failures, time.perf_counter() - start,
                       foreign, notes)
+
+
+def resumed_threads(first: dict[str, Any] | None, options: RunOptions) -> tuple[int | None, str | None]:
+    """(the torch threads per cell, a note or None): a resumed run keeps its first sitting's threads, so that its
+    cells stay bit-identical to the ones already stored, unless --threads or Ray asks otherwise (then it says so)."""
+    if not first or not isinstance(first.get("threads"), int):
+        return options.threads, None
+    was = first["threads"]
+    if options.executor == "ray":
+        return options.threads, (f"the first sitting ran cells with {was} torch threads; on Ray each cell runs with "
+                                 f"--cpus-per-cell / --threads, so resumed cells may differ from it in the last bits")
+    if options.threads is not None and options.threads != was:
+        return options.threads, (f"--threads {options.threads}: this sitting runs cells with {options.threads} torch "
+                                 f"threads, the first sitting with {was}; their results may differ in the last bits")
+    return was, None
 
 
 def plan_cells(suite: Suite, store: RunStore, filters: tuple[str, ...]) -> tuple[list[Cell], list[str]]:

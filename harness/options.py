@@ -83,10 +83,21 @@ def make_options(config_cls: type, values: Mapping[str, Any], *, what: str) -> A
             did_you_mean = f"; did you mean {hint!r}?" if hint else ""
             raise ConfigError(f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(fields)}")
         checked[key] = check_option(fields[key], hints[key], value, f"option {key!r} of {what}")
+    refuse_missing(config_cls, checked, what)
     try:
         return config_cls(**checked)
     except TypeError as err:  # a required option is missing
         raise ConfigError(f"{what}: {err}") from None
+
+
+def refuse_missing(config_cls: type, given: Mapping[str, Any], what: str) -> None:
+    """A ConfigError naming the first required option (a field without a default) that `given` leaves out."""
+    hints = typing.get_type_hints(config_cls)
+    for f in dataclasses.fields(config_cls):
+        if f.init and f.name not in given and f.default is dataclasses.MISSING \
+                and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{what}: option {f.name!r} ({_type_name(hints[f.name])}) is required and not given; "
+                              f"give it, e.g. options: {{{f.name}: ...}}")
 
 
 def coerce(value: Any, annotation: Any, where: str) -> Any:

@@ -17,6 +17,7 @@ import fnmatch
 import importlib
 import importlib.metadata
 import inspect
+import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -186,15 +187,21 @@ class AttentionConfig:
 
 
 def _entry_for_plain_class(name: str, cls: Callable[..., Any], source: str) -> Entry:
-    """Wrap an unregistered nn.Module class: its __init__ keyword arguments become its options."""
+    """Wrap an unregistered nn.Module class: its __init__ keyword arguments become its options, typed from their
+    annotations; one without a default is a required option (a suite that leaves it out is refused)."""
     params = inspect.signature(cls).parameters
     base = {f.name for f in dataclasses.fields(AttentionConfig)}
-    extra = [(p.name, Any, option(p.default, f"keyword argument of {getattr(cls, '__name__', 'the plugin')}"))
+    hints = _annotations(cls)
+    what = f"keyword argument of {getattr(cls, '__name__', 'the plugin')}"
+    extra = [(p.name, hints.get(p.name, Any),
+              option(p.default, what) if p.default is not inspect.Parameter.empty
+              else dataclasses.field(kw_only=True, metadata={"help": f"{what} (required)"}))
              for p in params.values()
-             if p.name not in base and p.default is not inspect.Parameter.empty
-             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+             if p.name not in base and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     config = dataclasses.make_dataclass(f"{getattr(cls, '__name__', 'Plugin')}Config", extra, bases=(AttentionConfig,))
-    accepts_all = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    inherited = getattr(getattr(cls, "__init__", None), "__module__", "") or ""
+    accepts_all = any(p.kind is p.VAR_KEYWORD for p in params.values()) \
+        and not inherited.startswith("torch.")  # nn.Module's own __init__ takes no options
 
     def factory(cfg: Any) -> Any:
         kwargs = dataclasses.asdict(cfg)
@@ -202,6 +209,14 @@ def _entry_for_plain_class(name: str, cls: Callable[..., Any], source: str) -> E
 
     doc = (inspect.getdoc(cls) or "").split("\n")[0]
     return Entry(name, factory, config, doc, Capabilities(), source)
+
+
+def _annotations(cls: Callable[..., Any]) -> dict[str, Any]:
+    """The resolved annotations of a class's __init__ (or a function's), or {} where they cannot be resolved."""
+    try:
+        return typing.get_type_hints(cls.__init__ if inspect.isclass(cls) else cls)
+    except Exception:  # noqa: BLE001 - a name the plugin's module cannot resolve: its options stay untyped
+        return {}
 
 
 ATTENTIONS = Registry("attention", builtin_modules=["attnbench.baselines"], entry_point_group=ENTRY_POINT_GROUP)

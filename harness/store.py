@@ -6,8 +6,9 @@ Layout:  RUN_DIR/run.json              suite name, normalised suite, cell ids, c
          RUN_DIR/run.lock              who writes the folder now (pid, host, start, command; flock'ed)
          RUN_DIR/in-flight/<id>.json   a cell that is running: if it is still there when the next run
                                        starts, the process died while running that cell
-         RUN_DIR/unreadable/           files that could not be read (truncated, empty, not a result),
-                                       set aside with a time stamp, never deleted; their cells run again
+         RUN_DIR/unreadable/           files that could not be read (truncated, empty, not a result, another
+                                       schema), set aside with a time stamp, never deleted; their cells run again
+         RUN_DIR/pruned/<stamp>/       results of cells no longer in the suite, moved by `attnbench prune`
 
 A cell's id is the first 16 hex digits of the sha256 of its canonical JSON (sorted keys), so the
 same cell always lands in the same file: a rerun cannot duplicate it, and a `kill -9` loses at most
@@ -79,8 +80,33 @@ def _stamp() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
 
 
+def read_result(path: Path, cid: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """The one reader of cell files, shared by `run` and `report`: (the record, None) for a readable result of
+    this schema (of cell `cid` when given), else (None, why not). A file of another schema is not finished:
+    `run` sets it aside (never deletes it) and runs its cell again; `report` lists it with the same words."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as err:
+        return None, f"cannot be read ({err.strerror or err})"
+    except UnicodeDecodeError as err:
+        return None, f"not UTF-8 text ({err.reason})"
+    except json.JSONDecodeError as err:
+        return None, "an empty file" if not err.doc.strip() else f"not valid JSON: {err.msg} (character {err.pos})"
+    if not isinstance(data, dict):
+        return None, f"a JSON {type(data).__name__}, not a mapping"
+    if data.get("schema", SCHEMA) != SCHEMA:
+        return None, (f"a result of schema {data.get('schema')!r} (another attnbench version), not schema {SCHEMA} "
+                      f"that this attnbench reads")
+    if (cid is not None and data.get("cell_id") != cid) or data.get("status") not in STATUSES \
+            or not isinstance(data.get("cell"), dict):
+        return None, "not the result of this cell (its cell_id, status or cell is missing or wrong)"
+    return data, None
+
+
 def _unreadable(path: Path, cid: str | None) -> str | None:
     """Why `path` is not a readable cell result (or run.json when cid is None); None when it is."""
+    if cid is not None:
+        return read_result(path, cid)[1]
     try:
         data = json.loads(path.read_text())
     except UnicodeDecodeError as err:
@@ -89,11 +115,7 @@ def _unreadable(path: Path, cid: str | None) -> str | None:
         return "an empty file" if not err.doc.strip() else f"not valid JSON: {err.msg} (character {err.pos})"
     if not isinstance(data, dict):
         return f"a JSON {type(data).__name__}, not a mapping"
-    if cid is None:
-        return None if isinstance(data.get("suite"), str) else "no suite name in it"
-    if data.get("cell_id") != cid or data.get("status") not in STATUSES or not isinstance(data.get("cell"), dict):
-        return "not the result of this cell (its cell_id, status or cell is missing or wrong)"
-    return None
+    return None if isinstance(data.get("suite"), str) else "no suite name in it"
 
 
 def process_alive(pid: int) -> bool:
@@ -215,6 +237,10 @@ class RunStore:
         info = {"schema": SCHEMA, "suite": suite["name"], "resolved_suite": suite, "cell_ids": cell_ids,
                 "created": existing.get("created", now) if existing else now, "updated": now,
                 "provenance": provenance}
+        first_split = (existing.get("first_split") or (existing.get("provenance") or {}).get("split")) \
+            if existing else provenance.get("split")
+        if first_split:
+            info["first_split"] = first_split
         write_json_atomic(path, info)
         return notes
 
@@ -253,9 +279,7 @@ class RunStore:
     def read_cell(self, cid: str) -> dict[str, Any] | None:
         """The stored result of a cell, or None if it has not finished (or its file is unreadable)."""
         path = self.cell_path(cid)
-        if not path.is_file() or _unreadable(path, cid):
-            return None
-        return json.loads(path.read_text())
+        return read_result(path, cid)[0] if path.is_file() else None
 
     def status(self, cid: str) -> str | None:
         record = self.read_cell(cid)
@@ -270,8 +294,49 @@ class RunStore:
     def records(self) -> Iterator[dict[str, Any]]:
         """Every readable stored cell result."""
         for path in sorted(self.cells_dir.glob("*.json")):
-            if not _unreadable(path, path.stem):
-                yield json.loads(path.read_text())
+            record = read_result(path, path.stem)[0]
+            if record is not None:
+                yield record
+
+    def planned(self) -> set[str] | None:
+        """The ids of the cells of the suite as it stood at the last run (run.json), or None without a plan."""
+        path = self.run_dir / "run.json"
+        if not path.is_file() or _unreadable(path, None):
+            return None
+        ids = json.loads(path.read_text()).get("cell_ids")
+        return set(ids) if isinstance(ids, list) else None
+
+    def stale(self) -> list[Path]:
+        """Stored cell files outside the plan: results of an earlier version of the suite or of its inputs."""
+        planned = self.planned()
+        if planned is None:
+            return []
+        return [p for p in sorted(self.cells_dir.glob("*.json")) if p.stem not in planned]
+
+    def prune(self) -> tuple[list[Path], Path | None]:
+        """Move the stale cell files (and their logs) to RUN_DIR/pruned/<time stamp>/, never deleting them;
+        (the files moved, the folder they went to or None when there were none)."""
+        stale = self.stale()
+        if not stale:
+            return [], None
+        target = self.run_dir / "pruned" / _stamp()
+        (target / "cells").mkdir(parents=True)
+        for path in stale:
+            os.replace(path, target / "cells" / path.name)
+            log = self.log_path(path.stem)
+            if log.is_file():
+                (target / "logs").mkdir(exist_ok=True)
+                os.replace(log, target / "logs" / log.name)
+        return stale, target
+
+    def first_split(self) -> dict[str, Any] | None:
+        """The split of the cores the run's first sitting ran with (run.json), or None for a new folder."""
+        path = self.run_dir / "run.json"
+        if not path.is_file() or _unreadable(path, None):
+            return None
+        info = json.loads(path.read_text())
+        split = info.get("first_split") or (info.get("provenance") or {}).get("split")
+        return split if isinstance(split, dict) else None
 
     def mark_in_flight(self, cid: str, marker: dict[str, Any]) -> None:
         """Record that cell `cid` is running (marker: the cell, its resolved configs, pid, host, start)."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import hashlib
 import json
 import math
 import typing
@@ -43,7 +44,7 @@ import yaml
 import attnbench
 from attnbench.errors import ConfigError, UserError, closest, unknown_name_message
 from attnbench.model import ModelConfig
-from attnbench.options import check_option
+from attnbench.options import check_option, refuse_missing
 from attnbench.registry import ATTENTIONS, Registry, learning_phase_entry
 from attnbench.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
 from attnbench.train import TrainConfig
@@ -157,6 +158,8 @@ class Suite:
     seed_free: frozenset[str]  # measurement names that do not use a seed
     attention_free: frozenset[str]  # measurement names that do not use an attention
     comparison_keys: dict[str, Any] = dataclasses.field(default_factory=dict)  # attnbench.suite_keys
+    task_inputs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by task label: sha256 of
+    # each local file the task reads and its generator version when above 1; part of each of its cells' identity
 
     def as_dict(self) -> dict[str, Any]:
         """The normalised suite (JSON-able), as stored in run.json."""
@@ -164,7 +167,7 @@ class Suite:
                 "attentions": self.attentions, "tasks": self.tasks, "seeds": self.seeds,
                 "model": self.model, "training": self.training, "measurements": self.measurements,
                 "cell_timeout": self.cell_timeout, "exclude": self.exclude, "resolved": self.resolved,
-                **self.comparison_keys}
+                **({"task_inputs": self.task_inputs} if self.task_inputs else {}), **self.comparison_keys}
 
     def cells(self, chosen: dict[tuple[str, str], int] | None = None) -> list[dict[str, Any]]:
         """Every cell of the suite, in a stable order (measurement, task, attention, seed); with a sweep's
@@ -182,6 +185,8 @@ class Suite:
                         cell = {"suite": self.name, "task": _copy(task), "attention": _copy(spec),
                                 "seed": seed, "model": _copy(model), "training": _copy(self.training),
                                 "measurement": _copy(measurement)}
+                        if self.task_inputs.get(task_label(task)):
+                            cell["inputs"] = _copy(self.task_inputs[task_label(task)])
                         cells += [c for c in sweep_trials(cell, self.comparison_keys, chosen)
                                   if not any(fnmatch.fnmatchcase(cell_name(c), p) for p in self.exclude)]
         return cells
@@ -221,6 +226,7 @@ class _Validator:
     def __init__(self, path: Path):
         self.path = path
         self.resolved: dict[str, Any] = {"attentions": {}, "tasks": {}, "measurements": {}}
+        self.inputs: dict[str, dict[str, Any]] = {}  # by options key path: what a task reads (Suite.task_inputs)
 
     def error(self, key_path: str, message: str) -> UserError:
         return UserError(f"{self.path}: {key_path}: {message}")
@@ -257,7 +263,9 @@ class _Validator:
             measurements=measurements, cell_timeout=self.timeout(raw.get("cell_timeout")),
             exclude=[self.string(p, f"exclude[{i}]") for i, p in enumerate(self.list(raw.get("exclude", []), "exclude"))],
             resolved=self.resolved, task_free=task_free, seed_free=independent["uses_seed"],
-            attention_free=independent["uses_attention"])
+            attention_free=independent["uses_attention"],
+            task_inputs={task_label(t): self.inputs[f"tasks[{i}].options"] for i, t in enumerate(tasks)
+                         if self.inputs.get(f"tasks[{i}].options")})
         suite.comparison_keys = validate_comparison_keys(raw, self, [a["label"] for a in suite.attentions],
                                                          [task_label(t) for t in suite.tasks], suite.seeds)
         if not suite.cells():
@@ -338,6 +346,8 @@ class _Validator:
             except UserError as err:
                 raise self.error(f"{item_path}.name", str(err)) from None
             options = self.mapping(item.get("options", {}), f"{item_path}.options")
+            if task_labels:
+                options = entry.config.resolve_paths(options, self.path.resolve().parent)
             label = self.string(item.get("label", name), f"{item_path}.label") if labels or task_labels else name
             if "/" in label:
                 raise self.error(f"{item_path}.label", f"label {label!r} must not contain '/'")
@@ -412,6 +422,10 @@ class _Validator:
             except ConfigError as err:
                 raise self.error(_join(path, str(key)), str(err)) from None
         try:
+            refuse_missing(config_cls, checked, what)
+        except ConfigError as err:
+            raise self.error(path, str(err)) from None
+        try:
             instance = config_cls(**checked)
         except (ConfigError, TypeError, ValueError) as err:
             raise self.error(path, f"{what}: {err}") from None
@@ -419,12 +433,43 @@ class _Validator:
         if callable(check_inputs):
             try:
                 check_inputs()
+                self.inputs[path] = task_inputs(instance)
             except UserError as err:
                 raise self.error(path, str(err)) from None
         resolved = _copy_jsonable(dataclasses.asdict(instance))
         if path in ("model", "training"):
             self.resolved[path] = resolved
         return resolved
+
+
+def task_inputs(config: Any) -> dict[str, Any]:
+    """What a task config reads beyond its options: 'sha256:<hex>' of each local input file (TaskConfig.input_files)
+    and 'generator' when its generator_version is above 1; empty for generated tasks of the first version."""
+    files = config.input_files() if callable(getattr(config, "input_files", None)) else {}
+    inputs: dict[str, Any] = {name: file_digest(Path(path)) for name, path in sorted(files.items())}
+    if getattr(config, "generator_version", 1) != 1:
+        inputs["generator"] = config.generator_version
+    return inputs
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_digest(path: Path) -> str:
+    """'sha256:<hex>' of a file's content (remembered per path, size and modification time within a process)."""
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        if key not in _DIGESTS:
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            _DIGESTS[key] = f"sha256:{digest.hexdigest()}"
+    except OSError as err:
+        raise UserError(f"cannot read the data file {path} ({err.strerror or err}); check the path and its "
+                        f"permissions") from None
+    return _DIGESTS[key]
 
 
 def _copy_jsonable(value: Any) -> Any:

@@ -122,11 +122,11 @@ def test_check_prints_each_verdict_and_exits_1_when_a_property_fails(capsys):
     out = capsys.readouterr().out
     for prop in ("padding invariance", "finite at lengths 1 and 4096", "gradients", "determinism in evaluation",
                  "causality", "one head's parameters shared by every head"):
-        assert f"holds  {prop} (native on)" in out and f"holds  {prop} (native off)" in out
+        assert f"holds  {prop} (PyTorch; no native path)" in out and "native off" not in out  # one pass
     assert out.rstrip().endswith("softmax: all properties hold")
     assert main(["check", "leaky_attention:LeakyAttention"]) == 1  # tests/leaky_attention.py lets padding in
     out = capsys.readouterr().out
-    assert "FAILS  padding invariance (native on): batch" in out and "n/a    causality" in out
+    assert "FAILS  padding invariance (PyTorch; no native path): batch" in out and "n/a    causality" in out
     assert main(["check", "softmax", "-o", "backend=fast"]) == 2
     assert "backend" in capsys.readouterr().err
     assert main(["check", "softmax", "-o", "backend"]) == 2 and "KEY=VALUE" in capsys.readouterr().err

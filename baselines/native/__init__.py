@@ -70,6 +70,7 @@ _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
 _REASON: str | None = None  # why the native kernels are off, once tried
 _OFF = False  # within `turned_off`
+_ASKED = 0  # calls of `library()`: an attention that never asks has no native path (`times_asked`)
 
 
 @dataclasses.dataclass
@@ -177,7 +178,8 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 def library() -> ctypes.CDLL | None:
     """The compiled kernels, building them on first use; None (with `status()` saying why) where unavailable."""
-    global _LIB, _REASON
+    global _LIB, _REASON, _ASKED
+    _ASKED += 1
     if _OFF:
         return None
     if _LIB is not None or _REASON is not None:
@@ -214,6 +216,12 @@ def turned_off(off: bool = True) -> Iterator[None]:
         yield
     finally:
         _OFF = before
+
+
+def times_asked() -> int:
+    """How often anything asked for the kernels (`library()`) in this process; `attnbench check` compares it
+    around a call to learn whether an attention has a native path at all."""
+    return _ASKED
 
 
 def status() -> str:

@@ -1,10 +1,12 @@
 """Reports built only from stored cell results (never by re-running): tables, plots, an HTML page.
 
 Contract with the CLI:
-    write_report(run_dir) -> run_dir/"report"            (`attnbench report RUN_DIR`)
+    write_report(run_dir, out_dir=None, stale=False) -> out_dir, default run_dir/"report"
+                                                          (`attnbench report RUN_DIR [--out DIR] [--stale]`)
     write_leaderboard(run_dirs, out_dir) -> out_dir       (`attnbench leaderboard RUN_DIR...`)
 
-Layout written into the report folder:
+A report is written like a cell: into a fresh folder beside its place, then swapped in whole, so a failure
+(a full disk) leaves the old report intact. Layout written into the report folder:
     index.html          self-contained page (sortable tables, embedded plots, provenance)
     report.md           every table in Markdown, plot links, provenance
     provenance.json     per run: suite, commits, versions, machine, seeds, cell counts and reasons
@@ -14,10 +16,14 @@ Layout written into the report folder:
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 
+from attnbench.errors import UserError
 from attnbench.report.formats import to_markdown, write_table
 from attnbench.report.html import cell_counts, provenance_value, render_page
 from attnbench.report.load import Results, load_runs, run_provenance
@@ -29,10 +35,14 @@ from attnbench.report.tables import all_tables, headline_summary
 __all__ = ["write_report", "write_leaderboard"]
 
 
-def write_report(run_dir: Path) -> Path:
-    """Write RUN_DIR/report/ (tables, plots, index.html) from RUN_DIR/cells/*.json; returns that folder."""
+def write_report(run_dir: Path, out_dir: Path | None = None, *, stale: bool = False) -> Path:
+    """Write the report of RUN_DIR's cells of the suite as it stands (with `stale`: of its other cells) into
+    `out_dir` (default RUN_DIR/report, or RUN_DIR/report-stale); returns that folder."""
     run_dir = Path(run_dir)
-    return _write(load_runs([run_dir]), run_dir / "report", f"attnbench report: {run_dir.resolve().name}")
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / ("report-stale" if stale else "report")
+    title = f"attnbench report: {run_dir.resolve().name}" + (" (stale cells: not in the suite as it stands)"
+                                                               if stale else "")
+    return _write(load_runs([run_dir], stale=stale), out_dir, title)
 
 
 def write_leaderboard(run_dirs: list[Path], out_dir: Path) -> Path:
@@ -42,14 +52,28 @@ def write_leaderboard(run_dirs: list[Path], out_dir: Path) -> Path:
     return _write(results, Path(out_dir), title)
 
 
-def _clear_generated(out_dir: Path) -> None:
-    """Remove files an earlier report wrote (only our own kinds, in our own subfolders)."""
-    for sub, suffixes in (("tables", (".md", ".csv", ".tex")), ("plots", (".png", ".svg"))):
-        folder = out_dir / sub
-        if folder.is_dir():
-            for path in folder.iterdir():
-                if path.is_file() and path.suffix in suffixes:
-                    path.unlink()
+REPORT_ENTRIES = {"index.html", "report.md", "provenance.json", "tables", "plots"}
+
+
+def _swap_in(fresh: Path, out_dir: Path) -> None:
+    """Put the complete report folder `fresh` in place of `out_dir` (renames: a reader sees the old or the new)."""
+    if not out_dir.exists():
+        os.replace(fresh, out_dir)
+        return
+    old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+    os.replace(out_dir, old)
+    os.replace(fresh, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _refuse_foreign(out_dir: Path) -> None:
+    """A report replaces its folder whole: refuse a folder that holds anything but an earlier report."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"cannot write the report into {out_dir}: it is a file; give a folder path")
+    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in REPORT_ENTRIES) if out_dir.is_dir() else []
+    if foreign:
+        raise UserError(f"{out_dir} holds files that are not part of a report ({', '.join(foreign[:3])}); "
+                        f"a report replaces its folder whole: give a new or empty folder")
 
 
 def _markdown(title: str, tables: list[Table], plot_names: list[str], provenance: list[dict],
@@ -65,9 +89,31 @@ def _markdown(title: str, tables: list[Table], plot_names: list[str], provenance
 
 
 def _write(results: Results, out_dir: Path, title: str) -> Path:
+    """Write the report into a fresh folder beside `out_dir` and swap it in whole; on failure the old one stays."""
+    _refuse_foreign(out_dir)
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        fresh = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
+    except OSError as err:
+        raise UserError(f"cannot write the report {out_dir}: {err.strerror or err}; give --out a folder you can "
+                        f"write") from None
+    try:
+        _write_into(results, fresh, title)
+        _swap_in(fresh, out_dir)
+    except OSError as err:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise UserError(f"cannot write the report {out_dir}: {err.strerror or err}"
+                        + (f" ({err.filename})" if err.filename else "")
+                        + "; the previous report is left as it was; free space or fix permissions and rerun") from None
+    except BaseException:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _write_into(results: Results, out_dir: Path, title: str) -> None:
     for folder in (out_dir / "tables", out_dir / "plots"):
         folder.mkdir(parents=True, exist_ok=True)
-    _clear_generated(out_dir)
     tables = all_tables(results)
     for table in tables:
         write_table(table, out_dir / "tables")
@@ -85,4 +131,3 @@ def _write(results: Results, out_dir: Path, title: str) -> Path:
     (out_dir / "report.md").write_text(_markdown(title, tables, [p.name for p in plots], provenance, summary),
                                        encoding="utf-8")
     (out_dir / "index.html").write_text(render_page(title, tables, plots, provenance, summary), encoding="utf-8")
-    return out_dir

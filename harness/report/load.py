@@ -14,9 +14,9 @@ import pandas as pd
 
 from attnbench.errors import UserError
 from attnbench.report.sweep import select_trials
+from attnbench.store import read_result
 from attnbench.suite_keys import REFERENCE
 
-SCHEMA = 1
 CELL_COLUMNS = ["run", "cell_id", "suite", "measurement", "task", "label", "attention", "seed",
                 "status", "reason", "file", "trial"]
 
@@ -29,7 +29,9 @@ class RunInfo:
     path: Path
     suite: str | None = None  # from run.json, when the executor wrote one
     not_run: list[str] = dataclasses.field(default_factory=list)  # planned cell ids without a result file
+    left_out: list[str] = dataclasses.field(default_factory=list)  # names of stored cells outside the plan (stale)
     config: dict[str, Any] = dataclasses.field(default_factory=dict)  # the normalised suite from run.json
+    planned: set[str] | None = None  # the cell ids of run.json (None: no plan, every stored cell is read)
 
 
 @dataclasses.dataclass
@@ -64,14 +66,17 @@ class Results:
         return sorted({str(x) for x in self.cells["label"].dropna()})
 
 
-def load_runs(run_dirs: list[Path]) -> Results:
-    """Read every cell result of the given run folders; labels that clash across runs get a run tag."""
+def load_runs(run_dirs: list[Path], *, stale: bool = False) -> Results:
+    """Read the cell results of the given run folders that belong to each run's plan (the suite as it stood at its
+    last `attnbench run`; the others are named in RunInfo.left_out), or with `stale` only those others; labels that
+    clash across runs get a run tag."""
     if not run_dirs:
         raise UserError("no run folders given; pass at least one RUN_DIR that holds cells/*.json")
     runs = [RunInfo(tag, Path(p)) for tag, p in zip(_run_tags([Path(p) for p in run_dirs]), run_dirs)]
     rows = [row for run in runs for row in _read_run(run)]
     for run in runs:
         _read_plan(run, {r["cell_id"] for r in rows if r["run"] == run.tag})
+    rows = _in_plan(rows, runs, stale)
     cells = pd.DataFrame(rows, columns=CELL_COLUMNS + ["metrics", "details", "provenance", "task_options", "sweep"])
     cells["task"] = _task_keys(cells)
     cells = cells.drop(columns="task_options")
@@ -84,6 +89,25 @@ def load_runs(run_dirs: list[Path]) -> Results:
     kept = set(zip(cells["run"], cells["file"]))
     unchosen = everything[[key not in kept for key in zip(everything["run"], everything["file"])]]
     return Results(cells=cells, runs=runs, sweep=sweep, unchosen=unchosen.reset_index(drop=True))
+
+
+def _in_plan(rows: list[dict[str, Any]], runs: list[RunInfo], stale: bool) -> list[dict[str, Any]]:
+    """The rows of planned cells (with `stale`: of the others), noting the others' names in each RunInfo."""
+    plans = {run.tag: run.planned for run in runs}
+    kept = []
+    for row in rows:
+        plan = plans[row["run"]]
+        outside = plan is not None and row["status"] != "unreadable" and row["cell_id"] not in plan
+        if outside == stale:
+            kept.append(row)
+        elif outside:
+            run = next(r for r in runs if r.tag == row["run"])
+            run.left_out.append(f"{row['task']}/{row['label']}/s{row['seed']}/{row['measurement']}"
+                                + (f"/t{row['trial']}" if row["trial"] is not None else ""))
+    if stale and not kept:
+        raise UserError(f"{', '.join(str(r.path) for r in runs)}: every stored cell belongs to the suite as it "
+                        f"stands; there are no stale cells to report")
+    return kept
 
 
 def _run_tags(paths: list[Path]) -> list[str]:
@@ -117,6 +141,8 @@ def _read_plan(run: RunInfo, present: set[str]) -> None:
         run.suite = plan.get("suite")
         run.config = plan.get("resolved_suite") if isinstance(plan.get("resolved_suite"), dict) else {}
         run.not_run = [cid for cid in plan.get("cell_ids") or [] if cid not in present]
+        if isinstance(plan.get("cell_ids"), list):
+            run.planned = set(plan["cell_ids"])
 
 
 def _read_cell(tag: str, path: Path) -> dict[str, Any]:
@@ -124,20 +150,14 @@ def _read_cell(tag: str, path: Path) -> dict[str, Any]:
     base = {"run": tag, "cell_id": path.stem, "file": str(path), "suite": None, "measurement": None,
             "task": None, "label": None, "attention": None, "seed": None, "metrics": {}, "details": {},
             "provenance": {}, "task_options": {}, "trial": None, "sweep": None}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return {**base, "status": "unreadable", "reason": f"not valid JSON: {exc}"}
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        schema = data.get("schema") if isinstance(data, dict) else None
+    data, problem = read_result(path, path.stem)
+    if data is None:
         return {**base, "status": "unreadable",
-                "reason": f"schema {schema!r} not supported (this report reads schema {SCHEMA})"}
-    cell = data.get("cell") or {}
+                "reason": f"{problem}; the next `attnbench run` sets the file aside and runs its cell again"}
+    cell = data["cell"]
     task = cell.get("task") or {}
     attention = cell.get("attention") or {}
-    status = data.get("status")
-    if status not in ("ok", "failed", "skipped"):
-        status, data["reason"] = "unreadable", f"unknown status {status!r}"
+    status = data["status"]
     return {**base,
             "cell_id": data.get("cell_id", path.stem),
             "suite": cell.get("suite"),
@@ -258,8 +278,9 @@ def run_provenance(results: Results) -> list[dict[str, Any]]:
             "finished_at": max(values("finished_at"), default=None),
             "cells": {"result files": len(cells) + len(unchosen)}
             | {status: int(counts.get(status, 0)) for status in ("ok", "failed", "skipped", "unreadable")}
-            | {"not run": len(run.not_run), "unchosen sweep trials": len(unchosen)},
+            | {"not run": len(run.not_run), "unchosen sweep trials": len(unchosen), "left out": len(run.left_out)},
             "not_run_cell_ids": run.not_run,
+            "left_out_cells": run.left_out,
             "machine_probe": _machine_probe(cells),
             "reasons": [{"status": s, "reason": r if isinstance(r, str) else "no reason given", "count": int(n)}
                         for (s, r), n in reasons.items()]})

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 
@@ -39,10 +40,34 @@ class TaskConfig:
     def __post_init__(self) -> None:
         require(0.0 <= self.label_noise <= 1.0, f"label_noise={self.label_noise} must lie in [0, 1]")
 
+    generator_version: ClassVar[int] = 1  # raise it when the task makes other data from the same options and seed
+    path_options: ClassVar[tuple[str, ...]] = ()  # options holding paths (or mappings of paths): a suite resolves
+    # their relative values against the suite file's folder
+
     def check_inputs(self) -> None:
         """Check what can be checked before anything runs (data files, their columns); raise UserError.
 
         Suite validation calls it; tasks that read files override it (reading headers only)."""
+
+    @classmethod
+    def resolve_paths(cls, options: dict[str, Any], base: Path) -> dict[str, Any]:
+        """`options` with the relative paths among `path_options` (strings, or mappings of strings) made absolute
+        against `base`, the suite file's folder, so that a suite runs the same from any working directory."""
+        return {key: _absolute(value, base) if key in cls.path_options else value for key, value in options.items()}
+
+    def input_files(self) -> dict[str, Path]:
+        """The local files the task reads, by a stable name (e.g. 'files.train'); the sha256 of each file's content
+        joins the cell's identity, so a corrected file makes new cells. Tasks that read local files override it."""
+        return {}
+
+
+def _absolute(value: Any, base: Path) -> Any:
+    """A path string made absolute against `base` (a mapping: each value); anything else unchanged."""
+    if isinstance(value, dict):
+        return {key: _absolute(item, base) for key, item in value.items()}
+    if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+        return str(base / value)
+    return value
 
 
 def register_task(name: str, *, config: type = TaskConfig,

@@ -46,6 +46,8 @@ class TextTaskConfig(TaskConfig):
     bad_rows: Literal["drop", "fail"] = option("drop", "rows with a null or empty text or a null label: drop them "
                                                        "(counted in the cell's provenance) or fail the cell")
 
+    path_options: ClassVar[tuple[str, ...]] = ("data_dir", "cache_dir")
+
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.max_length >= 8, f"max_length={self.max_length} must be at least 8")
@@ -63,7 +65,7 @@ class TextFilesConfig(TextTaskConfig):
     """Options of the generic local text task (csv / jsonl / parquet / tsv files)."""
 
     files: dict = option({}, "files by split, e.g. {train: data/train.csv, test: data/test.csv}; train is "
-                             "required; relative paths are taken from data_dir, else the working directory")
+                             "required; relative paths are taken from data_dir, else the suite file's folder")
     text_columns: list[str] = option(["text"], "one text column, or two for sentence pairs")
     label_column: str = option("label", "label column (integers or strings; ids follow their sorted order)")
     format: Literal["auto", "csv", "tsv", "json", "parquet"] = option("auto", "file format; auto = by suffix")
@@ -76,6 +78,20 @@ class TextFilesConfig(TextTaskConfig):
         require(not unknown, f"files has unknown split(s) {unknown}; use train, validation, test")
         require(len(self.text_columns) in (1, 2),
                 f"text_columns={self.text_columns} must name one column, or two for sentence pairs")
+
+    path_options: ClassVar[tuple[str, ...]] = ("data_dir", "cache_dir", "files")
+
+    @classmethod
+    def resolve_paths(cls, options: dict[str, Any], base: Path) -> dict[str, Any]:
+        """As TaskConfig's, except that relative `files` stay relative to a given data_dir."""
+        resolved = super().resolve_paths(options, base)
+        if options.get("data_dir") and "files" in options:
+            resolved["files"] = options["files"]
+        return resolved
+
+    def input_files(self) -> dict[str, Path]:
+        """The files by split ('files.train', ...): their content is part of each cell's identity."""
+        return {f"files.{split}": _resolve(str(given), self) for split, given in sorted(self.files.items())}
 
     def check_inputs(self) -> None:
         """Every file exists, its format is known and its header holds the text and label columns."""
@@ -391,7 +407,7 @@ def _resolve(path: str, cfg: TextFilesConfig) -> Path:
         candidate = Path(cfg.data_dir).expanduser() / candidate
     if not candidate.is_file():
         raise UserError(f"text task: file {str(candidate.absolute())!r} does not exist; fix the path in files "
-                        f"(relative paths are taken from data_dir, else the working directory)")
+                        f"(relative paths are taken from data_dir, else the suite file's folder)")
     return candidate
 
 
