@@ -14,46 +14,29 @@ this module, never each other nor the code that picks them (attnbench.executor).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
-import json
-import random
-import signal
-import threading
 import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from attnbench.measurements import SkipCell, run_cell
+from attnbench.model import ModelConfig
+from attnbench.options import make_options
 from attnbench.progress import Progress
 from attnbench.provenance import machine_provenance, now
+from attnbench.runtime import WHAT_RAN, CellTimeout, seed_everything, time_limit
 from attnbench.store import cell_id, result_record
 from attnbench.suite import Suite, cell_name, task_label
-
+from attnbench.train import NonFiniteLossError
 
 DEFAULT_CELL_TIMEOUT = 6 * 3600.0  # seconds a cell may run when neither the suite nor --cell-timeout says
 PROCESS_DIED = "the process died while running this cell"
 
 
-class CellTimeout(Exception):
-    """A cell ran past its time limit."""
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, numpy and torch so that a cell is reproducible on its own."""
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
 def failure_reason(err: BaseException) -> str:
     """One line saying why a cell failed."""
-    from attnbench.train import NonFiniteLossError
-
     text = (str(err).strip().splitlines() or [""])[0]
     if isinstance(err, CellTimeout):
         return f"time-out: {text}"
@@ -68,38 +51,6 @@ def failure_reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}"
 
 
-_what_ran: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("what_ran", default=None)
-
-
-def record_what_ran(key: str, value: Any) -> None:
-    """Note what the running cell actually used, for its provenance: key 'model' (the resolved ModelConfig,
-    with the task's classes, vocabulary and length) replaces provenance.config.model; key 'data' (the task's
-    split sizes, class names and counts, dropped rows) becomes provenance.data. The first note of a key wins
-    (a measurement may build helper models after the cell's own); outside a running cell it does nothing."""
-    ran = _what_ran.get()
-    if ran is not None and key not in ran:
-        ran[key] = json.loads(json.dumps(value, default=str))  # stored as JSON: paths, numpy scalars as text
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float | None) -> Iterator[None]:
-    """Raise CellTimeout in this thread after `seconds` (SIGALRM); no limit when None or off the main thread."""
-    if seconds is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum: int, frame: Any) -> None:
-        raise CellTimeout(f"the cell ran past its time limit of {seconds:g} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 @dataclasses.dataclass(frozen=True)
 class Cell:
     """One cell: its JSON spec (suite, task, attention, seed, model, training, measurement) and resolved configs."""
@@ -110,9 +61,6 @@ class Cell:
     @classmethod
     def of(cls, suite: Suite, spec: dict[str, Any]) -> "Cell":
         """The cell `spec` of `suite`, with every config's defaults filled in from the suite."""
-        from attnbench.model import ModelConfig
-        from attnbench.options import make_options
-
         resolved = {"attention": suite.resolved["attentions"].get(spec["attention"]["label"], {}),
                     "task": suite.resolved["tasks"].get(task_label(spec["task"]), {}),
                     "model": dataclasses.asdict(make_options(ModelConfig, spec["model"], what="model")),
@@ -131,12 +79,10 @@ class Cell:
     def run(self, *, device: str, command: str, progress: Progress | None = None,
             timeout: float | None = None) -> dict[str, Any]:
         """Run the cell here (within `timeout` seconds, if given) and return its record, whatever happens."""
-        from attnbench.measurements import SkipCell, run_cell
-
         started, t0 = now(), time.perf_counter()
         outcome: dict[str, Any] = {"status": "ok"}
         ran: dict[str, Any] = {}
-        token = _what_ran.set(ran)
+        token = WHAT_RAN.set(ran)
         try:
             with time_limit(timeout):
                 seed_everything(self.spec["seed"])
@@ -147,7 +93,7 @@ class Cell:
         except Exception as err:  # noqa: BLE001 - any failure of one cell is that cell's result
             outcome = {"status": "failed", "reason": failure_reason(err), "error": traceback.format_exc()}
         finally:
-            _what_ran.reset(token)
+            WHAT_RAN.reset(token)
         provenance = self._provenance(device, command, started, time.perf_counter() - t0)
         provenance["config"] = {**self.resolved, **({"model": ran["model"]} if "model" in ran else {})}
         if "data" in ran:

@@ -4,15 +4,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-
-from attnbench.cell import record_what_ran, seed_everything
 from attnbench.measurements import SkipCell
 from attnbench.model import ModelConfig, TransformerClassifier
 from attnbench.options import make_options
+from attnbench.progress import Progress
 from attnbench.registry import attention_entry
+from attnbench.runtime import record_what_ran, seed_everything
 from attnbench.tasks import load_task
 from attnbench.tasks.base import TaskData
-from attnbench.progress import Progress
 from attnbench.train import TrainConfig, TrainResult, train_classifier
 
 
