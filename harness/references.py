@@ -26,7 +26,7 @@ from attnbench.measurements.common import load_cell_task, train_config
 from attnbench.metrics import classification_metrics, reliability_bins
 from attnbench.options import make_options, option, require
 from attnbench.predictions import encode_predictions
-from attnbench.suite_keys import REFERENCE
+from attnbench.names import REFERENCE
 from attnbench.tasks.base import TaskData
 
 __all__ = ["REFERENCE", "REFERENCES", "measure_reference", "reference_attention", "reference_names"]

@@ -44,6 +44,8 @@ import yaml
 import attnbench
 from attnbench.errors import ConfigError, UserError, closest, unknown_name_message
 from attnbench.model import ModelConfig
+from attnbench.names import (MODEL_SET_ATTENTION_OPTIONS, NO_ATTENTION, NO_TASK, TASK_SET_MODEL_OPTIONS,  # noqa: F401
+                             cell_name, task_label)
 from attnbench.options import check_option, refuse_missing
 from attnbench.registry import ATTENTIONS, Registry, learning_phase_entry
 from attnbench.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
@@ -52,11 +54,7 @@ from attnbench.train import TrainConfig
 SUITE_KEYS = ("name", "description", "attentions", "tasks", "seeds", "model", "training",
               "measurements", "cell_timeout", "exclude", *COMPARISON_KEYS)
 REQUIRED_KEYS = ("name", "description", "seeds", "measurements")
-MODEL_SET_ATTENTION_OPTIONS = ("head_dim", "num_heads", "max_length", "seed")  # filled in by the model
-TASK_SET_MODEL_OPTIONS = ("vocab_size", "num_classes", "max_length", "pad_id", "num_segments")  # from the task
 MAX_SEED = 2**32 - 1  # numpy's seed range
-NO_TASK = {"name": "none", "options": {}}
-NO_ATTENTION = {"name": "none", "label": "none", "options": {}}
 
 
 def suites_dir() -> Path:
@@ -190,18 +188,6 @@ class Suite:
                         cells += [c for c in sweep_trials(cell, self.comparison_keys, chosen)
                                   if not any(fnmatch.fnmatchcase(cell_name(c), p) for p in self.exclude)]
         return cells
-
-
-def cell_name(cell: dict[str, Any]) -> str:
-    """Readable cell name 'task/label/s<seed>/measurement' (+ '/t<trial>' in a sweep), matched by --filter and
-    `exclude`; the task part is the task's label where it has one."""
-    name = f"{task_label(cell['task'])}/{cell['attention']['label']}/s{cell['seed']}/{cell['measurement']['name']}"
-    return name + (f"/t{cell['sweep']['trial']}" if "sweep" in cell else "")
-
-
-def task_label(task: dict[str, Any]) -> str:
-    """A suite task's label: the one given, else its name (one task may appear under several labels)."""
-    return task.get("label") or task["name"]
 
 
 def load_suite(name_or_path: str) -> Suite:

@@ -31,9 +31,17 @@ from typing import Any, Protocol
 import numpy as np
 
 from attnbench.errors import ConfigError, UserError
+from attnbench.metrics import metric_direction
+from attnbench.model import ModelConfig
+from attnbench.names import REFERENCE, TASK_SET_MODEL_OPTIONS, task_label
+from attnbench.options import make_options
+from attnbench.references import reference_attention
+from attnbench.store import FINISHED, cell_id
+from attnbench.tasks import TASKS
+from attnbench.tasks.sentence import TextTaskConfig
+from attnbench.train import TrainConfig
 
 COMPARISON_KEYS = ("references", "comparisons", "published", "sweep")
-REFERENCE = "reference"  # the attention name of reference-model cells (attnbench.references), read by the report
 SWEEP_KEYS = ("metric", "grid", "budget", "seed", "select_seeds")
 PUBLISHED_KEYS = ("source", "task", "note", "values")
 
@@ -65,7 +73,6 @@ def validate_comparison_keys(raw: dict[str, Any], v: Checker, labels: list[str],
 
 
 def _references(value: Any, v: Checker, labels: list[str]) -> list[dict[str, Any]]:
-    from attnbench.references import reference_attention
 
     out = []
     for i, item in enumerate(v.list(value, "references")):
@@ -104,7 +111,6 @@ def _comparisons(value: Any, v: Checker, labels: list[str]) -> list[Any]:
 
 
 def _published(value: Any, v: Checker, labels: list[str], tasks: list[str]) -> list[dict[str, Any]]:
-    from attnbench.metrics import metric_direction
 
     blocks = value if isinstance(value, list) else [value]
     out = []
@@ -136,7 +142,6 @@ def _published(value: Any, v: Checker, labels: list[str], tasks: list[str]) -> l
 
 
 def _sweep(value: Any, v: Checker, seeds: list[int]) -> dict[str, Any]:
-    from attnbench.metrics import metric_direction
 
     sweep = v.mapping(value, "sweep")
     v.keys(sweep, SWEEP_KEYS, "sweep", ("metric", "grid"))
@@ -179,10 +184,6 @@ def _select_seeds(value: Any, v: Checker, seeds: list[int]) -> list[int]:
 
 def _trial(point: dict[str, Any], v: Checker, path: str) -> dict[str, Any]:
     """One grid point split into training and model overrides, each checked against its config."""
-    from attnbench.model import ModelConfig
-    from attnbench.options import make_options
-    from attnbench.suite import TASK_SET_MODEL_OPTIONS
-    from attnbench.train import TrainConfig
 
     training_fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"phase_a"}
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)} - set(TASK_SET_MODEL_OPTIONS)
@@ -209,8 +210,6 @@ def reference_entries(extras: dict[str, Any], measurement: str, task: dict[str, 
 
 
 def _is_text_task(name: str) -> bool:
-    from attnbench.tasks import TASKS
-    from attnbench.tasks.sentence import TextTaskConfig
 
     return issubclass(TASKS.get(name).config, TextTaskConfig)
 
@@ -240,7 +239,6 @@ def selects_at(sweep: dict[str, Any], seed: int) -> bool:
 
 def sweep_group(cell: dict[str, Any]) -> tuple[str, str]:
     """The (task label, attention label) a trial is chosen for."""
-    from attnbench.suite import task_label
 
     return (task_label(cell["task"]), cell["attention"]["label"])
 
@@ -260,8 +258,6 @@ def chosen_trials(cells: list[dict[str, Any]], records: dict[str, dict[str, Any]
                   extras: dict[str, Any]) -> dict[tuple[str, str], int]:
     """Per (task label, attention label): the trial chosen on the selection seeds' validation metric, once
     every trial cell at those seeds has finished (`records`: cell id -> stored record or None)."""
-    from attnbench.metrics import metric_direction
-    from attnbench.store import FINISHED, cell_id
 
     sweep = extras.get("sweep")
     if not sweep or "select_seeds" not in sweep:

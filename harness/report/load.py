@@ -15,7 +15,7 @@ import pandas as pd
 from attnbench.errors import UserError
 from attnbench.report.sweep import select_trials
 from attnbench.store import read_result
-from attnbench.suite_keys import REFERENCE
+from attnbench.names import REFERENCE
 
 CELL_COLUMNS = ["run", "cell_id", "suite", "measurement", "task", "label", "attention", "seed",
                 "status", "reason", "file", "trial"]
