@@ -239,9 +239,10 @@ def _names(kind: str, pattern: str) -> list[str]:
 def _metric_descriptions() -> dict[str, str]:
     """The declared metrics (attnbench.metrics.register_metric, built-in and from measurement modules): name or glob ->
     which way is better and what it is."""
-    from attnbench.metrics import METRICS, metric_info
+    from attnbench.measurements import measurement_names
+    from attnbench.metrics import METRICS
 
-    metric_info("accuracy")  # loads every measurement module's declarations
+    measurement_names()  # imports every measurement module, which declares its metrics
     arrows = {"max": "higher is better", "min": "lower is better", None: "not ranked"}
     return {info.pattern: f"[{arrows[info.direction]}] {info.description}" for info in
             sorted(METRICS.values(), key=lambda m: m.pattern)}

@@ -59,8 +59,9 @@ def register_metric(pattern: str, direction: Direction | None, description: str)
 
 
 def metric_info(name: str) -> MetricInfo | None:
-    """The declaration that covers `name` (exact first, then the first glob that matches), or None."""
-    _load_declarations()
+    """The declaration that covers `name` (exact first, then the first glob that matches), or None. Only what has
+    been declared so far: a measurement's metrics are declared when its module is imported
+    (`attnbench.measurements.measurement_names()` imports every one), as the report and the suite do first."""
     if name in METRICS:
         return METRICS[name]
     return next((m for m in METRICS.values() if fnmatch.fnmatchcase(name, m.pattern)), None)
@@ -70,13 +71,6 @@ def metric_direction(name: str) -> Direction | None:
     """'max' if higher is better, 'min' if lower is better, None if the metric is undeclared or not ranked."""
     info = metric_info(name)
     return info.direction if info is not None else None
-
-
-def _load_declarations() -> None:
-    """Import the measurement modules (built-in and plug-in), where the rest of the metrics are declared."""
-    from attnbench.measurements import measurement_names
-
-    measurement_names()
 
 
 def _as_arrays(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:

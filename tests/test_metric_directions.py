@@ -12,6 +12,9 @@ from report_fixture import write_cell
 
 
 def test_declared_metrics_have_the_declared_direction() -> None:
+    from attnbench.measurements import measurement_names
+
+    measurement_names()  # the measurement modules declare their metrics when imported
     assert metric_direction("accuracy") == "max" and metric_direction("nll") == "min"
     assert metric_direction("forward_ms@4096") == "min"  # a glob declared by the efficiency measurement
     assert metric_direction("forward_tokens_per_s@4096") == "max"

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from attnbench.errors import UserError
+from attnbench.measurements import measurement_names
 from attnbench.report.sweep import select_trials
 from attnbench.store import read_result
 from attnbench.names import REFERENCE
@@ -72,6 +73,7 @@ def load_runs(run_dirs: list[Path], *, stale: bool = False) -> Results:
     clash across runs get a run tag."""
     if not run_dirs:
         raise UserError("no run folders given; pass at least one RUN_DIR that holds cells/*.json")
+    measurement_names()  # every measurement module imported: the directions of the metrics it declares
     runs = [RunInfo(tag, Path(p)) for tag, p in zip(_run_tags([Path(p) for p in run_dirs]), run_dirs)]
     rows = [row for run in runs for row in _read_run(run)]
     for run in runs:
