@@ -660,6 +660,14 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
         state = {"kv": phi_k.transpose(-2, -1) @ v, "ksum": phi_k.sum(dim=-2)}
         return state if anchor is None else {**state, "anchor": anchor}
 
+    def state_size(self, context_length: int, dtype: torch.dtype = torch.float32) -> int:
+        """Bytes of one sequence's recurrent state (`init_state`), whatever the context length: per head
+        M x D (kv) + M (the normaliser ksum), + 1 (favor's anchor) elements."""
+        heads, dim = _built_heads(self)
+        m = feature_count(self.feature_map, torch.zeros(1, heads, 1, dim))
+        per_head = m * dim + m + (1 if self.feature_map.causal_anchor else 0)
+        return heads * per_head * torch.empty((), dtype=dtype).element_size()
+
     def _require_causal(self, what: str) -> None:
         if not self.causal:
             raise ValueError(f"{what} is the recurrent form of causal attention; build the attention with causal=True")

@@ -90,6 +90,12 @@ class SoftmaxAttention(nn.Module):
         out = (weights[:, :, None] @ values)[:, :, 0]
         return out, {"keys": keys, "values": values, "real": real}
 
+    def state_size(self, context_length: int, dtype: torch.dtype = torch.float32) -> int:
+        """Bytes of one sequence's KV cache after `context_length` tokens: per position H x D keys and as many
+        values, plus one bool (real or padded)."""
+        h, d = self.cfg.num_heads, self.cfg.head_dim
+        return context_length * (2 * h * d * torch.empty((), dtype=dtype).element_size() + 1)
+
     def prefill_state(self, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> dict[str, Tensor]:
         """The cache after keys k (B, H, N, D) and values v, as `step` would leave it after N tokens."""
         real = torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device) if key_padding_mask is None \

@@ -45,6 +45,7 @@ class TransformerDecoder(nn.Module):
         self.capabilities = attention_entry(attention).capabilities
         torch.manual_seed(seed)
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        nn.init.normal_(self.token_embedding.weight, std=0.02)  # GPT-2's: a tied head starts near uniform
         self.position_embedding = nn.Embedding(cfg.max_length, cfg.d_model)
         self.embedding_dropout = make_dropout(cfg)
         self.layers = nn.ModuleList(
