@@ -94,7 +94,7 @@ def test_a_decoder_suite_naming_a_non_causal_attention_is_refused_on_loading(tmp
     from attnbench.errors import UserError
     from attnbench.suite import load_suite
     path = tmp_path / "bad.yaml"
-    path.write_text("name: bad\nattentions: [softmax, {name: linformer, options: {projected_length: 8}}]\n"
+    path.write_text("name: bad\ndescription: a decoder with linformer\nattentions: [softmax, {name: linformer, options: {projected_length: 8}}]\n"
                     "tasks: [{name: mqar, options: {num_kv_pairs: 2, seq_len: 16, vocab_size: 32}}]\nseeds: [0]\n"
                     "model: {kind: decoder, d_model: 16, num_heads: 2}\nmeasurements: [recall]\n")
     with pytest.raises(UserError, match=r"attentions\[1\].name: attention 'linformer' has no causal form"):

@@ -10,6 +10,7 @@ bucket (does later context help?), the validation scores a `sweep:` selects on, 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -58,7 +59,7 @@ def bits_per_bucket(loss: Tensor, buckets: int) -> list[dict[str, float]]:
     n = loss.shape[1]
     edges = [round(i * n / buckets) for i in range(buckets + 1)]
     return [{"start": a, "stop": b, "bits_per_byte": float(loss[:, a:b].nanmean()) / math.log(2)}
-            for a, b in zip(edges, edges[1:]) if b > a]
+            for a, b in itertools.pairwise(edges) if b > a]
 
 
 @register_measurement("lm", config=LanguageModelOptions)
