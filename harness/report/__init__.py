@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from attnbench.report.causal import causal_plots
 from attnbench.report.formats import to_markdown, write_table
 from attnbench.report.html import provenance_value, render_page
 from attnbench.report.load import Results, load_runs, run_provenance
@@ -71,7 +72,7 @@ def _write(results: Results, out_dir: Path, title: str) -> Path:
         write_table(table, out_dir / "tables")
     leaderboard = next((t.data for t in tables if t.name == "leaderboard"), None)
     plots = all_plots(results, leaderboard if leaderboard is not None else pd.DataFrame(),
-                      efficiency_frame(results), out_dir / "plots")
+                      efficiency_frame(results), out_dir / "plots") + causal_plots(results, out_dir / "plots")
     provenance = run_provenance(results)
     (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=1), encoding="utf-8")
     (out_dir / "report.md").write_text(_markdown(title, tables, [p.name for p in plots], provenance),
