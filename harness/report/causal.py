@@ -50,9 +50,9 @@ def recall_table(results: Results) -> Table | None:
     data, text = pd.DataFrame(data), pd.DataFrame(text)
     best = best_mask(data[[f"kv {int(p)}" for p in pairs]], {f"kv {int(p)}": "max" for p in pairs})
     best = best.reindex(columns=text.columns, fill_value=False)
-    notes = ["MQAR answer accuracy on the test split (mean ± std over seeds, [95% t-interval] from 3) at each "
-             "number of key-value pairs; state bytes: the decoding state per sequence and layer at the row length "
-             "(softmax: its KV cache; a feature map: features x head_dim plus the normaliser)."]
+    notes = [("MQAR answer accuracy on the test split (mean ± std over seeds, [95% t-interval] from 3) at each "
+              "number of key-value pairs; state bytes: the decoding state per sequence and layer at the row length "
+              "(softmax: its KV cache; a feature map: features x head_dim plus the normaliser).")]
     return Table("recall", "Associative recall (MQAR) against state size", data, text, best, notes, key_columns=2)
 
 
@@ -120,9 +120,10 @@ def decode_crossover_table(results: Results) -> Table | None:
                      for k, v in rec.items()})
     data, text = pd.DataFrame(data), pd.DataFrame(text)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
-    notes = ["Median wall time of one decoding step (batch 1, float32, after a parallel prefill) and the state or "
-             "KV cache bytes per sequence and layer; 'faster than softmax from': the shortest measured context "
-             "length at which the label's step beat softmax's (a dash: never within the lengths measured)."]
+    notes = [("Median wall time of one decoding step (batch 1, float32, after a parallel prefill) and the state or "
+              "KV cache bytes per sequence and layer; 'faster than softmax from': the shortest measured context "
+              "length from which on the label's step beat softmax's at every longer one (a dash: not even at the "
+              "longest measured).")]
     return Table("decode_crossover", "Decoding cost against context length", data, text, best, notes)
 
 
