@@ -622,9 +622,11 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
     def init_state(self, batch_size: int) -> dict[str, Tensor]:
         """The recurrent state before any token: kv (B, H, M, D) = sum_j phi(k_j) v_j^T, ksum (B, H, M) =
         sum_j phi(k_j) (the normaliser) and, for maps with a causal anchor, anchor (B, H, 1, 1); zeros (anchor
-        -inf) in the module's dtype and device. H and D are the built num_heads and head_dim (`self.cfg`)."""
-        heads, dim = _built_heads(self)
-        m = feature_count(self.feature_map, torch.zeros(1, heads, 1, dim))
+        -inf) in the module's dtype and device. H and D are the built num_heads and head_dim (`self.cfg`); an
+        attention without that config starts from zeros of size 1 in H, M and D, which the first step
+        broadcasts to the full shape."""
+        heads, dim = _built_heads(self) or (1, 1)
+        m = 1 if dim == 1 else feature_count(self.feature_map, torch.zeros(1, heads, 1, dim))
         like = _module_tensor(self)
         state = {"kv": like.new_zeros(batch_size, heads, m, dim), "ksum": like.new_zeros(batch_size, heads, m)}
         if self.feature_map.causal_anchor:
@@ -660,10 +662,14 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
         state = {"kv": phi_k.transpose(-2, -1) @ v, "ksum": phi_k.sum(dim=-2)}
         return state if anchor is None else {**state, "anchor": anchor}
 
-    def state_size(self, context_length: int, dtype: torch.dtype = torch.float32) -> int:
+    def state_size(self, context_length: int, dtype: torch.dtype = torch.float32) -> int | None:
         """Bytes of one sequence's recurrent state (`init_state`), whatever the context length: per head
-        M x D (kv) + M (the normaliser ksum), + 1 (favor's anchor) elements."""
-        heads, dim = _built_heads(self)
+        M x D (kv) + M (the normaliser ksum), + 1 (favor's anchor) elements; None for an attention that keeps no
+        config `cfg` saying its heads and head_dim."""
+        built = _built_heads(self)
+        if built is None:
+            return None
+        heads, dim = built
         m = feature_count(self.feature_map, torch.zeros(1, heads, 1, dim))
         per_head = m * dim + m + (1 if self.feature_map.causal_anchor else 0)
         return heads * per_head * torch.empty((), dtype=dtype).element_size()
@@ -679,12 +685,12 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
         return linear_kernel_cost(batch, heads, n, d, m, feature["flops"], feature["bytes"])
 
 
-def _built_heads(attention: nn.Module) -> tuple[int, int]:
-    """(num_heads, head_dim) an attention was built with, from its config `cfg` (an AttentionConfig)."""
+def _built_heads(attention: nn.Module) -> tuple[int, int] | None:
+    """(num_heads, head_dim) an attention was built with, from its config `cfg` (an AttentionConfig); None for
+    one that keeps no such config."""
     cfg = getattr(attention, "cfg", None)
-    if cfg is None or not hasattr(cfg, "num_heads"):
-        raise TypeError(f"{type(attention).__name__} keeps no config `cfg` with num_heads and head_dim, which "
-                        f"init_state needs; set self.cfg to the AttentionConfig it was built with")
+    if cfg is None or not hasattr(cfg, "num_heads") or not hasattr(cfg, "head_dim"):
+        return None
     return cfg.num_heads, cfg.head_dim
 
 

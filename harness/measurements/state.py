@@ -47,7 +47,7 @@ def carried_state(attention: nn.Module, context_length: int, head_dim: int, head
 def state_row(attention: nn.Module, context_length: int, head_dim: int, heads: int) -> dict[str, Any]:
     """Formula and carried bytes at one context length; the formula is None where the attention gives none."""
     carried = state_bytes(carried_state(attention, context_length, head_dim, heads))
-    formula = attention.state_size(context_length) if hasattr(attention, "state_size") else None
+    formula = attention.state_size(context_length) if hasattr(attention, "state_size") else None  # None: unknown
     if formula is not None and formula != carried:
         raise AssertionError(f"{type(attention).__name__}.state_size({context_length}) = {formula} bytes, but its "
                              f"state carries {carried}")
