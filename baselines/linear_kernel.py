@@ -177,6 +177,16 @@ class FeatureMap(nn.Module):
             return self.key_chunk(x, key_padding_mask).materialise()
         return self.forward_queries(x)
 
+    causal_anchor: bool = False  # causal key features depend on the first real key (favor's stabiliser)
+
+    def causal_key_chunk(self, x: Tensor, key_padding_mask: Tensor | None = None,
+                         anchor: Tensor | None = None) -> tuple[FeatureChunk, Tensor | None]:
+        """Key features of the causal form, where no later key may move an earlier key's features: x (B, H, C, D)
+        -> (chunk, anchor). A map whose keys carry a stabiliser over the sequence (`causal_anchor`) fixes it by
+        the first real key and returns it as `anchor` (B, H, 1, 1) (-inf before any real key), which a later
+        block (one token when stepping) takes back; a map of position-by-position features returns None."""
+        return FeatureChunk(self.forward_keys(x, key_padding_mask)), None
+
 
 def feature_count(feature_map: FeatureMap, x: Tensor) -> int:
     """M of the map's features of x (B, H, N, D): its `num_features`, else measured on one row."""
@@ -205,16 +215,17 @@ def _values_and_ones(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
 
 
 def linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None,
-                     eps: float = 1e-6, causal: bool = False) -> Tensor:
+                     eps: float = 1e-6, causal: bool = False, chunk: int = CAUSAL_CHUNK) -> Tensor:
     """Normalised linear attention from features.
 
     phi_q, phi_k: (B, H, N, M); v: (B, H, N, D); key_padding_mask: (B, N) bool, True = real token.
     Returns (B, H, N, D). Padded keys are removed through their values and weight (one pass over v,
-    not over phi_k); `causal` restricts query i to keys j <= i.
+    not over phi_k); `causal` restricts query i to keys j <= i, exactly inside blocks of `chunk` positions
+    and by prefix sums across them (chunk >= N: the quadratic parallel form).
     """
     if not causal:
         return factored_linear_attention(FeatureChunk(phi_q), FeatureChunk(phi_k), v, key_padding_mask, eps)
-    out = _causal_products(phi_q, phi_k, _values_and_ones(v, key_padding_mask))
+    out = _causal_products(phi_q, phi_k, _values_and_ones(v, key_padding_mask), chunk)
     return out[..., :-1] / _guard(out[..., -1:], eps)
 
 
@@ -607,14 +618,91 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
             q_chunk, k_chunk = self.feature_map.query_chunk(q), self.feature_map.key_chunk(k, key_padding_mask)
             return factored_linear_attention(q_chunk, k_chunk, v, key_padding_mask, self.eps)
         phi_q = self.feature_map.forward_queries(q)
-        phi_k = self.feature_map.forward_keys(k, key_padding_mask)
+        phi_k = self.feature_map.causal_key_chunk(k, key_padding_mask)[0].materialise()
         return linear_attention(phi_q, phi_k, v, key_padding_mask, self.eps, self.causal)
+
+    def init_state(self, batch_size: int) -> dict[str, Tensor]:
+        """The recurrent state before any token: kv (B, H, M, D) = sum_j phi(k_j) v_j^T, ksum (B, H, M) =
+        sum_j phi(k_j) (the normaliser) and, for maps with a causal anchor, anchor (B, H, 1, 1); zeros (anchor
+        -inf) in the module's dtype and device. H and D are the built num_heads and head_dim (`self.cfg`); an
+        attention without that config starts from zeros of size 1 in H, M and D, which the first step
+        broadcasts to the full shape."""
+        heads, dim = _built_heads(self) or (1, 1)
+        m = 1 if dim == 1 else feature_count(self.feature_map, torch.zeros(1, heads, 1, dim))
+        like = _module_tensor(self)
+        state = {"kv": like.new_zeros(batch_size, heads, m, dim), "ksum": like.new_zeros(batch_size, heads, m)}
+        if self.feature_map.causal_anchor:
+            state["anchor"] = like.new_full((batch_size, heads, 1, 1), -math.inf)
+        return state
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: dict[str, Tensor],
+             key_padding_mask: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        """One token of the causal form as a recurrence: q_t, k_t, v_t (B, H, D) -> out_t (B, H, D) and the new
+        state (the given one is left unchanged); `key_padding_mask` (B,) False = a padded token, which reads
+        the state but adds nothing to it. Equals `forward` with causal=True at that position."""
+        self._require_causal("step")
+        phi_q = self.feature_map.forward_queries(q_t[:, :, None])  # (B, H, 1, M)
+        mask = None if key_padding_mask is None else key_padding_mask[:, None]
+        chunk, anchor = self.feature_map.causal_key_chunk(k_t[:, :, None], mask, state.get("anchor"))
+        phi_k = chunk.materialise()
+        if mask is not None:
+            phi_k = torch.where(mask[:, None, :, None], phi_k, 0.0)
+        kv = state["kv"].to(phi_k) + phi_k.transpose(-2, -1) @ v_t[:, :, None]
+        ksum = state["ksum"].to(phi_k) + phi_k[:, :, 0]
+        num = (phi_q @ kv)[:, :, 0]
+        den = (phi_q[:, :, 0] * ksum).sum(dim=-1, keepdim=True)
+        new = {"kv": kv, "ksum": ksum} if anchor is None else {"kv": kv, "ksum": ksum, "anchor": anchor}
+        return num / _guard(den, self.eps), new
+
+    def prefill_state(self, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> dict[str, Tensor]:
+        """The state after keys k (B, H, N, D) and values v in one pass, as `step` would leave it after N tokens."""
+        self._require_causal("prefill_state")
+        chunk, anchor = self.feature_map.causal_key_chunk(k, key_padding_mask)
+        phi_k = chunk.materialise()
+        if key_padding_mask is not None:
+            phi_k = torch.where(key_padding_mask[:, None, :, None], phi_k, 0.0)
+        state = {"kv": phi_k.transpose(-2, -1) @ v, "ksum": phi_k.sum(dim=-2)}
+        return state if anchor is None else {**state, "anchor": anchor}
+
+    def state_size(self, context_length: int, dtype: torch.dtype = torch.float32) -> int | None:
+        """Bytes of one sequence's recurrent state (`init_state`), whatever the context length: per head
+        M x D (kv) + M (the normaliser ksum), + 1 (favor's anchor) elements; None for an attention that keeps no
+        config `cfg` saying its heads and head_dim."""
+        built = _built_heads(self)
+        if built is None:
+            return None
+        heads, dim = built
+        m = feature_count(self.feature_map, torch.zeros(1, heads, 1, dim))
+        per_head = m * dim + m + (1 if self.feature_map.causal_anchor else 0)
+        return heads * per_head * torch.empty((), dtype=dtype).element_size()
+
+    def _require_causal(self, what: str) -> None:
+        if not self.causal:
+            raise ValueError(f"{what} is the recurrent form of causal attention; build the attention with causal=True")
 
     def cost(self, batch: int, heads: int, n: int, d: int) -> dict[str, float]:
         """FLOPs and minimum bytes (float32) of one forward (`linear_kernel_cost` with the map's own cost)."""
         feature = self.feature_map.cost(n, d) if hasattr(self.feature_map, "cost") else {"flops": 0.0, "bytes": 0.0}
         m = feature_count(self.feature_map, torch.zeros(1, heads, 1, d))
         return linear_kernel_cost(batch, heads, n, d, m, feature["flops"], feature["bytes"])
+
+
+def _built_heads(attention: nn.Module) -> tuple[int, int] | None:
+    """(num_heads, head_dim) an attention was built with, from its config `cfg` (an AttentionConfig); None for
+    one that keeps no such config."""
+    cfg = getattr(attention, "cfg", None)
+    if cfg is None or not hasattr(cfg, "num_heads") or not hasattr(cfg, "head_dim"):
+        return None
+    return cfg.num_heads, cfg.head_dim
+
+
+def _module_tensor(module: nn.Module) -> Tensor:
+    """An empty tensor in the dtype and device of the module's first floating parameter or buffer (else the
+    default dtype on the CPU): what a fresh recurrent state is made like."""
+    for t in (*module.parameters(), *module.buffers()):
+        if t.is_floating_point():
+            return t.new_empty(0)
+    return torch.empty(0)
 
 
 def linear_kernel_cost(batch: int, heads: int, n: int, d: int, num_features: int, feature_flops: float,

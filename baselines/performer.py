@@ -3,8 +3,9 @@
 phi(x) = M^{-1/2} (exp(w x' - |x'|^2/2 - max) + eps), x' = x d^{-1/4}, w orthogonal Gaussian blocks
 (`random_features.feature_values("favor", ...)`). Features are redrawn on a seeded schedule during
 training only, so evaluation is deterministic; the policy is `module.redraw_policy`.
-Causal form: as in the reference, the key stabiliser is a max over all positions, so later keys reach
-earlier outputs through the features' eps (a relative effect around 1e-3), not exactly zero.
+Causal form: the key stabiliser is the first real key's exponent (`random_features.causal_favor_keys`), not
+the reference's max over all positions, through which later keys would reach earlier outputs (via the
+features' eps); so the causal form is exactly causal and runs as a recurrence (`step`).
 """
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ FEATURE_MAPS: tuple[str, ...] = FeatureMapKind.__args__
 RowNorms = Literal["chi", "sqrt-d"]
 FormName = Literal["paper", "scaled"]
 FAVOR_EPS = 1e-6
-CAUSAL_FAVOR_CAP = 80.0  # causal paper favor: largest key exponent above the first key's (exp(88) overflows float32)
+CAUSAL_FAVOR_CAP = 80.0  # causal favor: largest key exponent above the first key's (exp(88) overflows float32)
 TEMPERED = ("elu", "softplus", "porf-softplus", "sigmoid2", "softmaxfeat")  # maps whose u the paper divides by tau
 # elementwise operations per projection u = omega^T x (cost accounting, one FLOP each): favor max, subtract, exp;
 # elu clamp, exp, relu, add; softmaxfeat max, subtract, exp, sum, divide; trig sin, cos
@@ -208,37 +208,58 @@ def trig_features(x: Tensor, weights: Tensor, out: Tensor | None = None) -> Tens
     return sin_cos(project(x, weights, projected), out)
 
 
+def _favor_values(x: Tensor, weights: Tensor, out: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """favor's exp(u - m_i), u = x @ weights, m_i the row's largest u (detached), so every value is in (0, 1]:
+    (values (B, H, C, M), m (B, H, C, 1))."""
+    u = project(x, weights, out)
+    row_max = u.detach().amax(dim=-1, keepdim=True)  # (B, H, C, 1)
+    return (u.sub_(row_max).exp_() if no_grad_recorded(u) else (u - row_max).exp()), row_max
+
+
+def _key_row_log(x: Tensor, row_max: Tensor, norm_coef: float | None, key_padding_mask: Tensor | None) -> Tensor:
+    """Each key row's log-weight m_i - |x'_i|^2 / 2 (B, H, C, 1), -inf at padding."""
+    norm_coef = x.shape[-1] ** -0.5 / 2 if norm_coef is None else norm_coef
+    row_log = row_max - (x * x).sum(dim=-1, keepdim=True) * norm_coef
+    if key_padding_mask is not None:
+        row_log = row_log.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
+    return row_log
+
+
 def _favor_chunk(x: Tensor, weights: Tensor, scale: float, is_query: bool,
                  key_padding_mask: Tensor | None, out: Tensor | None = None, norm_coef: float | None = None,
-                 eps: float = FAVOR_EPS, causal: bool = False) -> FeatureChunk:
+                 eps: float = FAVOR_EPS) -> FeatureChunk:
     """favor features of a block, phi = scale (exp(u - |x'|^2/2 - max) + eps), u = omega x', x' = alpha x
     (alpha folded into `weights`; `norm_coef` = alpha^2 / 2, default d^{-1/4}'s), factored as values exp(u - m_i)
     (m_i the row's largest u, so every value is in (0, 1]) times row weights.
 
     A query's max is over its own row, where |x'|^2/2 is a constant: its values are the features, no row
     weight. A key's row weight is exp(m_i - |x'_i|^2/2 - L), L the block's largest exponent (its log-scale,
-    over real positions; padding gets weight 0), so that values * weight = exp(u - |x'|^2/2 - L). `causal`: L is
-    the first real key's exponent instead, which every query with a real key sees, so no later key moves an
-    earlier output (the exponent above it is capped at CAUSAL_FAVOR_CAP against overflow).
+    over real positions; padding gets weight 0), so that values * weight = exp(u - |x'|^2/2 - L).
     """
-    u = project(x, weights, out)
-    row_max = u.detach().amax(dim=-1, keepdim=True)  # (B, H, C, 1)
-    values = u.sub_(row_max).exp_() if no_grad_recorded(u) else (u - row_max).exp()
+    values, row_max = _favor_values(x, weights, out)
     if is_query:
         return FeatureChunk(values, scale, eps)
-    norm_coef = x.shape[-1] ** -0.5 / 2 if norm_coef is None else norm_coef
-    row_log = row_max - (x * x).sum(dim=-1, keepdim=True) * norm_coef  # m_i - |x'_i|^2 / 2
-    if key_padding_mask is not None:
-        row_log = row_log.masked_fill(~key_padding_mask[:, None, :, None], -math.inf)
-    if causal:
-        first = key_padding_mask.to(torch.uint8).argmax(dim=1) if key_padding_mask is not None else x.new_zeros(
-            x.shape[0], dtype=torch.long)  # (B,): the first real position (0 without a mask)
-        anchor = row_log.detach().gather(2, first[:, None, None, None].expand(-1, x.shape[1], 1, 1))
-        anchor = anchor.masked_fill(anchor == -math.inf, 0.0)
-        return FeatureChunk(values, scale, eps, None, torch.exp((row_log - anchor).clamp_max(CAUSAL_FAVOR_CAP)))
+    row_log = _key_row_log(x, row_max, norm_coef, key_padding_mask)
     log_scale = row_log.detach().amax(dim=-2, keepdim=True)  # (B, H, 1, 1): -inf for a block without real keys
     row_weights = torch.exp(row_log - log_scale.masked_fill(log_scale == -math.inf, 0.0))
     return FeatureChunk(values, scale, eps, log_scale, row_weights)
+
+
+def causal_favor_keys(x: Tensor, weights: Tensor, scale: float, key_padding_mask: Tensor | None,
+                      anchor: Tensor | None = None, norm_coef: float | None = None,
+                      eps: float = FAVOR_EPS) -> tuple[FeatureChunk, Tensor]:
+    """favor key features of the causal form: as `_favor_chunk`'s, but L is the first real key's exponent (the
+    anchor), which no later key moves, instead of the sequence's largest; the exponent above it is capped at
+    CAUSAL_FAVOR_CAP against overflow. `anchor` (B, H, 1, 1) from earlier blocks (-inf: no real key yet), else
+    this block's first real key's -> (chunk, anchor after this block)."""
+    values, row_max = _favor_values(x, weights)
+    row_log = _key_row_log(x, row_max, norm_coef, key_padding_mask)
+    first = key_padding_mask.to(torch.uint8).argmax(dim=1) if key_padding_mask is not None else x.new_zeros(
+        x.shape[0], dtype=torch.long)  # (B,): the first real position (0 without a mask)
+    found = row_log.detach().gather(2, first[:, None, None, None].expand(-1, x.shape[1], 1, 1))
+    anchor = found if anchor is None else torch.where(anchor == -math.inf, found.to(anchor), anchor)
+    used = anchor.masked_fill(anchor == -math.inf, 0.0)  # no real key yet: every weight is 0 anyway
+    return FeatureChunk(values, scale, eps, None, torch.exp((row_log - used).clamp_max(CAUSAL_FAVOR_CAP))), anchor
 
 
 def _unscaled_features(kind: str, u: Tensor) -> Tensor:
@@ -413,14 +434,20 @@ class RandomFeatureMap(FeatureMap):
         return feature_chunk(self.kind, x, self.omega, is_query=False, key_padding_mask=key_padding_mask, out=out,
                              weights=self._weights(x), form=self.form, phase=self.phase)
 
-    def forward_keys(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        """Materialised key features (the causal form). The paper's favor stabilises its keys by the first real
-        key's exponent rather than the sequence's largest, which later keys would move (without the scaled form's
-        eps and d^{-1/4} that leak is not small)."""
-        if self.form.paper and self.kind == "favor":
-            return _favor_chunk(x, self._weights(x), self.omega.shape[-2] ** -0.5, False, key_padding_mask,
-                                norm_coef=0.5, eps=0.0, causal=True).materialise()
-        return self.key_chunk(x, key_padding_mask).materialise()
+    @property
+    def causal_anchor(self) -> bool:
+        """favor's keys carry a stabiliser, which the causal form fixes by the first real key."""
+        return self.kind == "favor"
+
+    def causal_key_chunk(self, x: Tensor, key_padding_mask: Tensor | None = None,
+                         anchor: Tensor | None = None) -> tuple[FeatureChunk, Tensor | None]:
+        """Key features of the causal form: favor's stabilised by the first real key's exponent rather than the
+        sequence's largest, which later keys would move (`causal_favor_keys`); the others position by position."""
+        if self.kind != "favor":
+            return FeatureChunk(self.forward_keys(x, key_padding_mask)), None
+        paper = self.form.paper
+        return causal_favor_keys(x, self._weights(x), self.omega.shape[-2] ** -0.5, key_padding_mask, anchor,
+                                 norm_coef=0.5 if paper else None, eps=0.0 if paper else FAVOR_EPS)
 
     def cost(self, n: int, d: int) -> dict[str, float]:
         """FLOPs per (batch, head) of the features of n queries and n keys, and bytes of the omegas."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 import torch
@@ -64,3 +65,41 @@ class SoftmaxAttention(nn.Module):
         self.last_backend = self.cfg.backend
         with sdpa_kernel(BACKENDS[self.cfg.backend]):
             return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+
+    def init_state(self, batch_size: int) -> dict[str, Tensor]:
+        """The KV cache before any token: keys, values (B, H, 0, D) and real (B, 0) bool (False = a padded
+        token), in float32 on the CPU until the first `step` brings its inputs' dtype and device."""
+        heads, dim = self.cfg.num_heads, self.cfg.head_dim
+        empty = torch.zeros(batch_size, heads, 0, dim)
+        return {"keys": empty, "values": empty.clone(), "real": torch.zeros(batch_size, 0, dtype=torch.bool)}
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: dict[str, Tensor],
+             key_padding_mask: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        """One token against the KV cache: q_t, k_t, v_t (B, H, D) -> out_t (B, H, D) and the cache grown by one
+        position (the given one is left unchanged); `key_padding_mask` (B,) False = a padded token, kept in the
+        cache but never attended to. Equals `forward` with causal=True at that position (0 before any real key)."""
+        if not self.cfg.causal:
+            raise ValueError("step is the recurrent form of causal attention; build the attention with causal=True")
+        real_t = torch.ones(q_t.shape[0], 1, dtype=torch.bool, device=q_t.device) if key_padding_mask is None \
+            else key_padding_mask[:, None].to(q_t.device)
+        cache = state["keys"]
+        grow = cache.shape[2] > 0  # an empty cache takes the heads, dtype and device of the first token
+        keys = torch.cat([cache.to(k_t), k_t[:, :, None]], dim=2) if grow else k_t[:, :, None]
+        values = torch.cat([state["values"].to(v_t), v_t[:, :, None]], dim=2) if grow else v_t[:, :, None]
+        real = torch.cat([state["real"].to(real_t.device), real_t], dim=1)
+        scores = (keys @ q_t[..., None])[..., 0] / math.sqrt(q_t.shape[-1])  # (B, H, T)
+        weights = torch.softmax(scores.masked_fill(~real[:, None], -math.inf), dim=-1).nan_to_num(0.0)
+        out = (weights[:, :, None] @ values)[:, :, 0]
+        return out, {"keys": keys, "values": values, "real": real}
+
+    def state_size(self, context_length: int, dtype: torch.dtype = torch.float32) -> int:
+        """Bytes of one sequence's KV cache after `context_length` tokens: per position H x D keys and as many
+        values, plus one bool (real or padded)."""
+        h, d = self.cfg.num_heads, self.cfg.head_dim
+        return context_length * (2 * h * d * torch.empty((), dtype=dtype).element_size() + 1)
+
+    def prefill_state(self, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> dict[str, Tensor]:
+        """The cache after keys k (B, H, N, D) and values v, as `step` would leave it after N tokens."""
+        real = torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device) if key_padding_mask is None \
+            else key_padding_mask.to(k.device)
+        return {"keys": k, "values": v, "real": real}

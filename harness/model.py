@@ -42,6 +42,10 @@ class ModelConfig:
     tie_qk: bool = option(True, "share one projection for queries and keys (Q = K, the paper's setting)")
     num_segments: int = option(1, "segment embeddings: 2 for sentence-pair tasks")
     pad_id: int = option(0, "padding token id")
+    kind: Literal["encoder", "decoder"] = option(
+        "encoder", "encoder: the pooled classifier here; decoder: causal self-attention with a per-token head "
+                   "(attnbench.decoder), for tasks that label positions")
+    tie_embeddings: bool = option(True, "decoder: the output head shares the token embedding's weights")
 
     def __post_init__(self) -> None:
         require(self.d_model % self.num_heads == 0,

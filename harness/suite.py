@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 import attnbench
+from attnbench.decoder import require_causal_form
 from attnbench.errors import ConfigError, UserError, closest, unknown_name_message
 from attnbench.model import ModelConfig
 from attnbench.names import (MODEL_SET_ATTENTION_OPTIONS, NO_ATTENTION, NO_TASK, TASK_SET_MODEL_OPTIONS,  # noqa: F401
@@ -348,6 +349,11 @@ class _Validator:
             if labels:
                 own_model = self.model(item.get("model", {}), f"{item_path}.model")
                 resolved_model = self.config({**(model or {}), **own_model}, f"{item_path}.model", ModelConfig, "model")
+                if resolved_model["kind"] == "decoder":  # refused here, before any cell runs
+                    try:
+                        require_causal_form(name)
+                    except UserError as err:
+                        raise self.error(f"{item_path}.name", str(err)) from None
                 normal = {"name": name, "label": label, "options": dict(options), "model": own_model}
             self.resolved[path][label] = self.registry_options(registry, entry, options, f"{item_path}.options",
                                                                resolved_model)

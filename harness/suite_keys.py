@@ -43,6 +43,7 @@ from attnbench.train import TrainConfig
 
 COMPARISON_KEYS = ("references", "comparisons", "published", "sweep")
 SWEEP_KEYS = ("metric", "grid", "budget", "seed", "select_seeds")
+SWEPT_MEASUREMENTS = ("accuracy", "recall", "lm")  # the training measurements, whose details hold validation scores
 PUBLISHED_KEYS = ("source", "task", "note", "values")
 
 
@@ -220,7 +221,7 @@ def sweep_trials(cell: dict[str, Any], extras: dict[str, Any],
     With `select_seeds`, a cell at another seed is the (task label, attention label)'s `chosen` trial only,
     and none while that label's choice is not known."""
     sweep = extras.get("sweep")
-    if not sweep or cell["attention"]["name"] == REFERENCE or cell["measurement"]["name"] != "accuracy":
+    if not sweep or cell["attention"]["name"] == REFERENCE or cell["measurement"]["name"] not in SWEPT_MEASUREMENTS:
         return [cell]
     out = []
     for i, trial in enumerate(sweep["trials"]):

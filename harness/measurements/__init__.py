@@ -23,7 +23,8 @@ ENTRY_POINT_GROUP = "attnbench.measurement"
 MEASUREMENTS = Registry("measurement", builtin_modules=[
     "attnbench.measurements.accuracy", "attnbench.measurements.robustness",
     "attnbench.measurements.efficiency", "attnbench.measurements.fidelity",
-    "attnbench.baselines.coulomb.measurement"], entry_point_group=ENTRY_POINT_GROUP)
+    "attnbench.baselines.coulomb.measurement", "attnbench.measurements.state", "attnbench.measurements.recall",
+    "attnbench.measurements.language_model", "attnbench.measurements.decode"], entry_point_group=ENTRY_POINT_GROUP)
 
 
 class SkipCell(Exception):

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.errors import UserError
+from attnbench.report.causal import causal_plots
 from attnbench.report.formats import to_markdown, write_table
 from attnbench.report.html import cell_counts, provenance_value, render_page
 from attnbench.report.load import Results, load_runs, run_provenance
@@ -125,7 +126,7 @@ def _write_into(results: Results, out_dir: Path, title: str) -> None:
         summary.append(f"Efficiency: {len(refused)} point(s) not measured (timed threads kept off the cores by other "
                        f"work), left out of every ratio, rank and the Pareto front: {', '.join(refused)}.")
     plots = all_plots(results, leaderboard.data if leaderboard is not None else pd.DataFrame(),
-                      eff, out_dir / "plots")
+                      eff, out_dir / "plots") + causal_plots(results, out_dir / "plots")
     provenance = run_provenance(results)
     (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=1), encoding="utf-8")
     (out_dir / "report.md").write_text(_markdown(title, tables, [p.name for p in plots], provenance, summary),

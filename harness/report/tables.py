@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from attnbench.report.causal import decode_crossover_table, recall_table
 from attnbench.report.load import Results, metric_frame, not_ok
 from attnbench.baselines.coulomb.report import kernel_tables
 from attnbench.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table,
@@ -267,7 +268,8 @@ def all_tables(results: Results) -> list[Table]:
     tables += [task_table(results, t) for t in tasks]
     tables += [paired_comparison_table(results), published_table(results), sweep_table(results.sweep)]
     tables += [*robustness_tables(results), efficiency_table(results), paired_table(results),
-               fidelity_table(results), coulomb_table(results), *kernel_tables(results)]
+               fidelity_table(results), coulomb_table(results), *kernel_tables(results), recall_table(results),
+               decode_crossover_table(results)]
     other = results.ok[~results.ok["measurement"].isin(BUILTIN_MEASUREMENTS)]  # plug-in measurements
     tables += [task_table(results, str(task), str(m))
                for (m, task), _ in other.groupby(["measurement", "task"], sort=True)]

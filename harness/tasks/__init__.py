@@ -26,7 +26,8 @@ from attnbench.tasks.base import Split, TaskData
 ENTRY_POINT_GROUP = "attnbench.task"
 
 TASKS = Registry("task", builtin_modules=["attnbench.tasks.listops", "attnbench.tasks.recall",
-                                          "attnbench.tasks.nonlinear", "attnbench.tasks.sentence"],
+                                          "attnbench.tasks.nonlinear", "attnbench.tasks.sentence",
+                                          "attnbench.tasks.mqar", "attnbench.tasks.byte_lm"],
                  entry_point_group=ENTRY_POINT_GROUP)
 
 

@@ -1,0 +1,155 @@
+"""Report sections of the causal setting: recall against state size, and the decoding crossover.
+
+- `recall_table`: MQAR answer accuracy per attention label at each num_kv_pairs (mean ± std over seeds, 95%
+  t-interval from 3), with the state bytes per sequence and layer.
+- `plot_recall_vs_state`: Zoology's Figure 2 - accuracy against state bytes (log axis), one panel per
+  num_kv_pairs, one line per attention family (the registered name) through its labels (widths, features).
+- `decode_crossover_table` and `plot_decode`: per-token decoding latency and prefill throughput against
+  context length, and the shortest measured context at which each label's step is faster than softmax's.
+The bits-per-byte table with intervals is the generic per-task table of the `lm` measurement.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from attnbench.report.load import Results, detail_rows
+from attnbench.report.plots import Plot, _figure, _legend_outside, _save, label_colors
+from attnbench.report.stats import summarize
+from attnbench.report.table import Table, best_mask, fmt, fmt_summary
+
+SOFTMAX = "softmax"
+
+
+def recall_points(results: Results) -> pd.DataFrame:
+    """One row per ok recall cell: label, attention, num_kv_pairs, seed, accuracy, state_bytes."""
+    cells = results.of("recall")
+    rows = [{"label": c["label"], "attention": c["attention"], "seed": c["seed"],
+             "num_kv_pairs": c["metrics"].get("num_kv_pairs"), "accuracy": c["metrics"].get("accuracy"),
+             "state_bytes": c["metrics"].get("state_bytes")} for _, c in cells.iterrows()]
+    return pd.DataFrame(rows, columns=["label", "attention", "seed", "num_kv_pairs", "accuracy", "state_bytes"])
+
+
+def recall_table(results: Results) -> Table | None:
+    """Accuracy per label (rows) and num_kv_pairs (columns), with state bytes."""
+    points = recall_points(results)
+    if points.empty:
+        return None
+    pairs = sorted(points["num_kv_pairs"].dropna().unique())
+    data, text = [], []
+    for (label, attention), part in points.groupby(["label", "attention"], sort=True):
+        rec = {"label": label, "attention": attention, "state bytes": float(part["state_bytes"].mean())}
+        row = {"label": label, "attention": attention, "state bytes": fmt(rec["state bytes"], 0)}
+        for p in pairs:
+            s = summarize(part.loc[part["num_kv_pairs"] == p, "accuracy"])
+            rec[f"kv {int(p)}"], row[f"kv {int(p)}"] = s["mean"], fmt_summary(s)
+        data.append(rec)
+        text.append(row)
+    data, text = pd.DataFrame(data), pd.DataFrame(text)
+    best = best_mask(data[[f"kv {int(p)}" for p in pairs]], {f"kv {int(p)}": "max" for p in pairs})
+    best = best.reindex(columns=text.columns, fill_value=False)
+    notes = [("MQAR answer accuracy on the test split (mean ± std over seeds, [95% t-interval] from 3) at each "
+              "number of key-value pairs; state bytes: the decoding state per sequence and layer at the row length "
+              "(softmax: its KV cache; a feature map: features x head_dim plus the normaliser).")]
+    return Table("recall", "Associative recall (MQAR) against state size", data, text, best, notes, key_columns=2)
+
+
+def plot_recall_vs_state(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
+    """Accuracy against state bytes (log), a panel per num_kv_pairs, a line per attention family."""
+    points = recall_points(results)
+    if points.empty:
+        return []
+    means = points.groupby(["num_kv_pairs", "attention", "label"], as_index=False)[["accuracy", "state_bytes"]].mean()
+    pairs = sorted(means["num_kv_pairs"].unique())
+    family_colors = {name: colors.get(name, None) for name in sorted(means["attention"].unique())}
+    fig = _figure(3.2 * len(pairs), 3.2)
+    axes = np.atleast_1d(fig.subplots(1, len(pairs), sharey=True))
+    for ax, p in zip(axes, pairs):
+        for family, part in means[means["num_kv_pairs"] == p].groupby("attention", sort=True):
+            part = part.sort_values("state_bytes")
+            ax.plot(part["state_bytes"], part["accuracy"], marker="o", label=family, color=family_colors[family])
+        ax.set_xscale("log")
+        ax.set_title(f"{int(p)} key-value pairs", fontsize="small")
+        ax.set_xlabel("state bytes per sequence and layer")
+        ax.axhline(0.9, color="grey", linewidth=0.5, linestyle=":")
+    axes[0].set_ylabel("MQAR accuracy")
+    _legend_outside(fig, axes)
+    return [_save(fig, out_dir, "recall_vs_state", "MQAR accuracy against state size (Zoology Figure 2)")]
+
+
+def decode_points(results: Results) -> pd.DataFrame:
+    """Mean over seeds of each label's decode rows: context_length, decode_ms_per_token, prefill tokens/s, bytes."""
+    rows = detail_rows(results, "decode")
+    if rows.empty:
+        return rows
+    columns = ["decode_ms_per_token", "prefill_tokens_per_s", "state_bytes"]
+    return rows.groupby(["label", "attention", "context_length"], as_index=False)[columns].mean()
+
+
+def crossover(points: pd.DataFrame, label: str) -> float:
+    """The shortest measured context from which on `label`'s decoding step is faster than softmax's at every
+    longer measured context (NaN if not at the longest)."""
+    soft = points[points["attention"] == SOFTMAX].groupby("context_length")["decode_ms_per_token"].mean()
+    mine = points[points["label"] == label].groupby("context_length")["decode_ms_per_token"].mean()
+    shared = sorted(set(mine.index) & set(soft.index))
+    start = float("nan")
+    for n in reversed(shared):
+        if not mine[n] < soft[n]:
+            break
+        start = float(n)
+    return start
+
+
+def decode_crossover_table(results: Results) -> Table | None:
+    """Per label: decoding ms per token at the shortest and longest context, state bytes, and the crossover."""
+    points = decode_points(results)
+    if points.empty:
+        return None
+    shortest, longest = points["context_length"].min(), points["context_length"].max()
+    data, text = [], []
+    for (label, attention), part in points.groupby(["label", "attention"], sort=True):
+        part = part.set_index("context_length")
+        rec = {"label": label, f"ms/token @{shortest}": part["decode_ms_per_token"].get(shortest, np.nan),
+               f"ms/token @{longest}": part["decode_ms_per_token"].get(longest, np.nan),
+               f"state bytes @{longest}": part["state_bytes"].get(longest, np.nan),
+               "faster than softmax from": np.nan if attention == SOFTMAX else crossover(points, label)}
+        data.append(rec)
+        text.append({k: (v if k == "label" else fmt(v, 0 if "bytes" in k or "from" in k else None))
+                     for k, v in rec.items()})
+    data, text = pd.DataFrame(data), pd.DataFrame(text)
+    best = pd.DataFrame(False, index=text.index, columns=text.columns)
+    notes = [("Median wall time of one decoding step (batch 1, float32, after a parallel prefill) and the state or "
+              "KV cache bytes per sequence and layer; 'faster than softmax from': the shortest measured context "
+              "length from which on the label's step beat softmax's at every longer one (a dash: not even at the "
+              "longest measured).")]
+    return Table("decode_crossover", "Decoding cost against context length", data, text, best, notes)
+
+
+def plot_decode(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
+    """Decoding ms per token and prefill tokens/s against context length (log-log), a line per label."""
+    points = decode_points(results)
+    if points.empty:
+        return []
+    fig = _figure(7.5, 3.3)
+    axes = fig.subplots(1, 2)
+    for label, part in points.groupby("label", sort=True):
+        part = part.sort_values("context_length")
+        axes[0].plot(part["context_length"], part["decode_ms_per_token"], marker="o", label=label,
+                     color=colors.get(label))
+        axes[1].plot(part["context_length"], part["prefill_tokens_per_s"], marker="o", label=label,
+                     color=colors.get(label))
+    for ax, ylabel in zip(axes, ("ms per decoded token", "prefill tokens / s")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("context length")
+        ax.set_ylabel(ylabel)
+    _legend_outside(fig, axes)
+    return [_save(fig, out_dir, "decode_crossover", "Decoding latency and prefill throughput against context length")]
+
+
+def causal_plots(results: Results, out_dir: Path) -> list[Plot]:
+    """The causal setting's plots, coloured by the report's label palette."""
+    colors = label_colors([*results.labels(), *results.cells["attention"].dropna()])
+    return [*plot_recall_vs_state(results, colors, out_dir), *plot_decode(results, colors, out_dir)]

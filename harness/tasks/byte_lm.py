@@ -1,0 +1,100 @@
+"""Byte-level language modelling of text: predict each next byte (vocabulary 256).
+
+Corpus: `path` (a text file, or a folder whose *.txt files are read in name order), else the default: the
+Python documentation topics that CPython ships with itself (`pydoc_data.topics`, what `help("if")` shows;
+about 460 kB of English technical prose with code), chosen because every Python that runs attnbench has it,
+offline, byte for byte the same for a given Python version, with no download or licence question (the PSF
+licence). Its SHA-256, size and Python version go into the provenance.
+
+Splits: the corpus's bytes cut in order into train, validation and test (the last `validation_fraction` and
+`test_fraction`), so no text is shared. Evaluation protocol: non-overlapping blocks of `block_size` bytes,
+each predicted from the bytes before it in its block (a window of block_size + 1 bytes, stepping
+block_size), so every byte of a split after its first is scored exactly once; the tail short of a block is
+left out. Training rows are the same blocks of the train split.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+from pathlib import Path
+
+import torch
+from pydoc_data.topics import topics
+
+from attnbench.errors import UserError
+from attnbench.options import option, require
+from attnbench.tasks import TaskConfig, register_task
+from attnbench.tasks.sequence import SequenceTaskData, TokenSplit, no_label_noise
+
+VOCAB = 256
+
+
+@dataclasses.dataclass
+class ByteLmConfig(TaskConfig):
+    """Options of byte-level language modelling."""
+
+    block_size: int = option(256, "bytes per evaluation block (and training row)", minimum=1, maximum=1_048_576)
+    path: str | None = option(None, "a text file, or a folder of *.txt files; None: Python's pydoc_data topics")
+    max_bytes: int | None = option(None, "use only the corpus's first N bytes (None = all)", minimum=1)
+    validation_fraction: float = option(0.05, "fraction of the bytes (after train) for validation")
+    test_fraction: float = option(0.05, "fraction of the bytes (the end) for test")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        no_label_noise(self.label_noise, "byte_lm")
+        require(0 < self.validation_fraction < 1 and 0 < self.test_fraction < 1
+                and self.validation_fraction + self.test_fraction < 1,
+                f"validation_fraction={self.validation_fraction} and test_fraction={self.test_fraction} must be in "
+                f"(0, 1) and leave bytes for training")
+
+    def check_inputs(self) -> None:
+        if self.path is not None and not Path(self.path).exists():
+            raise UserError(f"byte_lm path {self.path!r} does not exist; give a text file or a folder of .txt files")
+
+
+def default_corpus() -> bytes:
+    """The documentation topics CPython ships (`pydoc_data.topics`), in key order, UTF-8."""
+    return "\n\n".join(topics[key] for key in sorted(topics)).encode("utf-8")
+
+
+def read_corpus(path: str | None) -> tuple[bytes, str]:
+    """The corpus's bytes and a description of where they came from."""
+    if path is None:
+        return default_corpus(), f"pydoc_data.topics of Python {sys.version.split()[0]}"
+    p = Path(path)
+    files = sorted(p.glob("*.txt")) if p.is_dir() else [p]
+    if not files:
+        raise UserError(f"byte_lm path {path!r} holds no .txt files; give a text file or a folder of .txt files")
+    return b"".join(f.read_bytes() for f in files), f"{len(files)} file(s) under {path}"
+
+
+def byte_blocks(data: bytes, block_size: int) -> TokenSplit:
+    """Non-overlapping blocks: row r predicts bytes r*block_size + 1 ... (r+1)*block_size from the bytes before
+    them in the row -> inputs, labels (R, block_size)."""
+    rows = (len(data) - 1) // block_size
+    if rows < 1:
+        raise UserError(f"{len(data)} bytes make no block of block_size={block_size}; use a smaller block_size "
+                        f"or more text")
+    seq = torch.frombuffer(bytearray(data[:rows * block_size + 1]), dtype=torch.uint8).long()
+    inputs = seq[:-1].view(rows, block_size)
+    labels = seq[1:].view(rows, block_size)
+    return TokenSplit(inputs, torch.ones_like(inputs, dtype=torch.bool), labels)
+
+
+@register_task("byte_lm", config=ByteLmConfig)
+def byte_lm(cfg: ByteLmConfig) -> SequenceTaskData:
+    """Byte-level language modelling: next-byte prediction on a text corpus, non-overlapping evaluation blocks."""
+    data, source = read_corpus(cfg.path)
+    if cfg.max_bytes is not None:
+        data = data[:cfg.max_bytes]
+    n = len(data)
+    test_start = n - int(n * cfg.test_fraction)
+    val_start = test_start - int(n * cfg.validation_fraction)
+    raw = {"train": data[:val_start], "validation": data[val_start:test_start], "test": data[test_start:]}
+    splits = {name: byte_blocks(part, cfg.block_size) for name, part in raw.items()}
+    info = {"source": source, "corpus_sha256": hashlib.sha256(data).hexdigest(), "corpus_bytes": n,
+            "split_bytes": {name: len(part) for name, part in raw.items()},
+            "protocol": f"non-overlapping blocks of {cfg.block_size} bytes, each byte after a split's first scored once"}
+    return SequenceTaskData("byte_lm", splits, num_classes=VOCAB, vocab_size=VOCAB, max_length=cfg.block_size,
+                            pad_id=0, info=info, raw=raw)

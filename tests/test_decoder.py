@@ -1,0 +1,101 @@
+"""The causal decoder (attnbench.decoder): causality, stepping against the parallel forward, tying, refusal."""
+import pytest
+import torch
+
+from attnbench.decoder import TransformerDecoder, build_model, token_loss
+from attnbench.errors import ConfigError
+from attnbench.model import ModelConfig
+
+CFG = ModelConfig(vocab_size=23, num_classes=23, max_length=64, d_model=16, num_layers=2, num_heads=2, ffn_dim=32,
+                  dropout=0.0, kind="decoder", tie_qk=False)
+ATTENTIONS = [("softmax", {}), ("elu-linear", {}), ("performer", {"num_features": 16}),
+              ("random-features", {"feature_map": "favor", "num_features": 16})]
+
+
+def _ids(batch=2, n=40, seed=0):
+    return torch.randint(0, CFG.vocab_size, (batch, n), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("name, options", ATTENTIONS, ids=[a for a, _ in ATTENTIONS])
+def test_output_at_t_is_unchanged_by_anything_after_t(name, options):
+    model = TransformerDecoder(CFG, name, options).eval()
+    ids = _ids()
+    changed = ids.clone()
+    changed[:, 25:] = (changed[:, 25:] + 1 + torch.arange(15)) % CFG.vocab_size
+    with torch.no_grad():
+        before, after = model(ids), model(changed)
+    torch.testing.assert_close(after[:, :25], before[:, :25], rtol=0, atol=1e-6)
+    assert (after[:, 25:] - before[:, 25:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name, options", ATTENTIONS, ids=[a for a, _ in ATTENTIONS])
+def test_stepping_and_prefill_equal_the_parallel_forward(name, options):
+    model = TransformerDecoder(CFG, name, options).eval()
+    ids = _ids()
+    with torch.no_grad():
+        parallel = model(ids)
+        state = model.init_state(2)
+        stepped = []
+        for t in range(ids.shape[1]):
+            logits, state = model.step(ids[:, t], state)
+            stepped.append(logits)
+        torch.testing.assert_close(torch.stack(stepped, 1), parallel, rtol=1e-4, atol=1e-4)
+        prompt_logits, prefilled = model.prefill(ids[:, :30])
+        torch.testing.assert_close(prompt_logits, parallel[:, :30], rtol=1e-5, atol=1e-5)
+        for t in range(30, 40):
+            logits, prefilled = model.step(ids[:, t], prefilled)
+            torch.testing.assert_close(logits, parallel[:, t], rtol=1e-4, atol=1e-4)
+
+
+def test_padded_batches_give_each_row_its_unpadded_logits():
+    model = TransformerDecoder(CFG, "elu-linear").eval()
+    ids = _ids()
+    mask = torch.ones(2, 40, dtype=torch.bool)
+    mask[1, 30:] = False
+    with torch.no_grad():
+        padded = model(ids, mask)
+        alone = model(ids[1:, :30])
+    torch.testing.assert_close(padded[1, :30], alone[0], rtol=1e-5, atol=1e-5)
+
+
+def test_generate_continues_greedily_like_repeated_forward_passes():
+    model = TransformerDecoder(CFG, "softmax").eval()
+    prompt = _ids(n=5)
+    out = model.generate(prompt, 6)
+    expected = prompt
+    with torch.no_grad():
+        for _ in range(6):
+            expected = torch.cat([expected, model(expected)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(out, expected)
+
+
+def test_head_is_tied_to_the_embedding_unless_asked_otherwise():
+    tied = TransformerDecoder(CFG, "softmax")
+    assert tied.head.weight is tied.token_embedding.weight
+    untied = TransformerDecoder(ModelConfig(**{**CFG.__dict__, "tie_embeddings": False}), "softmax")
+    assert untied.head.weight is not untied.token_embedding.weight
+
+
+def test_loss_counts_only_labelled_positions():
+    logits = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([[1, -100, 4], [-100, -100, 0]])
+    log_p = torch.log_softmax(logits, -1)
+    expected = -(log_p[0, 0, 1] + log_p[0, 2, 4] + log_p[1, 2, 0]) / 3
+    torch.testing.assert_close(token_loss(logits, labels), expected)
+
+
+@pytest.mark.parametrize("name", ["linformer", "nystromformer"])
+def test_attentions_without_a_causal_form_are_refused_with_the_reason(name):
+    with pytest.raises(ConfigError, match="no causal form"):
+        build_model(CFG, name, {})
+
+
+def test_a_decoder_suite_naming_a_non_causal_attention_is_refused_on_loading(tmp_path):
+    from attnbench.errors import UserError
+    from attnbench.suite import load_suite
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\ndescription: a decoder with linformer\nattentions: [softmax, {name: linformer, options: {projected_length: 8}}]\n"
+                    "tasks: [{name: mqar, options: {num_kv_pairs: 2, seq_len: 16, vocab_size: 32}}]\nseeds: [0]\n"
+                    "model: {kind: decoder, d_model: 16, num_heads: 2}\nmeasurements: [recall]\n")
+    with pytest.raises(UserError, match=r"attentions\[1\].name: attention 'linformer' has no causal form"):
+        load_suite(path)

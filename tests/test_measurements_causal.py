@@ -1,0 +1,73 @@
+"""The causal measurements: state formulas against the tensors `step` carries, bits per byte by hand, recall per
+query, and the tiny causal suite end to end."""
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from attnbench.decoder_training import TokenScores, score_tokens
+from attnbench.executor import RunOptions, run_suite
+from attnbench.measurements.language_model import bits_per_bucket, lm_metrics
+from attnbench.measurements.recall import accuracy_per_query
+from attnbench.recurrence import state_bytes, step_through
+from attnbench.registry import build_attention
+from attnbench.suite import load_suite
+from attnbench.tasks.sequence import TokenSplit
+
+H, D = 2, 8
+STATE_CASES = [  # (name, options, bytes per sequence at context T, by hand)
+    ("softmax", {}, lambda t: t * (2 * H * D * 4 + 1)),  # keys + values float32, one bool per position
+    ("elu-linear", {}, lambda t: H * (D * D + D) * 4),  # M = D features: kv M x D + normaliser M
+    ("performer", {"num_features": 16}, lambda t: H * (16 * D + 16 + 1) * 4),  # + favor's anchor
+    ("rfa", {"num_features": 8}, lambda t: H * (16 * D + 16) * 4),  # sin and cos: 2 x 8 features
+    ("random-features", {"feature_map": "softplus", "num_features": 12}, lambda t: H * (12 * D + 12) * 4),
+]
+
+
+@pytest.mark.parametrize("name, options, by_hand", STATE_CASES, ids=[c[0] for c in STATE_CASES])
+def test_state_formula_matches_the_tensors_step_carries(name, options, by_hand):
+    attn = build_attention(name, head_dim=D, num_heads=H, causal=True, **options).eval()
+    for t in (1, 7, 50):
+        q, k, v = (torch.randn(1, H, t, D) for _ in range(3))
+        with torch.no_grad():
+            carried = state_bytes(step_through(attn, q, k, v)[1])
+        assert carried == attn.state_size(t) == by_hand(t)
+
+
+class FixedDistribution(nn.Module):
+    """A tiny 'model' predicting the same distribution (1/2, 1/4, 1/8, 1/8) at every position."""
+
+    def forward(self, ids, mask=None):
+        p = torch.tensor([0.5, 0.25, 0.125, 0.125])
+        return p.log().expand(*ids.shape, 4)
+
+
+def test_bits_per_byte_equal_a_hand_computation():
+    ids = torch.zeros(2, 4, dtype=torch.long)
+    labels = torch.tensor([[0, 1, 2, 3], [0, 0, -100, 1]])
+    split = TokenSplit(ids, torch.ones_like(ids, dtype=torch.bool), labels)
+    metrics = lm_metrics(score_tokens(FixedDistribution(), split))
+    bits = [1, 2, 3, 3, 1, 1, 2]  # -log2 p of each labelled byte
+    assert metrics["bits_per_byte"] == pytest.approx(sum(bits) / 7)
+    assert metrics["nll"] == pytest.approx(sum(bits) / 7 * math.log(2))
+    assert metrics["perplexity"] == pytest.approx(2 ** (sum(bits) / 7))
+    row_means = torch.tensor([9 / 4, 4 / 3], dtype=torch.float64)
+    assert metrics["bits_per_byte_ci95"] == pytest.approx(1.96 * float(row_means.std()) / math.sqrt(2))
+    assert metrics["accuracy"] == pytest.approx(3 / 7)  # arg-max is byte 0, the label 3 times of 7
+    buckets = bits_per_bucket(score_tokens(FixedDistribution(), split).loss, 2)
+    assert [b["bits_per_byte"] for b in buckets] == pytest.approx([(1 + 2 + 1 + 1) / 4, (3 + 3 + 2) / 3])
+
+
+def test_accuracy_per_query_keeps_row_order():
+    labelled = torch.tensor([[False, True, False, True], [True, False, True, False]])
+    correct = torch.tensor([[False, True, False, False], [True, False, True, False]])
+    scores = TokenScores(torch.zeros(2, 4), correct, labelled)
+    assert accuracy_per_query(scores) == [1.0, 0.5]
+
+
+def test_the_tiny_causal_suite_runs_end_to_end(tmp_path):
+    suite = load_suite(str(Path(__file__).parent / "suites" / "causal-tiny.yaml"))
+    summary = run_suite(suite, tmp_path / "run", RunOptions(show_progress=False, workers=1))
+    assert not summary.failures and summary.counts.get("ok", 0) >= 14, summary
