@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnbench.cell import record_what_ran, seed_everything
+from attnbench.runtime import record_what_ran, seed_everything
 from attnbench.decoder import IGNORE, TransformerDecoder, token_loss
 from attnbench.measurements import SkipCell
 from attnbench.model import ModelConfig
@@ -23,7 +23,8 @@ from attnbench.options import make_options
 from attnbench.progress import epoch_phase
 from attnbench.registry import attention_entry
 from attnbench.tasks.sequence import SequenceTaskData, TokenSplit
-from attnbench.train import NonFiniteLossError, Progress, TrainConfig, TrainResult, make_optimizer, warmup_cosine
+from attnbench.progress import Progress
+from attnbench.train import NonFiniteLossError, TrainConfig, TrainResult, make_optimizer, warmup_cosine
 
 
 @dataclasses.dataclass

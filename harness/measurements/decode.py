@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from attnbench.baselines.linear_kernel import torch_threads
-from attnbench.cell import seed_everything
+from attnbench.runtime import seed_everything
 from attnbench.decoder import TransformerDecoder
 from attnbench.decoder_training import decoder_config
 from attnbench.measurements import register_measurement
@@ -25,7 +25,7 @@ from attnbench.measurements.common import load_cell_task
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
 from attnbench.recurrence import state_bytes
-from attnbench.train import Progress
+from attnbench.progress import Progress
 
 for _pattern, _direction, _text in (
         ("prefill_tokens_per_s@*", "max", "prompt tokens per second of the parallel prefill at that context length"),

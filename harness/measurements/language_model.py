@@ -24,7 +24,7 @@ from attnbench.model import parameter_counts
 from attnbench.options import option, require
 from attnbench.tasks.byte_lm import byte_blocks
 from attnbench.tasks.sequence import SequenceTaskData
-from attnbench.train import Progress
+from attnbench.progress import Progress
 
 for _name, _direction, _text in (
         ("bits_per_byte", "min", "mean -log2 p(next byte) on held-out text"),

@@ -17,7 +17,7 @@ from attnbench.measurements.state import state_row
 from attnbench.metrics import register_metric
 from attnbench.model import parameter_counts
 from attnbench.tasks.sequence import SequenceTaskData
-from attnbench.train import Progress
+from attnbench.progress import Progress
 
 register_metric("num_kv_pairs", None, "key-value pairs per MQAR row")
 

@@ -12,14 +12,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnbench.cell import seed_everything
+from attnbench.runtime import seed_everything
 from attnbench.decoder import require_causal_form
 from attnbench.measurements import register_measurement
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
 from attnbench.recurrence import state_bytes, step_through
 from attnbench.registry import build_attention
-from attnbench.train import Progress
+from attnbench.progress import Progress
 
 register_metric("state_bytes*", "min", "bytes of one sequence's decoding state per layer (KV cache or recurrent state)")
 
