@@ -25,7 +25,9 @@ from attnbench.tasks.base import Split, TaskData
 ENTRY_POINT_GROUP = "attnbench.task"
 
 TASKS = Registry("task", builtin_modules=["attnbench.tasks.listops", "attnbench.tasks.recall",
-                                          "attnbench.tasks.nonlinear", "attnbench.tasks.sentence"],
+                                          "attnbench.tasks.nonlinear", "attnbench.tasks.sentence",
+                                          "attnbench.tasks.pathfinder", "attnbench.tasks.pixels",
+                                          "attnbench.tasks.byte_text", "attnbench.tasks.byte_retrieval"],
                  entry_point_group=ENTRY_POINT_GROUP)
 
 
