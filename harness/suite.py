@@ -10,10 +10,12 @@ measurement). Schema (top-level keys):
       - softmax
       - {name: performer, label: performer-64, options: {num_features: 64}}
       - {name: random-features, label: vanilla-favor-qk, model: {tie_qk: false}}   # model overrides
-    tasks:                           # a name or {name, label, options}; seed comes from `seeds`
+    tasks:                           # a name or {name, label, options, model, training}; seed from `seeds`
       - {name: listops, options: {num_train: 256}}
+      - {name: pathfinder, model: {num_layers: 1}, training: {lr: 1.0e-3}}   # per-task overrides (LRA's configs)
     seeds: [0, 1, 2]                 # required, distinct integers
-    model: {d_model: 64}             # ModelConfig overrides (vocabulary, classes, max_length come from the task)
+    model: {d_model: 64}             # ModelConfig overrides (vocabulary, classes, max_length come from the task);
+                                     # a task's `model` goes over it, an attention's `model` over both
     training: {epochs: 2}            # TrainConfig fields (phase_a: PhaseAConfig fields)
     measurements: [accuracy, {name: efficiency, options: {...}}]   # required
     cell_timeout: 600                # optional seconds per cell (CLI --cell-timeout overrides; default 6 h)
@@ -145,7 +147,7 @@ class Suite:
     description: str
     path: Path
     attentions: list[dict[str, Any]]  # {"name", "label", "options", "model" (overrides for its cells)}
-    tasks: list[dict[str, Any]]  # {"name", "options"}
+    tasks: list[dict[str, Any]]  # {"name", "options", "label"?, "model"?, "training"? (overrides for its cells)}
     seeds: list[int]
     model: dict[str, Any]
     training: dict[str, Any]
@@ -178,9 +180,11 @@ class Suite:
                 for attention in attentions + reference_entries(self.comparison_keys, measurement["name"], task):
                     for seed in seeds:
                         spec = {k: v for k, v in attention.items() if k != "model"}
-                        model = {**self.model, **attention.get("model", {})}
-                        cell = {"suite": self.name, "task": _copy(task), "attention": _copy(spec),
-                                "seed": seed, "model": _copy(model), "training": _copy(self.training),
+                        model = {**self.model, **task.get("model", {}), **attention.get("model", {})}
+                        training = {**self.training, **task.get("training", {})}
+                        task_spec = {k: v for k, v in task.items() if k not in ("model", "training")}
+                        cell = {"suite": self.name, "task": _copy(task_spec), "attention": _copy(spec),
+                                "seed": seed, "model": _copy(model), "training": _copy(training),
                                 "measurement": _copy(measurement)}
                         cells += [c for c in sweep_trials(cell, self.comparison_keys, chosen)
                                   if not any(fnmatch.fnmatchcase(cell_name(c), p) for p in self.exclude)]
@@ -239,7 +243,9 @@ class _Validator:
                                        if not getattr(measurements_registry.get(m["name"]).config, flag, True))
                        for flag in ("uses_task", "uses_seed", "uses_attention")}
         task_free = independent["uses_task"]
-        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False, task_labels=True)
+        model = self.model(raw.get("model", {}))
+        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False, task_labels=True,
+                             model=model)
         needs_task = [m["name"] for m in measurements if m["name"] not in task_free]
         if needs_task and not tasks:
             raise self.error("tasks", f"no tasks given, but measurement {needs_task[0]!r} needs one; "
@@ -248,7 +254,6 @@ class _Validator:
         if needs_attention and not raw.get("attentions"):
             raise self.error("attentions", f"no attentions given, but measurement {needs_attention[0]!r} needs "
                                            f"them; add attentions (see `attnbench list attention`)")
-        model = self.model(raw.get("model", {}))
         suite = Suite(
             name=name, description=description.strip(), path=self.path,
             attentions=self.entries(raw.get("attentions", []), "attentions", ATTENTIONS, labels=True, model=model),
@@ -318,7 +323,8 @@ class _Validator:
 
         With `labels` (attentions) an entry may carry a label and `model` overrides for its cells,
         merged over the suite's `model` (e.g. {tie_qk: false} for one variant). With `task_labels` (tasks) an
-        entry may carry a label, kept only where it differs from the name (so that unlabelled cells keep their ids).
+        entry may carry a label, kept only where it differs from the name (so that unlabelled cells keep their ids),
+        and `model` / `training` overrides for its cells (LRA sizes its model and schedule per task).
         """
         items = self.list(value, path)
         if path == "measurements" and not items:
@@ -329,8 +335,8 @@ class _Validator:
             if isinstance(item, str):
                 item = {"name": item}
             item = self.mapping(item, item_path)
-            allowed = ("name", "label", "options", "model") if labels else ("name", "label", "options") if task_labels \
-                else ("name", "options")
+            allowed = ("name", "label", "options", "model") if labels else \
+                ("name", "label", "options", "model", "training") if task_labels else ("name", "options")
             self.keys(item, allowed, item_path, ("name",))
             name = self.string(item["name"], f"{item_path}.name")
             try:
@@ -353,6 +359,12 @@ class _Validator:
                 own_model = self.model(item.get("model", {}), f"{item_path}.model")
                 resolved_model = self.config({**(model or {}), **own_model}, f"{item_path}.model", ModelConfig, "model")
                 normal = {"name": name, "label": label, "options": dict(options), "model": own_model}
+            elif task_labels:
+                for key, check in (("model", self.model), ("training", self.training)):
+                    if key in item:
+                        normal[key] = check(item[key], f"{item_path}.{key}")
+                if "model" in normal:
+                    self.config({**(model or {}), **normal["model"]}, f"{item_path}.model", ModelConfig, "model")
             self.resolved[path][label] = self.registry_options(registry, entry, options, f"{item_path}.options",
                                                                resolved_model)
             out.append(normal)
@@ -384,12 +396,12 @@ class _Validator:
         self.config(model, path, ModelConfig, "model")
         return dict(model)
 
-    def training(self, value: Any) -> dict[str, Any]:
-        training = self.mapping(value, "training")
-        self.config(training, "training", TrainConfig, "training")
+    def training(self, value: Any, path: str = "training") -> dict[str, Any]:
+        training = self.mapping(value, path)
+        self.config(training, path, TrainConfig, "training")
         if training.get("phase_a"):
             from attnbench.learning_phase import PhaseAConfig
-            self.config(training["phase_a"], "training.phase_a", PhaseAConfig, "phase A")
+            self.config(training["phase_a"], f"{path}.phase_a", PhaseAConfig, "phase A")
         return dict(training)
 
     def config(self, value: Any, path: str, config_cls: type, what: str) -> dict[str, Any]:

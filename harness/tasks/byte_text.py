@@ -100,7 +100,8 @@ def file_format(path: Path) -> str:
     """The `datasets` loader of a file, by suffix."""
     found = FORMATS.get(path.suffix.lower())
     if found is None:
-        raise UserError(f"byte task: cannot tell the format of {str(path)!r} from its suffix; use one of {sorted(FORMATS)}")
+        raise UserError(f"byte task: cannot tell the format of {str(path)!r} from its suffix; "
+                        f"use one of {sorted(FORMATS)}")
     return found
 
 

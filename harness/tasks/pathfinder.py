@@ -112,7 +112,8 @@ def generate_pathfinder(rng: np.random.Generator, label: int, cfg: PathfinderCon
     """One Pathfinder image with the given label (1: both marked ends on one contour), drawn from `rng`."""
     require(label in (0, 1), f"label={label} must be 0 or 1")
     step = segment_pixels(cfg.resolution)
-    lengths = [cfg.contour_length] * 2 + [cfg.distractor_length or max(1, cfg.contour_length // 2)] * cfg.num_distractors
+    distractor = cfg.distractor_length or max(1, cfg.contour_length // 2)
+    lengths = [cfg.contour_length] * 2 + [distractor] * cfg.num_distractors
     while True:
         occupied = np.zeros((cfg.resolution, cfg.resolution), dtype=bool)
         paths = []
