@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.report.load import Results, metric_frame, not_ok
+from attnbench.report.lra_table import lra_tables
 from attnbench.report.kernel_tables import kernel_tables
 from attnbench.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table,
                                                paired_table, robustness_tables)
@@ -178,6 +179,7 @@ def all_tables(results: Results) -> list[Table]:
     tasks = sorted(set(results.cells.loc[results.cells["measurement"] == "accuracy", "task"].dropna()))
     tables: list[Table | None] = [leaderboard_table(results) if tasks else None]
     tables += [task_table(results, t) for t in tasks]
+    tables += lra_tables(results)
     tables += [paired_comparison_table(results), published_table(results), sweep_table(results.sweep)]
     tables += [*robustness_tables(results), efficiency_table(results), paired_table(results),
                fidelity_table(results), coulomb_table(results), *kernel_tables(results)]
