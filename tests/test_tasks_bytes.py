@@ -81,3 +81,11 @@ def test_listops_lra_preset_sets_lra_sizes_and_refuses_overrides() -> None:
     assert (cfg.min_length, cfg.max_length, cfg.max_args, cfg.num_train, cfg.num_test) == (500, 2000, 10, 96000, 2000)
     with pytest.raises(ConfigError, match="max_length"):
         TASKS.make_config("listops", seed=0, preset="lra", max_length=300)
+
+
+def test_near_duplicate_pairs_copy_the_same_document_when_labelled_1() -> None:
+    texts = [f"review number {i} says something different" for i in range(30)]
+    a, b, same = pairs_from_corpus(texts, [0] * 30, seed=1, pairing="near-duplicate", edit_rate=0.0)
+    assert a == texts and [int(x == y) for x, y in zip(a, b)] == same and 0 < sum(same) < 30
+    _, edited, _ = pairs_from_corpus(texts, [0] * 30, seed=1, pairing="near-duplicate", edit_rate=0.2)
+    assert sum(x != y for x, y in zip(b, edited)) > 20
