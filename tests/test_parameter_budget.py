@@ -11,7 +11,8 @@ V, L, D, F, C, LAYERS = 20, 16, 8, 12, 3, 2
 
 
 def _task(info: dict | None = None) -> TaskData:
-    split = Split(torch.ones(4, L, dtype=torch.long), torch.ones(4, L, dtype=torch.bool), torch.zeros(4, dtype=torch.long))
+    ids, mask = torch.ones(4, L, dtype=torch.long), torch.ones(4, L, dtype=torch.bool)
+    split = Split(ids, mask, torch.zeros(4, dtype=torch.long))
     return TaskData("t", {"train": split, "validation": split, "test": split}, num_classes=C, vocab_size=V,
                     max_length=L, info=info or {})
 
