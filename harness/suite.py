@@ -10,10 +10,12 @@ measurement). Schema (top-level keys):
       - softmax
       - {name: performer, label: performer-64, options: {num_features: 64}}
       - {name: random-features, label: vanilla-favor-qk, model: {tie_qk: false}}   # model overrides
-    tasks:                           # a name or {name, label, options}; seed comes from `seeds`
+    tasks:                           # a name or {name, label, options, model, training}; seed from `seeds`
       - {name: listops, options: {num_train: 256}}
+      - {name: pathfinder, model: {num_layers: 1}, training: {lr: 1.0e-3}}   # per-task overrides (LRA's configs)
     seeds: [0, 1, 2]                 # required, distinct integers
-    model: {d_model: 64}             # ModelConfig overrides (vocabulary, classes, max_length come from the task)
+    model: {d_model: 64}             # ModelConfig overrides (vocabulary, classes, max_length come from the task);
+                                     # a task's `model` goes over it, an attention's `model` over both
     training: {epochs: 2}            # TrainConfig fields (phase_a: PhaseAConfig fields)
     measurements: [accuracy, {name: efficiency, options: {...}}]   # required
     cell_timeout: 600                # optional seconds per cell (CLI --cell-timeout overrides; default 6 h)
@@ -72,12 +74,12 @@ def suite_names() -> list[str]:
 def find_suite(name_or_path: str) -> Path:
     """The YAML file of a shipped suite name, or the user's own path to one."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    shipped = suites_dir() / f"{name_or_path}.yaml"
+    if path.suffix in (".yaml", ".yml") or path.exists() and not (path.is_dir() and shipped.is_file()):
         if not path.is_file():
             raise UserError(f"suite file {name_or_path!r} does not exist; give a shipped suite name "
                             f"({', '.join(suite_names())}) or the path to a YAML file")
         return path
-    shipped = suites_dir() / f"{name_or_path}.yaml"
     if shipped.is_file():
         return shipped
     raise UserError(unknown_name_message("suite", name_or_path, suite_names())
@@ -145,7 +147,7 @@ class Suite:
     description: str
     path: Path
     attentions: list[dict[str, Any]]  # {"name", "label", "options", "model" (overrides for its cells)}
-    tasks: list[dict[str, Any]]  # {"name", "options"}
+    tasks: list[dict[str, Any]]  # {"name", "options", "label"?, "model"?, "training"? (overrides for its cells)}
     seeds: list[int]
     model: dict[str, Any]
     training: dict[str, Any]
@@ -180,9 +182,11 @@ class Suite:
                 for attention in attentions + reference_entries(self.comparison_keys, measurement["name"], task):
                     for seed in seeds:
                         spec = {k: v for k, v in attention.items() if k != "model"}
-                        model = {**self.model, **attention.get("model", {})}
-                        cell = {"suite": self.name, "task": _copy(task), "attention": _copy(spec),
-                                "seed": seed, "model": _copy(model), "training": _copy(self.training),
+                        model = {**self.model, **task.get("model", {}), **attention.get("model", {})}
+                        training = {**self.training, **task.get("training", {})}
+                        task_spec = {k: v for k, v in task.items() if k not in ("model", "training")}
+                        cell = {"suite": self.name, "task": _copy(task_spec), "attention": _copy(spec),
+                                "seed": seed, "model": _copy(model), "training": _copy(training),
                                 "measurement": _copy(measurement)}
                         if self.task_inputs.get(task_label(task)):
                             cell["inputs"] = _copy(self.task_inputs[task_label(task)])
@@ -214,6 +218,7 @@ class _Validator:
         self.path = path
         self.resolved: dict[str, Any] = {"attentions": {}, "tasks": {}, "measurements": {}}
         self.inputs: dict[str, dict[str, Any]] = {}  # by options key path: what a task reads (Suite.task_inputs)
+        self.attentions: list[dict[str, Any]] = []  # read before the tasks: their learning phases check phase_a
 
     def error(self, key_path: str, message: str) -> UserError:
         return UserError(f"{self.path}: {key_path}: {message}")
@@ -232,7 +237,11 @@ class _Validator:
                                        if not getattr(measurements_registry.get(m["name"]).config, flag, True))
                        for flag in ("uses_task", "uses_seed", "uses_attention")}
         task_free = independent["uses_task"]
-        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False, task_labels=True)
+        model = self.model(raw.get("model", {}))
+        self.attentions = attentions = self.entries(raw.get("attentions", []), "attentions", ATTENTIONS, labels=True,
+                                                    model=model)
+        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False, task_labels=True,
+                             model=model)
         needs_task = [m["name"] for m in measurements if m["name"] not in task_free]
         if needs_task and not tasks:
             raise self.error("tasks", f"no tasks given, but measurement {needs_task[0]!r} needs one; "
@@ -241,12 +250,10 @@ class _Validator:
         if needs_attention and not raw.get("attentions"):
             raise self.error("attentions", f"no attentions given, but measurement {needs_attention[0]!r} needs "
                                            f"them; add attentions (see `attnbench list attention`)")
-        model = self.model(raw.get("model", {}))
-        attentions = self.entries(raw.get("attentions", []), "attentions", ATTENTIONS, labels=True, model=model)
         suite = Suite(
             name=name, description=description.strip(), path=self.path,
             attentions=attentions, tasks=tasks, seeds=self.seeds(raw["seeds"]), model=model,
-            training=self.training(raw.get("training", {}), attentions),
+            training=self.training(raw.get("training", {})),
             measurements=measurements, cell_timeout=self.timeout(raw.get("cell_timeout")),
             exclude=[self.string(p, f"exclude[{i}]") for i, p in enumerate(self.list(raw.get("exclude", []), "exclude"))],
             resolved=self.resolved, task_free=task_free, seed_free=independent["uses_seed"],
@@ -313,7 +320,8 @@ class _Validator:
 
         With `labels` (attentions) an entry may carry a label and `model` overrides for its cells,
         merged over the suite's `model` (e.g. {tie_qk: false} for one variant). With `task_labels` (tasks) an
-        entry may carry a label, kept only where it differs from the name (so that unlabelled cells keep their ids).
+        entry may carry a label, kept only where it differs from the name (so that unlabelled cells keep their ids),
+        and `model` / `training` overrides for its cells (LRA sizes its model and schedule per task).
         """
         items = self.list(value, path)
         if path == "measurements" and not items:
@@ -324,8 +332,8 @@ class _Validator:
             if isinstance(item, str):
                 item = {"name": item}
             item = self.mapping(item, item_path)
-            allowed = ("name", "label", "options", "model") if labels else ("name", "label", "options") if task_labels \
-                else ("name", "options")
+            allowed = ("name", "label", "options", "model") if labels else \
+                ("name", "label", "options", "model", "training") if task_labels else ("name", "options")
             self.keys(item, allowed, item_path, ("name",))
             name = self.string(item["name"], f"{item_path}.name")
             try:
@@ -355,6 +363,12 @@ class _Validator:
                     except UserError as err:
                         raise self.error(f"{item_path}.name", str(err)) from None
                 normal = {"name": name, "label": label, "options": dict(options), "model": own_model}
+            elif task_labels:
+                for key, check in (("model", self.model), ("training", self.training)):
+                    if key in item:
+                        normal[key] = check(item[key], f"{item_path}.{key}")
+                if "model" in normal:
+                    self.config({**(model or {}), **normal["model"]}, f"{item_path}.model", ModelConfig, "model")
             self.resolved[path][label] = self.registry_options(registry, entry, options, f"{item_path}.options",
                                                                resolved_model)
             out.append(normal)
@@ -386,15 +400,16 @@ class _Validator:
         self.config(model, path, ModelConfig, "model")
         return dict(model)
 
-    def training(self, value: Any, attentions: list[dict[str, Any]]) -> dict[str, Any]:
-        """TrainConfig keys; `phase_a` checked against the config of each learning phase the attentions declare."""
-        training = self.mapping(value, "training")
-        self.config(training, "training", TrainConfig, "training")
+    def training(self, value: Any, path: str = "training") -> dict[str, Any]:
+        """TrainConfig keys; `phase_a` checked against the config of each learning phase the suite's attentions
+        declare (the attentions are read before the tasks, whose `training` overrides come here too)."""
+        training = self.mapping(value, path)
+        self.config(training, path, TrainConfig, "training")
         if training.get("phase_a"):
-            phases = {phase.name: phase for phase in map(learning_phase_entry, {a["name"] for a in attentions})
+            phases = {phase.name: phase for phase in map(learning_phase_entry, {a["name"] for a in self.attentions})
                       if phase is not None}
             for phase in phases.values():
-                self.config(training["phase_a"], "training.phase_a", phase.config, f"learning phase {phase.name!r}")
+                self.config(training["phase_a"], f"{path}.phase_a", phase.config, f"learning phase {phase.name!r}")
         return dict(training)
 
     def config(self, value: Any, path: str, config_cls: type, what: str) -> dict[str, Any]:

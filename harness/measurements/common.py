@@ -13,6 +13,7 @@ from attnbench.runtime import record_what_ran, seed_everything
 from attnbench.tasks import load_task
 from attnbench.tasks.base import TaskData
 from attnbench.train import TrainConfig, TrainResult, train_classifier
+from attnbench.two_tower import build_classifier
 
 
 def attention_label(cell: dict[str, Any]) -> str:
@@ -57,7 +58,7 @@ def train_cell_model(cell: dict[str, Any], task: TaskData, *, device: str, progr
     check_capabilities(name, task)
     seed = cell["seed"]
     seed_everything(seed)
-    model = TransformerClassifier(model_config(cell, task), name, options, seed=seed)
+    model = build_classifier(model_config(cell, task), task, name, options, seed=seed)
     return train_classifier(model, task, train_config(cell, **(training or {})), seed=seed, device=device,
                             progress=progress)
 

@@ -12,6 +12,7 @@ import pandas as pd
 from attnbench.report.causal import decode_crossover_table, recall_table
 from attnbench.report.load import Results, metric_frame, not_ok
 from attnbench.baselines.coulomb.report import kernel_tables
+from attnbench.report.lra_table import lra_tables
 from attnbench.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table,
                                                paired_table, robustness_tables)
 from attnbench.report.paired import PredictionCache, paired_comparison_table
@@ -266,6 +267,7 @@ def all_tables(results: Results) -> list[Table]:
     tasks = sorted(set(results.cells.loc[results.cells["measurement"] == "accuracy", "task"].dropna()))
     tables: list[Table | None] = [leaderboard_table(results) if tasks else None]
     tables += [task_table(results, t) for t in tasks]
+    tables += lra_tables(results)
     tables += [paired_comparison_table(results), published_table(results), sweep_table(results.sweep)]
     tables += [*robustness_tables(results), efficiency_table(results), paired_table(results),
                fidelity_table(results), coulomb_table(results), *kernel_tables(results), recall_table(results),

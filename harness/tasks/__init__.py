@@ -27,7 +27,9 @@ ENTRY_POINT_GROUP = "attnbench.task"
 
 TASKS = Registry("task", builtin_modules=["attnbench.tasks.listops", "attnbench.tasks.recall",
                                           "attnbench.tasks.nonlinear", "attnbench.tasks.sentence",
-                                          "attnbench.tasks.mqar", "attnbench.tasks.byte_lm"],
+                                          "attnbench.tasks.mqar", "attnbench.tasks.byte_lm",
+                                          "attnbench.tasks.pathfinder", "attnbench.tasks.pixels",
+                                          "attnbench.tasks.byte_text", "attnbench.tasks.byte_retrieval"],
                  entry_point_group=ENTRY_POINT_GROUP)
 
 

@@ -5,6 +5,10 @@ probability `operator_probability` (LRA: 0.25), else a digit; an operator takes 
 arguments. Operators: [MAX, [MIN, [MED (integer part of the median), [SM (sum modulo the number of
 values). Expressions outside [min_length, max_length] tokens are rejected. Printed form:
 "[MAX 2 9 [MIN 4 7 ] 0 ]"; one token per digit, operator and closing bracket.
+
+`preset: lra` sets LRA's sizes (lengths 500-2,000, depth 10, up to 10 arguments, 96k/2k/2k examples;
+google-research/long-range-arena, lra_benchmarks/data/listops.py); `preset: cpu` (the default) keeps the
+options as given. The cell's provenance names the preset that ran.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Literal
 
 import numpy as np
 
+from attnbench.errors import ConfigError
 from attnbench.options import option, require
 from attnbench.tasks import register_task
 from attnbench.tasks.base import TaskData
@@ -36,8 +41,12 @@ class ListOpsConfig(SyntheticConfig):
     num_classes: int = option(10, "values are the digits 0..num_classes-1; SM is the sum modulo num_classes")
     operators: list[Operator] = option(list(OPERATORS), "operators used")
     operator_probability: float = option(0.25, "probability that a node above max_depth is an operator (LRA: 0.25)")
+    preset: Literal["cpu", "lra"] = option("cpu", "cpu: the options as given; lra: LRA's sizes (lengths 500-2000, "
+                                                  "depth 10, 10 arguments, 96k/2k/2k), which then may not be given")
 
     def __post_init__(self) -> None:
+        if self.preset == "lra":
+            self._apply_lra_preset()
         super().__post_init__()
         require(1 <= self.min_length <= self.max_length,
                 f"min_length={self.min_length} and max_length={self.max_length} need 1 <= min <= max")
@@ -47,6 +56,18 @@ class ListOpsConfig(SyntheticConfig):
         require(len(self.operators) >= 1, "operators is empty; give at least one of MAX, MIN, MED, SM")
         require(0 < self.operator_probability < 1,
                 f"operator_probability={self.operator_probability} must lie in (0, 1)")
+
+    def _apply_lra_preset(self) -> None:
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        changed = sorted(name for name in LRA_PRESET if getattr(self, name) != defaults[name])
+        if changed:
+            raise ConfigError(f"listops: preset: lra sets {changed} itself; remove them or use preset: cpu")
+        for name, value in LRA_PRESET.items():
+            setattr(self, name, value)
+
+
+LRA_PRESET = {"min_length": 500, "max_length": 2000, "max_depth": 10, "max_args": 10, "num_train": 96_000,
+              "num_validation": 2_000, "num_test": 2_000}
 
 
 def vocabulary(num_classes: int, operators: tuple[str, ...] = OPERATORS) -> list[str]:
@@ -129,6 +150,6 @@ def listops(cfg: ListOpsConfig) -> TaskData:
     vocab = vocabulary(cfg.num_classes)
     return TaskData("listops", splits, num_classes=cfg.num_classes, vocab_size=len(vocab),
                     max_length=cfg.max_length, pad_id=PAD_ID,
-                    info={"source": "generated (LRA ListOps semantics)", "vocabulary": vocab,
+                    info={"source": "generated (LRA ListOps semantics)", "preset": cfg.preset, "vocabulary": vocab,
                           "splits": split_info(splits)},
                     special_ids=(PAD_ID,))

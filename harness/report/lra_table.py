@@ -1,0 +1,143 @@
+"""The LRA-style table: test accuracy per attention and task (mean and 95% interval over seeds), the average,
+and per task how many attention pairs it separates; and the list of those pairs.
+
+Shown when a run holds accuracy cells of the Long Range Arena tasks (`LRA_TASKS`). A pair is separated on
+a task when the 95% t-interval of the per-seed accuracy difference excludes 0 and the per-example test
+(exact McNemar per seed, combined across seeds by `attnbench.report.comparisons.combine_p_values`) gives p < 0.05:
+the verdict rule of the paired comparisons (`attnbench.report.paired`), applied to every pair.
+A cell whose model breaks LRA's parameter rule (accuracy option parameter_tolerance) is flagged.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from attnbench.report.comparisons import combine_p_values, mean_difference_interval, per_example_p
+from attnbench.predictions import Predictions, decode_predictions
+from attnbench.report.load import Results
+from attnbench.report.stats import summarize
+from attnbench.report.table import DASH, Table, fmt
+
+LRA_TASKS = ("listops", "byte_text", "byte_retrieval", "pixels", "pathfinder")  # LRA's column order
+ALPHA = 0.05
+FLAG = " ⚑"
+
+
+def _predictions(cell: pd.Series) -> Predictions | None:
+    stored = (cell["details"] or {}).get("predictions")
+    try:
+        return decode_predictions(stored) if stored else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _breaks_rule(cells: pd.DataFrame) -> bool:
+    """Whether any of these cells records a model outside LRA's parameter rule."""
+    return any(((c or {}).get("parameter_rule") or {}).get("within") is False for c in cells["details"])
+
+
+def separates(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, Any]:
+    """Accuracy cells of two labels on one task (one row per seed) -> the paired interval, p and the verdict."""
+    by_seed = [{int(c["seed"]): c for _, c in part.iterrows()} for part in (a, b)]
+    seeds = sorted(set(by_seed[0]) & set(by_seed[1]))
+    interval = mean_difference_interval([by_seed[0][s]["metrics"]["accuracy"] for s in seeds],
+                                        [by_seed[1][s]["metrics"]["accuracy"] for s in seeds])
+    p_seeds = []
+    for s in seeds:
+        pa, pb = _predictions(by_seed[0][s]), _predictions(by_seed[1][s])
+        try:
+            p_seeds.append(per_example_p("accuracy", pa, pb) if pa is not None and pb is not None else math.nan)
+        except ValueError:  # scored on different rows
+            p_seeds.append(math.nan)
+    p_value = combine_p_values(p_seeds)
+    excludes_zero = math.isfinite(interval["ci_low"]) and not interval["ci_low"] <= 0.0 <= interval["ci_high"]
+    return {"seeds": len(seeds), "mean_diff": interval["mean"], "ci_low": interval["ci_low"],
+            "ci_high": interval["ci_high"], "p_value": p_value,
+            "separated": bool(excludes_zero and math.isfinite(p_value) and p_value < ALPHA)}
+
+
+def _tasks(cells: pd.DataFrame) -> list[str]:
+    """The LRA tasks present (keys such as 'pathfinder(resolution=32)' included), in LRA's order."""
+    present = {str(t) for t in cells["task"].dropna() if str(t).split("(")[0] in LRA_TASKS}
+    return sorted(present, key=lambda t: (LRA_TASKS.index(t.split("(")[0]), t))
+
+
+def pair_rows(cells: pd.DataFrame, tasks: list[str], labels: list[str]) -> list[dict[str, Any]]:
+    """Every pair of labels on every task: the paired accuracy difference and whether the task separates them."""
+    rows = []
+    for task in tasks:
+        part = cells[cells["task"] == task]
+        for a, b in itertools.combinations(labels, 2):
+            left, right = part[part["label"] == a], part[part["label"] == b]
+            if len(left) and len(right):
+                rows.append({"task": task, "a": a, "b": b, **separates(left, right)})
+    return rows
+
+
+def lra_tables(results: Results) -> list[Table]:
+    """The LRA-style accuracy table and the list of separated pairs, when the run has LRA tasks."""
+    cells = results.of("accuracy")
+    cells = cells[cells["attention"] != "reference"]
+    tasks = _tasks(cells)
+    if not tasks:
+        return []
+    labels = sorted(set(cells["label"].dropna()))
+    pairs = pd.DataFrame(pair_rows(cells, tasks, labels))
+    data_rows, text_rows, flagged = [], [], []
+    for lab in labels:
+        row: dict[str, Any] = {"label": lab}
+        text: dict[str, str] = {"attention": lab}
+        for task in tasks:
+            part = cells[(cells["task"] == task) & (cells["label"] == lab)]
+            s = summarize([m["accuracy"] for m in part["metrics"]], interval_from=2)
+            row |= {f"{task}:mean": s["mean"], f"{task}:ci_low": s["ci_low"], f"{task}:ci_high": s["ci_high"],
+                    f"{task}:n": s["n"], f"{task}:breaks_parameter_rule": _breaks_rule(part)}
+            shown = DASH if s["n"] == 0 else fmt(100 * s["mean"], 1) + (
+                f" [{fmt(100 * s['ci_low'], 1)}, {fmt(100 * s['ci_high'], 1)}]" if math.isfinite(s["ci_low"]) else "")
+            if row[f"{task}:breaks_parameter_rule"]:
+                shown += FLAG
+                flagged.append(f"{lab} × {task}")
+            text[task] = shown
+        means = [row[f"{t}:mean"] for t in tasks]
+        row["average"] = float(np.mean(means)) if all(math.isfinite(m) for m in means) else math.nan
+        text["average"] = fmt(100 * row["average"], 1)
+        data_rows.append(row)
+        text_rows.append(text)
+    count = {"attention": "pairs separated"}
+    for task in tasks:
+        on = pairs[pairs["task"] == task] if len(pairs) else pairs
+        count[task] = f"{int(on['separated'].sum())} of {len(on)}" if len(on) else DASH
+    count["average"] = ""
+    text = pd.DataFrame(text_rows + [count])
+    data = pd.DataFrame(data_rows)
+    best = pd.DataFrame(False, index=text.index, columns=text.columns)
+    for task in [*tasks, "average"]:
+        column = data[f"{task}:mean" if task != "average" else "average"]
+        if column.notna().any():
+            best.loc[int(column.idxmax()), task] = True
+    notes = ["Test accuracy in %, mean over seeds [95% Student-t interval over seeds]; average: the mean of the "
+             "task means (a dash where a task is missing). Columns in LRA's order (ListOps, Text, Retrieval, Image, "
+             "Pathfinder); bold: best in column.",
+             "pairs separated: of all attention pairs on the task, how many have a paired 95% interval of the "
+             "per-seed accuracy difference that excludes 0 and a per-example test (exact McNemar per seed, "
+             f"combined across seeds) with p < {ALPHA}. The pairs are listed in the table lra_pairs."]
+    if flagged:
+        notes.append(f"{FLAG.strip()}: the model breaks LRA's parameter rule (parameters not within the "
+                     "tolerance of the softmax Transformer's): " + "; ".join(flagged) + ".")
+    tables = [Table("lra", "Long Range Arena: test accuracy per task", data, text, best, notes)]
+    if len(pairs):
+        shown = pd.DataFrame([{"task": r.task, "a": r.a, "b": r.b, "seeds": str(r.seeds),
+                               "a − b [95% CI]": fmt(r.mean_diff) + (f" [{fmt(r.ci_low)}, {fmt(r.ci_high)}]"
+                                                                      if math.isfinite(r.ci_low) else ""),
+                               "p (examples)": fmt(r.p_value) if math.isfinite(r.p_value) else DASH,
+                               "separated": "yes" if r.separated else "no"} for r in pairs.itertuples()])
+        marks = pd.DataFrame(False, index=shown.index, columns=shown.columns)
+        marks["separated"] = pairs["separated"].to_numpy()
+        tables.append(Table("lra_pairs", "Long Range Arena: which attention pairs each task separates", pairs, shown,
+                            marks, ["Every pair of attentions on every LRA task; the rule as in the table lra."],
+                            key_columns=3))
+    return tables
