@@ -34,7 +34,8 @@ class RetentionConfig(RecurrentConfig):
     pass
 
 
-@register_attention("retention", config=RetentionConfig, causal=True, normalised=False, recurrent_state=True)
+@register_attention("retention", config=RetentionConfig, causal=True, normalised=False, recurrent_state=True,
+                    positive_features=False)
 class RetentionAttention(RecurrentAttention):
     """RetNet's multi-scale retention: a fixed exponential decay per head, no normaliser in the recurrence."""
 

@@ -37,7 +37,8 @@ class BasedConfig(ShortConvConfig):
                              "(paper: 64)", minimum=1)
 
 
-@register_attention("based", config=BasedConfig, causal=True, recurrent_state=True)
+@register_attention("based", config=BasedConfig, causal=True, recurrent_state=True,
+                    positive_features=False)  # Taylor features go negative; their kernel 1 + s + s^2/2 does not
 class BasedAttention(RecurrentAttention):
     """Taylor-feature linear attention beyond a sliding window, exact softmax within it, one normaliser."""
 

@@ -38,8 +38,9 @@ def window_part(q: Tensor, k: Tensor, values: Tensor, real: Tensor, window: int,
     near = (offset >= 0) & (offset < window) if causal else offset.abs() < window
     key_real = _blocks(real[:, None, :, None].to(q.dtype), p, nb)[..., 0] > 0  # (B, 1, nb, 3P)
     allowed = near & key_real[..., None, :]
-    shift = scores.masked_fill(~allowed, -math.inf).amax(dim=-1, keepdim=True).clamp_min(MIN_SHIFT)
-    weights = (scores - shift).exp() * allowed
+    scores = scores.masked_fill(~allowed, -math.inf)  # before exp: a loud padded key must not make inf * 0
+    shift = scores.amax(dim=-1, keepdim=True).clamp_min(MIN_SHIFT)
+    weights = (scores - shift).exp()
     out = weights @ _blocks(values, p, nb)
     return out.reshape(b, h, nb * p, -1)[:, :, :n], shift.reshape(b, h, nb * p, 1)[:, :, :n]
 

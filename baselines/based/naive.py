@@ -17,7 +17,7 @@ MIN_SHIFT = -60.0  # exp(-m) stays finite in float32 when no window score is lar
 
 def naive_based(q: Tensor, k: Tensor, v: Tensor, window: int, causal: bool, mask: Tensor | None = None) -> Tensor:
     """q, k (B, H, N, d), v (B, H, N, D), mask (B, N) True = real -> (B, H, N, D)."""
-    b, h, n, d = q.shape
+    b, _, n, d = q.shape
     real = torch.ones(b, n, dtype=torch.bool, device=q.device) if mask is None else mask
     positions = torch.arange(n, device=q.device)
     outs = []
@@ -26,6 +26,7 @@ def naive_based(q: Tensor, k: Tensor, v: Tensor, window: int, causal: bool, mask
         distance = i - positions
         near = (distance >= 0) & (distance < window) if causal else distance.abs() < window
         seen = real[:, None, :] & ((positions <= i) if causal else True)
+        s = s.masked_fill(~seen, 0.0)
         shift = s.masked_fill(~(near & seen), -math.inf).amax(dim=-1, keepdim=True).clamp_min(MIN_SHIFT)
         weights = torch.where(near, (s - shift).exp(), (-shift).exp() * (1 + s + s * s / 2)) * seen
         total = weights.sum(dim=-1, keepdim=True)

@@ -18,7 +18,7 @@ from attnbench.baselines.based.naive import MIN_SHIFT
 def init_based_state(batch_size: int, heads: int, dim: int, value_dim: int, window: int, dtype: torch.dtype,
                      device: torch.device) -> dict[str, Tensor]:
     """The empty state: no window keys, a zero Taylor sum."""
-    zeros = dict(dtype=dtype, device=device)
+    zeros = {"dtype": dtype, "device": device}
     return {"keys": torch.zeros(batch_size, heads, 0, dim, **zeros),
             "values": torch.zeros(batch_size, heads, 0, value_dim, **zeros),
             "kv": torch.zeros(batch_size, heads, 1 + dim + dim ** 2, value_dim + 1, **zeros)}

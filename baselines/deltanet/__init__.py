@@ -31,7 +31,8 @@ class DeltaNetConfig(RecurrentConfig):
     chunk_size: int = option(64, "positions per chunk of the WY training form", minimum=1, maximum=4096)
 
 
-@register_attention("deltanet", config=DeltaNetConfig, causal=True, normalised=False, recurrent_state=True)
+@register_attention("deltanet", config=DeltaNetConfig, causal=True, normalised=False, recurrent_state=True,
+                    positive_features=False)
 class DeltaNetAttention(RecurrentAttention):
     """The delta rule with a learned write strength beta_t in (0, 1) and L2-normalised keys and queries."""
 

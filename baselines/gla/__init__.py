@@ -36,7 +36,8 @@ class GLAConfig(RecurrentConfig):
     gate_temperature: float = option(16.0, "tau: alpha = sigmoid(.)^(1/tau) (paper: 16)", minimum=1e-3)
 
 
-@register_attention("gla", config=GLAConfig, causal=True, normalised=False, recurrent_state=True)
+@register_attention("gla", config=GLAConfig, causal=True, normalised=False, recurrent_state=True,
+                    positive_features=False)
 class GLAAttention(RecurrentAttention):
     """Gated linear attention: a per-channel, data-dependent decay of the key-value state."""
 

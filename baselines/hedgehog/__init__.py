@@ -96,14 +96,14 @@ class HedgehogAttention(RecurrentAttention):
             q, k, _ = self.short_conv(q, k, k, mask)
         b, _, n, d = q.shape
         allowed = torch.ones(b, 1, n, n, dtype=torch.bool, device=q.device)
-        if mask is not None:
-            allowed = allowed & mask[:, None, None, :]
+        if mask is not None:  # real queries, real keys
+            allowed = allowed & mask[:, None, None, :] & mask[:, None, :, None]
         if self.causal:
             allowed = allowed & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
         teacher = torch.softmax((q @ k.transpose(-2, -1) / d ** 0.5).masked_fill(~allowed, -torch.inf), dim=-1)
-        teacher = teacher.nan_to_num(0.0)  # a query of a padding-only row sees no key
+        teacher = teacher.nan_to_num(0.0)  # a padded query sees no key
         weights = (self.feature_map(q) @ self.feature_map(k).transpose(-2, -1)) * allowed
         student = weights / (weights.sum(dim=-1, keepdim=True) + self.cfg.eps)
-        rows = teacher.sum(dim=-1)  # 1 for a query that sees a key, else 0
+        rows = teacher.sum(dim=-1)  # 1 for a real query, else 0
         cross_entropy = -(teacher * student.clamp_min(1e-30).log()).sum(dim=-1)
         return cross_entropy.sum() / rows.sum().clamp_min(1.0)

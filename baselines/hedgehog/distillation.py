@@ -94,7 +94,7 @@ def distill_hedgehog(model: nn.Module, train_split: Split, options: dict, *, dev
                 optimizer.zero_grad(set_to_none=True)
                 sum(losses).backward()
                 optimizer.step()
-                last = [float(loss) for loss in losses]
+                last = [float(loss.detach()) for loss in losses]
                 first = first or last
                 steps += 1
                 if progress is not None:

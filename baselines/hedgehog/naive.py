@@ -11,7 +11,7 @@ from torch import Tensor
 def naive_feature_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, causal: bool, mask: Tensor | None = None,
                             eps: float = 1e-12) -> Tensor:
     """phi_q, phi_k (B, H, N, M), v (B, H, N, D), mask (B, N) True = real -> (B, H, N, D)."""
-    b, h, n, _ = phi_q.shape
+    b, _, n, _ = phi_q.shape
     real = torch.ones(b, n, dtype=torch.bool, device=v.device) if mask is None else mask
     outs = []
     for i in range(n):
