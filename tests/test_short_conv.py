@@ -41,10 +41,26 @@ def test_step_equals_the_filter_and_padding_is_zeroed():
     torch.testing.assert_close(conv(loud, k, v, mask)[0], conv(q, k, v, mask)[0])
 
 
-@pytest.mark.parametrize("name", ["retention", "gla", "deltanet", "based", "hedgehog"])
-def test_every_new_attention_takes_the_option(name):
+FEATURE_MAP_ATTENTIONS = ["retention", "gla", "deltanet", "based", "hedgehog", "elu-linear", "performer", "rfa",
+                          "random-features", "coulomb"]
+
+
+@pytest.mark.parametrize("name", FEATURE_MAP_ATTENTIONS)
+def test_every_feature_map_attention_takes_the_option(name):
     attn = build_attention(name, head_dim=4, num_heads=2, short_conv=4)
     assert attn.short_conv.weight.shape == (3, 2, 4, 4)
     assert build_attention(name, head_dim=4).short_conv is None
     with pytest.raises(ConfigError, match="short_conv"):
         build_attention(name, short_conv=-1)
+
+
+def test_the_shared_kernel_filters_q_k_v_before_its_map():
+    """elu-linear with short_conv equals elu-linear without it on the filtered inputs, causal form and padding."""
+    attn = build_attention("elu-linear", head_dim=4, num_heads=2, short_conv=3, causal=True)
+    plain = build_attention("elu-linear", head_dim=4, num_heads=2, causal=True)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 7, 4, generator=g) for _ in range(3))
+    mask = torch.tensor([[True] * 7, [True] * 5 + [False] * 2])
+    with torch.no_grad():
+        torch.testing.assert_close(attn(q, k, v, key_padding_mask=mask),
+                                   plain(*attn.short_conv(q, k, v, mask), key_padding_mask=mask))
