@@ -8,8 +8,9 @@ from torch import Tensor
 from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
 from attnbench.baselines.native import NativeSpec
 from attnbench.baselines.random_features import elu_plus_one
+from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for
 from attnbench.options import option, require
-from attnbench.registry import AttentionConfig, register_attention
+from attnbench.registry import register_attention
 
 
 class EluFeatureMap(FeatureMap):
@@ -31,7 +32,7 @@ class EluFeatureMap(FeatureMap):
 
 
 @dataclasses.dataclass
-class EluLinearConfig(AttentionConfig):
+class EluLinearConfig(ShortConvConfig):
     eps: float = option(1e-6, "guard added to the normaliser phi(q) . sum_j phi(k_j)")
 
     def __post_init__(self) -> None:
@@ -43,5 +44,5 @@ class EluLinearAttention(LinearKernelAttention):
     """phi(Q)(phi(K)^T V) / (phi(Q) sum_j phi(K_j) + eps), phi = elu + 1; causal form by prefix sums."""
 
     def __init__(self, cfg: EluLinearConfig):
-        super().__init__(EluFeatureMap(cfg.head_dim), eps=cfg.eps, causal=cfg.causal)
+        super().__init__(EluFeatureMap(cfg.head_dim), eps=cfg.eps, causal=cfg.causal, short_conv=short_conv_for(cfg))
         self.cfg = cfg

@@ -580,15 +580,17 @@ def _query_state(kv: Tensor, ksum: Tensor, scale: float, offset: float) -> tuple
 class LinearKernelAttention(RecordsRoutes, nn.Module):
     """Attention = one feature map + the shared linear kernel.
 
-    redraw_every > 0 calls `feature_map.new_feature_map()` before every redraw_every-th training forward
+    `short_conv` (optional) filters q, k, v before the map. redraw_every > 0 calls `feature_map.new_feature_map()` before every redraw_every-th training forward
     (training forwards are counted in the buffer `training_steps`); evaluation never redraws. Each call runs
     the route `choose_route` picks, counted in `kernel_routes`. With gradients off (torch.no_grad,
     inference_mode) the non-causal form runs block by block.
     """
 
-    def __init__(self, feature_map: FeatureMap, eps: float = 1e-6, causal: bool = False, redraw_every: int = 0):
+    def __init__(self, feature_map: FeatureMap, eps: float = 1e-6, causal: bool = False, redraw_every: int = 0,
+                 short_conv: nn.Module | None = None):
         super().__init__()
         self.feature_map = feature_map
+        self.short_conv = short_conv  # the `short_conv` option (attnbench.baselines.short_conv), on q, k, v first
         self.eps, self.causal, self.redraw_every = eps, causal, redraw_every
         self.register_buffer("training_steps", torch.zeros((), dtype=torch.long))
 
@@ -599,6 +601,8 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         key_padding_mask = padding_mask(key_padding_mask, k)
+        if self.short_conv is not None:
+            q, k, v = self.short_conv(q, k, v, key_padding_mask)
         if self.training:  # the count read once as an int: tensor comparisons took 8 us a step, the int 1
             steps = int(self.training_steps)
             if self.redraw_every > 0 and steps > 0 and steps % self.redraw_every == 0:

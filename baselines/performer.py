@@ -13,12 +13,13 @@ import dataclasses
 
 from attnbench.baselines.linear_kernel import LinearKernelAttention
 from attnbench.baselines.random_features import RandomFeatureMap, RowNorms
+from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for
 from attnbench.options import option, require
-from attnbench.registry import AttentionConfig, register_attention
+from attnbench.registry import register_attention
 
 
 @dataclasses.dataclass
-class PerformerConfig(AttentionConfig):
+class PerformerConfig(ShortConvConfig):
     num_features: int = option(256, "random features M per head (the reference's default 256)", maximum=65536)
     row_norms: RowNorms = option("chi", "row norms of the orthogonal blocks: chi (Gaussian-like) or sqrt-d")
     orthogonal: bool = option(True, "orthogonal random features (FAVOR+); False draws i.i.d. Gaussian rows")
@@ -38,5 +39,6 @@ class PerformerAttention(LinearKernelAttention):
     def __init__(self, cfg: PerformerConfig):
         features = RandomFeatureMap(cfg.head_dim, cfg.num_heads, cfg.num_features, "favor", cfg.seed,
                                     orthogonal=cfg.orthogonal, scaling=cfg.row_norms)
-        super().__init__(features, eps=cfg.eps, causal=cfg.causal, redraw_every=cfg.redraw_every)
+        super().__init__(features, eps=cfg.eps, causal=cfg.causal, redraw_every=cfg.redraw_every,
+                         short_conv=short_conv_for(cfg))
         self.cfg = cfg

@@ -49,8 +49,9 @@ from torch import Tensor, nn
 from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, no_grad_recorded, scratch
 from attnbench.baselines.native import NativeSpec
 from attnbench.errors import ConfigError
+from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for
 from attnbench.options import option, require
-from attnbench.registry import AttentionConfig, register_attention
+from attnbench.registry import register_attention
 
 FeatureMapKind = Literal["favor", "elu", "softplus", "sigmoid2", "cos2", "softmaxfeat", "porf-softplus", "trig"]
 FEATURE_MAPS: tuple[str, ...] = FeatureMapKind.__args__
@@ -456,7 +457,7 @@ class RandomFeatureMap(FeatureMap):
 
 
 @dataclasses.dataclass
-class RandomFeaturesConfig(AttentionConfig):
+class RandomFeaturesConfig(ShortConvConfig):
     feature_map: FeatureMapKind = option("favor", "feature map applied to u = omega^T x (see docs/paper.md)")
     form: FormName = option(
         "paper", "paper: the maps of docs/paper.md (temperature, floor, l1 renormalisation to sqrt(M) of queries and "
@@ -513,7 +514,7 @@ class RandomFeaturesAttention(LinearKernelAttention):
         super().__init__(self.feature_map_class(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.feature_map,
                                                 cfg.seed, orthogonal=cfg.orthogonal_omegas(), scaling=cfg.row_norms,
                                                 form=cfg.map_form()),
-                         eps=cfg.guard(), causal=cfg.causal)
+                         eps=cfg.guard(), causal=cfg.causal, short_conv=short_conv_for(cfg))
         self.cfg = cfg
 
     @property

@@ -15,8 +15,9 @@ from torch import Tensor, nn
 from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
 from attnbench.baselines.native import NativeSpec
 from attnbench.baselines.random_features import draw_omegas, per_head, projection_weights, trig_features
+from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for
 from attnbench.options import option, require
-from attnbench.registry import AttentionConfig, register_attention
+from attnbench.registry import register_attention
 
 NORM_EPS = 1e-3
 
@@ -66,7 +67,7 @@ class RfaFeatureMap(FeatureMap):
 
 
 @dataclasses.dataclass
-class RfaConfig(AttentionConfig):
+class RfaConfig(ShortConvConfig):
     num_features: int = option(64, "random vectors per head (2x as many sin/cos features; reference: 64)",
                                 maximum=65536)
     tau: float = option(1.0, "temperature dividing the random matrices")
@@ -86,5 +87,6 @@ class RfaAttention(LinearKernelAttention):
 
     def __init__(self, cfg: RfaConfig):
         features = RfaFeatureMap(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.seed, cfg.tau, cfg.orthogonal)
-        super().__init__(features, eps=cfg.eps, causal=cfg.causal, redraw_every=1 if cfg.resample else 0)
+        super().__init__(features, eps=cfg.eps, causal=cfg.causal, redraw_every=1 if cfg.resample else 0,
+                         short_conv=short_conv_for(cfg))
         self.cfg = cfg

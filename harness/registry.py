@@ -36,6 +36,8 @@ class Capabilities:
     needs_max_length: bool = False  # parameters depend on a maximum sequence length
     learning_phase: str | None = None  # a registered learning phase (name or "module:function") run before training
     positive_features: bool = True  # random-feature maps: features are non-negative
+    normalised: bool = True  # outputs are weighted means of values (weights sum to 1), so a lone token returns its v
+    recurrent_state: bool = False  # built with causal=True: init_state(batch_size), step(q_t, k_t, v_t, state)
 
     def as_dict(self) -> dict[str, bool]:
         return dataclasses.asdict(self)
@@ -226,8 +228,8 @@ def register_attention(name: str, *, config: type = AttentionConfig, description
                        **capabilities: bool | Callable[[Any], bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register an attention class under `name`; it is built as `cls(config_instance)`.
 
-    Capabilities: padding_mask, causal, needs_max_length, learning_phase, positive_features; each a bool, or a
-    function of the config instance where it depends on the options.
+    Capabilities: padding_mask, causal, needs_max_length, learning_phase, positive_features, normalised,
+    recurrent_state; each a bool, or a function of the config instance where it depends on the options.
     """
     return ATTENTIONS.register(name, config=config, description=description, **capabilities)
 

@@ -84,7 +84,8 @@ def test_every_entry_has_documented_options_and_capabilities():
         assert {"head_dim", "num_heads", "max_length", "causal", "seed"} <= {r["name"] for r in rows}
         assert all(r["help"] for r in rows), name
         assert set(entry.capabilities.as_dict()) == {"padding_mask", "causal", "needs_max_length",
-                                                     "learning_phase", "positive_features"}
+                                                     "learning_phase", "positive_features", "normalised",
+                                                     "recurrent_state"}
     assert attention_entry("linformer").capabilities.needs_max_length
     assert not attention_entry("nystromformer").capabilities.causal
     assert attention_entry("elu-linear").capabilities.causal

@@ -111,7 +111,7 @@ class _AllCaptured(Exception):
     """Raised by the last capture hook of a pass: the rest of the forward pass is not needed."""
 
 
-class _Capture:
+class AttentionCapture:
     """Forward hooks that keep (q, k, key_padding_mask) and the output of each attention module in one pass.
 
     Once every module's output is in, the pass is cut short (the layers after the last attention and the
@@ -194,7 +194,7 @@ def output_alignment(kind: str, rows: Tensor, labels: Tensor, num_classes: int) 
     return kernel_target_alignment(rows, labels, "centered", num_classes=num_classes)
 
 
-def _probe_alignments(model: nn.Module, modules: list[nn.Module], capture: _Capture, probe: Split,
+def _probe_alignments(model: nn.Module, modules: list[nn.Module], capture: AttentionCapture, probe: Split,
                       cfg: PhaseAConfig, device: torch.device, num_classes: int) -> dict[str, list[float]]:
     """Each of ALIGNMENTS per layer on the probe rows (mean over heads for input-kernel), without gradients."""
     rows: list[list[Tensor]] = [[] for _ in modules]
@@ -301,7 +301,7 @@ def run_learning_phase(model: nn.Module, train_split: Split, options: PhaseAConf
     extra = [p for p in norm_value_parameters(model) if id(p) not in moving] if cfg.train_norm_value else []
     moving |= {id(p) for p in extra}
     model.eval()
-    capture = _Capture(modules)
+    capture = AttentionCapture(modules)
     start = time.perf_counter()
     try:
         for p in model.parameters():
@@ -338,7 +338,7 @@ def run_learning_phase(model: nn.Module, train_split: Split, options: PhaseAConf
             "distances_after": _distance_sample(modules, generator), "config": _json_config(cfg)}
 
 
-def _output_step(modules: list[nn.Module], params: list[Tensor], extra: list[nn.Parameter], capture: _Capture,
+def _output_step(modules: list[nn.Module], params: list[Tensor], extra: list[nn.Parameter], capture: AttentionCapture,
                  labels: Tensor, cfg: PhaseAConfig, generator: torch.Generator, num_classes: int
                  ) -> list[tuple[Tensor, list[dict[str, float]]]]:
     """One step of every layer on an output objective: each layer's particles down the gradient of its own
@@ -368,7 +368,7 @@ def _output_step(modules: list[nn.Module], params: list[Tensor], extra: list[nn.
     return results
 
 
-def _run_dynamics(model: nn.Module, modules: list[nn.Module], extra: list[nn.Parameter], capture: _Capture,
+def _run_dynamics(model: nn.Module, modules: list[nn.Module], extra: list[nn.Parameter], capture: AttentionCapture,
                   train: Split, cfg: PhaseAConfig, budget: int, generator: torch.Generator, device: torch.device,
                   num_classes: int, progress: Progress | None) -> tuple[list, list[tuple[Tensor, Tensor]], int, bool]:
     """The phase-A loop: one forward pass and one particle step per head per batch, until budget or rest."""

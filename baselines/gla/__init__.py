@@ -1,0 +1,76 @@
+"""GLA, gated linear attention (Yang et al., ICML 2024) with a data-dependent, low-rank gate.
+
+S_t = diag(alpha_t) S_{t-1} + k_t v_t^T, o_t = S_t^T q_t / sqrt(D), alpha_t = sigmoid(x_t W1 W2 + b)^(1/tau)
+(paper: rank 16, tau = 16). The attention sees heads, not the token x_t, so the gate reads the head's key
+k_t, itself a linear projection of x_t: alpha_t = sigmoid(k_t W1 W2 + b)^(1/tau), with W1 (D, r), W2 (r, D),
+b (D) per head (one set shared by every head when num_heads is 1). log alpha is floored at MIN_LOG_GATE per
+step (a gate below exp(-5) forgets all but 0.7%), which keeps the chunked form's exponents in float32 range.
+
+Renderings (this folder, as fla's ops/gla): `naive` (the token loop, also the encoder form by its definition),
+`chunk` (training: chunks of CHUNK positions), `recurrent` (the decoding step). Padded positions get gate 1
+and key 0, so they neither write nor decay. The encoder (causal=False) form weights key j by the gates
+between it and the query on either side (`symmetric_decay`); the per-head RMS norm follows (`output_norm`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import Tensor, nn
+
+from attnbench.baselines.gla.chunk import chunk_gated_recurrence, symmetric_decay
+from attnbench.baselines.gla.naive import naive_gated_recurrence, naive_symmetric_decay
+from attnbench.baselines.gla.recurrent import gated_recurrence_step
+from attnbench.baselines.recurrent_attention import RecurrentAttention, RecurrentConfig, State, real_rows
+from attnbench.options import option
+from attnbench.registry import register_attention
+
+CHUNK = 16
+MIN_LOG_GATE = -5.0
+
+
+@dataclasses.dataclass
+class GLAConfig(RecurrentConfig):
+    gate_rank: int = option(16, "rank r of the gate's projection W1 W2 (paper: 16)", minimum=1)
+    gate_temperature: float = option(16.0, "tau: alpha = sigmoid(.)^(1/tau) (paper: 16)", minimum=1e-3)
+
+
+@register_attention("gla", config=GLAConfig, causal=True, normalised=False, recurrent_state=True,
+                    positive_features=False)
+class GLAAttention(RecurrentAttention):
+    """Gated linear attention: a per-channel, data-dependent decay of the key-value state."""
+
+    def __init__(self, cfg: GLAConfig):
+        super().__init__(cfg)
+        heads, d, r = cfg.num_heads, cfg.head_dim, cfg.gate_rank
+        self.gate_down = nn.Parameter(torch.empty(heads, d, r).uniform_(-1 / math.sqrt(d), 1 / math.sqrt(d)))
+        self.gate_up = nn.Parameter(torch.empty(heads, r, d).uniform_(-1 / math.sqrt(r), 1 / math.sqrt(r)))
+        self.gate_bias = nn.Parameter(torch.empty(heads, 1, d).uniform_(-1 / math.sqrt(r), 1 / math.sqrt(r)))
+
+    def log_gate(self, k: Tensor) -> Tensor:
+        """log alpha (B, H, N, D) from keys (B, H, N, D): logsigmoid(k W1 W2 + b) / tau, floored."""
+        logits = k @ self.gate_down @ self.gate_up + self.gate_bias
+        return (nn.functional.logsigmoid(logits) / self.cfg.gate_temperature).clamp_min(MIN_LOG_GATE)
+
+    def _inputs(self, q: Tensor, k: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        return q / math.sqrt(q.shape[-1]), real_rows(k, mask), real_rows(self.log_gate(k), mask)
+
+    def parallel(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        q, k, g = self._inputs(q, k, mask)
+        if self.causal:
+            return chunk_gated_recurrence(q, k, v, g, CHUNK)[0]
+        return symmetric_decay(q, k, v, g, CHUNK)
+
+    def naive(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        q, k, g = self._inputs(q, k, mask)
+        return naive_gated_recurrence(q, k, v, g)[0] if self.causal else naive_symmetric_decay(q, k, v, g)
+
+    def core_state(self, batch_size: int, heads: int, dtype: torch.dtype, device: torch.device) -> State:
+        d = self.cfg.head_dim
+        return {"kv": torch.zeros(batch_size, heads, d, d, dtype=dtype, device=device)}
+
+    def core_step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State) -> tuple[Tensor, State]:
+        log_gate = self.log_gate(k_t[:, :, None])[:, :, 0]
+        out, kv = gated_recurrence_step(q_t / math.sqrt(q_t.shape[-1]), k_t, v_t, log_gate, state["kv"])
+        return out, {"kv": kv}

@@ -1,0 +1,53 @@
+"""The gated linear recurrence in chunks (GLA's chunkwise form, Yang et al. 2024 sec. 3.3), for training.
+
+Inside a chunk of C positions the recurrence is a masked product with the gates folded into q and k
+(q_i exp(b_i), k_j exp(-b_j), b the cumulative log gate from the chunk's start); across chunks a state
+(B, H, Dk, Dv) carries the sum, decayed by each chunk's total gate. O(N C Dk + N Dk Dv) time; C bounds the
+exponents: |b| <= C max|g|, which the callers keep below float32's range (retention's gates are near 1, GLA's
+are floored).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def _chunks(x: Tensor, c: int) -> Tensor:
+    """(B, H, N, D) -> (B, H, N / C, C, D), zero-padded at the end to a multiple of C."""
+    pad = (-x.shape[2]) % c
+    x = nn.functional.pad(x, (0, 0, 0, pad)) if pad else x
+    return x.view(*x.shape[:2], x.shape[2] // c, c, x.shape[3])
+
+
+def chunk_gated_recurrence(q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor, chunk: int = 64,
+                           initial: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Causal: the same outputs (B, H, N, Dv) and last state (B, H, Dk, Dv) as `naive_gated_recurrence`."""
+    b, h, n, dk = q.shape
+    qc, kc, vc = _chunks(q, chunk), _chunks(k, chunk), _chunks(v, chunk)
+    g = _chunks(log_gate.expand(b, h, n, dk), chunk).cumsum(dim=3)  # b: (B, H, nc, C, Dk), padding adds 0
+    last = g[:, :, :, -1:]  # each chunk's total log gate
+    q_in, k_in = qc * g.exp(), kc * (-g).exp()
+    scores = (q_in @ k_in.transpose(-2, -1)).tril()  # (B, H, nc, C, C), keys j <= i inside the chunk
+    within = scores @ vc
+    writes = (kc * (last - g).exp()).transpose(-2, -1) @ vc  # (B, H, nc, Dk, Dv): the chunk's keys at its end
+    decays = last.squeeze(3).exp()[..., None]  # (B, H, nc, Dk, 1)
+    state = q.new_zeros(b, h, dk, v.shape[-1]) if initial is None else initial
+    earlier = []
+    for c in range(qc.shape[2]):
+        earlier.append(q_in[:, :, c] @ state)
+        state = state * decays[:, :, c] + writes[:, :, c]
+    out = within + torch.stack(earlier, dim=2)
+    return out.reshape(b, h, -1, v.shape[-1])[:, :, :n], state
+
+
+def symmetric_decay(q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor, chunk: int = 64) -> Tensor:
+    """The encoder form (`naive_symmetric_decay`) as a forward and a backward pass of the causal recurrence,
+    less the diagonal they both count. The backward pass reads position l's gate when it moves from l to
+    l - 1, so key j > i is weighted by the gates of positions i + 1 .. j, as the forward pass weights j < i."""
+    b, h, n, dk = q.shape
+    log_gate = log_gate.expand(b, h, n, dk)
+    forward, _ = chunk_gated_recurrence(q, k, v, log_gate, chunk)
+    flipped = log_gate.flip(2)
+    shifted = torch.cat([torch.zeros_like(flipped[:, :, :1]), flipped[:, :, :-1]], dim=2)
+    backward, _ = chunk_gated_recurrence(q.flip(2), k.flip(2), v.flip(2), shifted, chunk)
+    return forward + backward.flip(2) - (q * k).sum(dim=-1, keepdim=True) * v

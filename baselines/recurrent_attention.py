@@ -1,0 +1,113 @@
+"""What the state-space attentions (retention, GLA, DeltaNet, BASED) share around their recurrence.
+
+One pipeline for every rendering: the optional short convolution on q, k, v (`attnbench.baselines.short_conv`),
+the family's core (the parallel/chunked form in `forward`, the token loop in `naive_forward`, the
+recurrent `step`), then the optional per-head RMS norm of the output that RetNet, GLA and DeltaNet apply
+after the recurrence (their GroupNorm / RMSNorm; the recurrence itself has no normaliser).
+
+The recurrent contract: an attention built with causal=True offers `init_state(batch_size)` and
+`step(q_t, k_t, v_t, state) -> (out_t, state)`, q_t, k_t, v_t, out_t (B, H, D); H is the attention's
+`num_heads`. A state is a dict of tensors.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import Tensor, nn
+
+from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for
+from attnbench.errors import ConfigError
+from attnbench.options import option
+from attnbench.registry import check_heads
+
+State = dict[str, Tensor]
+
+
+@dataclasses.dataclass
+class RecurrentConfig(ShortConvConfig):
+    """Options shared by the state-space attentions."""
+
+    output_norm: bool = option(True, "per-head RMS norm of the output with a learned gain, as the papers' layers "
+                                     "(RetNet GroupNorm, GLA and DeltaNet RMSNorm); false = the raw recurrence")
+
+
+class HeadRMSNorm(nn.Module):
+    """x / rms(x) * gain over the last axis, a gain per head: (B, H, ..., D); (B, H, D) in a step."""
+
+    def __init__(self, num_heads: int, head_dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.gain = nn.Parameter(torch.ones(num_heads, head_dim))
+
+    def forward(self, x: Tensor, per_position: bool = True) -> Tensor:
+        gain = self.gain[:, None] if per_position else self.gain
+        return x * torch.rsqrt(x.square().mean(dim=-1, keepdim=True) + self.eps) * gain
+
+
+class RecurrentAttention(nn.Module):
+    """Base of a state-space attention: subclasses give `parallel`, `naive`, `core_state` and `core_step`."""
+
+    def __init__(self, cfg: ShortConvConfig):
+        super().__init__()
+        self.cfg, self.causal = cfg, cfg.causal
+        self.short_conv = short_conv_for(cfg)
+        norm = getattr(cfg, "output_norm", False)  # a RecurrentConfig option; normalised attentions go without
+        self.output_norm = HeadRMSNorm(cfg.num_heads, cfg.head_dim) if norm else None
+        self.register_buffer("anchor", torch.zeros(()), persistent=False)  # dtype and device of new states
+
+    def parallel(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """The training form (chunked or parallel): (B, H, N, D) each, mask (B, N) -> (B, H, N, D)."""
+        raise NotImplementedError
+
+    def naive(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """The reference form, a loop over tokens (the test oracle); same shapes as `parallel`."""
+        raise NotImplementedError
+
+    def core_state(self, batch_size: int, heads: int, dtype: torch.dtype, device: torch.device) -> State:
+        raise NotImplementedError
+
+    def core_step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State) -> tuple[Tensor, State]:
+        raise NotImplementedError
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        return self._run(self.parallel, q, k, v, key_padding_mask)
+
+    def naive_forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """`forward` with the naive core in place of the parallel one."""
+        return self._run(self.naive, q, k, v, key_padding_mask)
+
+    def _run(self, core, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        check_heads(type(self).__name__, self.cfg.num_heads, q.shape[1])
+        if self.short_conv is not None:
+            q, k, v = self.short_conv(q, k, v, mask)
+        out = core(q, k, v, mask)
+        return out if self.output_norm is None else self.output_norm(out)
+
+    def init_state(self, batch_size: int) -> State:
+        """The state before the first token, for `step` (causal attentions only)."""
+        if not self.causal:
+            raise ConfigError(f"{type(self).__name__} was built with causal=False, so it has no recurrent step; "
+                              f"build it with causal=True to decode token by token")
+        heads, dtype, device = self.cfg.num_heads, self.anchor.dtype, self.anchor.device
+        state = {f"core.{name}": t for name, t in self.core_state(batch_size, heads, dtype, device).items()}
+        if self.short_conv is not None:
+            state["conv"] = self.short_conv.init_state(batch_size, heads, self.cfg.head_dim, dtype, device)
+        return state
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State) -> tuple[Tensor, State]:
+        """One token: q_t, k_t, v_t (B, H, D) -> out_t (B, H, D) and the state after it."""
+        new: State = {}
+        if self.short_conv is not None:
+            (q_t, k_t, v_t), new["conv"] = self.short_conv.step(q_t, k_t, v_t, state["conv"])
+        core = {name[5:]: t for name, t in state.items() if name.startswith("core.")}
+        out, core = self.core_step(q_t, k_t, v_t, core)
+        new.update({f"core.{name}": t for name, t in core.items()})
+        return (out if self.output_norm is None else self.output_norm(out, per_position=False)), new
+
+
+def real_rows(x: Tensor, mask: Tensor | None) -> Tensor:
+    """x (B, H, N, ...) with padded positions (mask (B, N) False) zeroed."""
+    if mask is None:
+        return x
+    return x * mask.view(mask.shape[0], 1, mask.shape[1], *([1] * (x.dim() - 3))).to(x.dtype)

@@ -1,0 +1,71 @@
+"""A short depthwise causal convolution on q, k and v, as BASED, GLA and DeltaNet put before their attention.
+
+Each of q, k, v gets its own depthwise filter of `kernel_size` taps per (head, channel) along the sequence,
+then SiLU (fla's `ShortConvolution` default): out_t = silu(sum_{s < K} w_s x_{t-K+1+s}), inputs before the
+start being 0. Padded positions (key_padding_mask False) are zeroed before the filter, so they reach no output. Built
+with num_heads = 1, one head's filters serve every head. The decoding step keeps the last K - 1 inputs.
+
+Any attention takes it through `ShortConvConfig.short_conv` (0 = off) and `short_conv_for(cfg)`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import Tensor, nn
+
+from attnbench.options import option
+from attnbench.registry import AttentionConfig, check_heads
+
+STREAMS = ("q", "k", "v")
+
+
+@dataclasses.dataclass
+class ShortConvConfig(AttentionConfig):
+    """The `short_conv` option, for any attention config to inherit."""
+
+    short_conv: int = option(0, "taps of a depthwise causal convolution (+ SiLU) on q, k and v; 0 = off "
+                                "(BASED, GLA and DeltaNet use 4)", minimum=0, maximum=64)
+
+
+class ShortConvolution(nn.Module):
+    """Depthwise causal filters on q, k, v (B, H, N, D) -> the same shapes; weights (3, heads, D, K)."""
+
+    def __init__(self, num_heads: int, head_dim: int, kernel_size: int):
+        super().__init__()
+        self.num_heads, self.kernel_size = num_heads, kernel_size
+        bound = 1.0 / math.sqrt(kernel_size)  # nn.Conv1d's default for a depthwise filter (fan-in K)
+        self.weight = nn.Parameter(torch.empty(len(STREAMS), num_heads, head_dim, kernel_size).uniform_(-bound, bound))
+
+    def filter(self, x: Tensor, weight: Tensor) -> Tensor:
+        """One stream: x (B, H, N, D), weight (heads, D, K) -> silu of the causal filter, (B, H, N, D)."""
+        b, h, n, d = x.shape
+        check_heads("short_conv", self.num_heads, h)
+        taps = weight.expand(h, d, self.kernel_size).reshape(h * d, 1, self.kernel_size)
+        padded = nn.functional.pad(x.permute(0, 1, 3, 2).reshape(b, h * d, n), (self.kernel_size - 1, 0))
+        out = nn.functional.conv1d(padded, taps, groups=h * d)
+        return nn.functional.silu(out.view(b, h, d, n).permute(0, 1, 3, 2))
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor,
+                key_padding_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v filtered, padded positions zeroed first; key_padding_mask (B, N), True = real."""
+        keep = None if key_padding_mask is None else key_padding_mask[:, None, :, None].to(q.dtype)
+        return tuple(self.filter(x if keep is None else x * keep, w) for x, w in zip((q, k, v), self.weight))
+
+    def init_state(self, batch_size: int, heads: int, head_dim: int, dtype: torch.dtype,
+                   device: torch.device) -> Tensor:
+        """The last K - 1 inputs of each stream, zeros at the start: (3, B, H, K - 1, D)."""
+        return torch.zeros(len(STREAMS), batch_size, heads, self.kernel_size - 1, head_dim, dtype=dtype, device=device)
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Tensor) -> tuple[tuple[Tensor, Tensor, Tensor], Tensor]:
+        """One position: q_t, k_t, v_t (B, H, D) and the window `state` -> filtered (B, H, D) each, new state."""
+        window = torch.cat([state, torch.stack([q_t, k_t, v_t])[:, :, :, None]], dim=3)  # (3, B, H, K, D)
+        weight = self.weight.transpose(-2, -1)[:, None]  # (3, 1, heads, K, D): the last tap meets the newest input
+        out = nn.functional.silu((window * weight).sum(dim=3))
+        return (out[0], out[1], out[2]), window[:, :, :, 1:]
+
+
+def short_conv_for(cfg: ShortConvConfig) -> ShortConvolution | None:
+    """The convolution `cfg.short_conv` asks for, or None when it is 0."""
+    return ShortConvolution(cfg.num_heads, cfg.head_dim, cfg.short_conv) if cfg.short_conv > 0 else None
