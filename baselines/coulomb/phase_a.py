@@ -64,6 +64,10 @@ class PhaseAConfig(DynamicsConfig):
     resample: int | None = option(None, "keep D particles per head drawn from the final configuration (None = all)")
     resample_weights: Literal["gibbs", "uniform"] = option(
         "gibbs", "resampling law: Gibbs weights exp(-beta U_k) of each particle's eq. 2.2 potential, or uniform")
+    after_epochs: int = option(
+        0, "when phase A runs: 0 = at initialisation, before any phase-B step (paper); k = after k epochs of phase B, "
+        "the particles then frozen for the rest (ours: aligns a trained network rather than a random one)",
+        minimum=0, maximum=100_000)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -350,7 +354,7 @@ def _output_step(modules: list[nn.Module], params: list[Tensor], extra: list[nn.
         rows, y = pooled_outputs(capture.outputs[i], mask, labels, cfg.pooling)
         align = output_alignment(cfg.objective, rows, y, num_classes).double()
         energy = cfg.energy(param)
-        hamiltonian = -align + cfg.repulsion * energy.sum()
+        hamiltonian = cfg.hamiltonian(align, energy.sum(), rows.shape[0], param.shape[1])
         (grad,) = torch.autograd.grad(hamiltonian, param, retain_graph=True)
         total = total + hamiltonian
         new, moved = cfg.move(param.detach(), grad, generator)
