@@ -8,3 +8,4 @@ from attnbench.baselines import elu_linear  # noqa: F401
 from attnbench.baselines import coulomb  # noqa: F401  (a package: the paper as a plugin)
 from attnbench.baselines import nystromformer  # noqa: F401
 from attnbench.baselines import linformer  # noqa: F401
+from attnbench.baselines import uniform  # noqa: F401
