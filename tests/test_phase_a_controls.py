@@ -146,3 +146,26 @@ def test_ce_kernel_trains_the_same_particles_by_cross_entropy_without_phase_a():
     result = train_classifier(ceiling, toy_task(), TrainConfig(epochs=1, batch_size=32, lr=1e-2))
     assert result.phase_a is None
     assert all(not torch.equal(a, b) for a, b in zip(start, omegas(result.model)))
+
+
+def test_representation_probes_measure_the_pooled_attention_outputs_by_hand():
+    model, task = toy_model("coulomb"), toy_task()
+    result = run_learning_phase(model, task["train"], {"max_steps": 1, "batch_size": 32, "probe_examples": 32},
+                                validation=task["validation"])
+    rep = result["representation"]
+    assert set(rep) == {"probe_accuracy", "pooled_norm", "class_separation"}
+    assert 0.0 <= rep["probe_accuracy"]["after"] <= 1.0
+    outputs = []
+    model.attention_modules()[0].register_forward_hook(lambda module, args, kwargs, out: outputs.append(
+        (out, kwargs["key_padding_mask"])), with_kwargs=True)
+    split = task["validation"]  # 32 rows: all of them are the probe's
+    ids, mask, labels = split.input_ids, split.attention_mask, split.labels
+    model.eval()
+    with torch.no_grad():
+        model(ids, mask)
+    out, seen_mask = outputs[0]
+    rows = (out.transpose(1, 2).flatten(2) * seen_mask[..., None]).sum(1) / seen_mask.sum(1, keepdim=True)
+    assert rep["pooled_norm"]["after_per_layer"][0] == pytest.approx(float(rows.norm(dim=1).mean()), rel=1e-5)
+    means = [rows[labels == c].mean(0) for c in (0, 1)]
+    assert rep["class_separation"]["after_per_layer"][0] == pytest.approx(float((means[0] - means[1]).norm()),
+                                                                          rel=1e-5)
