@@ -13,3 +13,4 @@ from attnbench.baselines import gla  # noqa: F401
 from attnbench.baselines import deltanet  # noqa: F401
 from attnbench.baselines import based  # noqa: F401
 from attnbench.baselines import hedgehog  # noqa: F401
+from attnbench.baselines import uniform  # noqa: F401

@@ -35,6 +35,12 @@ row and per (batch, head) of keys, which cancels in the attention. In the scaled
 M^{-1/2} makes phi(x)^T phi(x') = (1/M) sum_k f(omega_k^T x) f(omega_k^T x') the kernel estimate itself.
 
 Parameters made for one head (`num_heads` 1) serve every head of a call (`per_head`).
+
+The initial omegas (a control for the Coulomb model's phase A, `attnbench.baselines.coulomb`): drawn as above,
+times `omega_scale` (so N(0, s^2 I) rows), then, with `projection_radius`, every row longer than the radius scaled
+back onto the sphere of that radius (`project_to_ball`), exactly as phase A's first projected Langevin step does
+with no force and no noise: `random-features` with the radius of a suite's phase A is the "projected Vanilla"
+twin, whose difference from Kernel-<map> is what learning adds, not the shorter omegas.
 """
 from __future__ import annotations
 
@@ -83,6 +89,12 @@ class MapForm:
 
 
 SCALED = MapForm(paper=False)
+
+
+def project_to_ball(omega: Tensor, radius: float) -> Tensor:
+    """Rows (last axis) longer than `radius` scaled back onto the sphere of that radius."""
+    norms = omega.norm(dim=-1, keepdim=True)
+    return omega * (radius / norms).clamp(max=1.0)
 
 
 def per_head(t: Tensor, heads: int) -> Tensor:
@@ -380,17 +392,18 @@ class RandomFeatureMap(FeatureMap):
     cos2 in the paper form also holds its phases `phase` (H, M) (None otherwise). H = 1 serves any head count."""
 
     def __init__(self, head_dim: int, num_heads: int, num_features: int, kind: str = "favor", seed: int = 0,
-                 *, orthogonal: bool = True, scaling: RowNorms = "chi", form: MapForm = SCALED):
+                 *, orthogonal: bool = True, scaling: RowNorms = "chi", form: MapForm = SCALED,
+                 omega_scale: float = 1.0, radius: float | None = None):
         super().__init__()
         if kind not in FEATURE_MAPS:
             raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
         self.kind, self.seed, self.form = kind, seed, form
         self.orthogonal = orthogonal or kind == "porf-softplus"
         self.scaling = "chi" if kind == "porf-softplus" else scaling
+        self.omega_scale, self.radius = omega_scale, radius
         self.num_features = 2 * num_features if kind == "trig" else num_features
         self.positive = kind != "trig"
-        self.register_buffer("omega", draw_omegas(num_heads, num_features, head_dim, seed,
-                                                  orthogonal=self.orthogonal, scaling=self.scaling))
+        self.register_buffer("omega", self._draw(num_heads, num_features, head_dim, 0))
         phases = form.paper and kind == "cos2"
         self.register_buffer("phase", draw_phases(num_heads, num_features, seed) if phases else None)
         self.register_buffer("draw", torch.zeros((), dtype=torch.long))  # redraws so far; omegas of draw k are seeded
@@ -399,10 +412,15 @@ class RandomFeatureMap(FeatureMap):
         """Replace the omegas (and cos2's phases) by the next seeded draw (seed, head, draw + 1)."""
         self.draw += 1
         h, m, d = self.omega.shape
-        self.omega.copy_(draw_omegas(h, m, d, self.seed, orthogonal=self.orthogonal, scaling=self.scaling,
-                                     draw=int(self.draw)))
+        self.omega.copy_(self._draw(h, m, d, int(self.draw)))
         if self.phase is not None:
             self.phase.copy_(draw_phases(h, m, self.seed, int(self.draw)))
+
+    def _draw(self, heads: int, num_features: int, dim: int, draw: int) -> Tensor:
+        """The omegas of draw `draw` (H, M, d): seeded, times omega_scale, projected onto the radius (if any)."""
+        omega = draw_omegas(heads, num_features, dim, self.seed, orthogonal=self.orthogonal, scaling=self.scaling,
+                            draw=draw) * self.omega_scale
+        return omega if self.radius is None else project_to_ball(omega, self.radius)
 
     def _weights(self, x: Tensor) -> Tensor:
         """alpha omega^T laid out for x's batch and heads (`projection_weights`), kept while the omegas are unchanged."""
@@ -475,12 +493,21 @@ class RandomFeaturesConfig(ShortConvConfig):
     eps: float | None = option(
         None, "guard keeping the linear-attention normaliser away from zero; None: 1e-6, or 1e-30 for the paper's "
         "favor, whose features carry an arbitrary stabilising scale that a guard of 1e-6 would swamp")
+    omega_scale: float = option(1.0, "initial omegas times this scale (N(0, s^2 I) rows; 1: the paper's N(0, I))")
+    projection_radius: float | None = option(
+        None, "control: after the draw, project every omega longer than this radius back onto its sphere, as phase "
+        "A's first step does with no force and no noise (the projected Vanilla twin); None: no projection")
+    projection_units: Literal["sqrt_dim", "absolute"] = option(
+        "sqrt_dim", "units of projection_radius, as phase A's radius_units: sqrt(head_dim) or absolute")
 
     def __post_init__(self) -> None:
         require(self.num_features >= 1, f"num_features={self.num_features} must be at least 1")
         require(self.eps is None or self.eps > 0, f"eps={self.eps} must be positive")
         require(self.temperature > 0, f"temperature={self.temperature} must be positive")
         require(self.floor > 0, f"floor={self.floor} must be positive")
+        require(self.omega_scale > 0, f"omega_scale={self.omega_scale} must be positive")
+        require(self.projection_radius is None or self.projection_radius > 0,
+                f"projection_radius={self.projection_radius} must be positive (None: no projection)")
         require(self.orthogonal is not False or self.feature_map != "porf-softplus",
                 "feature_map='porf-softplus' always uses orthogonal omegas; drop orthogonal=False")
 
@@ -489,6 +516,12 @@ class RandomFeaturesConfig(ShortConvConfig):
         if self.form == "scaled":
             return SCALED
         return MapForm(True, self.temperature, self.floor, self.elu_bias)
+
+    def initial_radius(self) -> float | None:
+        """The radius the initial omegas are projected onto, in absolute units (None: no projection)."""
+        if self.projection_radius is None:
+            return None
+        return self.projection_radius * (math.sqrt(self.head_dim) if self.projection_units == "sqrt_dim" else 1.0)
 
     def guard(self) -> float:
         """The normaliser guard: `eps`, else the form's default."""
@@ -513,7 +546,8 @@ class RandomFeaturesAttention(LinearKernelAttention):
     def __init__(self, cfg: RandomFeaturesConfig):
         super().__init__(self.feature_map_class(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.feature_map,
                                                 cfg.seed, orthogonal=cfg.orthogonal_omegas(), scaling=cfg.row_norms,
-                                                form=cfg.map_form()),
+                                                form=cfg.map_form(), omega_scale=cfg.omega_scale,
+                                                radius=cfg.initial_radius()),
                          eps=cfg.guard(), causal=cfg.causal, short_conv=short_conv_for(cfg))
         self.cfg = cfg
 
@@ -521,8 +555,10 @@ class RandomFeaturesAttention(LinearKernelAttention):
     def feature_form(self) -> str:
         """The form this attention's map computes, recorded with results (e.g. 'paper softplus, tau 1.0, floor 1e-06')."""
         fmap = self.feature_map
+        scale = f", omegas x{fmap.omega_scale:g}" if fmap.omega_scale != 1.0 else ""
+        projected = f", omegas projected to radius {fmap.radius:g}" if fmap.radius is not None else ""
         if not fmap.form.paper or fmap.kind == "trig":
-            return f"scaled {fmap.kind}"
+            return f"scaled {fmap.kind}{scale}{projected}"
         extras = f", tau {fmap.form.temperature}, floor {fmap.form.floor}" if fmap.kind != "favor" else ""
         bias = f", elu bias {fmap.form.elu_bias}" if fmap.kind == "elu" else ""
-        return f"paper {fmap.kind}{extras}{bias}"
+        return f"paper {fmap.kind}{extras}{bias}{scale}{projected}"

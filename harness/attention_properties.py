@@ -113,14 +113,16 @@ def finite_at_lengths(name: str, options: dict[str, Any], batch: int, heads: int
 
 
 def gradients(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
-    """Finite, nonzero gradients reach q, k, v and every trainable parameter."""
+    """Finite, nonzero gradients reach q, k, v and every trainable parameter (v alone for an attention that declares
+    `reads_queries_keys = False`, such as `uniform`)."""
     attn = _build(name, heads, options).train()
     q, k, v = (t.requires_grad_() for t in _qkv(batch, heads, 24))
     mask = torch.ones(batch, 24, dtype=torch.bool)
     mask[0, 17:] = False
     out = attn(q, k, v, key_padding_mask=mask)
     (out * mask[:, None, :, None]).square().sum().backward()
-    named = [("q", q), ("k", k), ("v", v)] + [(n, p) for n, p in attn.named_parameters() if p.requires_grad]
+    inputs = [("q", q), ("k", k), ("v", v)] if getattr(attn, "reads_queries_keys", True) else [("v", v)]
+    named = inputs + [(n, p) for n, p in attn.named_parameters() if p.requires_grad]
     for what, t in named:
         if t.grad is None or not torch.isfinite(t.grad).all() or t.grad.abs().sum() == 0:
             raise PropertyFailed(f"the gradient of {what} is {'missing' if t.grad is None else 'zero or not finite'}")

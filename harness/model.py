@@ -39,7 +39,12 @@ class ModelConfig:
         "hash", "dropout's random source: hash (attnbench.dropout: one seed per call from torch's generator, each "
                 "element's draw a hash of it; a tenth of nn.Dropout's time) or torch (nn.Dropout, bernoulli_)")
     pooling: Literal["mean", "first"] = option("mean", "sequence pooling: mean over real tokens or first token")
-    tie_qk: bool = option(True, "share one projection for queries and keys (Q = K, the paper's setting)")
+    qk_projection: Literal["none", "shared", "separate"] | None = option(
+        None, "queries and keys: none (Q = K = the head's slice of the normed hidden state, no W_q, W_k: the paper's "
+              "lower block), shared (Q = K = W x, one learned projection), separate (W_q x, W_k x: the upper "
+              "block); None: from tie_qk (shared unless tie_qk is false)")
+    tie_qk: bool | None = option(None, "older spelling: true = qk_projection shared, false = separate; "
+                                       "resolved to whether Q = K")
     num_segments: int = option(1, "segment embeddings: 2 for sentence-pair tasks")
     pad_id: int = option(0, "padding token id")
     kind: Literal["encoder", "decoder"] = option(
@@ -52,10 +57,22 @@ class ModelConfig:
                 f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; pick a multiple")
         require(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must lie in [0, 1)")
         require(self.num_segments in (1, 2), f"num_segments={self.num_segments} must be 1 or 2")
+        self.qk_projection, self.tie_qk = resolve_qk_projection(self.qk_projection, self.tie_qk)
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+
+def resolve_qk_projection(qk_projection: str | None, tie_qk: bool | None) -> tuple[str, bool]:
+    """(qk_projection, tie_qk) made concrete and consistent: the projection from tie_qk where it is not given
+    (shared by default), tie_qk true exactly when Q = K (none or shared); ConfigError when the two disagree."""
+    if qk_projection is None:
+        qk_projection = "separate" if tie_qk is False else "shared"
+    tied = qk_projection != "separate"
+    require(tie_qk is None or tie_qk == tied,
+            f"tie_qk={tie_qk} contradicts qk_projection={qk_projection!r} (Q = K is {tied}); drop tie_qk")
+    return qk_projection, tied
 
 
 class Tokens:
@@ -88,9 +105,9 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, cfg: ModelConfig, attention: str, attention_options: dict[str, Any], seed: int):
         super().__init__()
-        self.num_heads, self.head_dim, self.tie_qk = cfg.num_heads, cfg.head_dim, cfg.tie_qk
-        self.q_proj = nn.Linear(cfg.d_model, cfg.d_model)
-        self.k_proj = None if cfg.tie_qk else nn.Linear(cfg.d_model, cfg.d_model)
+        self.num_heads, self.head_dim, self.qk_projection = cfg.num_heads, cfg.head_dim, cfg.qk_projection
+        self.q_proj = None if cfg.qk_projection == "none" else nn.Linear(cfg.d_model, cfg.d_model)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.d_model) if cfg.qk_projection == "separate" else None
         self.v_proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
         with torch.random.fork_rng(devices=[]):  # the attention's own initialisation leaves the shared
@@ -105,7 +122,7 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None, tokens: Tokens | None = None) -> Tensor:
         """x (B, N, d_model), or the real tokens (T, d_model) of `tokens` -> the same layout."""
         spread = (lambda t: t) if tokens is None else tokens.unpack
-        q = self._heads(spread(self.q_proj(x)))
+        q = self._heads(spread(x if self.q_proj is None else self.q_proj(x)))  # none: each head's slice of x
         k = q if self.k_proj is None else self._heads(spread(self.k_proj(x)))
         with contextlib.nullcontext() if tokens is None else padded_queries_unread():  # pack reads real rows only
             out = self.attention(q, k, self._heads(spread(self.v_proj(x))), key_padding_mask=mask)

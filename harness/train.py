@@ -3,7 +3,9 @@
 Phase A is whatever procedure the attention's registry entry names (`Capabilities.learning_phase`,
 "module:function"), called as procedure(model, train, options, device=, seed=, progress=, validation=,
 phase_b_steps=) -> a JSON-able record; the parameters the attention lists in `learning_phase_parameters`
-stay frozen in phase B. Phase B: AdamW, linear warm-up then cosine decay, gradient clipping; the checkpoint
+stay frozen in phase B. Its options are the suite's `training.phase_a` with the attention's own
+(`learning_phase_options`, if it has them) laid over them; a learning-phase config with a field `after_epochs`
+k > 0 runs it after k epochs of phase B instead of before, and only checkpoints after it are then selected. Phase B: AdamW, linear warm-up then cosine decay, gradient clipping; the checkpoint
 evaluated is the one chosen on validation (or the last one), and the result says which.
 """
 from __future__ import annotations
@@ -110,6 +112,13 @@ def learning_procedure(model: nn.Module) -> Entry | None:
     return LEARNING_PHASES.get(spec) if spec else None
 
 
+def learning_phase_options(model: nn.Module, cfg: TrainConfig) -> dict[str, Any]:
+    """The learning phase's options: the suite's `training.phase_a`, overridden by the attention's own."""
+    own = [m.learning_phase_options() for m in model.modules()
+           if m is not model and callable(getattr(m, "learning_phase_options", None))]
+    return {**(cfg.phase_a or {}), **(own[0] if own else {})}
+
+
 def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
     """Phase B's AdamW, fused where every parameter is float32 on CPU or CUDA: one pass over each parameter instead
     of a dozen (a third of the for-loop's time on CPU), the same update to rounding."""
@@ -130,9 +139,17 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     procedure = learning_procedure(model)
-    phase_a = None if procedure is None else procedure.factory(
-        model, train, make_options(procedure.config, cfg.phase_a or {}, what="phase_a"), device=device, seed=seed,
-        progress=progress, validation=task["validation"], phase_b_steps=total)
+    options = None if procedure is None else make_options(procedure.config, learning_phase_options(model, cfg),
+                                                          what="phase_a")
+    after = getattr(options, "after_epochs", 0)
+    require(after < cfg.epochs, f"phase_a after_epochs={after} leaves no epoch of phase B after phase A "
+                                f"(epochs={cfg.epochs}); lower after_epochs or raise epochs")
+
+    def run_phase_a() -> dict[str, Any]:
+        return procedure.factory(model, train, options, device=device, seed=seed, progress=progress,
+                                 validation=task["validation"], phase_b_steps=total)
+
+    phase_a = run_phase_a() if procedure is not None and after == 0 else None
     frozen = learning_phase_parameters(model)
     for p in frozen:
         p.requires_grad_(False)
@@ -147,6 +164,8 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
     best_state, best_score, best_epoch = None, -math.inf, 0
 
     for epoch in range(1, cfg.epochs + 1):
+        if procedure is not None and epoch == after + 1 and after > 0:
+            phase_a = run_phase_a()  # the particles, frozen since the start, stay frozen after it
         model.train()
         losses = []
         for batch in train.batches(cfg.batch_size, shuffle=True, generator=generator):
@@ -167,7 +186,7 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
         history.append({"epoch": epoch, "train_loss": sum(losses) / len(losses), "val_accuracy": val_acc,
                         "val_nll": val_nll, "seconds": time.perf_counter() - start})
         score = -val_nll if cfg.checkpoint == "best-validation-nll" else val_acc
-        if cfg.checkpoint != "last" and score > best_score:
+        if cfg.checkpoint != "last" and epoch > after and score > best_score:
             best_score, best_epoch, best_state = score, epoch, copy.deepcopy(model.state_dict())
         if progress is not None:  # loss, validation accuracy and seconds: a line per epoch off a terminal
             progress(epoch_phase(history[-1]), epoch, cfg.epochs)

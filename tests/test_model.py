@@ -1,7 +1,10 @@
 """The shared encoder classifier: same shared weights for every variant, Q = K tying, sentence pairs, padding."""
+import dataclasses
+
 import pytest
 import torch
 
+from attnbench.errors import ConfigError
 from attnbench.model import ModelConfig, TransformerClassifier, parameter_counts
 from attnbench.registry import attention_names
 
@@ -53,6 +56,65 @@ def test_tie_qk_shares_one_projection():
     untied(ids)
     assert torch.equal(seen[0][0], seen[0][1])
     assert not torch.equal(seen[1][0], seen[1][1])
+
+
+def test_qk_projection_none_feeds_the_attention_each_heads_slice_of_the_normed_hidden_state():
+    model = TransformerClassifier(ModelConfig(**CFG, qk_projection="none"), "softmax", seed=1).eval()
+    layer = model.layers[0]
+    assert layer.attn.q_proj is None and layer.attn.k_proj is None
+    seen = []
+    layer.attn.attention.register_forward_hook(lambda module, args, out: seen.append((args, out)))
+    ids = torch.randint(1, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    model(ids)
+    (q, k, _), _ = seen[0]
+    b, n, h, d = 2, 6, CFG["num_heads"], CFG["d_model"] // CFG["num_heads"]
+    hidden = layer.norm1(model.embed(ids))  # (B, N, d_model), by hand: no projection at all
+    slices = torch.stack([hidden[..., i * d:(i + 1) * d] for i in range(h)], dim=1)  # (B, H, N, d)
+    torch.testing.assert_close(q, slices, rtol=0, atol=0)
+    assert k is q
+    values = torch.stack([layer.attn.v_proj(hidden)[..., i * d:(i + 1) * d] for i in range(h)], dim=1)
+    weights = torch.softmax(slices @ slices.transpose(-2, -1) / d ** 0.5, dim=-1)
+    merged = (weights @ values).transpose(1, 2).reshape(b, n, h * d)
+    torch.testing.assert_close(layer.attn(hidden, None), layer.attn.out_proj(merged), rtol=1e-5, atol=1e-6)
+
+
+def test_qk_projection_none_with_padding_reads_the_real_tokens_slices():
+    model = TransformerClassifier(ModelConfig(**CFG, qk_projection="none"), "softmax", seed=1).eval()
+    seen = []
+    model.layers[0].attn.attention.register_forward_hook(lambda module, args, out: seen.append(args))
+    ids = torch.randint(1, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
+    model(ids, mask)
+    q = seen[0][0]
+    hidden = model.layers[0].norm1(model.embed(ids))
+    expected = hidden.view(2, 6, CFG["num_heads"], -1).transpose(1, 2)
+    torch.testing.assert_close(q[0], expected[0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(q[1, :, :3], expected[1, :, :3], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("given, resolved", [
+    ({}, ("shared", True)), ({"tie_qk": True}, ("shared", True)), ({"tie_qk": False}, ("separate", False)),
+    ({"qk_projection": "none"}, ("none", True)), ({"qk_projection": "separate"}, ("separate", False)),
+    ({"qk_projection": "shared", "tie_qk": True}, ("shared", True))])
+def test_qk_projection_resolves_tie_qk(given, resolved):
+    cfg = ModelConfig(**CFG, **given)
+    assert (cfg.qk_projection, cfg.tie_qk) == resolved
+    again = ModelConfig(**dataclasses.asdict(cfg))  # the resolved config (provenance) rebuilds the same model
+    assert (again.qk_projection, again.tie_qk) == resolved
+
+
+@pytest.mark.parametrize("given", [{"qk_projection": "none", "tie_qk": False},
+                                   {"qk_projection": "separate", "tie_qk": True}])
+def test_qk_projection_contradicting_tie_qk_is_refused(given):
+    with pytest.raises(ConfigError, match="contradicts qk_projection"):
+        ModelConfig(**CFG, **given)
+
+
+def test_qk_projection_parameter_counts():
+    d, layers = CFG["d_model"], CFG["num_layers"]
+    total = {p: parameter_counts(TransformerClassifier(ModelConfig(**CFG, qk_projection=p), "softmax"))["total"]
+             for p in ("none", "shared", "separate")}
+    assert total["shared"] - total["none"] == total["separate"] - total["shared"] == layers * (d * d + d)
 
 
 def test_sentence_pairs_use_segment_embeddings():

@@ -76,6 +76,10 @@ class KernelExperimentConfig:
     scaling_max_rows: dict[str, int] = option(
         {}, "largest n per scaling method (mkl, rbf-svm, importance-sampling, rff, langevin, logistic); "
         "larger sizes are recorded as skipped with the reason")
+    controls: list[str] = option(
+        [], "controls beside the paper's methods (none by default): rff-projected (RFF at the particles' start, "
+        "projected onto frequency_radius), langevin-noise-only (Alg-1's steps with no force: the walk of the noise "
+        "and the projection, D kept uniformly), langevin-no-noise (beta = inf: the force alone); each at lambdas[0]")
     processes: int = option(1, "processes running the experiment's independent jobs (rows are the same; times differ)")
     memory_gib: float = option(8.0, "memory the MKL Grams may take (6 kernels + combination, float64); above: skipped")
 
@@ -94,6 +98,8 @@ class KernelExperimentConfig:
         require(self.processes >= 1, f"processes={self.processes} must be at least 1")
         require(self.mkl_max_iter >= 1 and self.particle_steps >= 1, "mkl_max_iter and particle_steps must be >= 1")
         require(all(n >= 20 for n in self.scaling_sizes), f"scaling_sizes {self.scaling_sizes} must all be >= 20")
+        odd = sorted(set(self.controls) - set(CONTROLS))
+        require(not odd, f"controls {odd} are unknown; valid: {', '.join(CONTROLS)}")
         unknown = sorted(set(self.scaling_max_rows) - set(SCALING_METHODS))
         require(not unknown, f"scaling_max_rows names {unknown}; valid: {', '.join(SCALING_METHODS)}")
 
@@ -108,6 +114,7 @@ class KernelExperimentConfig:
                                 riesz_s=self.riesz_s)
 
 
+CONTROLS = ("rff-projected", "langevin-noise-only", "langevin-no-noise")
 SCALING_METHODS = ("mkl", "rbf-svm", "importance-sampling", "rff", "langevin", "logistic")
 
 
@@ -174,6 +181,22 @@ def methods(cfg: KernelExperimentConfig, lambdas: list[float]) -> dict[str, Call
     for lam in lambdas:
         table[f"langevin lambda={lam:g}"] = lambda s, r, lam=lam: km.langevin_particles(
             s, r, lam, cfg.num_features, cfg.svm_gamma, cfg.dynamics())
+    return table | control_methods(cfg)
+
+
+def control_methods(cfg: KernelExperimentConfig) -> dict[str, Callable[..., Any]]:
+    """The controls `cfg.controls` asks for (label -> fit), the Langevin ones at lambdas[0] (0.5 by default)."""
+    lam = cfg.lambdas[0] if cfg.lambdas else 0.5
+    variants = {"langevin-noise-only": dataclasses.replace(cfg.dynamics(), drift=False),
+                "langevin-no-noise": dataclasses.replace(cfg.dynamics(), beta=math.inf)}
+    table: dict[str, Callable[..., Any]] = {}
+    for name in cfg.controls:
+        if name == "rff-projected":
+            table[name] = lambda s, r: km.projected_random_fourier_features(s, r, cfg.num_features, cfg.svm_gamma,
+                                                                             cfg.frequency_radius)
+        else:
+            table[f"{name} lambda={lam:g}"] = lambda s, r, d=variants[name]: km.langevin_particles(
+                s, r, lam, cfg.num_features, cfg.svm_gamma, d)
     return table
 
 
@@ -205,7 +228,7 @@ def level_rows(cfg: KernelExperimentConfig, seed: int, part: str, trial: int, le
     sigmas = cfg.sigmas()
     y = trial_labels(design, sigmas, seed, trial)[level]
     split = km.Split(design.x[design.train], y[design.train], design.x[design.test])
-    table = {k: v for k, v in methods(cfg, lambdas).items() if k.startswith("langevin") or not langevin_only}
+    table = {k: v for k, v in methods(cfg, lambdas).items() if k.startswith("langevin lambda") or not langevin_only}
     return [{"part": part, "method": name, "sigma": sigmas[level], "trial": trial, "n": len(design.x),
              **timed_fit(fit, split, y[design.test], method_generator(seed, trial, level, name))}
             for name, fit in table.items()]

@@ -64,6 +64,17 @@ def random_fourier_features(split: Split, rng: np.random.Generator, num_features
                            fourier_features(split.x_test, w, b))
 
 
+def projected_random_fourier_features(split: Split, rng: np.random.Generator, num_features: int = 200,
+                                      gamma: float = 0.5, radius: float = 5.0) -> np.ndarray:
+    """The RFF control of the Langevin particles: W ~ N(0, 2 gamma I) (the particles' start) with every frequency
+    longer than `radius` projected onto it, as the dynamics' first step does with no force and no noise."""
+    w = rng.normal(0.0, math.sqrt(2 * gamma), (split.x_train.shape[1], num_features))
+    w = w * np.minimum(1.0, radius / np.maximum(np.linalg.norm(w, axis=0), 1e-300))
+    b = rng.uniform(0.0, 2 * math.pi, num_features)
+    return linear_svm_head(fourier_features(split.x_train, w, b), split.y_train,
+                           fourier_features(split.x_test, w, b))
+
+
 def rbf_grams(x: np.ndarray, z: np.ndarray, gammas: list[float]) -> list[torch.Tensor]:
     """exp(-gamma |x_i - z_j|^2) for each gamma: x (n, p), z (m, p) -> [(n, m) float64 tensors]."""
     from sklearn.metrics.pairwise import euclidean_distances

@@ -14,6 +14,10 @@ the step is `attnbench.baselines.coulomb.langevin_step` (noise sqrt(2 eta / beta
 projected to |omega_k| <= radius, phases wrapped into [0, 2 pi). Repulsion acts on the
 frequencies only (**ours**: the paper names no phase term). Afterwards Algorithm 2 keeps D
 distinct particles drawn with probability proportional to exp(-beta H_k).
+
+Controls (`ParticleDynamics`): `drift=False` runs the same steps with no force, so the particles take the
+walk of the noise and the projection alone, and keeps D of them uniformly (no learning at all); beta = inf
+runs the force alone (and keeps the D lowest H_k).
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ class ParticleDynamics:
     radius: float = 5.0
     grad_clip: float = 1.0
     riesz_s: float = 0.0
+    drift: bool = True  # False: a control with no force (noise and projection alone), D of N kept uniformly
 
 
 def particle_features(x: Tensor, omega: Tensor, phase: Tensor) -> Tensor:
@@ -118,6 +123,8 @@ def run_dynamics(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor, lambdas: Te
     drift, clipped = [], []
     for _ in range(cfg.steps):
         d_omega, d_phase = hamiltonian_drift(x, y, omega, phase, lambdas, cfg.riesz_s)
+        if not cfg.drift:
+            d_omega, d_phase = torch.zeros_like(d_omega), torch.zeros_like(d_phase)
         raw = (d_omega.square().sum(-1) + d_phase.square()).sqrt()
         d_omega, d_phase = clip_per_particle(d_omega, d_phase, cfg.grad_clip)
         drift.append(cfg.step * raw.clamp(max=cfg.grad_clip).median(-1).values)
@@ -134,7 +141,10 @@ def alignment(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor) -> Tensor:
 
 
 def gibbs_resample(energies: Tensor, count: int, beta: float, generator: torch.Generator) -> Tensor:
-    """Algorithm 2: `count` distinct particle indices per system, P(k) proportional to exp(-beta H_k): (S, N) -> (S, count)."""
+    """Algorithm 2: `count` distinct particle indices per system, P(k) proportional to exp(-beta H_k): (S, N) -> (S, count);
+    beta = inf keeps the `count` lowest H_k."""
+    if not math.isfinite(beta):
+        return torch.argsort(energies, dim=-1)[..., :count].sort(-1).values
     logits = -beta * energies
     weights = torch.softmax(logits - logits.amax(-1, keepdim=True), dim=-1)
     return torch.multinomial(weights, count, replacement=False, generator=generator).sort(-1).values
@@ -154,7 +164,9 @@ def learn_features(x: Tensor, y01: Tensor, lambdas: list[float], num_features: i
     omega, phase = initial_particles(len(lambdas), cfg.num_particles, x.shape[1], gamma, generator)
     before = alignment(x, y, omega, phase)
     omega, phase, drift, clipped = run_dynamics(x, y, omega, phase, lam, cfg, generator)
-    keep = gibbs_resample(particle_energies(x, y, omega, phase, lam, cfg.riesz_s), num_features, cfg.beta, generator)
+    energies = particle_energies(x, y, omega, phase, lam, cfg.riesz_s)
+    keep = (gibbs_resample(energies, num_features, cfg.beta, generator) if cfg.drift
+            else gibbs_resample(torch.zeros_like(energies), num_features, 1.0, generator))  # the control: uniform
     kept_omega = omega.gather(1, keep[..., None].expand(-1, -1, omega.shape[-1]))
     kept_phase = phase.gather(1, keep)
     noise = math.sqrt(2 * cfg.step / cfg.beta) * math.sqrt(x.shape[1] + 1) if math.isfinite(cfg.beta) else 0.0

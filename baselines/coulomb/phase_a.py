@@ -18,7 +18,13 @@ Objectives V (docs/paper.md "In attention: what phase A aligns"):
 
 Every result carries what shows a random walk: per step, the median over particles of the drift
 |eta N grad H| and of the noise |sqrt(2 eta / beta) xi| and their ratio; the three alignments on held-out
-validation rows before and after; particle norms before and after the projection; the relative move.
+validation rows before and after; particle norms before and after the projection; the relative move; and
+what the pooled attention outputs carry of the labels before and after (`representation_probes`: a linear
+probe fitted on training rows and scored on the held-out ones, the outputs' norm, the class means' distance).
+
+Options beyond the paper's (each default is the paper's): `force` (DynamicsConfig: the text's averages or
+sums over pairs), `beta` = inf (no noise), `step`, `after_epochs` (phase A after k epochs of phase B, then
+frozen), and, per attention, `coulomb`'s own `phase_a` options laid over the suite's.
 """
 from __future__ import annotations
 
@@ -64,6 +70,10 @@ class PhaseAConfig(DynamicsConfig):
     resample: int | None = option(None, "keep D particles per head drawn from the final configuration (None = all)")
     resample_weights: Literal["gibbs", "uniform"] = option(
         "gibbs", "resampling law: Gibbs weights exp(-beta U_k) of each particle's eq. 2.2 potential, or uniform")
+    after_epochs: int = option(
+        0, "when phase A runs: 0 = at initialisation, before any phase-B step (paper); k = after k epochs of phase B, "
+        "the particles then frozen for the rest (ours: aligns a trained network rather than a random one)",
+        minimum=0, maximum=100_000)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -224,6 +234,43 @@ def _probe_alignments(model: nn.Module, modules: list[nn.Module], capture: Atten
     return result
 
 
+def _pooled_rows(model: nn.Module, capture: _Capture, split: Split, cfg: PhaseAConfig,
+                 device: torch.device) -> list[tuple[Tensor, Tensor]]:
+    """Each attention layer's mean-pooled outputs of `split`'s rows (n, H*D) float64 and their labels (n,)."""
+    rows: list[list[Tensor]] = [[] for _ in capture.outputs]
+    ys: list[Tensor] = []
+    with torch.no_grad():
+        for batch in split.batches(cfg.batch_size):
+            labels = capture.run(model, batch, device)
+            ys.append(labels.cpu())
+            for i, ((_, _, mask), out) in enumerate(zip(capture.inputs, capture.outputs)):
+                rows[i].append(pooled_outputs(out, mask, labels, "mean")[0].double().cpu())
+    labels = torch.cat(ys)
+    return [(torch.cat(r), labels) for r in rows]
+
+
+def representation_probes(model: nn.Module, capture: _Capture, fit: Split, score: Split, cfg: PhaseAConfig,
+                          device: torch.device) -> dict[str, list[float]]:
+    """Per attention layer, what the pooled outputs carry of the labels: a logistic-regression probe fitted on
+    `fit`'s rows and scored on `score`'s (accuracy), and on `score`'s rows the mean norm of the pooled outputs
+    and the distance between the class means (the largest over pairs of classes)."""
+    from sklearn.linear_model import LogisticRegression  # here: every attnbench command would pay its import
+
+    out: dict[str, list[float]] = {"probe_accuracy": [], "pooled_norm": [], "class_separation": []}
+    for (x_fit, y_fit), (x, y) in zip(_pooled_rows(model, capture, fit, cfg, device),
+                                      _pooled_rows(model, capture, score, cfg, device)):
+        scale = x_fit.std(dim=0).clamp_min(1e-12)
+        if y_fit.unique().numel() >= 2:
+            probe = LogisticRegression(max_iter=2000).fit((x_fit / scale).numpy(), y_fit.numpy())
+            out["probe_accuracy"].append(float(probe.score((x / scale).numpy(), y.numpy())))
+        else:
+            out["probe_accuracy"].append(math.nan)
+        means = torch.stack([x[y == c].mean(dim=0) for c in y.unique()])
+        out["pooled_norm"].append(float(x.norm(dim=1).mean()))
+        out["class_separation"].append(float(torch.cdist(means, means).max()))
+    return out
+
+
 def _distance_sample(modules: list[nn.Module], generator: torch.Generator) -> list[float]:
     """Up to DISTANCE_SAMPLES pairwise particle distances pooled over layers and heads."""
     distances = torch.cat([torch.pdist(omega).cpu() for m in modules
@@ -294,6 +341,7 @@ def run_learning_phase(model: nn.Module, train_split: Split, options: PhaseAConf
     generator = torch.Generator().manual_seed(seed)
     probe_split = "validation" if validation is not None and len(validation) >= 2 else "train"
     probe = (validation if probe_split == "validation" else train_split).subset(slice(0, cfg.probe_examples))
+    probe_fit = train_split.subset(slice(0, cfg.probe_examples))  # the linear probes' training rows
     initial = [m.learning_phase_parameters()[0].detach().clone() for m in modules]
     was_training = model.training
     flags = {id(p): p.requires_grad for p in model.parameters()}
@@ -307,12 +355,14 @@ def run_learning_phase(model: nn.Module, train_split: Split, options: PhaseAConf
         for p in model.parameters():
             p.requires_grad_(id(p) in moving)
         before = _probe_alignments(model, modules, capture, probe, cfg, device, num_classes)
+        probes_before = representation_probes(model, capture, probe_fit, probe, cfg, device)
         distances_before = _distance_sample(modules, generator)
         diagnostics, last, steps, stopped = _run_dynamics(model, modules, extra, capture, train_split, cfg, budget,
                                                           generator, device, num_classes, progress)
         if cfg.resample is not None:
             _resample(modules, last, cfg, generator, num_classes)
         after = _probe_alignments(model, modules, capture, probe, cfg, device, num_classes)
+        probes_after = representation_probes(model, capture, probe_fit, probe, cfg, device)
     finally:
         capture.remove()
         model.train(was_training)
@@ -332,6 +382,10 @@ def run_learning_phase(model: nn.Module, train_split: Split, options: PhaseAConf
                                             "after": sum(after[kind]) / len(modules),
                                             "before_per_layer": before[kind], "after_per_layer": after[kind]}
                                      for kind in ALIGNMENTS},
+            "representation": {key: {"before": sum(probes_before[key]) / len(modules),
+                                     "after": sum(probes_after[key]) / len(modules),
+                                     "before_per_layer": probes_before[key], "after_per_layer": probes_after[key]}
+                               for key in probes_before},
             "walk": walk_summary(diagnostics), "relative_move_per_layer": moves,
             "relative_move": sum(moves) / len(moves),
             "diagnostics": diagnostics, "distances_before": distances_before,
@@ -350,7 +404,7 @@ def _output_step(modules: list[nn.Module], params: list[Tensor], extra: list[nn.
         rows, y = pooled_outputs(capture.outputs[i], mask, labels, cfg.pooling)
         align = output_alignment(cfg.objective, rows, y, num_classes).double()
         energy = cfg.energy(param)
-        hamiltonian = -align + cfg.repulsion * energy.sum()
+        hamiltonian = cfg.hamiltonian(align, energy.sum(), rows.shape[0], param.shape[1])
         (grad,) = torch.autograd.grad(hamiltonian, param, retain_graph=True)
         total = total + hamiltonian
         new, moved = cfg.move(param.detach(), grad, generator)

@@ -12,6 +12,12 @@ random-features attention whose omegas are the particles (nn.Parameter), moved o
 Where the factor N of the paper's update lives: H averages over particles, so dH/d omega_k is
 O(1/N); the callers multiply the autograd gradient by N (the mean-field force on particle k)
 before clipping and pass that force to `langevin_move`, which applies it as given.
+
+Force normalisation (`DynamicsConfig.force`): "mean" (the paper's text, the default) is that force,
+N d/d omega_k (-A + lambda W) with A and W the averages the paper writes; "sum" is the gradient of the
+sums those averages divide, d/d omega_k (-P A + lambda N(N-1) W) with P = n(n-1) for a batch of n
+examples (A's pairs; W's unordered pairs of particles times 2 over 2): about n^2 / N times the
+alignment force and N times the repulsion of "mean" (`DynamicsConfig.hamiltonian`, `force_factor`).
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from attnbench.baselines.random_features import project_to_ball
 from attnbench.errors import ConfigError
 from attnbench.options import option, require
 
@@ -174,12 +181,6 @@ def particle_potentials(omega: Tensor, s: float | None = 0.0, eps: float = 0.0) 
 
 # --- dynamics ----------------------------------------------------------------------------------------
 
-def project_to_ball(omega: Tensor, radius: float) -> Tensor:
-    """Rows (last axis) longer than `radius` scaled back onto the sphere of that radius."""
-    norms = omega.norm(dim=-1, keepdim=True)
-    return omega * (radius / norms).clamp(max=1.0)
-
-
 def _drift_and_noise(omega: Tensor, grad: Tensor, step: float, beta: float,
                      generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
     """step * grad and sqrt(2 step / beta) xi (zeros for beta = inf), xi drawn on the CPU from `generator`."""
@@ -239,6 +240,9 @@ class DynamicsConfig:
         "omega (ours; keeps the initial Gaussian particles inside the cap), or absolute (literal paper; the paper suites)")
     tolerance: float = option(1e-6, "stop when the largest particle move falls below this (paper: 1e-6)")
     alignment: AlignmentKind = option("ustat", "eq. 2.2 alignment of the feature-map kernel: ustat (paper), normalized, centered")
+    force: Literal["mean", "sum"] = option(
+        "mean", "force normalisation: mean, N dH/domega_k with A and W the averages of the text (paper); sum, the "
+        "gradient of -n(n-1) A + lambda N(N-1) W, the sums over example pairs and particle pairs (ours)")
 
     def __post_init__(self) -> None:
         require(self.step > 0, f"step={self.step} must be positive")
@@ -258,10 +262,22 @@ class DynamicsConfig:
         unit = self.unit(omega.shape[-1])
         return torch.stack([riesz_energy(w / unit, self.riesz_s, self.softening) for w in omega])
 
+    def hamiltonian(self, alignment: Tensor, energy: Tensor, examples: int, particles: int) -> Tensor:
+        """The H whose gradient, times `force_factor`, is the force: -A + lambda W (mean), or
+        -n(n-1) A + lambda N(N-1) W (sum) for a batch of n `examples` and N `particles` per system."""
+        if self.force == "sum":
+            return -examples * (examples - 1) * alignment + self.repulsion * particles * (particles - 1) * energy
+        return -alignment + self.repulsion * energy
+
+    def force_factor(self, particles: int) -> float:
+        """What multiplies the gradient of `hamiltonian` to give the force: N (mean field, the paper's), 1 (sum)."""
+        return 1.0 if self.force == "sum" else float(particles)
+
     def move(self, omega: Tensor, grad: Tensor, generator: torch.Generator | None = None
              ) -> tuple[Tensor, dict[str, Tensor]]:
-        """One projected Langevin move of systems omega (S, N, d) from dH/domega: force N grad clipped per particle."""
-        force = clip_forces(omega.shape[-2] * grad, self.grad_clip)
+        """One projected Langevin move of systems omega (S, N, d) from the gradient of `hamiltonian`: the force
+        (`force_factor` times it) clipped per particle."""
+        force = clip_forces(self.force_factor(omega.shape[-2]) * grad, self.grad_clip)
         return langevin_move(omega, force, self.step, self.beta, self.radius * self.unit(omega.shape[-1]), generator)
 
 
@@ -284,7 +300,8 @@ def particle_step(omega: Tensor, features: Features, labels: Tensor, cfg: Dynami
                          for i in range(num)])
     energy = cfg.energy(w)
     hamiltonian = -align.double() + cfg.repulsion * energy
-    (grad,) = torch.autograd.grad(hamiltonian.sum(), w)
+    scaled = cfg.hamiltonian(align.double(), energy, labels.shape[0], m)
+    (grad,) = torch.autograd.grad(scaled.sum(), w)
     new, moved = cfg.move(omega.detach(), grad, generator)
     if active is not None:
         new = torch.where(active.to(new.device)[:, None, None], new, omega.detach())

@@ -1,0 +1,33 @@
+"""The bracket of kernel comparisons: softmax against the uniform floor, against a hand count."""
+import math
+
+import numpy as np
+import pandas as pd
+
+from attnbench.predictions import encode_predictions
+from attnbench.report.attention_bracket import NOT_EXERCISED, bracket_row
+
+
+def cells(accuracies, correct_rows):
+    """Accuracy cells per seed with stored predictions: each row's true class gets 0.9 where correct."""
+    out = []
+    labels = np.zeros(len(correct_rows[0]), dtype=int)
+    for seed, (acc, correct) in enumerate(zip(accuracies, correct_rows)):
+        probs = np.where(np.asarray(correct)[:, None], [[0.9, 0.1]], [[0.1, 0.9]])
+        out.append({"seed": seed, "metrics": {"accuracy": acc},
+                    "details": {"predictions": encode_predictions(probs, labels)}})
+    return pd.DataFrame(out)
+
+
+def test_a_floor_equal_to_softmax_says_the_task_does_not_exercise_attention():
+    same = [True] * 30 + [False] * 10
+    row = bracket_row("t", cells([0.75, 0.76, 0.75], [same] * 3), cells([0.75, 0.75, 0.76], [same] * 3))
+    assert row["verdict"] == NOT_EXERCISED and not row["exercises_attention"]
+    assert row["p_value"] == 1.0  # no discordant pair: McNemar p = 1
+
+
+def test_softmax_far_above_the_floor_exercises_attention():
+    good, bad = [True] * 40, [True] * 10 + [False] * 30
+    row = bracket_row("t", cells([0.25, 0.26, 0.24], [bad] * 3), cells([1.0, 0.99, 1.0], [good] * 3))
+    assert row["exercises_attention"] and row["mean_diff"] > 0.7
+    assert math.isclose(row["p_value"], min(1.0, 2 * 2 * 0.5 ** 30))  # McNemar: 30 discordant, all one way
