@@ -16,11 +16,10 @@ import torch
 from torch import Tensor, nn
 
 from attnbench.errors import ConfigError
-from attnbench.model import EncoderLayer, ModelConfig, Tokens, TransformerClassifier, make_dropout
+from attnbench.model import EncoderLayer, ModelConfig, Tokens, make_dropout
 from attnbench.recurrence import has_recurrent_form, step_through
 from attnbench.registry import attention_entry
-
-IGNORE = -100  # label of a position that carries no loss
+from attnbench.tasks.sequence import IGNORE  # label of a position that carries no loss
 
 
 def require_causal_form(attention: str) -> None:
@@ -148,10 +147,3 @@ def token_loss(logits: Tensor, labels: Tensor) -> Tensor:
     """Mean cross-entropy (nats) over labelled positions: logits (B, N, V), labels (B, N), -100 = no label."""
     return nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
 
-
-def build_model(cfg: ModelConfig, attention: str, attention_options: dict[str, Any] | None = None,
-                seed: int = 0) -> nn.Module:
-    """The model `cfg.kind` names: the encoder classifier or this decoder."""
-    if cfg.kind == "decoder":
-        return TransformerDecoder(cfg, attention, attention_options, seed)
-    return TransformerClassifier(cfg, attention, attention_options, seed)

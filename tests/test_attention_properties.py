@@ -28,6 +28,8 @@ def test_the_issue_families_are_registered():
 def _cases():
     for name in NAMES:
         for prop in PROPERTIES:
+            if prop == "recurrent form equals the parallel form":  # 1,030 steps a shape: tests/test_recurrence.py
+                continue
             yield pytest.param(name, prop, id=f"{name}-{prop.replace(' ', '_')}")
 
 

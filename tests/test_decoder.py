@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from attnbench.decoder import TransformerDecoder, build_model, token_loss
+from attnbench.decoder import TransformerDecoder, token_loss
 from attnbench.errors import ConfigError
 from attnbench.model import ModelConfig
 
@@ -87,7 +87,7 @@ def test_loss_counts_only_labelled_positions():
 @pytest.mark.parametrize("name", ["linformer", "nystromformer"])
 def test_attentions_without_a_causal_form_are_refused_with_the_reason(name):
     with pytest.raises(ConfigError, match="no causal form"):
-        build_model(CFG, name, {})
+        TransformerDecoder(CFG, name, {})
 
 
 def test_a_decoder_suite_naming_a_non_causal_attention_is_refused_on_loading(tmp_path):

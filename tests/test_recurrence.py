@@ -7,7 +7,7 @@ import torch
 from attnbench.attention_properties import check_property, recurrent_matches_parallel
 from attnbench.baselines.linear_kernel import linear_attention
 from attnbench.recurrence import state_bytes, step_through
-from attnbench.registry import attention_capabilities, build_attention
+from attnbench.registry import attention_capabilities, attention_entry, attention_names, build_attention
 
 CAUSAL_ATTENTIONS = [
     ("softmax", {}),
@@ -19,10 +19,13 @@ CAUSAL_ATTENTIONS = [
     ("random-features", {"feature_map": "trig", "form": "scaled", "num_features": 8}),
     ("coulomb", {"feature_map": "favor", "num_features": 16}),
 ]
+CAUSAL_ATTENTIONS += [(name, {}) for name in attention_names() if not name.startswith("test-")
+                      and attention_entry(name).capabilities.causal and name not in dict(CAUSAL_ATTENTIONS)]
 
 
 @pytest.mark.parametrize("name, options", CAUSAL_ATTENTIONS, ids=lambda x: x if isinstance(x, str) else None)
 def test_recurrent_form_equals_parallel_over_a_thousand_steps_with_padding(name, options):
+    """Every causal attention (new registrations too), at one shape; `attnbench check` runs every shape."""
     recurrent_matches_parallel(name, options, batch=2, heads=1)
 
 

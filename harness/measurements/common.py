@@ -45,6 +45,9 @@ def model_config(cell: dict[str, Any], task: TaskData) -> ModelConfig:
     sizes = {"vocab_size": task.vocab_size, "num_classes": task.num_classes, "max_length": task.max_length,
              "pad_id": task.pad_id, "num_segments": 2 if task.pair else 1}
     config = make_options(ModelConfig, {**(cell.get("model") or {}), **sizes}, what="model")
+    if config.kind != "encoder":
+        raise SkipCell(f"this measurement trains the encoder classifier, and the model kind is {config.kind!r}; "
+                       f"decoders go with the recall, lm, state and decode measurements")
     record_what_ran("model", dataclasses.asdict(config))
     return config
 
