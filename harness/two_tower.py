@@ -40,6 +40,8 @@ def split_documents(input_ids: Tensor, mask: Tensor, segment_ids: Tensor, pad_id
 class TwoTowerClassifier(nn.Module):
     """Shared encoder on each document alone; logits from an MLP on [u, v, u * v, u - v] (LRA's matching head)."""
 
+    sequences_per_row = 2  # the encoder sees 2B sequences, all A then all B (phase A gives each its row's label)
+
     def __init__(self, cfg: ModelConfig, document_length: int, attention: str = "softmax",
                  attention_options: dict[str, Any] | None = None, seed: int = 0):
         super().__init__()

@@ -56,3 +56,16 @@ def test_counts_one_encoder_for_both_towers() -> None:
     model = _model()
     assert model.encoder.position_embedding.num_embeddings == DOC
     assert sum(p.numel() for p in model.head.parameters()) == (4 * D * F + F) + (F * 2 + 2)
+
+
+def test_phase_a_runs_on_both_towers_with_the_row_label() -> None:
+    from attnbench.baselines.coulomb.phase_a import run_learning_phase
+
+    pairs = [(f"document {i}", f"other {i % 3}") for i in range(8)]
+    ids, mask, seg = _batch(pairs)
+    split = Split(ids, mask, torch.tensor([i % 2 for i in range(8)]), seg)
+    model = _model("coulomb", {"feature_map": "favor", "num_features": 8})
+    before = [p.detach().clone() for m in model.attention_modules() for p in m.learning_phase_parameters()]
+    record = run_learning_phase(model, split, {"max_steps": 2, "batch_size": 4}, validation=split)
+    after = [p.detach() for m in model.attention_modules() for p in m.learning_phase_parameters()]
+    assert record["seconds"] >= 0 and any(not torch.equal(a, b) for a, b in zip(before, after))

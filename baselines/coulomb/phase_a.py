@@ -154,7 +154,7 @@ class AttentionCapture:
             pass
         if self.pending:
             raise RuntimeError(f"phase A: attention modules {sorted(self.pending)} were not called by the model's forward")
-        return labels
+        return labels.repeat(getattr(model, "sequences_per_row", 1))  # a two-tower row: both documents, its label
 
     def remove(self) -> None:
         for handle in self.handles:
