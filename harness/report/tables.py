@@ -240,7 +240,8 @@ def headline_summary(leaderboard: Table) -> list[str]:
         elif top:
             out.append(f"{task}: top group (no detectable difference among them): {', '.join(top)}.")
         elif ranked.any():
-            out.append(f"{task}: no ranking is supported (one seed, no shared seeds, or every label at chance).")
+            why = sorted({str(v) for v in data.loc[ranked, column]})
+            out.append(f"{task}: no ranking is supported ({'; '.join(why)}).")
         if chance:
             out.append(f"{task}: at chance (accuracy not above the majority class): {', '.join(chance)}.")
     return out
