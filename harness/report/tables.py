@@ -86,7 +86,8 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     sign = -1.0 if first is None or metric_direction(first) != "min" else 1.0
     order = sorted(labels, key=lambda lab: (first_rank[lab] if finite(first_rank[lab]) else math.inf,
                                             lab in references,
-                                            sign * first_mean[lab] if finite(first_mean[lab]) else math.inf, lab))
+                                            round(sign * first_mean[lab], 12) if finite(first_mean[lab]) else math.inf,
+                                            lab))
     seeds = {lab: int(frame[frame["label"] == lab]["seed"].nunique()) for lab in labels}
     params = {(lab, kind): summarize(frame[(frame["label"] == lab) & (frame["metric"] == kind)]["value"])["mean"]
               for lab in labels for kind in NOT_METRICS}
@@ -200,7 +201,7 @@ def leaderboard_table(results: Results) -> Table:
         text_rows.append(text)
     data = pd.DataFrame(rows)
     if len(data):
-        data["_order_top"], data["_order_mean"] = -data["top_group_tasks"], -data["accuracy_mean"]
+        data["_order_top"], data["_order_mean"] = -data["top_group_tasks"], -data["accuracy_mean"].round(12)
         order = data.sort_values(["reference", "_order_top", "avg_rank", "_order_mean", "label"],
                                  na_position="last").index  # within a tied group: by mean, for reading only
         data = data.drop(columns=["_order_top", "_order_mean"])
