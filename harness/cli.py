@@ -384,10 +384,17 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def _print_leaderboard(report_dir: Path) -> None:
-    """Print the leaderboard table the report wrote (tables/leaderboard.md), when there is one."""
+    """Print the leaderboard table the report wrote (tables/leaderboard.md), when there is one, then the report's
+    summary (top groups, labels at chance, points not measured: the bullets at the top of report.md)."""
     table = report_dir / "tables" / "leaderboard.md"
     if table.is_file():
         print(table.read_text().rstrip())
+    summary = report_dir / "report.md"
+    if summary.is_file():
+        lines = summary.read_text().split("\n### ")[0].splitlines()
+        bullets = [line for line in lines if line.startswith("- ")]
+        if bullets:
+            print("\nSummary:\n" + "\n".join(bullets))
 
 
 # --- show -------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Tested rank groups and the at-chance mark, on hand-made cells with stored per-example predictions."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
+from attnbench.cli import main
 from attnbench.predictions import encode_predictions
 from attnbench.report import write_leaderboard, write_report
 from attnbench.report.load import load_runs
@@ -121,3 +123,10 @@ def test_merged_runs_compare_only_labels_that_share_seeds(tmp_path: Path) -> Non
 def test_report_page_states_the_summary(ranked_run: Path) -> None:
     page = (write_report(ranked_run) / "index.html").read_text()
     assert "at chance (accuracy not above the majority class): majority-ish" in page
+
+
+def test_leaderboard_command_prints_the_summary(ranked_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (ranked_run / "run.json").write_text(json.dumps({"schema": 1, "suite": "t", "cell_ids": []}))
+    assert main(["leaderboard", str(ranked_run), "--out", str(tmp_path / "board")]) == 0
+    printed = capsys.readouterr().out
+    assert "Summary:" in printed and "- t1: at chance (accuracy not above the majority class): majority-ish." in printed

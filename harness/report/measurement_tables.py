@@ -253,7 +253,13 @@ def paired_table(results: Results) -> Table | None:
     rows = detail_rows(results, "efficiency")
     if rows.empty or "paired_label" not in rows or rows["paired_label"].isna().all():
         return None
-    rows = rows[rows["paired_label"].notna()].copy()
+    for col in ("busy", "starvation_checked", "others_cores", "cpu_availability", "load_1m", "reason"):
+        if col not in rows:
+            rows[col] = np.nan
+    rows = _refuse_unchecked_busy(rows)
+    rows = rows[rows["paired_label"].notna() & (rows["status"] == "ok")].copy()  # not measured: no ratio
+    if rows.empty:
+        return None
     for col in ("paired_ratio", "paired_ratio_q25", "paired_ratio_q75", "paired_median_ms", "median_ms"):
         rows[col] = pd.to_numeric(rows[col] if col in rows else np.nan, errors="coerce")
     keys = ["run", "label", "paired_label", "mode", "seq_len", "batch", "heads", "head_dim"]

@@ -76,7 +76,7 @@ def _seed_cohort(seed_sets: list[frozenset[int]]) -> frozenset[int]:
 
 
 def _better_first(standings: list[Standing], direction: str) -> list[Standing]:
-    return sorted(standings, key=lambda s: (-s.mean if direction == "max" else s.mean, s.label))
+    return sorted(standings, key=lambda s: (round(-s.mean if direction == "max" else s.mean, 12), s.label))
 
 
 def task_standings(part: pd.DataFrame, labels: list[str], cache: PredictionCache,

@@ -84,8 +84,12 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
                               for m in metrics}, index=ranked.index).reindex(labels)
     first = RANK_METRIC if RANK_METRIC in ranks else (metrics[0] if metrics else None)
     first_rank = ranks[first] if first else pd.Series(np.nan, index=labels)
+    first_mean = means[first] if first else pd.Series(np.nan, index=labels)
+    sign = -1.0 if first is None or metric_direction(first) != "min" else 1.0
     order = sorted(labels, key=lambda lab: (first_rank[lab] if finite(first_rank[lab]) else math.inf,
-                                            lab in references, lab))
+                                            lab in references,
+                                            round(sign * first_mean[lab], 12) if finite(first_mean[lab]) else math.inf,
+                                            lab))
     seeds = {lab: int(frame[frame["label"] == lab]["seed"].nunique()) for lab in labels}
     params = {(lab, kind): summarize(frame[(frame["label"] == lab) & (frame["metric"] == kind)]["value"])["mean"]
               for lab in labels for kind in NOT_METRICS}
@@ -199,9 +203,10 @@ def leaderboard_table(results: Results) -> Table:
         text_rows.append(text)
     data = pd.DataFrame(rows)
     if len(data):
-        data["_order_top"] = -data["top_group_tasks"]
-        order = data.sort_values(["reference", "_order_top", "avg_rank", "label"], na_position="last").index
-        data = data.drop(columns="_order_top")
+        data["_order_top"], data["_order_mean"] = -data["top_group_tasks"], -data["accuracy_mean"].round(12)
+        order = data.sort_values(["reference", "_order_top", "avg_rank", "_order_mean", "label"],
+                                 na_position="last").index  # within a tied group: by mean, for reading only
+        data = data.drop(columns=["_order_top", "_order_mean"])
     else:
         order = data.index
     data, text = data.loc[order].reset_index(drop=True), pd.DataFrame(text_rows).loc[order].reset_index(drop=True)
@@ -242,7 +247,8 @@ def headline_summary(leaderboard: Table) -> list[str]:
         elif top:
             out.append(f"{task}: top group (no detectable difference among them): {', '.join(top)}.")
         elif ranked.any():
-            out.append(f"{task}: no ranking is supported (one seed, no shared seeds, or every label at chance).")
+            why = sorted({str(v) for v in data.loc[ranked, column]})
+            out.append(f"{task}: no ranking is supported ({'; '.join(why)}).")
         if chance:
             out.append(f"{task}: at chance (accuracy not above the majority class): {', '.join(chance)}.")
     return out
