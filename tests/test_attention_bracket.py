@@ -31,3 +31,10 @@ def test_softmax_far_above_the_floor_exercises_attention():
     row = bracket_row("t", cells([0.25, 0.26, 0.24], [bad] * 3), cells([1.0, 0.99, 1.0], [good] * 3))
     assert row["exercises_attention"] and row["mean_diff"] > 0.7
     assert math.isclose(row["p_value"], min(1.0, 2 * 2 * 0.5 ** 30))  # McNemar: 30 discordant, all one way
+
+
+def test_one_seed_is_judged_by_the_per_example_test_alone():
+    good, bad = [True] * 40, [True] * 10 + [False] * 30
+    assert bracket_row("t", cells([0.25], [bad]), cells([1.0], [good]))["exercises_attention"]
+    same = [True] * 30 + [False] * 10
+    assert bracket_row("t", cells([0.75], [same]), cells([0.75], [same]))["verdict"] == NOT_EXERCISED
