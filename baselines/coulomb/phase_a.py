@@ -234,7 +234,7 @@ def _probe_alignments(model: nn.Module, modules: list[nn.Module], capture: Atten
     return result
 
 
-def _pooled_rows(model: nn.Module, capture: _Capture, split: Split, cfg: PhaseAConfig,
+def _pooled_rows(model: nn.Module, capture: AttentionCapture, split: Split, cfg: PhaseAConfig,
                  device: torch.device) -> list[tuple[Tensor, Tensor]]:
     """Each attention layer's mean-pooled outputs of `split`'s rows (n, H*D) float64 and their labels (n,)."""
     rows: list[list[Tensor]] = [[] for _ in capture.outputs]
@@ -249,7 +249,7 @@ def _pooled_rows(model: nn.Module, capture: _Capture, split: Split, cfg: PhaseAC
     return [(torch.cat(r), labels) for r in rows]
 
 
-def representation_probes(model: nn.Module, capture: _Capture, fit: Split, score: Split, cfg: PhaseAConfig,
+def representation_probes(model: nn.Module, capture: AttentionCapture, fit: Split, score: Split, cfg: PhaseAConfig,
                           device: torch.device) -> dict[str, list[float]]:
     """Per attention layer, what the pooled outputs carry of the labels: a logistic-regression probe fitted on
     `fit`'s rows and scored on `score`'s (accuracy), and on `score`'s rows the mean norm of the pooled outputs
