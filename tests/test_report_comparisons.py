@@ -24,10 +24,11 @@ N = 400
 
 
 def _plan(run: Path, **keys: Any) -> None:
-    """A run.json whose normalised suite carries the comparison keys."""
+    """A run.json whose normalised suite carries the comparison keys and plans every cell written so far."""
     run.mkdir(parents=True, exist_ok=True)
+    planned = sorted(p.stem for p in (run / "cells").glob("*.json"))
     (run / "run.json").write_text(json.dumps({"schema": 1, "suite": "t", "resolved_suite": {"name": "t", **keys},
-                                              "cell_ids": []}))
+                                              "cell_ids": planned}))
 
 
 def _probs(labels: np.ndarray, correct: np.ndarray, confidence: float) -> np.ndarray:
