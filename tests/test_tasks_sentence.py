@@ -273,10 +273,10 @@ def test_hub_task_without_data_is_refused_at_validation_when_offline(tmp_path, m
 def test_labels_are_normalised_by_one_rule_across_splits(tmp_path, cache_dir):
     rows = "".join(f"film number {i} was {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(40))
     (tmp_path / "train.csv").write_text("text,label\n" + rows)
-    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"text": f"film {i}", "label": i % 2}) + "\n"
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"text": f"film {i}", "label": str(i % 2)}) + "\n"
                                                  for i in range(10)))
     data = load_task("text", files={"train": str(tmp_path / "train.csv"), "test": str(tmp_path / "test.jsonl")},
-                     cache_dir=cache_dir, max_length=12, vocab_size=100)  # '0'/'1' strings beside ints 0/1
+                     cache_dir=cache_dir, max_length=12, vocab_size=100)  # ints 0/1 in train, strings '0'/'1' in test
     assert data.num_classes == 2 and data.info["label_names"] == [0, 1]
     assert data["test"].labels.tolist() == [i % 2 for i in range(10)]
 
