@@ -261,7 +261,9 @@ class _Validator:
             task_inputs={task_label(t): self.inputs[f"tasks[{i}].options"] for i, t in enumerate(tasks)
                          if self.inputs.get(f"tasks[{i}].options")})
         suite.comparison_keys = validate_comparison_keys(raw, self, [a["label"] for a in suite.attentions],
-                                                         [task_label(t) for t in suite.tasks], suite.seeds)
+                                                         [task_label(t) for t in suite.tasks], suite.seeds,
+                                                         {a["label"]: {**model, **a.get("model", {})}
+                                                          for a in suite.attentions})
         if not suite.cells():
             raise self.error("exclude", "the exclude patterns leave no cells to run")
         return suite

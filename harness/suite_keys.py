@@ -24,6 +24,7 @@ and `sweep_trials`.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import itertools
 import math
 from typing import Any, Protocol
@@ -57,9 +58,11 @@ class Checker(Protocol):
     def keys(self, mapping: dict[str, Any], valid: tuple[str, ...], path: str, required: tuple[str, ...] = ()) -> None: ...
 
 
-def validate_comparison_keys(raw: dict[str, Any], v: Checker, labels: list[str],
-                             tasks: list[str], seeds: list[int]) -> dict[str, Any]:
-    """The normalised references / comparisons / published / sweep of a raw suite (absent keys left out)."""
+def validate_comparison_keys(raw: dict[str, Any], v: Checker, labels: list[str], tasks: list[str], seeds: list[int],
+                             models: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The normalised references / comparisons / published / sweep of a raw suite (absent keys left out);
+    `models`: each attention label's model settings (the suite's with its own overrides), which every sweep
+    grid point must suit."""
     out: dict[str, Any] = {}
     if "references" in raw:
         out["references"] = _references(raw["references"], v, labels)
@@ -69,7 +72,7 @@ def validate_comparison_keys(raw: dict[str, Any], v: Checker, labels: list[str],
     if "published" in raw:
         out["published"] = _published(raw["published"], v, known, tasks)
     if "sweep" in raw:
-        out["sweep"] = _sweep(raw["sweep"], v, seeds)
+        out["sweep"] = _sweep(raw["sweep"], v, seeds, models or {})
     return out
 
 
@@ -136,13 +139,35 @@ def _published(value: Any, v: Checker, labels: list[str], tasks: list[str]) -> l
                     raise v.error(where, f"{metric!r} is not a declared, ranked metric (see `attnbench list metrics`)")
                 if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
                     raise v.error(where, f"is {number!r}, expected a finite number")
+                problem = out_of_range(metric, float(number))
+                if problem:
+                    raise v.error(where, problem)
                 values[label][metric] = float(number)
         out.append({"source": source, "task": task, "note": v.string(block.get("note", ""), f"{path}.note"),
                     "values": values})
     return out
 
 
-def _sweep(value: Any, v: Checker, seeds: list[int]) -> dict[str, Any]:
+# The values each metric can take (globs as in `attnbench list metrics`); published numbers outside are refused.
+FRACTIONS = ("accuracy", "balanced_accuracy", "macro_f1", "weighted_f1", "clean_accuracy", "roc_auc", "pr_auc",
+             "ece", "clean_ece", "ece_equal_mass", "label_noise_auc", "robustness_auc*", "*/accuracy", "*/f1",
+             "feature_budget_accuracy@*", "label_noise_accuracy@*")
+METRIC_RANGES: dict[str, tuple[float, float]] = {**dict.fromkeys(FRACTIONS, (0.0, 1.0)), "mcc": (-1.0, 1.0),
+                                                 "brier": (0.0, 2.0), "nll": (0.0, math.inf)}
+
+
+def out_of_range(metric: str, number: float) -> str | None:
+    """Why `number` cannot be a value of `metric` (e.g. a percentage given for a fraction), or None."""
+    bounds = next((r for pattern, r in METRIC_RANGES.items() if fnmatch.fnmatchcase(metric, pattern)), None)
+    if bounds is None or bounds[0] <= number <= bounds[1]:
+        return None
+    low, high = bounds
+    if (low, high) == (0.0, 1.0) and 1.0 < number <= 100.0:
+        return (f"is {number:g}, but {metric} is a fraction in [0, 1]; write {number / 100:.4g} for {number:g}%")
+    return f"is {number:g}, outside the range of {metric}, [{low:g}, {high:g}]"
+
+
+def _sweep(value: Any, v: Checker, seeds: list[int], models: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
     sweep = v.mapping(value, "sweep")
     v.keys(sweep, SWEEP_KEYS, "sweep", ("metric", "grid"))
@@ -156,10 +181,10 @@ def _sweep(value: Any, v: Checker, seeds: list[int]) -> dict[str, Any]:
         if not isinstance(values, list) or not values:
             raise v.error(f"sweep.grid.{key}", f"is {values!r}; give a non-empty list of values")
     points = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
-    trials = [_trial(point, v, f"sweep.grid (point {j})") for j, point in enumerate(points)]
+    trials = [_trial(point, v, f"sweep.grid (point {j})", models) for j, point in enumerate(points)]
     seed = sweep.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise v.error("sweep.seed", f"is {seed!r}, expected an integer")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 2**32 - 1:
+        raise v.error("sweep.seed", f"is {seed!r}; give an integer in 0..4294967295 (it draws the budget's points)")
     budget = sweep.get("budget", len(points))
     if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= len(points):
         raise v.error("sweep.budget", f"is {budget!r}; give an integer from 1 to the grid's {len(points)} points")
@@ -183,8 +208,9 @@ def _select_seeds(value: Any, v: Checker, seeds: list[int]) -> list[int]:
     return list(picked)
 
 
-def _trial(point: dict[str, Any], v: Checker, path: str) -> dict[str, Any]:
-    """One grid point split into training and model overrides, each checked against its config."""
+def _trial(point: dict[str, Any], v: Checker, path: str, models: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One grid point split into training and model overrides, each checked against its config: the model overrides
+    over each attention's model settings (`models`, by label), as its cells will run them."""
 
     training_fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"phase_a"}
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)} - set(TASK_SET_MODEL_OPTIONS)
@@ -197,9 +223,15 @@ def _trial(point: dict[str, Any], v: Checker, path: str) -> dict[str, Any]:
     model = {k: x for k, x in point.items() if k in model_fields and k not in training_fields}
     try:
         make_options(TrainConfig, training, what="sweep training")
-        make_options(ModelConfig, model, what="sweep model")
     except (ConfigError, ValueError, TypeError) as err:  # a wrong type, or a value the config refuses
         raise v.error(path, f"{point}: {err}") from None
+    for label, settings in (models or {"(default model)": {}}).items():
+        try:
+            make_options(ModelConfig, {**settings, **model}, what=f"the model of attention {label!r}")
+        except (ConfigError, ValueError, TypeError) as err:
+            keys = ", ".join(f"sweep.grid.{k}" for k in model)
+            raise v.error(path, f"{point} ({keys}) does not suit the model of attention {label!r} "
+                                f"({settings}): {err}") from None
     return {"values": dict(point), "training": training, "model": model}
 
 

@@ -131,7 +131,7 @@ def test_disabled_or_unbuildable_kernels_report_why(tmp_path):
     broken = tmp_path / "broken-cxx"
     broken.write_text("#!/bin/sh\necho 'broken-cxx 1.0'; [ \"$1\" = --version ] || { echo nope >&2; exit 1; }\n")
     broken.chmod(0o755)
-    status = _status_in_subprocess(CXX=str(broken), ATTNBENCH_CACHE_DIR=str(tmp_path / "cache"))
+    status = _status_in_subprocess(CXX=str(broken), ATTNBENCH_CACHE=str(tmp_path / "cache"))
     assert status.startswith("off: build failed") and "nope" in status
     assert not list((tmp_path / "cache").rglob("*.so"))  # nothing half-built left behind
 
@@ -430,7 +430,7 @@ def test_a_build_without_avx512_computes_the_same_bits(tmp_path):
         return torch.load(out)
 
     here = probe("native")
-    avx2 = probe("avx2", "--march", "x86-64-v3", ATTNBENCH_CACHE_DIR=str(tmp_path / "cache"))
+    avx2 = probe("avx2", "--march", "x86-64-v3", ATTNBENCH_CACHE=str(tmp_path / "cache"))
     assert here.keys() == avx2.keys() and len(here) > 60
     x = torch.linspace(-100.0, 88.0, 4096)  # the probe's exp inputs
     normal = x >= -87.3

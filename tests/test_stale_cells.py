@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import attnbench.executor as executor
-import attnbench.report as report
+from attnbench import executor
+from attnbench import report
 from attnbench.cli import main
 from attnbench.executor import RunOptions, run_suite
 from attnbench.report.load import load_runs

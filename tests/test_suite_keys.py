@@ -138,3 +138,27 @@ def test_table_3_suites(name: str, labels: int) -> None:
         sweep = suite.comparison_keys["sweep"]
         for option, values in sweep["grid"].items():  # the drawn trials try every value of every option
             assert {t["values"][option] for t in sweep["trials"]} == set(values), option
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"published": {"source": "a paper", "values": {"softmax": {"accuracy": 68.01}}}},
+     "published.values.softmax.accuracy: is 68.01, but accuracy is a fraction in [0, 1]; write 0.6801 for 68.01%"),
+    ({"published": {"source": "a paper", "values": {"softmax": {"nll": -0.3}}}},
+     "published.values.softmax.nll: is -0.3, outside the range of nll, [0, inf]"),
+    ({"sweep": {"metric": "accuracy", "grid": {"lr": [1.0e-3]}, "seed": -1}},
+     "sweep.seed: is -1; give an integer in 0..4294967295"),
+    ({"model": {"d_model": 16, "num_heads": 1}, "attentions": [{"name": "softmax", "label": "two",
+                                                                 "model": {"num_heads": 2}}],
+      "sweep": {"metric": "accuracy", "grid": {"d_model": [15]}}},
+     "keys.yaml: sweep.grid (point 0): {'d_model': 15} (sweep.grid.d_model) does not suit the model of attention "
+     "'two' ({'d_model': 16, 'num_heads': 2})"),
+])
+def test_published_ranges_and_sweep_seeds_and_grids_are_checked_at_the_door(tmp_path: Path, changes: dict,
+                                                                            expected: str) -> None:
+    assert expected in error_of(tmp_path, **changes)
+
+
+def test_a_sweep_grid_is_checked_against_the_suites_model_not_the_default(tmp_path: Path) -> None:
+    suite = load(tmp_path, model={"d_model": 15, "num_heads": 1}, attentions=["softmax"],
+                 sweep={"metric": "accuracy", "grid": {"d_model": [15, 30]}})  # the default num_heads=2 refused 15
+    assert [t["model"] for t in suite.comparison_keys["sweep"]["trials"]] == [{"d_model": 15}, {"d_model": 30}]

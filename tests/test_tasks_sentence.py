@@ -268,3 +268,43 @@ def test_hub_task_without_data_is_refused_at_validation_when_offline(tmp_path, m
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
     monkeypatch.setenv("ATTNBENCH_DATA_DIR", str(tmp_path / "empty"))
     assert load_suite(str(_suite(tmp_path, {"name": "sst2"}))).tasks == [{"name": "sst2", "options": {}}]
+
+
+def test_labels_are_normalised_by_one_rule_across_splits(tmp_path, cache_dir):
+    rows = "".join(f"film number {i} was {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(40))
+    (tmp_path / "train.csv").write_text("text,label\n" + rows)
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"text": f"film {i}", "label": str(i % 2)}) + "\n"
+                                                 for i in range(10)))
+    data = load_task("text", files={"train": str(tmp_path / "train.csv"), "test": str(tmp_path / "test.jsonl")},
+                     cache_dir=cache_dir, max_length=12, vocab_size=100)  # ints 0/1 in train, strings '0'/'1' in test
+    assert data.num_classes == 2 and data.info["label_names"] == [0, 1]
+    assert data["test"].labels.tolist() == [i % 2 for i in range(10)]
+
+
+def test_labels_mixing_numbers_and_names_are_refused_with_the_mix_named(tmp_path, cache_dir):
+    rows = "".join(f"film {i},{('0', '1', 'pos', 'neg')[i % 4]}\n" for i in range(40))
+    (tmp_path / "train.csv").write_text("text,label\n" + rows)
+    with pytest.raises(UserError, match=r"the labels mix numbers \(0, 1 in train\) with names \('neg', 'pos' in "
+                                        r"train\); use one kind of label in every split"):
+        load_task("text", files={"train": str(tmp_path / "train.csv")}, cache_dir=cache_dir, max_length=12,
+                  vocab_size=100)
+
+
+def test_a_latin1_byte_names_the_file_the_byte_and_the_encoding_option(tmp_path, cache_dir):
+    rows = "".join(f"film {i} was good,{i % 2}\n" for i in range(40)) + "caf\xe9 scene,1\n"
+    path = tmp_path / "train.csv"
+    path.write_bytes(("text,label\n" + rows).encode("latin-1"))
+    offset = path.read_bytes().index(b"\xe9")
+    with pytest.raises(UserError, match=rf"train.csv': byte {offset} \(line 42, b'\\xe9'\) is not utf-8 .*"
+                                        r"set the task option encoding .* e.g. encoding: latin-1"):
+        load_task("text", files={"train": str(path)}, cache_dir=cache_dir, max_length=12, vocab_size=100)
+    data = load_task("text", files={"train": str(path)}, encoding="latin-1", cache_dir=cache_dir, max_length=12,
+                     vocab_size=100)
+    assert sum(len(data[s]) for s in ("train", "validation", "test")) == 41
+
+
+def test_a_malformed_csv_names_the_file_and_what_the_reader_said(tmp_path):
+    path = tmp_path / "train.csv"
+    path.write_text("text,label\n\"unclosed quote,1\n" + "fine,0\n" * 5)
+    with pytest.raises(UserError, match=r"train.csv': cannot be read as csv \(.*\); check the file"):
+        load_task("text", files={"train": str(path)}, max_length=12, vocab_size=100)

@@ -12,8 +12,8 @@ inference, the Functions `LandmarkValues` and `LandmarkQueries` in training, wit
 pseudo-inverse and `sequence_conv` (and its gradients) for the skip over V.
 
 It is plain C++ with GCC vector extensions and no PyTorch headers, built by the system compiler (`$CXX`,
-else g++ or c++) with -O3 -march=native in about a second, cached under `$ATTNBENCH_CACHE_DIR` (default
-~/.cache/attnbench) by a hash of the source, the compiler and the CPU, and called through ctypes (which
+else g++ or c++) with -O3 -march=native in about a second, cached under `$ATTNBENCH_CACHE/native` (default
+~/.cache/attnbench; attnbench.cache) by a hash of the source, the compiler and the CPU, and called through ctypes (which
 releases the GIL, so the kernel's threads run in parallel).
 
 Threads: the kernels' parallel passes run on a pool of their own (`Pool` in the source), whose calling thread
@@ -44,6 +44,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from attnbench.cache import cache_root, seal_entry, set_aside, verified_entry
 
 SOURCE = Path(__file__).with_name("fused_linear.cpp")
 # The one table of the feature kinds the kernels know: the Python name a NativeSpec carries -> the C++ enumerator.
@@ -120,8 +122,7 @@ def _cpu_signature() -> str:
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("ATTNBENCH_CACHE_DIR") or Path.home() / ".cache" / "attnbench"
-    return Path(root) / "native"
+    return cache_root() / "native"
 
 
 def _build(compiler: str) -> Path:
@@ -130,7 +131,7 @@ def _build(compiler: str) -> Path:
     key = hashlib.sha256("\0".join([SOURCE.read_text(), version, " ".join(FLAGS), platform.machine(),
                                     _cpu_signature()]).encode()).hexdigest()[:16]
     target = _cache_dir() / f"fused_linear-{key}.so"
-    if target.exists():
+    if verified_entry(target, lambda p: True):  # a bad entry (empty, altered) is set aside and built again
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # build aside, then one atomic rename
@@ -139,6 +140,7 @@ def _build(compiler: str) -> Path:
         if result.returncode != 0:
             raise RuntimeError(f"{compiler} {' '.join(FLAGS)} failed: {result.stderr.strip()[-500:]}")
         os.replace(built, target)
+    seal_entry(target)
     return target
 
 
@@ -195,7 +197,11 @@ def library() -> ctypes.CDLL | None:
             _REASON = "no C++ compiler found (set CXX)"
             return None
         try:
-            lib = ctypes.CDLL(str(_build(compiler)))
+            try:
+                lib = ctypes.CDLL(str(_build(compiler)))
+            except OSError:  # a cached library that does not load (written by another machine's compiler): once more
+                set_aside(_build(compiler))
+                lib = ctypes.CDLL(str(_build(compiler)))
             _declare(lib)
             if lib.attnbench_abi() != ABI:
                 raise RuntimeError(f"ABI {lib.attnbench_abi()} != {ABI}")

@@ -106,6 +106,9 @@ def _in_plan(rows: list[dict[str, Any]], runs: list[RunInfo], stale: bool) -> li
             run = next(r for r in runs if r.tag == row["run"])
             run.left_out.append(f"{row['task']}/{row['label']}/s{row['seed']}/{row['measurement']}"
                                 + (f"/t{row['trial']}" if row["trial"] is not None else ""))
+    if stale:
+        for run in runs:
+            run.not_run = []  # the plan's missing cells belong to the other report
     if stale and not kept:
         raise UserError(f"{', '.join(str(r.path) for r in runs)}: every stored cell belongs to the suite as it "
                         f"stands; there are no stale cells to report")

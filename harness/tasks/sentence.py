@@ -69,6 +69,7 @@ class TextFilesConfig(TextTaskConfig):
     text_columns: list[str] = option(["text"], "one text column, or two for sentence pairs")
     label_column: str = option("label", "label column (integers or strings; ids follow their sorted order)")
     format: Literal["auto", "csv", "tsv", "json", "parquet"] = option("auto", "file format; auto = by suffix")
+    encoding: str = option("utf-8", "text encoding of csv / tsv / json files, e.g. latin-1 or cp1252")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -97,8 +98,11 @@ class TextFilesConfig(TextTaskConfig):
         """Every file exists, its format is known and its header holds the text and label columns."""
         for split, given in self.files.items():
             path = _resolve(str(given), self)
+            fmt = _format(path, self.format)
+            if fmt != "parquet":
+                check_encoding(path, self.encoding)
             check_columns(f"text task file {str(path)!r}", (*self.text_columns, self.label_column),
-                          file_columns(path, _format(path, self.format)))
+                          file_columns(path, fmt, self.encoding))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,7 +244,29 @@ def check_columns(what: str, wanted: tuple[str, ...], columns: list[str] | None)
                         f"name the right ones with text_columns / label_column")
 
 
-def file_columns(path: Path, fmt: str) -> list[str] | None:
+def check_encoding(path: Path, encoding: str) -> None:
+    """A UserError naming the file, the byte offset and line of the first byte that is not `encoding`, and the fix."""
+    import codecs
+
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise UserError(f"text task: encoding {encoding!r} is not a known text encoding; give e.g. utf-8, latin-1 "
+                        f"or cp1252") from None
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise UserError(f"text task: cannot read {str(path)!r} ({err.strerror or err})") from None
+    try:
+        data.decode(encoding)
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise UserError(f"text task file {str(path)!r}: byte {err.start} (line {line}, {data[err.start:err.start + 1]!r}) "
+                        f"is not {encoding} ({err.reason}); set the task option encoding to the file's encoding, "
+                        f"e.g. encoding: latin-1") from None
+
+
+def file_columns(path: Path, fmt: str, encoding: str = "utf-8") -> list[str] | None:
     """The column names of a data file read from its header only (csv/tsv first line, the first JSON line,
     the parquet schema); None when the header does not say (e.g. a JSON array)."""
     import csv
@@ -250,7 +276,7 @@ def file_columns(path: Path, fmt: str) -> list[str] | None:
         if fmt == "parquet":
             import pyarrow.parquet
             return list(pyarrow.parquet.read_schema(path).names)
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding=encoding) as f:
             if fmt in ("csv", "tsv"):
                 return next(csv.reader(f, delimiter="\t" if fmt == "tsv" else ","), [])
             first = next((line for line in f if line.strip()), "")
@@ -428,12 +454,56 @@ def text_files(cfg: TextFilesConfig) -> TaskData:
     rows, problems = {}, {}
     for split, given in cfg.files.items():
         path = _resolve(str(given), cfg)
-        fmt = _format(path, cfg.format)
-        extra = {"delimiter": "\t"} if fmt == "tsv" else {}
-        with quiet_datasets() as datasets:
-            loaded = datasets.load_dataset("csv" if fmt == "tsv" else fmt, data_files={split: str(path)}, **extra)
-        rows[split], problems[split] = dataset_rows(loaded[split], cfg.text_columns, cfg.label_column,
-                                                    f"text task file {str(path)!r}")
+        rows[split], problems[split] = dataset_rows(read_text_file(path, split, cfg), cfg.text_columns,
+                                                    cfg.label_column, f"text task file {str(path)!r}")
+    rows = normalise_labels(rows)
     info = {"source": "local files", "files": {s: str(_resolve(str(p), cfg)) for s, p in cfg.files.items()},
             "columns": {"text": list(cfg.text_columns), "label": cfg.label_column}, "data_problems": problems}
     return build_text_task("text", rows, cfg, None, info)
+
+
+def read_text_file(path: Path, split: str, cfg: TextFilesConfig) -> Any:
+    """One split's file as a `datasets.Dataset`; a file that cannot be read is a UserError naming the file, the byte
+    and line where known, and the fix."""
+    fmt = _format(path, cfg.format)
+    if fmt != "parquet":
+        check_encoding(path, cfg.encoding)
+    extra = {"delimiter": "\t"} if fmt == "tsv" else {}
+    if fmt != "parquet":
+        extra["encoding"] = cfg.encoding
+    try:
+        with quiet_datasets() as datasets:
+            return datasets.load_dataset("csv" if fmt == "tsv" else fmt, data_files={split: str(path)}, **extra)[split]
+    except Exception as err:  # datasets wraps the reader's error (pandas, pyarrow) in DatasetGenerationError
+        cause = err
+        while cause.__cause__ is not None or cause.__context__ is not None:
+            cause = cause.__cause__ or cause.__context__
+        text = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        raise UserError(f"text task file {str(path)!r}: cannot be read as {fmt} ({type(cause).__name__}: {text}); "
+                        f"check the file, or set the task options format (csv, tsv, json, parquet) and "
+                        f"encoding") from None
+
+
+def normalise_labels(rows: dict[str, TextRows]) -> dict[str, TextRows]:
+    """One rule for the labels of every split: all integers (1, '1', 1.0) become ints, all names become stripped
+    strings; a mix of the two (0/1 beside 'pos'/'neg') is a UserError naming both kinds and where they are."""
+    def as_int(label: Any) -> int | None:
+        if isinstance(label, bool):
+            return None
+        if isinstance(label, int):
+            return label
+        if isinstance(label, float) and label.is_integer():
+            return int(label)
+        text = str(label).strip()
+        return int(text) if text.lstrip("+-").isdigit() else None
+
+    numbers = {split: sorted({str(v) for v in r.labels if as_int(v) is not None}) for split, r in rows.items()}
+    names = {split: sorted({str(v).strip() for v in r.labels if as_int(v) is None}) for split, r in rows.items()}
+    if any(numbers.values()) and any(names.values()):
+        where_numbers = next(s for s, v in numbers.items() if v)
+        where_names = next(s for s, v in names.items() if v)
+        raise UserError(f"text task: the labels mix numbers ({', '.join(numbers[where_numbers][:5])} in "
+                        f"{where_numbers}) with names ({', '.join(repr(n) for n in names[where_names][:5])} in "
+                        f"{where_names}); use one kind of label in every split")
+    convert = (lambda v: as_int(v)) if any(numbers.values()) else (lambda v: str(v).strip())
+    return {split: TextRows(r.texts, r.pairs, [convert(v) for v in r.labels]) for split, r in rows.items()}

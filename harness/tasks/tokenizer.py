@@ -8,25 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import tokenizers
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
+from attnbench.cache import cache_root, set_aside, store_entry, verified_entry
 from attnbench.errors import UserError
 from attnbench.tasks.base import Split
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in a locally trained tokenizer
 LOCAL = "wordpiece"
-CACHE_ENV = "ATTNBENCH_CACHE"
-
-
-def cache_root(cache_dir: str | None = None) -> Path:
-    """The cache folder: the option, else $ATTNBENCH_CACHE, else ~/.cache/attnbench."""
-    return Path(cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "attnbench").expanduser()
 
 
 def wordpiece_key(texts: Sequence[str], vocab_size: int, lowercase: bool) -> str:
@@ -57,14 +50,26 @@ def cached_wordpiece(texts: Sequence[str], vocab_size: int, cache_dir: str | Non
     Returns (tokenizer, cache file, whether it was trained now).
     """
     path = cache_root(cache_dir) / "tokenizers" / f"wordpiece-{wordpiece_key(texts, vocab_size, lowercase)}.json"
-    if path.is_file():
-        return Tokenizer.from_file(str(path)), path, False
+    if verified_entry(path, lambda p: _loads(p) is not None):
+        tok = _loads(path)
+        if tok is not None:
+            return tok, path, False
+        set_aside(path)
     tok = train_wordpiece(texts, vocab_size, lowercase)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as tmp:
-        tmp.write(tok.to_str())
-    os.replace(tmp.name, path)  # atomic: parallel workers never read a half-written file
+    try:
+        store_entry(path, tok.to_str().encode())  # atomic: parallel workers never read a half-written file
+    except OSError:  # a cache that cannot be written costs the next run a training, never this one
+        pass
     return tok, path, True
+
+
+def _loads(path: Path) -> Tokenizer | None:
+    """The cached tokenizer if it loads and has the special tokens at ids 0..4, else None."""
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception:  # noqa: BLE001 - an unreadable entry is rebuilt, whatever the parser says
+        return None
+    return tok if all(tok.token_to_id(t) == i for i, t in enumerate(SPECIAL_TOKENS)) else None
 
 
 def pretrained_tokenizer(name: str) -> Tokenizer:
