@@ -27,6 +27,7 @@ from attnbench.baselines.random_features import (SCALED, FeatureMapKind, MapForm
                                        RandomFeaturesConfig, feature_values)
 from attnbench.errors import ConfigError
 from attnbench.options import option, require
+from attnbench.baselines.short_conv import unfiltered
 from attnbench.registry import register_attention
 
 AlignmentKind = Literal["ustat", "normalized", "centered"]
@@ -410,7 +411,7 @@ class CoulombConfig(RandomFeaturesConfig):
 
 
 @register_attention("coulomb", config=CoulombConfig, learning_phase="attnbench.learning_phase:run_learning_phase",
-                    causal=True, positive_features=lambda cfg: cfg.feature_map != "trig")
+                    causal=True, positive_features=lambda cfg: cfg.feature_map != "trig", normalised=unfiltered)
 class CoulombAttention(RandomFeaturesAttention):
     """Kernel-<map>: random-feature attention whose omegas are Coulomb particles learned in phase A."""
 
