@@ -8,7 +8,7 @@ from torch import Tensor
 from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
 from attnbench.baselines.native import NativeSpec
 from attnbench.baselines.random_features import elu_plus_one
-from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for
+from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option, require
 from attnbench.registry import register_attention
 
@@ -39,7 +39,7 @@ class EluLinearConfig(ShortConvConfig):
         require(self.eps > 0, f"eps={self.eps} must be positive")
 
 
-@register_attention("elu-linear", config=EluLinearConfig, causal=True)
+@register_attention("elu-linear", config=EluLinearConfig, causal=True, normalised=unfiltered)
 class EluLinearAttention(LinearKernelAttention):
     """phi(Q)(phi(K)^T V) / (phi(Q) sum_j phi(K_j) + eps), phi = elu + 1; causal form by prefix sums."""
 

@@ -13,7 +13,7 @@ import dataclasses
 
 from attnbench.baselines.linear_kernel import LinearKernelAttention
 from attnbench.baselines.random_features import RandomFeatureMap, RowNorms
-from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for
+from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option, require
 from attnbench.registry import register_attention
 
@@ -32,7 +32,7 @@ class PerformerConfig(ShortConvConfig):
         require(self.eps > 0, f"eps={self.eps} must be positive")
 
 
-@register_attention("performer", config=PerformerConfig, causal=True)
+@register_attention("performer", config=PerformerConfig, causal=True, normalised=unfiltered)
 class PerformerAttention(LinearKernelAttention):
     """FAVOR+ softmax-kernel attention: positive orthogonal random features, linear in length."""
 

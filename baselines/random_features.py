@@ -55,7 +55,7 @@ from torch import Tensor, nn
 from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, no_grad_recorded, scratch
 from attnbench.baselines.native import NativeSpec
 from attnbench.errors import ConfigError
-from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for
+from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option, require
 from attnbench.registry import register_attention
 
@@ -536,7 +536,7 @@ class RandomFeaturesConfig(ShortConvConfig):
         return self.form == "scaled" or self.feature_map == "porf-softplus"
 
 
-@register_attention("random-features", config=RandomFeaturesConfig, causal=True,
+@register_attention("random-features", config=RandomFeaturesConfig, causal=True, normalised=unfiltered,
                     positive_features=lambda cfg: cfg.feature_map != "trig")
 class RandomFeaturesAttention(LinearKernelAttention):
     """Vanilla random-feature attention: fixed random omegas, a choice of feature map (trig is not positive)."""

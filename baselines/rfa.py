@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
 from attnbench.baselines.native import NativeSpec
 from attnbench.baselines.random_features import draw_omegas, per_head, projection_weights, trig_features
-from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for
+from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option, require
 from attnbench.registry import register_attention
 
@@ -81,7 +81,7 @@ class RfaConfig(ShortConvConfig):
         require(self.eps > 0, f"eps={self.eps} must be positive")
 
 
-@register_attention("rfa", config=RfaConfig, causal=True, positive_features=False)
+@register_attention("rfa", config=RfaConfig, causal=True, positive_features=False, normalised=unfiltered)
 class RfaAttention(LinearKernelAttention):
     """RFA: sin/cos random features of unit-normalised q, k with a learned per-head scale sigma."""
 

@@ -66,6 +66,12 @@ class ShortConvolution(nn.Module):
         return (out[0], out[1], out[2]), window[:, :, :, 1:]
 
 
+def unfiltered(cfg: ShortConvConfig) -> bool:
+    """Whether q, k, v reach the attention as given (no short_conv): a capability rule, e.g. for `normalised`,
+    since a normalised attention then averages the filtered values, not v."""
+    return cfg.short_conv == 0
+
+
 def short_conv_for(cfg: ShortConvConfig) -> ShortConvolution | None:
     """The convolution `cfg.short_conv` asks for, or None when it is 0."""
     return ShortConvolution(cfg.num_heads, cfg.head_dim, cfg.short_conv) if cfg.short_conv > 0 else None

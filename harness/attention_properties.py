@@ -23,7 +23,7 @@ from torch import Tensor
 from attnbench.baselines import native
 from attnbench.errors import UserError
 from attnbench.recurrence import step_through
-from attnbench.registry import attention_entry, build_attention
+from attnbench.registry import attention_capabilities, attention_entry, build_attention
 
 HEAD_DIM, MAX_LENGTH = 16, 4096
 SHAPES = ((1, 1), (2, 3), (3, 4))  # (batch, heads)
@@ -153,7 +153,7 @@ def causality(name: str, options: dict[str, Any], batch: int, heads: int) -> Non
         causal_out, plain_out = attn(q, k, v), _build(name, heads, options).eval()(q, k, v)
     _close(after, before, "outputs before position 70 after changing later positions", rtol=0, atol=1e-5)
     with torch.no_grad():  # a normalised attention returns v_0 there; any causal one, what position 0 alone gives
-        alone = v[:, :, :1] if attention_entry(name).capabilities.normalised else attn(q[:, :, :1], k[:, :, :1],
+        alone = v[:, :, :1] if attention_capabilities(name, **options).normalised else attn(q[:, :, :1], k[:, :, :1],
                                                                                        v[:, :, :1])
     _close(causal_out[:, :, 0], alone[:, :, 0], "the first position, which sees only itself", atol=1e-4)
     _close(causal_out[:, :, -1], plain_out[:, :, -1], "the last position, which sees all",

@@ -24,7 +24,7 @@ from attnbench.baselines.based.feature_map import TaylorFeatureMap
 from attnbench.baselines.based.naive import naive_based
 from attnbench.baselines.based.recurrent import based_step, init_based_state
 from attnbench.baselines.recurrent_attention import RecurrentAttention, State
-from attnbench.baselines.short_conv import ShortConvConfig
+from attnbench.baselines.short_conv import ShortConvConfig, unfiltered
 from attnbench.options import option
 from attnbench.registry import register_attention
 
@@ -37,7 +37,7 @@ class BasedConfig(ShortConvConfig):
                              "(paper: 64)", minimum=1)
 
 
-@register_attention("based", config=BasedConfig, causal=True, recurrent_state=True,
+@register_attention("based", config=BasedConfig, causal=True, recurrent_state=True, normalised=unfiltered,
                     positive_features=False)  # Taylor features go negative; their kernel 1 + s + s^2/2 does not
 class BasedAttention(RecurrentAttention):
     """Taylor-feature linear attention beyond a sliding window, exact softmax within it, one normaliser."""

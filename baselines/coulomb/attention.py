@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from attnbench.baselines.coulomb.phase_a import PhaseAConfig
 from attnbench.baselines.random_features import (SCALED, FeatureMapKind, MapForm, RandomFeatureMap,
                                                  RandomFeaturesAttention, RandomFeaturesConfig, feature_values)
+from attnbench.baselines.short_conv import unfiltered
 from attnbench.options import make_options, option, require
 from attnbench.registry import register_attention
 
@@ -70,7 +71,7 @@ class CoulombConfig(ParticleConfig):
 
 
 @register_attention("coulomb", config=CoulombConfig, learning_phase="attnbench.baselines.coulomb.phase_a:run_learning_phase",
-                    causal=True, positive_features=lambda cfg: cfg.feature_map != "trig")
+                    causal=True, positive_features=lambda cfg: cfg.feature_map != "trig", normalised=unfiltered)
 class CoulombAttention(RandomFeaturesAttention):
     """Kernel-<map>: random-feature attention whose omegas are Coulomb particles learned in phase A."""
 
@@ -85,7 +86,7 @@ class CoulombAttention(RandomFeaturesAttention):
         return dict(self.cfg.phase_a)
 
 
-@register_attention("ce-kernel", config=ParticleConfig, causal=True,
+@register_attention("ce-kernel", config=ParticleConfig, causal=True, normalised=unfiltered,
                     positive_features=lambda cfg: cfg.feature_map != "trig")
 class CrossEntropyKernelAttention(RandomFeaturesAttention):
     """The ceiling of Kernel-<map>: the same particles (same draw and options) as ordinary parameters, trained

@@ -20,7 +20,7 @@ from attnbench.baselines.hedgehog.naive import naive_feature_attention
 from attnbench.baselines.hedgehog.recurrent import feature_attention_step
 from attnbench.baselines.linear_kernel import FeatureMap, LinearKernelAttention
 from attnbench.baselines.recurrent_attention import RecurrentAttention, State
-from attnbench.baselines.short_conv import ShortConvConfig
+from attnbench.baselines.short_conv import ShortConvConfig, unfiltered
 from attnbench.options import option, require
 from attnbench.registry import register_attention
 
@@ -54,7 +54,7 @@ class HedgehogConfig(ShortConvConfig):
         require(self.eps > 0, f"eps={self.eps} must be positive")
 
 
-@register_attention("hedgehog", config=HedgehogConfig, causal=True, recurrent_state=True,
+@register_attention("hedgehog", config=HedgehogConfig, causal=True, recurrent_state=True, normalised=unfiltered,
                     learning_phase="attnbench.baselines.hedgehog.distillation:distill_hedgehog")
 class HedgehogAttention(RecurrentAttention):
     """Linear attention over a learned softmax feature map, distilled to softmax attention in phase A."""
