@@ -1,4 +1,5 @@
 """ELU linear attention ("Transformers are RNNs", Katharopoulos et al. 2020): phi(x) = elu(x) + 1."""
+
 from __future__ import annotations
 
 import dataclasses

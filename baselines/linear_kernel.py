@@ -28,6 +28,7 @@ Four renderings of the same formula:
 `choose_route` is the one place that picks among them for a call (and `LinearKernelAttention` counts what
 it picked, `attnbench.baselines.routes`).
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -153,8 +154,10 @@ class FeatureMap(nn.Module):
             return self.query_chunk(x).materialise()
         if self._overrides("forward_queries"):
             return self.forward_queries(x)
-        raise NotImplementedError(f"{type(self).__name__} computes no features: a FeatureMap implements forward(x) "
-                                  f"-> (B, H, N, M) (or forward_queries / query_chunk)")
+        raise NotImplementedError(
+            f"{type(self).__name__} computes no features: a FeatureMap implements forward(x) "
+            f"-> (B, H, N, M) (or forward_queries / query_chunk)"
+        )
 
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         """Query features of a block of rows x (B, H, C, D), in factored form."""
@@ -168,8 +171,10 @@ class FeatureMap(nn.Module):
         """Query features of a whole sequence: (B, H, N, D) -> (B, H, N, M)."""
         if self._overrides("forward") or self._overrides("query_chunk"):
             return self(x)
-        raise NotImplementedError(f"{type(self).__name__} computes no features: a FeatureMap implements forward(x) "
-                                  f"-> (B, H, N, M) (or forward_queries / query_chunk)")
+        raise NotImplementedError(
+            f"{type(self).__name__} computes no features: a FeatureMap implements forward(x) "
+            f"-> (B, H, N, M) (or forward_queries / query_chunk)"
+        )
 
     def forward_keys(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """Key features; `key_padding_mask` (B, N), True = real, lets a map exclude padding from statistics."""
@@ -179,8 +184,9 @@ class FeatureMap(nn.Module):
 
     causal_anchor: bool = False  # causal key features depend on the first real key (favor's stabiliser)
 
-    def causal_key_chunk(self, x: Tensor, key_padding_mask: Tensor | None = None,
-                         anchor: Tensor | None = None) -> tuple[FeatureChunk, Tensor | None]:
+    def causal_key_chunk(
+        self, x: Tensor, key_padding_mask: Tensor | None = None, anchor: Tensor | None = None
+    ) -> tuple[FeatureChunk, Tensor | None]:
         """Key features of the causal form, where no later key may move an earlier key's features: x (B, H, C, D)
         -> (chunk, anchor). A map whose keys carry a stabiliser over the sequence (`causal_anchor`) fixes it by
         the first real key and returns it as `anchor` (B, H, 1, 1) (-inf before any real key), which a later
@@ -214,8 +220,15 @@ def _values_and_ones(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     return values if weights is None else values * weights
 
 
-def linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None,
-                     eps: float = 1e-6, causal: bool = False, chunk: int = CAUSAL_CHUNK) -> Tensor:
+def linear_attention(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None = None,
+    eps: float = 1e-6,
+    causal: bool = False,
+    chunk: int = CAUSAL_CHUNK,
+) -> Tensor:
     """Normalised linear attention from features.
 
     phi_q, phi_k: (B, H, N, M); v: (B, H, N, D); key_padding_mask: (B, N) bool, True = real token.
@@ -229,8 +242,9 @@ def linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, key_padding_mask: 
     return out[..., :-1] / _guard(out[..., -1:], eps)
 
 
-def factored_linear_attention(q_chunk: FeatureChunk, k_chunk: FeatureChunk, v: Tensor,
-                              key_padding_mask: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+def factored_linear_attention(
+    q_chunk: FeatureChunk, k_chunk: FeatureChunk, v: Tensor, key_padding_mask: Tensor | None = None, eps: float = 1e-6
+) -> Tensor:
     """Non-causal `linear_attention` from whole-sequence features in factored form; differentiable.
 
     Row weights, scales and offsets act on the small (M, D + 1) state and on (N, D + 1) products, never on
@@ -441,9 +455,15 @@ class _KeyState:
 
 
 @torch.no_grad()
-def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: Tensor,
-                             key_padding_mask: Tensor | None = None, eps: float = 1e-6,
-                             rows: int | None = None) -> Tensor:
+def chunked_linear_attention(
+    feature_map: FeatureMap,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None = None,
+    eps: float = 1e-6,
+    rows: int | None = None,
+) -> Tensor:
     """The non-causal kernel without gradients: q, k (B, H, N, Dk), v (B, H, N, D) -> (B, H, N, D), by the route
     `choose_route` picks: the fused kernels (`fused_linear_attention`) or `pytorch_chunked_attention`; given
     `rows`, always the latter with that many rows per block. Equals `linear_attention(feature_map.forward_queries(q),
@@ -458,9 +478,15 @@ def chunked_linear_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: T
 
 
 @torch.no_grad()
-def pytorch_chunked_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: Tensor,
-                              key_padding_mask: Tensor | None = None, eps: float = 1e-6,
-                              rows: int | None = None) -> Tensor:
+def pytorch_chunked_attention(
+    feature_map: FeatureMap,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None = None,
+    eps: float = 1e-6,
+    rows: int | None = None,
+) -> Tensor:
     """The non-causal kernel block by block in PyTorch, `rows` per block (default `chunk_rows`). On CPU the
     sequence is split into one range of blocks per thread (`run_on_threads`): key sums per range, merged, then
     each range's queries. A block's features go into the thread's `scratch` buffer when the map takes `out`."""
@@ -516,8 +542,9 @@ def pytorch_chunked_attention(feature_map: FeatureMap, q: Tensor, k: Tensor, v: 
 Route = str  # "native", "native-training", "pytorch-chunked", "pytorch-factored", "pytorch-causal" (attnbench.baselines.routes)
 
 
-def choose_route(feature_map: FeatureMap, q: Tensor, k: Tensor, v: Tensor,
-                 causal: bool = False) -> tuple[Route, NativeSpec | None]:
+def choose_route(
+    feature_map: FeatureMap, q: Tensor, k: Tensor, v: Tensor, causal: bool = False
+) -> tuple[Route, NativeSpec | None]:
     """The one place that decides how a feature-map attention runs, from the map's fast form (its `native_spec`),
     the device and dtype and widths (`native.supports`), whether gradients are wanted, and whether the map's
     projection takes gradients (`native.supports_backward`) -> (route, spec for the native routes):
@@ -537,8 +564,15 @@ def choose_route(feature_map: FeatureMap, q: Tensor, k: Tensor, v: Tensor,
     return "pytorch-factored", None
 
 
-def fused_linear_attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
-                           eps: float, threads: int | None = None) -> Tensor:
+def fused_linear_attention(
+    spec: NativeSpec,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None,
+    eps: float,
+    threads: int | None = None,
+) -> Tensor:
     """The non-causal kernel through the fused CPU kernels, with or without gradients, in one call each way
     (`native.attention`, `native.Attention`): the key and query passes run on `threads` threads (default: torch's
     count), which share out groups of rows and merge their sums in a fixed order. Equals
@@ -586,8 +620,14 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
     inference_mode) the non-causal form runs block by block.
     """
 
-    def __init__(self, feature_map: FeatureMap, eps: float = 1e-6, causal: bool = False, redraw_every: int = 0,
-                 short_conv: nn.Module | None = None):
+    def __init__(
+        self,
+        feature_map: FeatureMap,
+        eps: float = 1e-6,
+        causal: bool = False,
+        redraw_every: int = 0,
+        short_conv: nn.Module | None = None,
+    ):
         super().__init__()
         self.feature_map = feature_map
         self.short_conv = short_conv  # the `short_conv` option (attnbench.baselines.short_conv), on q, k, v first
@@ -639,8 +679,9 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
             state["anchor"] = like.new_full((batch_size, heads, 1, 1), -math.inf)
         return state
 
-    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: dict[str, Tensor],
-             key_padding_mask: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    def step(
+        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: dict[str, Tensor], key_padding_mask: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """One token of the causal form as a recurrence: q_t, k_t, v_t (B, H, D) -> out_t (B, H, D) and the new
         state (the given one is left unchanged); `key_padding_mask` (B,) False = a padded token, which reads
         the state but adds nothing to it. Equals `forward` with causal=True at that position."""
@@ -709,8 +750,9 @@ def _module_tensor(module: nn.Module) -> Tensor:
     return torch.empty(0)
 
 
-def linear_kernel_cost(batch: int, heads: int, n: int, d: int, num_features: int, feature_flops: float,
-                       parameter_bytes: float) -> dict[str, float]:
+def linear_kernel_cost(
+    batch: int, heads: int, n: int, d: int, num_features: int, feature_flops: float, parameter_bytes: float
+) -> dict[str, float]:
     """FLOPs and minimum bytes (float32) of a feature-map attention: features (`feature_flops` per (batch, head))
     plus the kernel: phi_k^T v and phi_q @ state (2 n M D each), sum phi_k and phi_q . sum (3 n M), the division
     (n D). Bytes: q, k, v read and the output written once, plus the map's parameters."""

@@ -3,6 +3,7 @@
 out = softmax(Q (E^T K)^T / sqrt(d)) (F^T V) with learned E, F of shape (max_length, k); a sequence of
 n <= max_length tokens uses their first n rows. Padded keys and values are zeroed before the projection.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,16 +20,24 @@ from attnbench.registry import AttentionConfig, check_heads, register_attention
 
 @dataclasses.dataclass
 class LinformerConfig(AttentionConfig):
-    projected_length: int = option(256, "k: rows the keys and values are projected to along the sequence",
-                                   maximum=65536)
-    share_heads: bool = option(True, "one E and one F per layer shared by its heads (headwise sharing); False: per head")
+    projected_length: int = option(
+        256, "k: rows the keys and values are projected to along the sequence", maximum=65536
+    )
+    share_heads: bool = option(
+        True, "one E and one F per layer shared by its heads (headwise sharing); False: per head"
+    )
 
     def __post_init__(self) -> None:
-        require(self.max_length is not None and self.max_length >= 1,
-                f"attention 'linformer' needs max_length (got {self.max_length!r}); pass the task's maximum length")
+        require(
+            self.max_length is not None and self.max_length >= 1,
+            f"attention 'linformer' needs max_length (got {self.max_length!r}); pass the task's maximum length",
+        )
         require(self.projected_length >= 1, f"projected_length={self.projected_length} must be at least 1")
-        require(not self.causal, "attention 'linformer' has no causal form (causal=True given); "
-                                 "use 'softmax', 'performer' or 'elu-linear' for causal attention")
+        require(
+            not self.causal,
+            "attention 'linformer' has no causal form (causal=True given); "
+            "use 'softmax', 'performer' or 'elu-linear' for causal attention",
+        )
 
 
 @register_attention("linformer", config=LinformerConfig, needs_max_length=True)
@@ -48,8 +57,10 @@ class LinformerAttention(nn.Module):
         key_padding_mask = padding_mask(key_padding_mask, k)
         n = k.shape[-2]
         if n > self.cfg.max_length:
-            raise ValueError(f"sequence length {n} exceeds linformer's max_length={self.cfg.max_length}; "
-                             f"build it with a larger max_length")
+            raise ValueError(
+                f"sequence length {n} exceeds linformer's max_length={self.cfg.max_length}; "
+                f"build it with a larger max_length"
+            )
         check_heads("linformer", self.e_proj.shape[0], k.shape[1])
         if key_padding_mask is not None:
             keep = key_padding_mask[:, None, :, None].to(k.dtype)

@@ -5,6 +5,7 @@ means of consecutive segments of the real tokens. Segments split each sequence's
 possible (any length, any padding); with at least as many landmarks as real tokens, every token is its own
 landmark and the result is exact softmax attention (up to the iterative pinv).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,6 @@ from attnbench.registry import AttentionConfig, check_heads, register_attention
 CONV_BLOCK = 16  # outputs per Toeplitz block of the sequence convolution
 
 
-
 def iterative_pinv(a: Tensor, iterations: int = 6, threads: int = 0) -> Tensor:
     """Newton-Schulz-type pseudo-inverse (the reference's 3rd-order scheme): (..., L, L) -> (..., L, L).
 
@@ -36,8 +36,13 @@ def iterative_pinv(a: Tensor, iterations: int = 6, threads: int = 0) -> Tensor:
     magnitude = a.abs()
     scale = magnitude.sum(-1).amax(-1) * magnitude.sum(-2).amax(-1)  # (...,) per matrix
     z = a.transpose(-2, -1) / scale[..., None, None]
-    if threads and a.dtype == torch.float32 and a.device.type == "cpu" and a.shape[-1] % 16 == 0 \
-            and native.library() is not None:
+    if (
+        threads
+        and a.dtype == torch.float32
+        and a.device.type == "cpu"
+        and a.shape[-1] % 16 == 0
+        and native.library() is not None
+    ):
         return native.PinvSteps.apply(a, z, iterations, threads)
     eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
     for _ in range(iterations):
@@ -79,8 +84,7 @@ def _masked_softmax(scores: Tensor, keep: Tensor | None) -> Tensor:
     return torch.softmax(scores, dim=-1)
 
 
-def _landmark_attention(q_land: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
-                        rows: int) -> Tensor:
+def _landmark_attention(q_land: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, rows: int) -> Tensor:
     """softmax(q_land k^T) v over blocks of keys with a running maximum (as flash attention), without an (L, N)
     matrix: q_land (B, H, L, d) already scaled, k, v (B, H, N, d) -> (B, H, L, D). Masked keys are filled with
     the dtype's minimum (a landmark without any real key averages all positions, as `_masked_softmax`).
@@ -95,8 +99,9 @@ def _landmark_attention(q_land: Tensor, k: Tensor, v: Tensor, key_padding_mask: 
                 scores.masked_fill_(~key_padding_mask[:, None, None, block], torch.finfo(scores.dtype).min)
             top = scores.amax(dim=-1, keepdim=True)
             weights = scores.sub_(top).exp_()
-            acc, total, running = _merge_softmax_sums([acc, total, running],
-                                                      [weights @ v[:, :, block], weights.sum(-1, keepdim=True), top])
+            acc, total, running = _merge_softmax_sums(
+                [acc, total, running], [weights @ v[:, :, block], weights.sum(-1, keepdim=True), top]
+            )
         return [acc, total, running]
 
     parts = run_on_threads(partial, split_rows(k.shape[2], rows, k.device))
@@ -213,9 +218,9 @@ def _banded_conv(v: Tensor, weight: Tensor, block: int, out: Tensor | None = Non
         padded = nn.functional.pad(v, (0, 0, *margins))
     else:  # only the margins need zeros; a reused buffer, so no fresh pages to fault in
         padded = scratch((b, h, n + sum(margins), d), v.dtype, v.device, slot=2)
-        padded[:, :, :margins[0]].zero_()
-        padded[:, :, margins[0] + n:].zero_()
-        padded[:, :, margins[0]:margins[0] + n].copy_(v)
+        padded[:, :, : margins[0]].zero_()
+        padded[:, :, margins[0] + n :].zero_()
+        padded[:, :, margins[0] : margins[0] + n].copy_(v)
     direct = out is not None and blocks * block == n
     result = out if direct else None if out is None else v.new_empty(b, h, blocks * block, d)
     rows = []
@@ -253,10 +258,15 @@ class NystromConfig(AttentionConfig):
     def __post_init__(self) -> None:
         require(self.num_landmarks >= 1, f"num_landmarks={self.num_landmarks} must be at least 1")
         require(self.pinv_iterations >= 1, f"pinv_iterations={self.pinv_iterations} must be at least 1")
-        require(self.conv_kernel == 0 or self.conv_kernel % 2 == 1,
-                f"conv_kernel={self.conv_kernel} must be odd (centred) or 0 for no convolution")
-        require(not self.causal, "attention 'nystromformer' has no causal form (causal=True given); "
-                                 "use 'softmax', 'performer' or 'elu-linear' for causal attention")
+        require(
+            self.conv_kernel == 0 or self.conv_kernel % 2 == 1,
+            f"conv_kernel={self.conv_kernel} must be odd (centred) or 0 for no convolution",
+        )
+        require(
+            not self.causal,
+            "attention 'nystromformer' has no causal form (causal=True given); "
+            "use 'softmax', 'performer' or 'elu-linear' for causal attention",
+        )
 
 
 @register_attention("nystromformer", config=NystromConfig)
@@ -268,9 +278,15 @@ class NystromAttention(RecordsRoutes, nn.Module):
         self.cfg = cfg
         self.conv = None
         if cfg.conv_kernel:
-            self.conv = nn.Conv2d(cfg.num_heads, cfg.num_heads, (cfg.conv_kernel, 1), padding=(cfg.conv_kernel // 2, 0),
-                                  groups=cfg.num_heads, bias=False)
-            bound = cfg.conv_kernel ** -0.5  # torch's default for this fan-in, drawn from the seed
+            self.conv = nn.Conv2d(
+                cfg.num_heads,
+                cfg.num_heads,
+                (cfg.conv_kernel, 1),
+                padding=(cfg.conv_kernel // 2, 0),
+                groups=cfg.num_heads,
+                bias=False,
+            )
+            bound = cfg.conv_kernel**-0.5  # torch's default for this fan-in, drawn from the seed
             with torch.no_grad():
                 self.conv.weight.uniform_(-bound, bound, generator=seeded_generator(cfg.seed))
 
@@ -282,9 +298,10 @@ class NystromAttention(RecordsRoutes, nn.Module):
         fused = route == "native"
         threads = torch.get_num_threads()
         with torch_threads(1) if fused else contextlib.nullcontext():  # small operations; see `torch_threads`
-            q_land, k_land, valid, real = self._landmarks(q, k, key_padding_mask, num_landmarks,
-                                                          threads if fused else 0)
-            k_land = k_land * d ** -0.5  # the scores' 1/sqrt(d), folded into the small landmark matrices
+            q_land, k_land, valid, real = self._landmarks(
+                q, k, key_padding_mask, num_landmarks, threads if fused else 0
+            )
+            k_land = k_land * d**-0.5  # the scores' 1/sqrt(d), folded into the small landmark matrices
             keep = None if valid is None else valid[:, None, None, :]
             kernel_2 = _masked_softmax(q_land @ k_land.transpose(-2, -1), keep)  # (B, H, L, L)
             if valid is not None:
@@ -295,19 +312,20 @@ class NystromAttention(RecordsRoutes, nn.Module):
             route = self.choose_route(q, k, v, key_padding_mask, num_landmarks, valid is None or bool(valid.all()))
             self._took(route)
             if route == "native":
-                return self._fused_forward(q, k, v, key_padding_mask, q_land * d ** -0.5, k_land, pinv, real, threads)
+                return self._fused_forward(q, k, v, key_padding_mask, q_land * d**-0.5, k_land, pinv, real, threads)
         if route == "native-training":  # fused with their backward: no (N, L) matrix
-            values = native.LandmarkValues.apply(k.contiguous(), v.contiguous(), q_land * d ** -0.5,
-                                                 native.real_rows(key_padding_mask), threads)
+            values = native.LandmarkValues.apply(
+                k.contiguous(), v.contiguous(), q_land * d**-0.5, native.real_rows(key_padding_mask), threads
+            )
             out = native.LandmarkQueries.apply(q.contiguous(), k_land, pinv @ values, threads)
         elif route == "pytorch":
             keys = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
-            kernel_3 = _masked_softmax((q_land * d ** -0.5) @ k.transpose(-2, -1), keys)  # (B, H, L, N)
+            kernel_3 = _masked_softmax((q_land * d**-0.5) @ k.transpose(-2, -1), keys)  # (B, H, L, N)
             kernel_1 = _masked_softmax(q @ k_land.transpose(-2, -1), keep)  # (B, H, N, L)
             out = kernel_1 @ (pinv @ (kernel_3 @ v))
         else:  # the same products block by block, the (N, L) score blocks kept in cache
             rows = chunk_rows(q, num_landmarks)
-            landmark_values = _landmark_attention(q_land * d ** -0.5, k, v, key_padding_mask, rows)
+            landmark_values = _landmark_attention(q_land * d**-0.5, k, v, key_padding_mask, rows)
             out = _query_attention(q, k_land, pinv @ landmark_values, keep, rows)
         if self.conv is not None:
             skip = (v if real is None else v * real, self.conv_weight(h))
@@ -320,22 +338,41 @@ class NystromAttention(RecordsRoutes, nn.Module):
         return self.conv.weight[:, 0, :, 0].expand(heads, -1)
 
     @staticmethod
-    def choose_route(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, num_landmarks: int,
-                     every_landmark: bool = True) -> str:
+    def choose_route(
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        num_landmarks: int,
+        every_landmark: bool = True,
+    ) -> str:
         """The one route chooser: "native" (gradients off) or "native-training" (on, d == Dv) where the fused CPU
         kernels take the call (float32 on CPU, widths they take, L a multiple of 16, every sequence with a real key
         and, once the landmarks are known, every landmark with tokens: the PyTorch path defines the degenerate
         cases); else "pytorch-chunked" (gradients off: block by block) or "pytorch" (autograd, (N, L) matrices)."""
         grads = torch.is_grad_enabled()
-        fusable = every_landmark and num_landmarks % 16 == 0 and (
-            key_padding_mask is None or bool(key_padding_mask.any(dim=1).all())) and (not grads or q.shape[-1] ==
-                                                                                     v.shape[-1])
+        fusable = (
+            every_landmark
+            and num_landmarks % 16 == 0
+            and (key_padding_mask is None or bool(key_padding_mask.any(dim=1).all()))
+            and (not grads or q.shape[-1] == v.shape[-1])
+        )
         if fusable and native.takes(q, k, v, value_width=v.shape[-1]):
             return "native-training" if grads else "native"
         return "pytorch" if grads else "pytorch-chunked"
 
-    def _fused_forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, q_land: Tensor,
-                       k_land: Tensor, pinv: Tensor, real: Tensor | None, threads: int) -> Tensor:
+    def _fused_forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        q_land: Tensor,
+        k_land: Tensor,
+        pinv: Tensor,
+        real: Tensor | None,
+        threads: int,
+    ) -> Tensor:
         """The inference forward through the fused kernels on `threads` threads: softmax(q_land k^T) v by
         column-stabilised sums (merged across threads as `_landmark_attention`'s), then per block of queries
         softmax(q k_land^T) (pinv that) and the convolution over V, each output row written once."""
@@ -346,8 +383,9 @@ class NystromAttention(RecordsRoutes, nn.Module):
             conv = ((v if real is None else v * real).contiguous(), self.conv_weight(q.shape[1]).contiguous())
         return native.landmark_queries(q, k_land, pinv @ values.view(*q_land.shape[:3], -1), threads, conv)[0]
 
-    def _landmarks(self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, num_landmarks: int,
-                   threads: int = 0) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    def _landmarks(
+        self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, num_landmarks: int, threads: int = 0
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         """Segment means of q and k (B, H, L, d), which landmarks have tokens (B, L) and the real-token
         weights (B, 1, N, 1); without padding and with L dividing N: plain reshaped means, both None
         (`threads` > 0: the fused path's, computed by the fused kernels on that many threads)."""
@@ -369,8 +407,9 @@ class NystromAttention(RecordsRoutes, nn.Module):
         return nystrom_cost(batch, heads, n, d, min(self.cfg.num_landmarks, n), self.cfg.pinv_iterations, kernel)
 
 
-def nystrom_cost(batch: int, heads: int, n: int, d: int, landmarks: int, iterations: int,
-                 conv_kernel: int) -> dict[str, float]:
+def nystrom_cost(
+    batch: int, heads: int, n: int, d: int, landmarks: int, iterations: int, conv_kernel: int
+) -> dict[str, float]:
     """FLOPs and minimum bytes (float32) of Nystrom attention with L landmarks, without padding.
 
     Segment means (2 n d), the three score products (2 n L d, 2 L^2 d, 2 L n d) and their softmaxes
@@ -384,4 +423,7 @@ def nystrom_cost(batch: int, heads: int, n: int, d: int, landmarks: int, iterati
     pinv = iterations * (4 * 2.0 * m**3 + 3.0 * m * m)
     products = 2.0 * m * n * d + 2.0 * m * m * d + 2.0 * n * m * d
     conv = 2.0 * conv_kernel * n * d + n * d if conv_kernel else 0.0
-    return {"flops": batch * heads * (means + scores + pinv + products + conv), "bytes": 4.0 * batch * heads * n * d * 4}
+    return {
+        "flops": batch * heads * (means + scores + pinv + products + conv),
+        "bytes": 4.0 * batch * heads * n * d * 4,
+    }

@@ -18,6 +18,7 @@ Thin adapters (q, k, v (B, H, N, D), key_padding_mask (B, N) True = real -> (B, 
 Used through the plugin mechanism as "attnbench.baselines.peers:PerformerPytorch" (suites/peers.yaml). Not
 imported by `import baselines`: the packages are the optional extra `peers`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,10 @@ try:
     from nystrom_attention import NystromAttention
     from performer_pytorch import FastAttention
 except ImportError as err:
-    raise UserError(f"attnbench.baselines.peers needs the optional extra 'peers' ({err.name} is not installed); "
-                    f"install it with: pip install 'attnbench[peers]'") from None
+    raise UserError(
+        f"attnbench.baselines.peers needs the optional extra 'peers' ({err.name} is not installed); "
+        f"install it with: pip install 'attnbench[peers]'"
+    ) from None
 
 
 @dataclasses.dataclass
@@ -58,8 +61,12 @@ class PerformerPytorch(nn.Module):
     def __init__(self, cfg: PeerPerformerConfig):
         super().__init__()
         self.cfg = cfg
-        self.fast = FastAttention(cfg.head_dim, nb_features=cfg.num_features,
-                                  ortho_scaling=0 if cfg.row_norms == "chi" else 1, generalized_attention=False)
+        self.fast = FastAttention(
+            cfg.head_dim,
+            nb_features=cfg.num_features,
+            ortho_scaling=0 if cfg.row_norms == "chi" else 1,
+            generalized_attention=False,
+        )
         omega = draw_omegas(1, cfg.num_features, cfg.head_dim, cfg.seed, scaling=cfg.row_norms)[0]
         with torch.no_grad():
             self.fast.projection_matrix.copy_(omega)
@@ -85,8 +92,10 @@ class PeerNystromConfig(AttentionConfig):
     def __post_init__(self) -> None:
         require(self.num_landmarks >= 1, f"num_landmarks={self.num_landmarks} must be at least 1")
         require(self.pinv_iterations >= 1, f"pinv_iterations={self.pinv_iterations} must be at least 1")
-        require(self.conv_kernel == 0 or self.conv_kernel % 2 == 1,
-                f"conv_kernel={self.conv_kernel} must be odd (centred) or 0 for no convolution")
+        require(
+            self.conv_kernel == 0 or self.conv_kernel % 2 == 1,
+            f"conv_kernel={self.conv_kernel} must be odd (centred) or 0 for no convolution",
+        )
         require(not self.causal, "nystrom-attention has no causal form (causal=True given)")
 
 
@@ -97,12 +106,18 @@ class NystromPeer(nn.Module):
     def __init__(self, cfg: PeerNystromConfig):
         super().__init__()
         self.cfg = cfg
-        self.inner = NystromAttention(cfg.num_heads * cfg.head_dim, dim_head=cfg.head_dim, heads=cfg.num_heads,
-                                      num_landmarks=cfg.num_landmarks, pinv_iterations=cfg.pinv_iterations,
-                                      residual=cfg.conv_kernel > 0, residual_conv_kernel=max(cfg.conv_kernel, 1))
+        self.inner = NystromAttention(
+            cfg.num_heads * cfg.head_dim,
+            dim_head=cfg.head_dim,
+            heads=cfg.num_heads,
+            num_landmarks=cfg.num_landmarks,
+            pinv_iterations=cfg.pinv_iterations,
+            residual=cfg.conv_kernel > 0,
+            residual_conv_kernel=max(cfg.conv_kernel, 1),
+        )
         self.inner.to_qkv, self.inner.to_out = nn.Identity(), nn.Identity()
         if cfg.conv_kernel:
-            bound = cfg.conv_kernel ** -0.5  # as our nystromformer draws its convolution from the seed
+            bound = cfg.conv_kernel**-0.5  # as our nystromformer draws its convolution from the seed
             with torch.no_grad():
                 self.inner.res_conv.weight.uniform_(-bound, bound, generator=seeded_generator(cfg.seed))
 
@@ -114,5 +129,6 @@ class NystromPeer(nn.Module):
 
     def cost(self, batch: int, heads: int, n: int, d: int) -> dict[str, float]:
         """The FLOPs and bytes of our Nystromformer at the same settings (the same algorithm)."""
-        return nystrom_cost(batch, heads, n, d, min(self.cfg.num_landmarks, n), self.cfg.pinv_iterations,
-                            self.cfg.conv_kernel)
+        return nystrom_cost(
+            batch, heads, n, d, min(self.cfg.num_landmarks, n), self.cfg.pinv_iterations, self.cfg.conv_kernel
+        )

@@ -7,6 +7,7 @@ Causal form: the key stabiliser is the first real key's exponent (`random_featur
 the reference's max over all positions, through which later keys would reach earlier outputs (via the
 features' eps); so the causal form is exactly causal and runs as a recurrence (`step`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,16 @@ class PerformerAttention(LinearKernelAttention):
     """FAVOR+ softmax-kernel attention: positive orthogonal random features, linear in length."""
 
     def __init__(self, cfg: PerformerConfig):
-        features = RandomFeatureMap(cfg.head_dim, cfg.num_heads, cfg.num_features, "favor", cfg.seed,
-                                    orthogonal=cfg.orthogonal, scaling=cfg.row_norms)
-        super().__init__(features, eps=cfg.eps, causal=cfg.causal, redraw_every=cfg.redraw_every,
-                         short_conv=short_conv_for(cfg))
+        features = RandomFeatureMap(
+            cfg.head_dim,
+            cfg.num_heads,
+            cfg.num_features,
+            "favor",
+            cfg.seed,
+            orthogonal=cfg.orthogonal,
+            scaling=cfg.row_norms,
+        )
+        super().__init__(
+            features, eps=cfg.eps, causal=cfg.causal, redraw_every=cfg.redraw_every, short_conv=short_conv_for(cfg)
+        )
         self.cfg = cfg

@@ -42,6 +42,7 @@ back onto the sphere of that radius (`project_to_ball`), exactly as phase A's fi
 with no force and no noise: `random-features` with the radius of a suite's phase A is the "projected Vanilla"
 twin, whose difference from Kernel-<map> is what learning adds, not the shorter omegas.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,8 +55,8 @@ from torch import Tensor, nn
 
 from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, no_grad_recorded, scratch
 from attnbench.baselines.native import NativeSpec
-from attnbench.errors import ConfigError
 from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
+from attnbench.errors import ConfigError
 from attnbench.options import option, require
 from attnbench.registry import register_attention
 
@@ -68,8 +69,16 @@ CAUSAL_FAVOR_CAP = 80.0  # causal favor: largest key exponent above the first ke
 TEMPERED = ("elu", "softplus", "porf-softplus", "sigmoid2", "softmaxfeat")  # maps whose u the paper divides by tau
 # elementwise operations per projection u = omega^T x (cost accounting, one FLOP each): favor max, subtract, exp;
 # elu clamp, exp, relu, add; softmaxfeat max, subtract, exp, sum, divide; trig sin, cos
-ELEMENTWISE_OPS = {"favor": 3, "elu": 4, "softplus": 1, "porf-softplus": 1, "sigmoid2": 2, "cos2": 2,
-                   "softmaxfeat": 5, "trig": 2}
+ELEMENTWISE_OPS = {
+    "favor": 3,
+    "elu": 4,
+    "softplus": 1,
+    "porf-softplus": 1,
+    "sigmoid2": 2,
+    "cos2": 2,
+    "softmaxfeat": 5,
+    "trig": 2,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +93,7 @@ class MapForm:
     def input_scale(self, kind: str, dim: int) -> float:
         """alpha in u = omega^T (alpha x): 1 / tau for the tempered paper maps, 1 for the others, d^{-1/4} scaled."""
         if not self.paper or kind == "trig":
-            return dim ** -0.25
+            return dim**-0.25
         return 1.0 / self.temperature if kind in TEMPERED else 1.0
 
 
@@ -103,8 +112,10 @@ def per_head(t: Tensor, heads: int) -> Tensor:
         return t
     if t.shape[0] == 1:
         return t.expand(heads, *t.shape[1:])
-    raise ConfigError(f"the attention was built with num_heads={t.shape[0]} but called on {heads} heads; build it "
-                      f"with num_heads={heads}, or with num_heads=1 to share one head's parameters across every head")
+    raise ConfigError(
+        f"the attention was built with num_heads={t.shape[0]} but called on {heads} heads; build it "
+        f"with num_heads={heads}, or with num_heads=1 to share one head's parameters across every head"
+    )
 
 
 def seeded_generator(*keys: int) -> torch.Generator:
@@ -113,8 +124,9 @@ def seeded_generator(*keys: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
-def orthogonal_gaussian(num_rows: int, dim: int, generator: torch.Generator | None = None,
-                        scaling: RowNorms = "chi") -> Tensor:
+def orthogonal_gaussian(
+    num_rows: int, dim: int, generator: torch.Generator | None = None, scaling: RowNorms = "chi"
+) -> Tensor:
     """Stacked blocks of `dim` orthonormal rows (Haar QR), rescaled -> (num_rows, dim).
 
     scaling "chi": row norms drawn like Gaussian rows' (chi with dim degrees of freedom), so each row is
@@ -134,8 +146,16 @@ def orthogonal_gaussian(num_rows: int, dim: int, generator: torch.Generator | No
     return rows * norms[:, None]
 
 
-def draw_omegas(num_heads: int, num_features: int, dim: int, seed: int, *, orthogonal: bool = True,
-                scaling: RowNorms = "chi", draw: int = 0) -> Tensor:
+def draw_omegas(
+    num_heads: int,
+    num_features: int,
+    dim: int,
+    seed: int,
+    *,
+    orthogonal: bool = True,
+    scaling: RowNorms = "chi",
+    draw: int = 0,
+) -> Tensor:
     """Random frequencies per head -> (H, M, d); head h uses a generator seeded from (seed, h, draw)."""
     out = []
     for head in range(num_heads):
@@ -149,12 +169,17 @@ def draw_omegas(num_heads: int, num_features: int, dim: int, seed: int, *, ortho
 
 def draw_phases(num_heads: int, num_features: int, seed: int, draw: int = 0) -> Tensor:
     """cos2's random phases b ~ U[0, 2 pi) per head -> (H, M); head h from a generator seeded (seed, h, draw, 1)."""
-    return torch.stack([torch.rand(num_features, generator=seeded_generator(seed, head, draw, 1)) * (2 * math.pi)
-                        for head in range(num_heads)])
+    return torch.stack(
+        [
+            torch.rand(num_features, generator=seeded_generator(seed, head, draw, 1)) * (2 * math.pi)
+            for head in range(num_heads)
+        ]
+    )
 
 
-def projection_weights(omega: Tensor, batch: int, alpha: float = 1.0, dtype: torch.dtype | None = None,
-                       heads: int | None = None) -> Tensor:
+def projection_weights(
+    omega: Tensor, batch: int, alpha: float = 1.0, dtype: torch.dtype | None = None, heads: int | None = None
+) -> Tensor:
     """alpha omega^T laid out for one batched product: omega (H, M, d) -> (batch * heads, d, M) (a view for batch 1
     and H heads); `heads` (default H) expands one head's omegas to every head (`per_head`)."""
     w = (per_head(omega, heads or omega.shape[0]).to(dtype or omega.dtype) * alpha).transpose(-2, -1)
@@ -238,9 +263,16 @@ def _key_row_log(x: Tensor, row_max: Tensor, norm_coef: float | None, key_paddin
     return row_log
 
 
-def _favor_chunk(x: Tensor, weights: Tensor, scale: float, is_query: bool,
-                 key_padding_mask: Tensor | None, out: Tensor | None = None, norm_coef: float | None = None,
-                 eps: float = FAVOR_EPS) -> FeatureChunk:
+def _favor_chunk(
+    x: Tensor,
+    weights: Tensor,
+    scale: float,
+    is_query: bool,
+    key_padding_mask: Tensor | None,
+    out: Tensor | None = None,
+    norm_coef: float | None = None,
+    eps: float = FAVOR_EPS,
+) -> FeatureChunk:
     """favor features of a block, phi = scale (exp(u - |x'|^2/2 - max) + eps), u = omega x', x' = alpha x
     (alpha folded into `weights`; `norm_coef` = alpha^2 / 2, default d^{-1/4}'s), factored as values exp(u - m_i)
     (m_i the row's largest u, so every value is in (0, 1]) times row weights.
@@ -258,17 +290,26 @@ def _favor_chunk(x: Tensor, weights: Tensor, scale: float, is_query: bool,
     return FeatureChunk(values, scale, eps, log_scale, row_weights)
 
 
-def causal_favor_keys(x: Tensor, weights: Tensor, scale: float, key_padding_mask: Tensor | None,
-                      anchor: Tensor | None = None, norm_coef: float | None = None,
-                      eps: float = FAVOR_EPS) -> tuple[FeatureChunk, Tensor]:
+def causal_favor_keys(
+    x: Tensor,
+    weights: Tensor,
+    scale: float,
+    key_padding_mask: Tensor | None,
+    anchor: Tensor | None = None,
+    norm_coef: float | None = None,
+    eps: float = FAVOR_EPS,
+) -> tuple[FeatureChunk, Tensor]:
     """favor key features of the causal form: as `_favor_chunk`'s, but L is the first real key's exponent (the
     anchor), which no later key moves, instead of the sequence's largest; the exponent above it is capped at
     CAUSAL_FAVOR_CAP against overflow. `anchor` (B, H, 1, 1) from earlier blocks (-inf: no real key yet), else
     this block's first real key's -> (chunk, anchor after this block)."""
     values, row_max = _favor_values(x, weights)
     row_log = _key_row_log(x, row_max, norm_coef, key_padding_mask)
-    first = key_padding_mask.to(torch.uint8).argmax(dim=1) if key_padding_mask is not None else x.new_zeros(
-        x.shape[0], dtype=torch.long)  # (B,): the first real position (0 without a mask)
+    first = (
+        key_padding_mask.to(torch.uint8).argmax(dim=1)
+        if key_padding_mask is not None
+        else x.new_zeros(x.shape[0], dtype=torch.long)
+    )  # (B,): the first real position (0 without a mask)
     found = row_log.detach().gather(2, first[:, None, None, None].expand(-1, x.shape[1], 1, 1))
     anchor = found if anchor is None else torch.where(anchor == -math.inf, found.to(anchor), anchor)
     used = anchor.masked_fill(anchor == -math.inf, 0.0)  # no real key yet: every weight is 0 anyway
@@ -319,12 +360,21 @@ def _paper_values(kind: str, u: Tensor, form: MapForm, phase: Tensor | None) -> 
     raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
 
 
-def _paper_chunk(kind: str, x: Tensor, weights: Tensor, m: int, form: MapForm, phase: Tensor | None,
-                 is_query: bool, key_padding_mask: Tensor | None, out: Tensor | None) -> FeatureChunk:
+def _paper_chunk(
+    kind: str,
+    x: Tensor,
+    weights: Tensor,
+    m: int,
+    form: MapForm,
+    phase: Tensor | None,
+    is_query: bool,
+    key_padding_mask: Tensor | None,
+    out: Tensor | None,
+) -> FeatureChunk:
     """A paper map's features of x (B, H, N, d) in factored form: favor's with alpha 1, softmaxfeat's as
     sqrt(M) softmax, the others as values f(u) with row weights sqrt(M) / Z(x)."""
     if kind == "favor":
-        return _favor_chunk(x, weights, m ** -0.5, is_query, key_padding_mask, out, norm_coef=0.5, eps=0.0)
+        return _favor_chunk(x, weights, m**-0.5, is_query, key_padding_mask, out, norm_coef=0.5, eps=0.0)
     u = project(x, weights, out)
     if kind == "softmaxfeat":
         return FeatureChunk(torch.softmax(u, dim=-1), math.sqrt(m))
@@ -333,9 +383,18 @@ def _paper_chunk(kind: str, x: Tensor, weights: Tensor, m: int, form: MapForm, p
     return FeatureChunk(values, row_weights=math.sqrt(m) / normaliser)
 
 
-def feature_chunk(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
-                  key_padding_mask: Tensor | None = None, out: Tensor | None = None,
-                  weights: Tensor | None = None, form: MapForm = SCALED, phase: Tensor | None = None) -> FeatureChunk:
+def feature_chunk(
+    kind: str,
+    x: Tensor,
+    omega: Tensor,
+    *,
+    is_query: bool,
+    key_padding_mask: Tensor | None = None,
+    out: Tensor | None = None,
+    weights: Tensor | None = None,
+    form: MapForm = SCALED,
+    phase: Tensor | None = None,
+) -> FeatureChunk:
     """Features of x (B, H, N, d) for omega (H or 1, M, d) in `form` in factored form (`FeatureChunk`); see
     `feature_values`. `phase` (H or 1, M): cos2's phases in the paper form.
 
@@ -350,7 +409,7 @@ def feature_chunk(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
     if form.paper and kind != "trig":
         phase = None if phase is None else per_head(phase, x.shape[1])
         return _paper_chunk(kind, x, weights, m, form, phase, is_query, key_padding_mask, out)
-    scale = m ** -0.5
+    scale = m**-0.5
     if kind == "favor":
         return _favor_chunk(x, weights, scale, is_query, key_padding_mask, out)
     if kind == "trig":
@@ -358,21 +417,35 @@ def feature_chunk(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
     return FeatureChunk(_unscaled_features(kind, project(x, weights, out)), scale)
 
 
-def feature_values(kind: str, x: Tensor, omega: Tensor, *, is_query: bool,
-                   key_padding_mask: Tensor | None = None, form: MapForm = SCALED,
-                   phase: Tensor | None = None) -> Tensor:
+def feature_values(
+    kind: str,
+    x: Tensor,
+    omega: Tensor,
+    *,
+    is_query: bool,
+    key_padding_mask: Tensor | None = None,
+    form: MapForm = SCALED,
+    phase: Tensor | None = None,
+) -> Tensor:
     """Features of x (B, H, N, d) for omega (H or 1, M, d) -> (B, H, N, M) (2M for trig), in `form` (default scaled).
 
     Differentiable in x and omega. Only `favor` depends on is_query / key_padding_mask: its stabilising
     max is per position for queries and over features and real positions for keys (a constant factor
     per row or per (batch, head), cancelled by the attention's normaliser).
     """
-    return feature_chunk(kind, x, omega, is_query=is_query, key_padding_mask=key_padding_mask, form=form,
-                         phase=phase).materialise()
+    return feature_chunk(
+        kind, x, omega, is_query=is_query, key_padding_mask=key_padding_mask, form=form, phase=phase
+    ).materialise()
 
 
-NATIVE_PAPER_KINDS = {"softmaxfeat": "softmaxfeat", "elu": "elu-paper", "softplus": "softplus",
-                      "porf-softplus": "softplus", "sigmoid2": "sigmoid2", "cos2": "cos2"}
+NATIVE_PAPER_KINDS = {
+    "softmaxfeat": "softmaxfeat",
+    "elu": "elu-paper",
+    "softplus": "softplus",
+    "porf-softplus": "softplus",
+    "sigmoid2": "sigmoid2",
+    "cos2": "cos2",
+}
 
 
 def paper_native_spec(kind: str, weights: Tensor, form: MapForm, phase: Tensor | None) -> NativeSpec:
@@ -383,17 +456,33 @@ def paper_native_spec(kind: str, weights: Tensor, form: MapForm, phase: Tensor |
     if kind == "favor":
         return NativeSpec("favor", weights, weights.shape[-1] ** -0.5, 0.0, 0.5)
     phase = None if phase is None else phase.to(weights.dtype).contiguous()
-    return NativeSpec(NATIVE_PAPER_KINDS[kind], weights, floor=form.floor, bias=form.elu_bias if kind == "elu" else 0.0,
-                      phase=phase if kind == "cos2" else None)
+    return NativeSpec(
+        NATIVE_PAPER_KINDS[kind],
+        weights,
+        floor=form.floor,
+        bias=form.elu_bias if kind == "elu" else 0.0,
+        phase=phase if kind == "cos2" else None,
+    )
 
 
 class RandomFeatureMap(FeatureMap):
     """phi(x) built from omega^T x in a `MapForm`, omegas (H, M, d) held as a fixed buffer `omega` (never trained);
     cos2 in the paper form also holds its phases `phase` (H, M) (None otherwise). H = 1 serves any head count."""
 
-    def __init__(self, head_dim: int, num_heads: int, num_features: int, kind: str = "favor", seed: int = 0,
-                 *, orthogonal: bool = True, scaling: RowNorms = "chi", form: MapForm = SCALED,
-                 omega_scale: float = 1.0, radius: float | None = None):
+    def __init__(
+        self,
+        head_dim: int,
+        num_heads: int,
+        num_features: int,
+        kind: str = "favor",
+        seed: int = 0,
+        *,
+        orthogonal: bool = True,
+        scaling: RowNorms = "chi",
+        form: MapForm = SCALED,
+        omega_scale: float = 1.0,
+        radius: float | None = None,
+    ):
         super().__init__()
         if kind not in FEATURE_MAPS:
             raise ValueError(f"unknown feature map {kind!r}; choose one of: {', '.join(FEATURE_MAPS)}")
@@ -418,15 +507,23 @@ class RandomFeatureMap(FeatureMap):
 
     def _draw(self, heads: int, num_features: int, dim: int, draw: int) -> Tensor:
         """The omegas of draw `draw` (H, M, d): seeded, times omega_scale, projected onto the radius (if any)."""
-        omega = draw_omegas(heads, num_features, dim, self.seed, orthogonal=self.orthogonal, scaling=self.scaling,
-                            draw=draw) * self.omega_scale
+        omega = (
+            draw_omegas(
+                heads, num_features, dim, self.seed, orthogonal=self.orthogonal, scaling=self.scaling, draw=draw
+            )
+            * self.omega_scale
+        )
         return omega if self.radius is None else project_to_ball(omega, self.radius)
 
     def _weights(self, x: Tensor) -> Tensor:
         """alpha omega^T laid out for x's batch and heads (`projection_weights`), kept while the omegas are unchanged."""
         (batch, heads, _, d), alpha = x.shape, self.form.input_scale(self.kind, x.shape[-1])
-        return self.derived("weights", lambda: projection_weights(self.omega, batch, alpha, x.dtype, heads),
-                            self.omega, key=(batch, heads, d, x.dtype))
+        return self.derived(
+            "weights",
+            lambda: projection_weights(self.omega, batch, alpha, x.dtype, heads),
+            self.omega,
+            key=(batch, heads, d, x.dtype),
+        )
 
     def native_spec(self, x: Tensor) -> NativeSpec | None:
         """Where the fused kernels compute this form exactly (omega^T alpha as (H or 1, d, M) and the map's
@@ -438,35 +535,57 @@ class RandomFeatureMap(FeatureMap):
             return None
         d, m = x.shape[-1], self.omega.shape[-2]
         alpha = self.form.input_scale(self.kind, d)
-        weights = self.derived("native", lambda: projection_weights(self.omega, 1, alpha, x.dtype).contiguous(),
-                               self.omega, key=(d, x.dtype))
+        weights = self.derived(
+            "native",
+            lambda: projection_weights(self.omega, 1, alpha, x.dtype).contiguous(),
+            self.omega,
+            key=(d, x.dtype),
+        )
         if paper:
             return paper_native_spec(self.kind, weights, self.form, self.phase)
         favor = self.kind == "favor"
-        return NativeSpec(self.kind, weights, m ** -0.5, FAVOR_EPS if favor else 0.0, d ** -0.5 / 2 if favor else 0.0)
+        return NativeSpec(self.kind, weights, m**-0.5, FAVOR_EPS if favor else 0.0, d**-0.5 / 2 if favor else 0.0)
 
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
-        return feature_chunk(self.kind, x, self.omega, is_query=True, out=out, weights=self._weights(x),
-                             form=self.form, phase=self.phase)
+        return feature_chunk(
+            self.kind, x, self.omega, is_query=True, out=out, weights=self._weights(x), form=self.form, phase=self.phase
+        )
 
     def key_chunk(self, x: Tensor, key_padding_mask: Tensor | None = None, out: Tensor | None = None) -> FeatureChunk:
-        return feature_chunk(self.kind, x, self.omega, is_query=False, key_padding_mask=key_padding_mask, out=out,
-                             weights=self._weights(x), form=self.form, phase=self.phase)
+        return feature_chunk(
+            self.kind,
+            x,
+            self.omega,
+            is_query=False,
+            key_padding_mask=key_padding_mask,
+            out=out,
+            weights=self._weights(x),
+            form=self.form,
+            phase=self.phase,
+        )
 
     @property
     def causal_anchor(self) -> bool:
         """favor's keys carry a stabiliser, which the causal form fixes by the first real key."""
         return self.kind == "favor"
 
-    def causal_key_chunk(self, x: Tensor, key_padding_mask: Tensor | None = None,
-                         anchor: Tensor | None = None) -> tuple[FeatureChunk, Tensor | None]:
+    def causal_key_chunk(
+        self, x: Tensor, key_padding_mask: Tensor | None = None, anchor: Tensor | None = None
+    ) -> tuple[FeatureChunk, Tensor | None]:
         """Key features of the causal form: favor's stabilised by the first real key's exponent rather than the
         sequence's largest, which later keys would move (`causal_favor_keys`); the others position by position."""
         if self.kind != "favor":
             return FeatureChunk(self.forward_keys(x, key_padding_mask)), None
         paper = self.form.paper
-        return causal_favor_keys(x, self._weights(x), self.omega.shape[-2] ** -0.5, key_padding_mask, anchor,
-                                 norm_coef=0.5 if paper else None, eps=0.0 if paper else FAVOR_EPS)
+        return causal_favor_keys(
+            x,
+            self._weights(x),
+            self.omega.shape[-2] ** -0.5,
+            key_padding_mask,
+            anchor,
+            norm_coef=0.5 if paper else None,
+            eps=0.0 if paper else FAVOR_EPS,
+        )
 
     def cost(self, n: int, d: int) -> dict[str, float]:
         """FLOPs per (batch, head) of the features of n queries and n keys, and bytes of the omegas."""
@@ -478,27 +597,35 @@ class RandomFeatureMap(FeatureMap):
 class RandomFeaturesConfig(ShortConvConfig):
     feature_map: FeatureMapKind = option("favor", "feature map applied to u = omega^T x (see docs/paper.md)")
     form: FormName = option(
-        "paper", "paper: the maps of docs/paper.md (temperature, floor, l1 renormalisation to sqrt(M) of queries and "
+        "paper",
+        "paper: the maps of docs/paper.md (temperature, floor, l1 renormalisation to sqrt(M) of queries and "
         "keys except favor and softmaxfeat, cos2 phases, favor exp(u - |x|^2/2) / sqrt(M)); scaled: the earlier "
-        "forms (x scaled by d^-1/4, f(u) / sqrt(M), favor + eps 1e-6, cos2 without phases, orthogonal omegas)")
+        "forms (x scaled by d^-1/4, f(u) / sqrt(M), favor + eps 1e-6, cos2 without phases, orthogonal omegas)",
+    )
     temperature: float = option(1.0, "paper form: tau dividing u in elu, softplus, sigmoid2, softmaxfeat (ours: 1)")
     floor: float = option(1e-6, "paper form: floor of elu and softplus, and guard of the normaliser Z (ours: 1e-6)")
     elu_bias: float = option(0.0, "paper form: the bias b in elu(u / tau + b), the same for every feature")
-    num_features: int = option(256, "number of random frequencies M per head (trig gives 2M features)",
-                                maximum=65536)
+    num_features: int = option(256, "number of random frequencies M per head (trig gives 2M features)", maximum=65536)
     orthogonal: bool | None = option(
-        None, "orthogonal Gaussian blocks (True) or i.i.d. Gaussian omegas (False); None: the form's own "
-        "(paper: i.i.d. except porf-softplus; scaled: orthogonal)")
+        None,
+        "orthogonal Gaussian blocks (True) or i.i.d. Gaussian omegas (False); None: the form's own "
+        "(paper: i.i.d. except porf-softplus; scaled: orthogonal)",
+    )
     row_norms: RowNorms = option("chi", "row norms of orthogonal blocks: chi (Gaussian-like) or sqrt-d")
     eps: float | None = option(
-        None, "guard keeping the linear-attention normaliser away from zero; None: 1e-6, or 1e-30 for the paper's "
-        "favor, whose features carry an arbitrary stabilising scale that a guard of 1e-6 would swamp")
+        None,
+        "guard keeping the linear-attention normaliser away from zero; None: 1e-6, or 1e-30 for the paper's "
+        "favor, whose features carry an arbitrary stabilising scale that a guard of 1e-6 would swamp",
+    )
     omega_scale: float = option(1.0, "initial omegas times this scale (N(0, s^2 I) rows; 1: the paper's N(0, I))")
     projection_radius: float | None = option(
-        None, "control: after the draw, project every omega longer than this radius back onto its sphere, as phase "
-        "A's first step does with no force and no noise (the projected Vanilla twin); None: no projection")
+        None,
+        "control: after the draw, project every omega longer than this radius back onto its sphere, as phase "
+        "A's first step does with no force and no noise (the projected Vanilla twin); None: no projection",
+    )
     projection_units: Literal["sqrt_dim", "absolute"] = option(
-        "sqrt_dim", "units of projection_radius, as phase A's radius_units: sqrt(head_dim) or absolute")
+        "sqrt_dim", "units of projection_radius, as phase A's radius_units: sqrt(head_dim) or absolute"
+    )
 
     def __post_init__(self) -> None:
         require(self.num_features >= 1, f"num_features={self.num_features} must be at least 1")
@@ -506,10 +633,14 @@ class RandomFeaturesConfig(ShortConvConfig):
         require(self.temperature > 0, f"temperature={self.temperature} must be positive")
         require(self.floor > 0, f"floor={self.floor} must be positive")
         require(self.omega_scale > 0, f"omega_scale={self.omega_scale} must be positive")
-        require(self.projection_radius is None or self.projection_radius > 0,
-                f"projection_radius={self.projection_radius} must be positive (None: no projection)")
-        require(self.orthogonal is not False or self.feature_map != "porf-softplus",
-                "feature_map='porf-softplus' always uses orthogonal omegas; drop orthogonal=False")
+        require(
+            self.projection_radius is None or self.projection_radius > 0,
+            f"projection_radius={self.projection_radius} must be positive (None: no projection)",
+        )
+        require(
+            self.orthogonal is not False or self.feature_map != "porf-softplus",
+            "feature_map='porf-softplus' always uses orthogonal omegas; drop orthogonal=False",
+        )
 
     def map_form(self) -> MapForm:
         """The `MapForm` these options ask for."""
@@ -536,19 +667,36 @@ class RandomFeaturesConfig(ShortConvConfig):
         return self.form == "scaled" or self.feature_map == "porf-softplus"
 
 
-@register_attention("random-features", config=RandomFeaturesConfig, causal=True, normalised=unfiltered,
-                    positive_features=lambda cfg: cfg.feature_map != "trig")
+@register_attention(
+    "random-features",
+    config=RandomFeaturesConfig,
+    causal=True,
+    normalised=unfiltered,
+    positive_features=lambda cfg: cfg.feature_map != "trig",
+)
 class RandomFeaturesAttention(LinearKernelAttention):
     """Vanilla random-feature attention: fixed random omegas, a choice of feature map (trig is not positive)."""
 
     feature_map_class: type[RandomFeatureMap] = RandomFeatureMap  # the Coulomb model swaps in learnable particles
 
     def __init__(self, cfg: RandomFeaturesConfig):
-        super().__init__(self.feature_map_class(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.feature_map,
-                                                cfg.seed, orthogonal=cfg.orthogonal_omegas(), scaling=cfg.row_norms,
-                                                form=cfg.map_form(), omega_scale=cfg.omega_scale,
-                                                radius=cfg.initial_radius()),
-                         eps=cfg.guard(), causal=cfg.causal, short_conv=short_conv_for(cfg))
+        super().__init__(
+            self.feature_map_class(
+                cfg.head_dim,
+                cfg.num_heads,
+                cfg.num_features,
+                cfg.feature_map,
+                cfg.seed,
+                orthogonal=cfg.orthogonal_omegas(),
+                scaling=cfg.row_norms,
+                form=cfg.map_form(),
+                omega_scale=cfg.omega_scale,
+                radius=cfg.initial_radius(),
+            ),
+            eps=cfg.guard(),
+            causal=cfg.causal,
+            short_conv=short_conv_for(cfg),
+        )
         self.cfg = cfg
 
     @property

@@ -9,6 +9,7 @@ The recurrent contract: an attention built with causal=True offers `init_state(b
 `step(q_t, k_t, v_t, state) -> (out_t, state)`, q_t, k_t, v_t, out_t (B, H, D); H is the attention's
 `num_heads`. A state is a dict of tensors.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,8 +29,11 @@ State = dict[str, Tensor]
 class RecurrentConfig(ShortConvConfig):
     """Options shared by the state-space attentions."""
 
-    output_norm: bool = option(True, "per-head RMS norm of the output with a learned gain, as the papers' layers "
-                                     "(RetNet GroupNorm, GLA and DeltaNet RMSNorm); false = the raw recurrence")
+    output_norm: bool = option(
+        True,
+        "per-head RMS norm of the output with a learned gain, as the papers' layers "
+        "(RetNet GroupNorm, GLA and DeltaNet RMSNorm); false = the raw recurrence",
+    )
 
 
 class HeadRMSNorm(nn.Module):
@@ -87,8 +91,10 @@ class RecurrentAttention(nn.Module):
     def init_state(self, batch_size: int) -> State:
         """The state before the first token, for `step` (causal attentions only)."""
         if not self.causal:
-            raise ConfigError(f"{type(self).__name__} was built with causal=False, so it has no recurrent step; "
-                              f"build it with causal=True to decode token by token")
+            raise ConfigError(
+                f"{type(self).__name__} was built with causal=False, so it has no recurrent step; "
+                f"build it with causal=True to decode token by token"
+            )
         heads, dtype, device = self.cfg.num_heads, self.anchor.dtype, self.anchor.device
         state = {f"core.{name}": t for name, t in self.core_state(batch_size, heads, dtype, device).items()}
         if self.short_conv is not None:

@@ -7,6 +7,7 @@ renderings are GLA's (`attnbench.baselines.gla`: naive, chunk, recurrent). Padde
 nor count as distance. Encoder (causal=False) form: the symmetric decay gamma^|i-j| of the paper's parallel
 form D_ij without its causal mask, i.e. each key weighted by gamma to its distance from the query.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,9 @@ class RetentionConfig(RecurrentConfig):
     pass
 
 
-@register_attention("retention", config=RetentionConfig, causal=True, normalised=False, recurrent_state=True,
-                    positive_features=False)
+@register_attention(
+    "retention", config=RetentionConfig, causal=True, normalised=False, recurrent_state=True, positive_features=False
+)
 class RetentionAttention(RecurrentAttention):
     """RetNet's multi-scale retention: a fixed exponential decay per head, no normaliser in the recurrence."""
 

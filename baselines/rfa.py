@@ -5,6 +5,7 @@ per-head sigma (initialised to 1). In training a fresh seeded W_random is drawn 
 evaluation always uses the first draw, so it is deterministic. Features are not positive. Built with
 num_heads 1, the one head's W and sigma serve every head of a call.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,8 +46,9 @@ class RfaFeatureMap(FeatureMap):
         """sin/cos of unit-normalised x projected on sigma omega / tau, (H or 1, d, M)."""
         omega = self.train_omega if self.training else self.omega
         per_head(omega, x.shape[1])  # one error for a head count the parameters cannot serve, on every path
-        weights = self.derived("native", lambda: self._projection(omega, 1, x.dtype).contiguous(), self.sigma, omega,
-                               key=x.dtype)
+        weights = self.derived(
+            "native", lambda: self._projection(omega, 1, x.dtype).contiguous(), self.sigma, omega, key=x.dtype
+        )
         return NativeSpec("trig", weights, omega.shape[1] ** -0.5, unit_eps=NORM_EPS)
 
     def _projection(self, omega: Tensor, batch: int, dtype: torch.dtype, heads: int | None = None) -> Tensor:
@@ -55,8 +57,13 @@ class RfaFeatureMap(FeatureMap):
 
     def query_chunk(self, x: Tensor, out: Tensor | None = None) -> FeatureChunk:
         omega = self.train_omega if self.training else self.omega
-        weights = self.derived("weights", lambda: self._projection(omega, x.shape[0], x.dtype, x.shape[1]), self.sigma,
-                               omega, key=(x.shape[0], x.shape[1], x.dtype))
+        weights = self.derived(
+            "weights",
+            lambda: self._projection(omega, x.shape[0], x.dtype, x.shape[1]),
+            self.sigma,
+            omega,
+            key=(x.shape[0], x.shape[1], x.dtype),
+        )
         unit = x / (x.norm(dim=-1, keepdim=True) + NORM_EPS)
         return FeatureChunk(trig_features(unit, weights, out), omega.shape[1] ** -0.5)
 
@@ -68,8 +75,9 @@ class RfaFeatureMap(FeatureMap):
 
 @dataclasses.dataclass
 class RfaConfig(ShortConvConfig):
-    num_features: int = option(64, "random vectors per head (2x as many sin/cos features; reference: 64)",
-                                maximum=65536)
+    num_features: int = option(
+        64, "random vectors per head (2x as many sin/cos features; reference: 64)", maximum=65536
+    )
     tau: float = option(1.0, "temperature dividing the random matrices")
     resample: bool = option(True, "draw new random matrices every training forward (evaluation stays fixed)")
     orthogonal: bool = option(True, "orthogonal Gaussian blocks (True) or i.i.d. Gaussian rows (False)")
@@ -87,6 +95,11 @@ class RfaAttention(LinearKernelAttention):
 
     def __init__(self, cfg: RfaConfig):
         features = RfaFeatureMap(cfg.head_dim, cfg.num_heads, cfg.num_features, cfg.seed, cfg.tau, cfg.orthogonal)
-        super().__init__(features, eps=cfg.eps, causal=cfg.causal, redraw_every=1 if cfg.resample else 0,
-                         short_conv=short_conv_for(cfg))
+        super().__init__(
+            features,
+            eps=cfg.eps,
+            causal=cfg.causal,
+            redraw_every=1 if cfg.resample else 0,
+            short_conv=short_conv_for(cfg),
+        )
         self.cfg = cfg

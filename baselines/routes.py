@@ -6,6 +6,7 @@ with their hand-written backward), "pytorch-chunked" (the block-by-block PyTorch
 `attention_runtime` lists each layer's counts, so "native_kernels: on" in the provenance (the kernels could run)
 is never read as "they ran".
 """
+
 from __future__ import annotations
 
 

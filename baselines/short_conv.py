@@ -7,6 +7,7 @@ with num_heads = 1, one head's filters serve every head. The decoding step keeps
 
 Any attention takes it through `ShortConvConfig.short_conv` (0 = off) and `short_conv_for(cfg)`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,12 @@ STREAMS = ("q", "k", "v")
 class ShortConvConfig(AttentionConfig):
     """The `short_conv` option, for any attention config to inherit."""
 
-    short_conv: int = option(0, "taps of a depthwise causal convolution (+ SiLU) on q, k and v; 0 = off "
-                                "(BASED, GLA and DeltaNet use 4)", minimum=0, maximum=64)
+    short_conv: int = option(
+        0,
+        "taps of a depthwise causal convolution (+ SiLU) on q, k and v; 0 = off (BASED, GLA and DeltaNet use 4)",
+        minimum=0,
+        maximum=64,
+    )
 
 
 class ShortConvolution(nn.Module):
@@ -47,18 +52,22 @@ class ShortConvolution(nn.Module):
         out = nn.functional.conv1d(padded, taps, groups=h * d)
         return nn.functional.silu(out.view(b, h, d, n).permute(0, 1, 3, 2))
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor,
-                key_padding_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """q, k, v filtered, padded positions zeroed first; key_padding_mask (B, N), True = real."""
         keep = None if key_padding_mask is None else key_padding_mask[:, None, :, None].to(q.dtype)
         return tuple(self.filter(x if keep is None else x * keep, w) for x, w in zip((q, k, v), self.weight))
 
-    def init_state(self, batch_size: int, heads: int, head_dim: int, dtype: torch.dtype,
-                   device: torch.device) -> Tensor:
+    def init_state(
+        self, batch_size: int, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device
+    ) -> Tensor:
         """The last K - 1 inputs of each stream, zeros at the start: (3, B, H, K - 1, D)."""
         return torch.zeros(len(STREAMS), batch_size, heads, self.kernel_size - 1, head_dim, dtype=dtype, device=device)
 
-    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Tensor) -> tuple[tuple[Tensor, Tensor, Tensor], Tensor]:
+    def step(
+        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Tensor
+    ) -> tuple[tuple[Tensor, Tensor, Tensor], Tensor]:
         """One position: q_t, k_t, v_t (B, H, D) and the window `state` -> filtered (B, H, D) each, new state."""
         window = torch.cat([state, torch.stack([q_t, k_t, v_t])[:, :, :, None]], dim=3)  # (3, B, H, K, D)
         weight = self.weight.transpose(-2, -1)[:, None]  # (3, 1, heads, K, D): the last tap meets the newest input

@@ -1,4 +1,5 @@
 """Exact softmax attention through torch's scaled_dot_product_attention, backend selectable and recorded."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,7 +26,8 @@ BACKEND_NAMES = {backend: name for name, backend in BACKENDS.items()}
 @dataclasses.dataclass
 class SoftmaxConfig(AttentionConfig):
     backend: Literal["auto", "math", "flash", "efficient", "cudnn"] = option(
-        "auto", "scaled_dot_product_attention backend; auto lets torch choose (the choice is recorded)")
+        "auto", "scaled_dot_product_attention backend; auto lets torch choose (the choice is recorded)"
+    )
 
 
 def _auto_backend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> str:
@@ -73,15 +75,19 @@ class SoftmaxAttention(nn.Module):
         empty = torch.zeros(batch_size, heads, 0, dim)
         return {"keys": empty, "values": empty.clone(), "real": torch.zeros(batch_size, 0, dtype=torch.bool)}
 
-    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: dict[str, Tensor],
-             key_padding_mask: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    def step(
+        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: dict[str, Tensor], key_padding_mask: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """One token against the KV cache: q_t, k_t, v_t (B, H, D) -> out_t (B, H, D) and the cache grown by one
         position (the given one is left unchanged); `key_padding_mask` (B,) False = a padded token, kept in the
         cache but never attended to. Equals `forward` with causal=True at that position (0 before any real key)."""
         if not self.cfg.causal:
             raise ValueError("step is the recurrent form of causal attention; build the attention with causal=True")
-        real_t = torch.ones(q_t.shape[0], 1, dtype=torch.bool, device=q_t.device) if key_padding_mask is None \
+        real_t = (
+            torch.ones(q_t.shape[0], 1, dtype=torch.bool, device=q_t.device)
+            if key_padding_mask is None
             else key_padding_mask[:, None].to(q_t.device)
+        )
         cache = state["keys"]
         grow = cache.shape[2] > 0  # an empty cache takes the heads, dtype and device of the first token
         keys = torch.cat([cache.to(k_t), k_t[:, :, None]], dim=2) if grow else k_t[:, :, None]
@@ -100,6 +106,9 @@ class SoftmaxAttention(nn.Module):
 
     def prefill_state(self, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> dict[str, Tensor]:
         """The cache after keys k (B, H, N, D) and values v, as `step` would leave it after N tokens."""
-        real = torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device) if key_padding_mask is None \
+        real = (
+            torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device)
+            if key_padding_mask is None
             else key_padding_mask.to(k.device)
+        )
         return {"keys": k, "values": v, "real": real}

@@ -3,6 +3,7 @@
 The floor of every kernel comparison: a task on which softmax does not beat it detectably does not exercise
 attention, and no feature map can show a gain there. Causal: the mean over the real tokens up to the query.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,9 @@ class UniformAttention(nn.Module):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         b, _, n, _ = v.shape
-        real = (torch.ones(b, n, dtype=torch.bool, device=v.device) if key_padding_mask is None
-                else key_padding_mask)[:, None, :, None]  # (B, 1, N, 1)
+        real = (torch.ones(b, n, dtype=torch.bool, device=v.device) if key_padding_mask is None else key_padding_mask)[
+            :, None, :, None
+        ]  # (B, 1, N, 1)
         values, counts = v.masked_fill(~real, 0.0), real.to(v.dtype)
         if self.cfg.causal:
             return values.cumsum(dim=2) / counts.cumsum(dim=2).clamp_min(1.0)

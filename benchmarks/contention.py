@@ -9,6 +9,7 @@ machine's load average and a spinning thread's share of a core (`attnbench.timin
 
     python benchmarks/contention.py --baseline HEAD~3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,16 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-POINTS = [("elu-linear", {}, 64), ("elu-linear", {}, 1024), ("performer", {"num_features": 256}, 64),
-          ("performer", {"num_features": 256}, 1024), ("nystromformer", {"num_landmarks": 64}, 64),
-          ("nystromformer", {"num_landmarks": 64}, 1024), ("softmax", {}, 64), ("softmax", {}, 1024)]
+POINTS = [
+    ("elu-linear", {}, 64),
+    ("elu-linear", {}, 1024),
+    ("performer", {"num_features": 256}, 64),
+    ("performer", {"num_features": 256}, 1024),
+    ("nystromformer", {"num_landmarks": 64}, 64),
+    ("nystromformer", {"num_landmarks": 64}, 1024),
+    ("softmax", {}, 64),
+    ("softmax", {}, 1024),
+]
 LOAD_JOB = """
 import time, torch
 torch.set_num_threads({threads})
@@ -43,6 +51,7 @@ def worker(threads: int) -> None:
     import torch
 
     from attnbench.measurements.efficiency import attention_call
+
     torch.set_num_threads(threads)
     calls = [attention_call(name, options, 1, 4, n, 64, "forward", "float32", "cpu", 0) for name, options, n in POINTS]
     for call in calls:
@@ -71,8 +80,14 @@ def export_tree(revision: str, into: Path) -> Path:
 
 def start_worker(tree: Path, threads: int) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(tree))
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", "--threads", str(threads)],
-                            cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--worker", "--threads", str(threads)],
+        cwd=tree,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     if proc.stdout.readline().strip() != "ready":
         raise RuntimeError(f"worker for {tree} did not start")
     return proc
@@ -87,6 +102,7 @@ def ask(proc: subprocess.Popen, index: int, seconds: float) -> list[float]:
 def measure(workers: dict[str, subprocess.Popen], rounds: int, seconds: float) -> dict[tuple[str, int], list[float]]:
     """Per (build, point) the pooled call times of `rounds` alternated bursts of `seconds` each."""
     from attnbench.timing import machine_load
+
     times: dict[tuple[str, int], list[float]] = {}
     loads = [machine_load()]
     names = list(workers)
@@ -110,8 +126,10 @@ def start_load(jobs: int, threads: int, seconds: float) -> list[subprocess.Popen
 
 def describe(loads: list[dict]) -> str:
     avail = [x["cpu_availability"] for x in loads]
-    return (f"load average {np.median([x['load_1m'] for x in loads]):.2f}, a spinning thread got "
-            f"{np.median(avail):.2f} of a core (median of {len(avail)} probes)")
+    return (
+        f"load average {np.median([x['load_1m'] for x in loads]):.2f}, a spinning thread got "
+        f"{np.median(avail):.2f} of a core (median of {len(avail)} probes)"
+    )
 
 
 def main() -> None:
@@ -136,8 +154,12 @@ def main() -> None:
             print("without added load:", file=sys.stderr, flush=True)
             quiet = measure(workers, args.rounds, args.burst_s)
             for i, (name, _, n) in enumerate(POINTS):
-                print(f"  {name} {n}: old {np.median(quiet[('old', i)]):.3f} ms, new {np.median(quiet[('new', i)]):.3f}"
-                      f" ms", file=sys.stderr, flush=True)
+                print(
+                    f"  {name} {n}: old {np.median(quiet[('old', i)]):.3f} ms, new {np.median(quiet[('new', i)]):.3f}"
+                    f" ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
             print("with added load:", file=sys.stderr, flush=True)
             phase_s = args.rounds * len(POINTS) * 2 * args.burst_s * 4 + 30
             load = start_load(args.load_jobs, args.load_threads, phase_s)
@@ -149,8 +171,10 @@ def main() -> None:
             for proc in workers.values():
                 proc.stdin.close()
                 proc.wait()
-    print(f"baseline {args.baseline} (old) against the working tree (new); B 1, H 4, d 64, forward, "
-          f"{args.threads} threads; median ms per call, {args.rounds} alternated bursts of {args.burst_s} s")
+    print(
+        f"baseline {args.baseline} (old) against the working tree (new); B 1, H 4, d 64, forward, "
+        f"{args.threads} threads; median ms per call, {args.rounds} alternated bursts of {args.burst_s} s"
+    )
     print(f"without added load: {describe(quiet[('load', -1)])}")
     print(f"with {args.load_jobs} jobs of {args.load_threads} torch threads: {describe(loaded[('load', -1)])}")
     print("| point | old | old loaded | old slowdown | new | new loaded | new slowdown |")

@@ -18,6 +18,7 @@ their longest row).
 
 `--march x86-64-v3` builds the fused kernels (both trees' in `compare`) for AVX2 machines instead of this CPU.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,40 +38,65 @@ import numpy as np
 import torch
 from torch import nn
 
+import attnbench.train
 from attnbench.model import ModelConfig, TransformerClassifier
 from attnbench.tasks import load_task
-import attnbench.train
 from attnbench.train import TrainConfig, predict_proba
 
-ATTENTIONS = {"performer": ("performer", {"num_features": 256}),
-              "nystromformer": ("nystromformer", {"num_landmarks": 32}),
-              "rfa": ("rfa", {"num_features": 64}), "linformer": ("linformer", {"projected_length": 64}),
-              "vanilla-favor": ("random-features", {"feature_map": "favor", "num_features": 256}),
-              "vanilla-trig": ("random-features", {"feature_map": "trig", "num_features": 256})}
+ATTENTIONS = {
+    "performer": ("performer", {"num_features": 256}),
+    "nystromformer": ("nystromformer", {"num_landmarks": 32}),
+    "rfa": ("rfa", {"num_features": 64}),
+    "linformer": ("linformer", {"projected_length": 64}),
+    "vanilla-favor": ("random-features", {"feature_map": "favor", "num_features": 256}),
+    "vanilla-trig": ("random-features", {"feature_map": "trig", "num_features": 256}),
+}
 PAPER_MAPS = ("favor", "elu", "softplus", "sigmoid2", "softmaxfeat", "cos2", "porf-softplus")
-ATTENTIONS.update({f"vanilla-{kind}": ("random-features", {"feature_map": kind, "num_features": 256})
-                   for kind in PAPER_MAPS})
-PHASE_A = {"objective": "within-class", "step": 2.0e-3, "beta": 50.0, "repulsion": 1.0e-3, "riesz_s": 0.0,
-           "grad_clip": 10.0, "radius": 1.5, "radius_units": "absolute", "tolerance": 1.0e-6, "batch_size": 64,
-           "epochs": 2.5}  # suites/paper-rt.yaml: steps_fraction 0.2 of A + B = 2.5 epochs beside 10 of phase B
+ATTENTIONS.update(
+    {f"vanilla-{kind}": ("random-features", {"feature_map": kind, "num_features": 256}) for kind in PAPER_MAPS}
+)
+PHASE_A = {
+    "objective": "within-class",
+    "step": 2.0e-3,
+    "beta": 50.0,
+    "repulsion": 1.0e-3,
+    "riesz_s": 0.0,
+    "grad_clip": 10.0,
+    "radius": 1.5,
+    "radius_units": "absolute",
+    "tolerance": 1.0e-6,
+    "batch_size": 64,
+    "epochs": 2.5,
+}  # suites/paper-rt.yaml: steps_fraction 0.2 of A + B = 2.5 epochs beside 10 of phase B
 PAPER_EPOCHS, SEEDS = 10, 3
 # operator name fragments -> the part of the step they belong to (first match wins)
-GROUPS = [("optimiser", ("adam", "_foreach", "lerp", "addcdiv", "addcmul", "clip_grad", "norm_", "sqrt")),
-          ("dropout", ("dropout", "bernoulli", "uniform", "attnbench_dropout", "Dropout")),
-          ("attention", ("attention", "softmax", "bmm", "baddbmm", "Attention", "Landmark", "Pinv")),
-          ("linear layers", ("addmm", "mm", "linear", "matmul", "Linear")),
-          ("norms", ("layer_norm", "LayerNorm")),
-          ("activation", ("gelu", "Gelu")),
-          ("embedding", ("embedding", "Embedding", "index")),
-          ("loss", ("cross_entropy", "nll", "log_softmax", "LogSoftmax", "Nll"))]
+GROUPS = [
+    ("optimiser", ("adam", "_foreach", "lerp", "addcdiv", "addcmul", "clip_grad", "norm_", "sqrt")),
+    ("dropout", ("dropout", "bernoulli", "uniform", "attnbench_dropout", "Dropout")),
+    ("attention", ("attention", "softmax", "bmm", "baddbmm", "Attention", "Landmark", "Pinv")),
+    ("linear layers", ("addmm", "mm", "linear", "matmul", "Linear")),
+    ("norms", ("layer_norm", "LayerNorm")),
+    ("activation", ("gelu", "Gelu")),
+    ("embedding", ("embedding", "Embedding", "index")),
+    ("loss", ("cross_entropy", "nll", "log_softmax", "LogSoftmax", "Nll")),
+]
 
 
 def build(attention: str, task: Any, seed: int = 0, dropout_rng: str = "hash") -> TransformerClassifier:
     """The paper-scale classifier for `attention` (a name of ATTENTIONS or a registered attention)."""
     name, options = ATTENTIONS.get(attention, (attention, {}))
     rng = {"dropout_rng": dropout_rng} if "dropout_rng" in {f.name for f in dataclasses.fields(ModelConfig)} else {}
-    cfg = ModelConfig(vocab_size=task.vocab_size, num_classes=task.num_classes, max_length=task.max_length,
-                      d_model=128, num_layers=2, num_heads=2, ffn_dim=256, dropout=0.1, **rng)
+    cfg = ModelConfig(
+        vocab_size=task.vocab_size,
+        num_classes=task.num_classes,
+        max_length=task.max_length,
+        d_model=128,
+        num_layers=2,
+        num_heads=2,
+        ffn_dim=256,
+        dropout=0.1,
+        **rng,
+    )
     return TransformerClassifier(cfg, name, options, seed=seed)
 
 
@@ -114,8 +140,10 @@ def profile(attention: str, task: Any, count: int, dropout_rng: str) -> None:
     groups: dict[str, float] = collections.Counter()
     for e in events:
         groups[group_of(e.key)] += e.self_cpu_time_total
-    print(f"{attention} (dropout_rng {dropout_rng}): {wall:.1f} ms per step under the profiler ({count} steps, {torch.get_num_threads()} "
-          f"threads); self CPU time of the operators by part:")
+    print(
+        f"{attention} (dropout_rng {dropout_rng}): {wall:.1f} ms per step under the profiler ({count} steps, {torch.get_num_threads()} "
+        f"threads); self CPU time of the operators by part:"
+    )
     for group, us in sorted(groups.items(), key=lambda kv: -kv[1]):
         print(f"  {group:14s} {us / count / 1e3:7.2f} ms  {100 * us / total:5.1f}%")
     print("top operators (self CPU per step):")
@@ -125,11 +153,12 @@ def profile(attention: str, task: Any, count: int, dropout_rng: str) -> None:
 
 def table3_rows() -> dict[str, tuple[str, dict, dict]]:
     """The 18 rows of the paper's Table 3: label -> (attention, options, model overrides), as suites/paper.yaml."""
-    rows = {"softmax": ("softmax", {}, {}),
-            "vanilla-favor-untied": ("random-features", {"feature_map": "favor", "num_features": 256},
-                                     {"tie_qk": False}),
-            "performer": ("performer", {"num_features": 256}, {}),
-            "linformer": ("linformer", {"projected_length": 64}, {})}
+    rows = {
+        "softmax": ("softmax", {}, {}),
+        "vanilla-favor-untied": ("random-features", {"feature_map": "favor", "num_features": 256}, {"tie_qk": False}),
+        "performer": ("performer", {"num_features": 256}, {}),
+        "linformer": ("linformer", {"projected_length": 64}, {}),
+    }
     for kind, name in (("vanilla", "random-features"), ("kernel", "coulomb")):
         for feature_map in PAPER_MAPS:
             rows[f"{kind}-{feature_map}"] = (name, {"feature_map": feature_map, "num_features": 256}, {})
@@ -140,8 +169,17 @@ def cell_seconds(label: str, row: tuple[str, dict, dict], task: Any, phase_a_epo
     """One cell as attnbench.train runs it, at one phase-B epoch and `phase_a_epochs` of phase A: seconds of phase
     A, of the epoch (training and the validation pass) and of the test pass."""
     name, options, overrides = row
-    cfg = ModelConfig(vocab_size=task.vocab_size, num_classes=task.num_classes, max_length=task.max_length,
-                      d_model=128, num_layers=2, num_heads=2, ffn_dim=256, dropout=0.1, **overrides)
+    cfg = ModelConfig(
+        vocab_size=task.vocab_size,
+        num_classes=task.num_classes,
+        max_length=task.max_length,
+        d_model=128,
+        num_layers=2,
+        num_heads=2,
+        ffn_dim=256,
+        dropout=0.1,
+        **overrides,
+    )
     model = TransformerClassifier(cfg, name, options, seed=0)
     train = TrainConfig(epochs=1, phase_a={**PHASE_A, "epochs": phase_a_epochs})
     start = time.perf_counter()
@@ -161,11 +199,15 @@ def epochs(labels: list[str], task: Any, phase_a_epochs: float) -> None:
         raise SystemExit(f"unknown rows {unknown}; rows are {sorted(rows)} or 'all'")
     chosen = ["softmax"] + [label for label in (list(rows) if "all" in labels else labels) if label != "softmax"]
     scale_a = PHASE_A["epochs"] / phase_a_epochs
-    print(f"one cell per row: phase A over {phase_a_epochs} epochs (scaled to {PHASE_A['epochs']}), one phase-B "
-          f"epoch ({math.ceil(len(task['train']) / 64)} steps of 64 and the validation pass) and the test pass; "
-          f"{torch.get_num_threads()} threads")
-    print(f"| row | epoch s | epoch x softmax | phase A s ({PHASE_A['epochs']:g} epochs) | cell s (10 epochs) | "
-          f"load average |")
+    print(
+        f"one cell per row: phase A over {phase_a_epochs} epochs (scaled to {PHASE_A['epochs']}), one phase-B "
+        f"epoch ({math.ceil(len(task['train']) / 64)} steps of 64 and the validation pass) and the test pass; "
+        f"{torch.get_num_threads()} threads"
+    )
+    print(
+        f"| row | epoch s | epoch x softmax | phase A s ({PHASE_A['epochs']:g} epochs) | cell s (10 epochs) | "
+        f"load average |"
+    )
     print("| --- | --- | --- | --- | --- | --- |", flush=True)
     total, reference, cells = 0.0, math.nan, []
     for label in chosen:
@@ -174,14 +216,19 @@ def epochs(labels: list[str], task: Any, phase_a_epochs: float) -> None:
         cell = t["phase_a"] * scale_a + PAPER_EPOCHS * t["epoch"] + t["test"]
         total += cell
         cells += [cell] * SEEDS
-        print(f"| {label} | {t['epoch']:.1f} | {t['epoch'] / reference:.2f} | {t['phase_a'] * scale_a:.1f} | "
-              f"{cell:.0f} | {os.getloadavg()[0]:.1f} |", flush=True)
+        print(
+            f"| {label} | {t['epoch']:.1f} | {t['epoch'] / reference:.2f} | {t['phase_a'] * scale_a:.1f} | "
+            f"{cell:.0f} | {os.getloadavg()[0]:.1f} |",
+            flush=True,
+        )
     workers = [0.0] * max(1, os.cpu_count() or 1)
     for cell in sorted(cells, reverse=True):  # longest first, each to the worker that is free first
         workers[workers.index(min(workers))] += cell
-    print(f"these {len(chosen)} rows x {SEEDS} seeds, one after another: {total * SEEDS / 3600:.2f} h; on "
-          f"{len(workers)} one-thread workers: {max(workers) / 3600:.2f} h (extrapolated: phase A linear in its "
-          f"epochs, phase B in its epochs; the workers as fast as this one alone)")
+    print(
+        f"these {len(chosen)} rows x {SEEDS} seeds, one after another: {total * SEEDS / 3600:.2f} h; on "
+        f"{len(workers)} one-thread workers: {max(workers) / 3600:.2f} h (extrapolated: phase A linear in its "
+        f"epochs, phase B in its epochs; the workers as fast as this one alone)"
+    )
 
 
 def worker(attentions: list[str], task: Any) -> None:
@@ -200,23 +247,47 @@ def worker(attentions: list[str], task: Any) -> None:
 def build_kernels_for(march: str) -> None:
     """Build the fused kernels with -march=`march` in place of -march=native (before their first use)."""
     from attnbench.baselines import native
+
     native.FLAGS = tuple(f"-march={march}" if f == "-march=native" else f for f in native.FLAGS)
 
 
-def compare(baseline: str, attentions: list[str], count: int, repeats: int, threads: int, max_length: int,
-            march: str | None = None) -> None:
+def compare(
+    baseline: str,
+    attentions: list[str],
+    count: int,
+    repeats: int,
+    threads: int,
+    max_length: int,
+    march: str | None = None,
+) -> None:
     from benchmarks.contention import export_tree
+
     root = Path(__file__).resolve().parents[1]
     times: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"old": export_tree(baseline, Path(tmp)), "new": root}
         workers = {}
         for build_name, tree in trees.items():
-            argv = [sys.executable, str(Path(__file__).resolve()), "worker", "--attention", *attentions,
-                    "--threads", str(threads), "--max-length", str(max_length)]
+            argv = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "worker",
+                "--attention",
+                *attentions,
+                "--threads",
+                str(threads),
+                "--max-length",
+                str(max_length),
+            ]
             argv += ["--march", march] if march else []
-            workers[build_name] = subprocess.Popen(argv, cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)),
-                                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            workers[build_name] = subprocess.Popen(
+                argv,
+                cwd=tree,
+                env=dict(os.environ, PYTHONPATH=str(tree)),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             if workers[build_name].stdout.readline().strip() != "ready":
                 raise RuntimeError(f"the {build_name} worker did not start")
         try:
@@ -232,9 +303,11 @@ def compare(baseline: str, attentions: list[str], count: int, repeats: int, thre
                 proc.stdin.close()
                 proc.wait()
     kernels = f"kernels built for -march={march}" if march else "kernels built for this CPU"
-    print(f"training step (batch 64, Rotten Tomatoes, {threads} threads, {kernels}), {baseline} (old) against the "
-          f"working tree (new): median ms per step over {repeats} alternated bursts of {count} steps; load average "
-          f"{os.getloadavg()[0]:.1f} at the end")
+    print(
+        f"training step (batch 64, Rotten Tomatoes, {threads} threads, {kernels}), {baseline} (old) against the "
+        f"working tree (new): median ms per step over {repeats} alternated bursts of {count} steps; load average "
+        f"{os.getloadavg()[0]:.1f} at the end"
+    )
     print("| attention | old ms | new ms | new / old |")
     print("| --- | --- | --- | --- |")
     for attention in attentions:
@@ -253,8 +326,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--dropout-rng", choices=["hash", "torch"], default="hash", help="ModelConfig.dropout_rng")
-    parser.add_argument("--march", help="build the fused kernels for this -march (x86-64-v3: AVX2 machines) instead "
-                                         "of -march=native; in compare, both trees'")
+    parser.add_argument(
+        "--march",
+        help="build the fused kernels for this -march (x86-64-v3: AVX2 machines) instead "
+        "of -march=native; in compare, both trees'",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.what == "compare":

@@ -15,6 +15,7 @@ run's process (CELL_FOOTPRINT_GIB).
     python benchmarks/workers.py | tee results/benchmarks/workers.txt
     python benchmarks/workers.py --suite synthetic --filter 'listops/*/s0/*' --rounds 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -97,8 +98,21 @@ def own_cpu_seconds() -> float:
 
 def sitting(path: Path, filters: tuple[str, ...], workers: int, threads: int, run_dir: Path) -> dict[str, Any]:
     """One `attnbench run` of the selected cells with `workers` x `threads`: wall s, load, others' cores, cells ok."""
-    command = [sys.executable, "-m", "attnbench", "run", str(path), "--out", str(run_dir), "--workers", str(workers),
-               "--threads", str(threads), "--quiet", *(f"--filter={p}" for p in filters)]
+    command = [
+        sys.executable,
+        "-m",
+        "attnbench",
+        "run",
+        str(path),
+        "--out",
+        str(run_dir),
+        "--workers",
+        str(workers),
+        "--threads",
+        str(threads),
+        "--quiet",
+        *(f"--filter={p}" for p in filters),
+    ]
     before, cpu0 = cpu_snapshot(), own_cpu_seconds()
     with LoadSampler() as load:
         t0 = time.perf_counter()
@@ -109,17 +123,29 @@ def sitting(path: Path, filters: tuple[str, ...], workers: int, threads: int, ru
     if before is not None and after is not None:
         others = max(0.0, (after.machine_busy_s - before.machine_busy_s) - (cpu1 - cpu0)) / wall
     records = list(RunStore(run_dir).records())
-    return {"wall": wall, "cells": len(records), "ok": sum(r["status"] == "ok" for r in records),
-            "load": statistics.mean(load.samples), "others": others,
-            "split": RunStore(run_dir).run_info()["provenance"]["split"]}
+    return {
+        "wall": wall,
+        "cells": len(records),
+        "ok": sum(r["status"] == "ok" for r in records),
+        "load": statistics.mean(load.samples),
+        "others": others,
+        "split": RunStore(run_dir).run_info()["provenance"]["split"],
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", default="compare-quick", help="suite name or YAML (default compare-quick)")
-    parser.add_argument("--filter", action="append", default=None, metavar="PATTERN",
-                        help=f"cells to run, globs over names (default: {' '.join(DEFAULT_FILTERS)})")
-    parser.add_argument("--rounds", type=int, default=2, help="sittings per split, in alternated order A B C, C B A (default 2)")
+    parser.add_argument(
+        "--filter",
+        action="append",
+        default=None,
+        metavar="PATTERN",
+        help=f"cells to run, globs over names (default: {' '.join(DEFAULT_FILTERS)})",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="sittings per split, in alternated order A B C, C B A (default 2)"
+    )
     args = parser.parse_args()
     filters = tuple(args.filter or DEFAULT_FILTERS)
     cores = usable_cores()
@@ -133,15 +159,20 @@ def main() -> None:
         suite = load_suite(str(path))
         chosen = select_cells(suite, filters)
         tokens = [cell_tokens(suite, c) for c in chosen]
-        print(f"{args.suite}: {len(chosen)} cells ({', '.join(filters)}), cell_timeout dropped; {cores} usable "
-              f"cores; load average at the start {os.getloadavg()[0]:.2f}", flush=True)
+        print(
+            f"{args.suite}: {len(chosen)} cells ({', '.join(filters)}), cell_timeout dropped; {cores} usable "
+            f"cores; load average at the start {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
 
         alone = [spawn_seconds(1) for _ in range(3)]
         together = [spawn_seconds(cores) for _ in range(2)]
-        print(f"worker start (spawn to ready: torch and the registries imported): one alone "
-              f"{statistics.median(alone):.2f} s (median of 3: {', '.join(f'{s:.2f}' for s in alone)}), {cores} at "
-              f"once {statistics.median(together):.2f} s (median of 2); load average {os.getloadavg()[0]:.2f}",
-              flush=True)
+        print(
+            f"worker start (spawn to ready: torch and the registries imported): one alone "
+            f"{statistics.median(alone):.2f} s (median of 3: {', '.join(f'{s:.2f}' for s in alone)}), {cores} at "
+            f"once {statistics.median(together):.2f} s (median of 2); load average {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
 
         results: dict[tuple[int, int], list[dict[str, Any]]] = {s: [] for s in splits}
         for r in range(args.rounds):
@@ -149,12 +180,17 @@ def main() -> None:
                 got = sitting(path, filters, workers, threads, Path(tmp) / f"run-{r}-{workers}x{threads}")
                 results[(workers, threads)].append(got)
                 others = "n/a" if got["others"] is None else f"{got['others']:.2f}"
-                print(f"  round {r + 1}: {workers} x {threads}: {got['wall']:.1f} s, {got['ok']}/{got['cells']} ok, "
-                      f"{3600 * got['cells'] / got['wall']:.0f} cells/h, load {got['load']:.2f}, others' cores "
-                      f"{others}; recorded {got['split']}", flush=True)
+                print(
+                    f"  round {r + 1}: {workers} x {threads}: {got['wall']:.1f} s, {got['ok']}/{got['cells']} ok, "
+                    f"{3600 * got['cells'] / got['wall']:.0f} cells/h, load {got['load']:.2f}, others' cores "
+                    f"{others}; recorded {got['split']}",
+                    flush=True,
+                )
 
-    print("| split | sittings | wall s (each) | median wall s | cells/h | vs 1 x N | tokens/s | load average | "
-          "others' cores |")
+    print(
+        "| split | sittings | wall s (each) | median wall s | cells/h | vs 1 x N | tokens/s | load average | "
+        "others' cores |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     base = statistics.median(x["wall"] for x in results[splits[0]])
     for (workers, threads), runs in results.items():
@@ -163,17 +199,23 @@ def main() -> None:
         name = f"{workers} x {threads}" + (" in one process" if workers == 1 else " worker processes")
         walls = ", ".join(f"{x['wall']:.1f}" for x in runs)
         rate = "n/a" if None in tokens else f"{sum(tokens) / wall:.0f}"
-        print(f"| {name} | {len(runs)} | {walls} | {wall:.1f} | {3600 * len(chosen) / wall:.0f} | {base / wall:.2f}x | "
-              f"{rate} | {statistics.mean(x['load'] for x in runs):.2f} | "
-              + (f"{statistics.mean(others):.2f} |" if others else "n/a |"))
+        print(
+            f"| {name} | {len(runs)} | {walls} | {wall:.1f} | {3600 * len(chosen) / wall:.0f} | {base / wall:.2f}x | "
+            f"{rate} | {statistics.mean(x['load'] for x in runs):.2f} | "
+            + (f"{statistics.mean(others):.2f} |" if others else "n/a |")
+        )
     if None not in tokens:
-        print(f"training tokens of the cells (epochs x rows x length, attnbench.workers.cell_tokens): {sum(tokens):.0f}")
+        print(
+            f"training tokens of the cells (epochs x rows x length, attnbench.workers.cell_tokens): {sum(tokens):.0f}"
+        )
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     print(f"largest peak resident memory of a run's process (the whole run in one process, or a worker): {rss:.2f} GiB")
     busy = [x["others"] for runs in results.values() for x in runs if x["others"] is not None]
     if busy and statistics.mean(busy) > 0.5:
-        print(f"the machine was busy: other processes kept {statistics.mean(busy):.2f} of {cores} cores busy on "
-              f"average; the splits are compared under the same load (alternated), not on a quiet machine")
+        print(
+            f"the machine was busy: other processes kept {statistics.mean(busy):.2f} of {cores} cores busy on "
+            f"average; the splits are compared under the same load (alternated), not on a quiet machine"
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """`python -m attnbench` is the `attnbench` command."""
+
 import sys
 
 from attnbench.cli import main

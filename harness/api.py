@@ -8,6 +8,7 @@ alone stays light); everything else is internal and may move.
     attnbench.run_suite(suite, Path("runs/smoke"), attnbench.RunOptions())
     df = attnbench.load_results("runs/smoke")
 """
+
 from __future__ import annotations
 
 from attnbench.baselines.linear_kernel import FeatureMap, LinearKernelAttention
@@ -16,15 +17,47 @@ from attnbench.executor import RunOptions, RunSummary, run_suite
 from attnbench.measurements import register_measurement
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
-from attnbench.registry import (AttentionConfig, Capabilities, attention_entry, attention_names, build_attention,
-                                register_attention, register_learning_phase)
+from attnbench.registry import (
+    AttentionConfig,
+    Capabilities,
+    attention_entry,
+    attention_names,
+    build_attention,
+    register_attention,
+    register_learning_phase,
+)
 from attnbench.report import write_leaderboard, write_report
 from attnbench.report.load import load_results
 from attnbench.suite import Suite, load_suite, suite_names
 from attnbench.tasks import load_task, register_task, task_names
 
-__all__ = ["AttentionConfig", "Capabilities", "ConfigError", "FeatureMap", "LinearKernelAttention", "RunOptions",
-           "RunSummary", "Suite", "UnknownNameError", "UserError", "attention_entry", "attention_names",
-           "build_attention", "load_results", "load_suite", "load_task", "option", "register_attention",
-           "register_learning_phase", "register_measurement", "register_metric", "register_task", "require",
-           "run_suite", "suite_names", "task_names", "write_leaderboard", "write_report"]
+__all__ = [
+    "AttentionConfig",
+    "Capabilities",
+    "ConfigError",
+    "FeatureMap",
+    "LinearKernelAttention",
+    "RunOptions",
+    "RunSummary",
+    "Suite",
+    "UnknownNameError",
+    "UserError",
+    "attention_entry",
+    "attention_names",
+    "build_attention",
+    "load_results",
+    "load_suite",
+    "load_task",
+    "option",
+    "register_attention",
+    "register_learning_phase",
+    "register_measurement",
+    "register_metric",
+    "register_task",
+    "require",
+    "run_suite",
+    "suite_names",
+    "task_names",
+    "write_leaderboard",
+    "write_report",
+]

@@ -11,6 +11,7 @@ shape in SHAPES and runs it with the native kernels on and off (`native.turned_o
 asks for them), on inputs drawn from a fixed seed, and compares it with itself: what padding, later positions or a
 second call must not change, and what a mask's form (bool, int, float 0/1) and the output's dtype must keep.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,8 +56,9 @@ class PropertyFailed(AssertionError):
 
 def _build(name: str, heads: int, options: dict[str, Any], **extra: Any) -> torch.nn.Module:
     torch.manual_seed(0)
-    return build_attention(name, head_dim=HEAD_DIM, num_heads=heads, max_length=MAX_LENGTH, seed=0,
-                           **{**options, **extra})
+    return build_attention(
+        name, head_dim=HEAD_DIM, num_heads=heads, max_length=MAX_LENGTH, seed=0, **{**options, **extra}
+    )
 
 
 def _qkv(batch: int, heads: int, n: int, seed: int = 0) -> list[Tensor]:
@@ -103,13 +105,15 @@ def finite_at_lengths(name: str, options: dict[str, Any], batch: int, heads: int
     for n in LENGTHS:
         q, k, v = _qkv(batch, heads, n)
         mask = torch.ones(batch, n, dtype=torch.bool)
-        mask[:, n - n // 3:] = n == 1
+        mask[:, n - n // 3 :] = n == 1
         with torch.no_grad():
             for m in (None, mask):
                 out = attn(q, k, v, key_padding_mask=m)
                 if out.shape != (batch, heads, n, HEAD_DIM) or not torch.isfinite(out).all():
-                    raise PropertyFailed(f"length {n}{' padded' if m is not None else ''}: shape "
-                                         f"{tuple(out.shape)}, finite {bool(torch.isfinite(out).all())}")
+                    raise PropertyFailed(
+                        f"length {n}{' padded' if m is not None else ''}: shape "
+                        f"{tuple(out.shape)}, finite {bool(torch.isfinite(out).all())}"
+                    )
 
 
 def gradients(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
@@ -153,11 +157,18 @@ def causality(name: str, options: dict[str, Any], batch: int, heads: int) -> Non
         causal_out, plain_out = attn(q, k, v), _build(name, heads, options).eval()(q, k, v)
     _close(after, before, "outputs before position 70 after changing later positions", rtol=0, atol=1e-5)
     with torch.no_grad():  # a normalised attention returns v_0 there; any causal one, what position 0 alone gives
-        alone = v[:, :, :1] if attention_capabilities(name, **options).normalised else attn(q[:, :, :1], k[:, :, :1],
-                                                                                       v[:, :, :1])
+        alone = (
+            v[:, :, :1]
+            if attention_capabilities(name, **options).normalised
+            else attn(q[:, :, :1], k[:, :, :1], v[:, :, :1])
+        )
     _close(causal_out[:, :, 0], alone[:, :, 0], "the first position, which sees only itself", atol=1e-4)
-    _close(causal_out[:, :, -1], plain_out[:, :, -1], "the last position, which sees all",
-           atol=max(1e-4, CAUSAL_LEAK.get(name, 0.0)))
+    _close(
+        causal_out[:, :, -1],
+        plain_out[:, :, -1],
+        "the last position, which sees all",
+        atol=max(1e-4, CAUSAL_LEAK.get(name, 0.0)),
+    )
 
 
 def mask_forms(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
@@ -172,14 +183,17 @@ def mask_forms(name: str, options: dict[str, Any], batch: int, heads: int) -> No
         out = attn(q, k, v, key_padding_mask=mask)
         for dtype in (torch.float32, torch.int64):
             _close(attn(q, k, v, key_padding_mask=mask.to(dtype)), out, f"a {dtype} 0/1 mask against the bool mask")
-        for what, bad in (("a mask holding 0.5", torch.where(mask, 1.0, 0.5)),
-                          ("a mask of shape (batch, keys + 1)", torch.ones(batch, n + 1, dtype=torch.bool))):
+        for what, bad in (
+            ("a mask holding 0.5", torch.where(mask, 1.0, 0.5)),
+            ("a mask of shape (batch, keys + 1)", torch.ones(batch, n + 1, dtype=torch.bool)),
+        ):
             try:
                 attn(q, k, v, key_padding_mask=bad)
             except (ValueError, TypeError):
                 continue
-            raise PropertyFailed(f"{what} is taken without a ValueError; normalise masks with "
-                                 f"attnbench.baselines.masks.key_padding_mask")
+            raise PropertyFailed(
+                f"{what} is taken without a ValueError; normalise masks with attnbench.baselines.masks.key_padding_mask"
+            )
 
 
 def output_dtype_and_shape(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
@@ -192,8 +206,10 @@ def output_dtype_and_shape(name: str, options: dict[str, Any], batch: int, heads
         out = attn(q, k, v)
         if not isinstance(out, Tensor) or out.shape != v.shape or out.dtype != v.dtype:
             got = f"shape {tuple(out.shape)}, dtype {out.dtype}" if isinstance(out, Tensor) else type(out).__name__
-            raise PropertyFailed(f"in {mode} mode the output has {got}; expected shape {tuple(v.shape)}, dtype "
-                                 f"{v.dtype} (the model's next layer multiplies it by float32 weights)")
+            raise PropertyFailed(
+                f"in {mode} mode the output has {got}; expected shape {tuple(v.shape)}, dtype "
+                f"{v.dtype} (the model's next layer multiplies it by float32 weights)"
+            )
 
 
 def shared_heads(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
@@ -202,7 +218,7 @@ def shared_heads(name: str, options: dict[str, Any], batch: int, heads: int) -> 
     q, k, v = _qkv(batch, heads, 20)
     with torch.no_grad():
         out = attn(q, k, v)
-        alone = torch.cat([attn(q[:, h:h + 1], k[:, h:h + 1], v[:, h:h + 1]) for h in range(heads)], dim=1)
+        alone = torch.cat([attn(q[:, h : h + 1], k[:, h : h + 1], v[:, h : h + 1]) for h in range(heads)], dim=1)
     _close(out, alone, f"{heads} heads against each head alone")
 
 
@@ -218,7 +234,7 @@ def recurrent_matches_parallel(name: str, options: dict[str, Any], batch: int, h
     one sequence padded at its end and, with two or more, one padded at its start."""
     n = RECURRENT_STEPS
     mask = torch.ones(batch, n, dtype=torch.bool)
-    mask[-1, n - 37:] = False
+    mask[-1, n - 37 :] = False
     if batch > 1:
         mask[0, :5] = False
     real = mask[:, None, :, None].expand(batch, heads, n, HEAD_DIM)
@@ -234,9 +250,11 @@ def recurrent_matches_parallel(name: str, options: dict[str, Any], batch: int, h
         error = (stepped - parallel).double().abs() - tolerance * (1 + parallel.double().abs()) - allowance
         if not torch.isfinite(stepped).all() or error.max() > 0:
             worst = int(error.argmax())
-            raise PropertyFailed(f"{dtype} recurrent outputs against the parallel form: differ by up to "
-                                 f"{float((stepped - parallel).abs().max()):.3g} (at the worst, "
-                                 f"{float(stepped[worst]):.6g} against {float(parallel[worst]):.6g})")
+            raise PropertyFailed(
+                f"{dtype} recurrent outputs against the parallel form: differ by up to "
+                f"{float((stepped - parallel).abs().max()):.3g} (at the worst, "
+                f"{float(stepped[worst]):.6g} against {float(parallel[worst]):.6g})"
+            )
 
 
 Check = Callable[[str, dict[str, Any], int, int], None]
@@ -254,9 +272,13 @@ PROPERTIES: dict[str, Check] = {
 CAUSAL_PROPERTIES = ("causality", "recurrent form equals the parallel form")  # n/a unless the attention claims causal
 
 
-def check_property(name: str, prop: str, options: dict[str, Any] | None = None,
-                   shapes: Iterable[tuple[int, int]] = SHAPES,
-                   paths: Iterable[bool | None] | None = None) -> list[Verdict]:
+def check_property(
+    name: str,
+    prop: str,
+    options: dict[str, Any] | None = None,
+    shapes: Iterable[tuple[int, int]] = SHAPES,
+    paths: Iterable[bool | None] | None = None,
+) -> list[Verdict]:
     """One property of attention `name` (with `options`) over every (batch, heads) shape, on each path (native
     kernels on, off; by default both where the attention has a native path, else one pass, `None`): one Verdict per
     path; causality and the padding properties are n/a unless the attention claims them."""
@@ -265,8 +287,10 @@ def check_property(name: str, prop: str, options: dict[str, Any] | None = None,
     caps = attention_entry(name).capabilities
     masked = prop in ("padding invariance", "padding mask as bool, int or float 0/1")
     if prop in CAUSAL_PROPERTIES and not caps.causal or masked and not caps.padding_mask:
-        return [Verdict(prop, on, None, f"not claimed ({'causal' if prop in CAUSAL_PROPERTIES else 'padding_mask'}=no)")
-                for on in paths]
+        return [
+            Verdict(prop, on, None, f"not claimed ({'causal' if prop in CAUSAL_PROPERTIES else 'padding_mask'}=no)")
+            for on in paths
+        ]
     verdicts = []
     for on in paths:
         with native.turned_off(on is False):
@@ -291,8 +315,9 @@ def has_native_path(name: str, options: dict[str, Any] | None = None) -> bool:
     return native.times_asked() > asked
 
 
-def _verdict(name: str, prop: str, options: dict[str, Any], shapes: Iterable[tuple[int, int]],
-             on: bool | None) -> Verdict:
+def _verdict(
+    name: str, prop: str, options: dict[str, Any], shapes: Iterable[tuple[int, int]], on: bool | None
+) -> Verdict:
     for batch, heads in shapes:
         try:
             PROPERTIES[prop](name, options, batch, heads)
@@ -303,8 +328,9 @@ def _verdict(name: str, prop: str, options: dict[str, Any], shapes: Iterable[tup
     return Verdict(prop, on, True)
 
 
-def check_attention(name: str, options: dict[str, Any] | None = None,
-                    shapes: Iterable[tuple[int, int]] = SHAPES) -> list[Verdict]:
+def check_attention(
+    name: str, options: dict[str, Any] | None = None, shapes: Iterable[tuple[int, int]] = SHAPES
+) -> list[Verdict]:
     """Every property of attention `name` (a registered name or "module:Class"), native kernels on and off where
     it has a native path, else once."""
     attention_entry(name)  # an unknown name fails here, once, with the valid names

@@ -5,6 +5,7 @@ written atomically (a temporary file in the same folder, then a rename) with a s
 when it is read: a bad entry (empty, truncated, altered) is set aside and built again, never trusted and
 never fatal.
 """
+
 from __future__ import annotations
 
 import datetime

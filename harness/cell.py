@@ -11,6 +11,7 @@ Executors (in this process, in worker processes, as Ray tasks) implement one int
 `Executor.run(cells, sink)`, and report to a `CellSink` (started, progress, finished); they import
 this module, never each other nor the code that picks them (attnbench.executor).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,7 +47,9 @@ def failure_reason(err: BaseException) -> str:
         return f"out of memory: {type(err).__name__}: {text}"
     if not text:  # say where, when the exception says nothing
         frames = traceback.extract_tb(err.__traceback__)
-        where = f" raised at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+        where = (
+            f" raised at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+        )
         return f"{type(err).__name__}{where}"
     return f"{type(err).__name__}: {text}"
 
@@ -61,11 +64,13 @@ class Cell:
     @classmethod
     def of(cls, suite: Suite, spec: dict[str, Any]) -> "Cell":
         """The cell `spec` of `suite`, with every config's defaults filled in from the suite."""
-        resolved = {"attention": suite.resolved["attentions"].get(spec["attention"]["label"], {}),
-                    "task": suite.resolved["tasks"].get(task_label(spec["task"]), {}),
-                    "model": dataclasses.asdict(make_options(ModelConfig, spec["model"], what="model")),
-                    "training": suite.resolved.get("training", {}),
-                    "measurement": suite.resolved["measurements"][spec["measurement"]["name"]]}
+        resolved = {
+            "attention": suite.resolved["attentions"].get(spec["attention"]["label"], {}),
+            "task": suite.resolved["tasks"].get(task_label(spec["task"]), {}),
+            "model": dataclasses.asdict(make_options(ModelConfig, spec["model"], what="model")),
+            "training": suite.resolved.get("training", {}),
+            "measurement": suite.resolved["measurements"][spec["measurement"]["name"]],
+        }
         return cls(spec, resolved)
 
     @property
@@ -76,8 +81,9 @@ class Cell:
     def name(self) -> str:
         return cell_name(self.spec)
 
-    def run(self, *, device: str, command: str, progress: Progress | None = None,
-            timeout: float | None = None) -> dict[str, Any]:
+    def run(
+        self, *, device: str, command: str, progress: Progress | None = None, timeout: float | None = None
+    ) -> dict[str, Any]:
         """Run the cell here (within `timeout` seconds, if given) and return its record, whatever happens."""
         started, t0 = now(), time.perf_counter()
         outcome: dict[str, Any] = {"status": "ok"}
@@ -100,16 +106,31 @@ class Cell:
             provenance["data"] = ran["data"]
         return result_record(self.spec, provenance=provenance, **outcome)
 
-    def failed(self, reason: str, *, device: str, command: str, started: str, seconds: float,
-               details: dict[str, Any] | None = None) -> dict[str, Any]:
+    def failed(
+        self,
+        reason: str,
+        *,
+        device: str,
+        command: str,
+        started: str,
+        seconds: float,
+        details: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """The record of this cell when it ended outside `run` (killed at its time limit, its process died)."""
-        return result_record(self.spec, status="failed", reason=reason, error=None, details=details,
-                             provenance=self._provenance(device, command, started, seconds))
+        return result_record(
+            self.spec,
+            status="failed",
+            reason=reason,
+            error=None,
+            details=details,
+            provenance=self._provenance(device, command, started, seconds),
+        )
 
     def _provenance(self, device: str, command: str, started: str, seconds: float) -> dict[str, Any]:
         provenance = machine_provenance(device, command)
-        provenance.update(started_at=started, finished_at=now(), seconds=seconds, seed=self.spec["seed"],
-                          config=self.resolved)
+        provenance.update(
+            started_at=started, finished_at=now(), seconds=seconds, seed=self.spec["seed"], config=self.resolved
+        )
         return provenance
 
 

@@ -8,6 +8,7 @@ by default). Three ways to run it, which give the same logits:
 - `prefill` (the parallel form that also returns the state), then `step` or `generate`.
 Loss over the positions a task labels: `token_loss(logits, labels)`, label -100 ignored (as torch's).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,20 +26,28 @@ from attnbench.tasks.sequence import IGNORE  # label of a position that carries 
 def require_causal_form(attention: str) -> None:
     """A ConfigError naming why a decoder cannot use `attention`: it declares no causal form."""
     if not attention_entry(attention).capabilities.causal:
-        raise ConfigError(f"attention {attention!r} has no causal form (its capability causal is False), so a decoder "
-                          f"(model kind: decoder) cannot use it; pick a causal one, e.g. softmax, elu-linear, performer")
+        raise ConfigError(
+            f"attention {attention!r} has no causal form (its capability causal is False), so a decoder "
+            f"(model kind: decoder) cannot use it; pick a causal one, e.g. softmax, elu-linear, performer"
+        )
 
 
 class TransformerDecoder(nn.Module):
     """Token + position embeddings, causal blocks, final norm, per-token head: (B, N) ids -> (B, N, V) logits."""
 
-    def __init__(self, cfg: ModelConfig, attention: str = "softmax", attention_options: dict[str, Any] | None = None,
-                 seed: int = 0):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        attention: str = "softmax",
+        attention_options: dict[str, Any] | None = None,
+        seed: int = 0,
+    ):
         super().__init__()
         require_causal_form(attention)
         if (attention_options or {}).get("causal") is False:
-            raise ConfigError(f"attention {attention!r} is given causal=False, but a decoder's attention is causal; "
-                              f"drop the option")
+            raise ConfigError(
+                f"attention {attention!r} is given causal=False, but a decoder's attention is causal; drop the option"
+            )
         self.cfg, self.attention_name = cfg, attention
         self.attention_options = {**(attention_options or {}), "causal": True}
         self.capabilities = attention_entry(attention).capabilities
@@ -48,7 +57,8 @@ class TransformerDecoder(nn.Module):
         self.position_embedding = nn.Embedding(cfg.max_length, cfg.d_model)
         self.embedding_dropout = make_dropout(cfg)
         self.layers = nn.ModuleList(
-            EncoderLayer(cfg, attention, self.attention_options, seed=seed * 1000 + i) for i in range(cfg.num_layers))
+            EncoderLayer(cfg, attention, self.attention_options, seed=seed * 1000 + i) for i in range(cfg.num_layers)
+        )
         self.final_norm = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=not cfg.tie_embeddings)
         if cfg.tie_embeddings:
@@ -61,8 +71,10 @@ class TransformerDecoder(nn.Module):
     def _embed(self, ids: Tensor, positions: Tensor, last: int) -> Tensor:
         """Token plus position embeddings; `last` the largest position, which max_length must exceed."""
         if last >= self.cfg.max_length:
-            raise ValueError(f"position {last} is past the model's max_length={self.cfg.max_length}; build the model "
-                             f"with a larger max_length")
+            raise ValueError(
+                f"position {last} is past the model's max_length={self.cfg.max_length}; build the model "
+                f"with a larger max_length"
+            )
         return self.embedding_dropout(self.token_embedding(ids) + self.position_embedding(positions))
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
@@ -70,8 +82,11 @@ class TransformerDecoder(nn.Module):
         tokens = None if attention_mask is None or bool(attention_mask.all()) else Tokens(attention_mask)
         n = input_ids.shape[1]
         positions = torch.arange(n, device=input_ids.device)
-        x = self._embed(input_ids, positions, n - 1) if tokens is None else self._embed(
-            tokens.pack(input_ids), tokens.positions(), n - 1)
+        x = (
+            self._embed(input_ids, positions, n - 1)
+            if tokens is None
+            else self._embed(tokens.pack(input_ids), tokens.positions(), n - 1)
+        )
         for layer in self.layers:
             x = layer(x, attention_mask, tokens)
         logits = self.head(self.final_norm(x))
@@ -98,8 +113,12 @@ class TransformerDecoder(nn.Module):
         Each layer's state comes from its attention's `prefill_state(k, v, mask)` where it has one, else by
         stepping through the keys the forward saw."""
         seen: list[tuple] = []
-        hooks = [attn.register_forward_hook(lambda module, args, kwargs, out: seen.append((module, args, kwargs)),
-                                            with_kwargs=True) for attn in self.attention_modules()]
+        hooks = [
+            attn.register_forward_hook(
+                lambda module, args, kwargs, out: seen.append((module, args, kwargs)), with_kwargs=True
+            )
+            for attn in self.attention_modules()
+        ]
         try:
             logits = self(input_ids, attention_mask)
         finally:
@@ -146,4 +165,3 @@ def _layer_step(layer: EncoderLayer, x: Tensor, state: Any, real: Tensor | None)
 def token_loss(logits: Tensor, labels: Tensor) -> Tensor:
     """Mean cross-entropy (nats) over labelled positions: logits (B, N, V), labels (B, N), -100 = no label."""
     return nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
-

@@ -4,6 +4,7 @@ The same phase-B settings as the classifier (`TrainConfig`: AdamW, warm-up then 
 checkpoint chosen on validation), with the loss over labelled positions (`decoder.token_loss`). Evaluation
 gives, per labelled position, the loss in nats and whether the arg-max token was the label.
 """
+
 from __future__ import annotations
 
 import copy
@@ -15,15 +16,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnbench.runtime import record_what_ran, seed_everything
 from attnbench.decoder import IGNORE, TransformerDecoder, token_loss
 from attnbench.measurements import SkipCell
 from attnbench.model import ModelConfig
 from attnbench.options import make_options
-from attnbench.progress import epoch_phase
+from attnbench.progress import Progress, epoch_phase
 from attnbench.registry import attention_entry
+from attnbench.runtime import record_what_ran, seed_everything
 from attnbench.tasks.sequence import SequenceTaskData, TokenSplit
-from attnbench.progress import Progress
 from attnbench.train import NonFiniteLossError, TrainConfig, TrainResult, make_optimizer, warmup_cosine
 
 
@@ -43,8 +43,9 @@ class TokenScores:
 
 
 @torch.no_grad()
-def score_tokens(model: nn.Module, split: TokenSplit, batch_size: int = 64,
-                 device: torch.device | str = "cpu") -> TokenScores:
+def score_tokens(
+    model: nn.Module, split: TokenSplit, batch_size: int = 64, device: torch.device | str = "cpu"
+) -> TokenScores:
     """Each labelled position's loss (nats) and arg-max correctness, model in evaluation mode."""
     model.eval()
     losses, correct = [], []
@@ -62,15 +63,27 @@ def score_tokens(model: nn.Module, split: TokenSplit, batch_size: int = 64,
 def decoder_config(cell: dict[str, Any], task: SequenceTaskData, max_length: int | None = None) -> ModelConfig:
     """The cell's model settings as a decoder: vocabulary and classes from the task, max_length from the task or
     given (e.g. twice the training length for evaluation there)."""
-    sizes = {"vocab_size": task.vocab_size, "num_classes": task.vocab_size, "kind": "decoder",
-             "max_length": max_length or task.max_length, "pad_id": task.pad_id}
+    sizes = {
+        "vocab_size": task.vocab_size,
+        "num_classes": task.vocab_size,
+        "kind": "decoder",
+        "max_length": max_length or task.max_length,
+        "pad_id": task.pad_id,
+    }
     config = make_options(ModelConfig, {**(cell.get("model") or {}), **sizes}, what="model")
     record_what_ran("model", dataclasses.asdict(config))
     return config
 
 
-def train_decoder(model: TransformerDecoder, task: SequenceTaskData, cfg: TrainConfig, *, seed: int = 0,
-                  device: torch.device | str = "cpu", progress: Progress | None = None) -> TrainResult:
+def train_decoder(
+    model: TransformerDecoder,
+    task: SequenceTaskData,
+    cfg: TrainConfig,
+    *,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: Progress | None = None,
+) -> TrainResult:
     """Train on task['train'] with the loss over labelled positions; keep the checkpoint best on validation
     (token accuracy, or loss for best-validation-nll) or the last."""
     device = torch.device(device)
@@ -102,8 +115,15 @@ def train_decoder(model: TransformerDecoder, task: SequenceTaskData, cfg: TrainC
             scheduler.step()
             losses.append(loss.item())
         val = score_tokens(model, task["validation"], cfg.eval_batch_size, device)
-        history.append({"epoch": epoch, "train_loss": sum(losses) / len(losses), "val_accuracy": val.accuracy(),
-                        "val_loss": val.mean_loss(), "seconds": time.perf_counter() - start})
+        history.append(
+            {
+                "epoch": epoch,
+                "train_loss": sum(losses) / len(losses),
+                "val_accuracy": val.accuracy(),
+                "val_loss": val.mean_loss(),
+                "seconds": time.perf_counter() - start,
+            }
+        )
         score = -val.mean_loss() if cfg.checkpoint == "best-validation-nll" else val.accuracy()
         if cfg.checkpoint != "last" and score > best_score:
             best_score, best_epoch, best_state = score, epoch, copy.deepcopy(model.state_dict())
@@ -118,13 +138,21 @@ def train_decoder(model: TransformerDecoder, task: SequenceTaskData, cfg: TrainC
     return TrainResult(model, label, best_epoch, history, time.perf_counter() - start, None)
 
 
-def train_cell_decoder(cell: dict[str, Any], task: SequenceTaskData, *, device: str,
-                       progress: Progress | None = None, max_length: int | None = None) -> TrainResult:
+def train_cell_decoder(
+    cell: dict[str, Any],
+    task: SequenceTaskData,
+    *,
+    device: str,
+    progress: Progress | None = None,
+    max_length: int | None = None,
+) -> TrainResult:
     """Train the cell's decoder (its attention and options, the cell seed) on a causal task."""
     name = cell["attention"]["name"]
     if attention_entry(name).capabilities.learning_phase:
-        raise SkipCell(f"attention {name!r} has a learning phase (phase A), which is defined for the encoder "
-                       f"classifier only; a decoder without it would be its Vanilla twin")
+        raise SkipCell(
+            f"attention {name!r} has a learning phase (phase A), which is defined for the encoder "
+            f"classifier only; a decoder without it would be its Vanilla twin"
+        )
     seed = cell["seed"]
     seed_everything(seed)
     options = cell["attention"].get("options") or {}

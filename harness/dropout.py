@@ -9,6 +9,7 @@ k1 = lowbias32(hi(seed) ^ k0) (lowbias32: C. Wellons' integer hash, a bijection 
 recomputes the same mask from the seed, so nothing is stored. The fused kernel (`attnbench.baselines.native.dropout`) runs
 it on CPU float32; elsewhere `hashed_keep` computes the same mask in torch operations (bitwise the same: tests).
 """
+
 from __future__ import annotations
 
 import torch

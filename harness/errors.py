@@ -1,4 +1,5 @@
 """User-facing errors: what was wrong, the bad value, what to do instead (CLI exit code 2)."""
+
 from __future__ import annotations
 
 import difflib

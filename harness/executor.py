@@ -11,6 +11,7 @@ spawned worker process that is killed when the cell overruns its time. A cell wh
 (left in RUN_DIR/in-flight/) is recorded as failed when the next run starts; if it is retried, it
 runs in a process of its own, after the other cells.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -73,13 +74,16 @@ class RunSummary:
 
     def line(self, suite_name: str) -> str:
         c = self.counts
-        return (f"{suite_name}: {self.selected} cells: {c.get('ok', 0)} ok, {c.get('failed', 0)} failed, "
-                f"{c.get('skipped', 0)} skipped ({self.resumed} kept from before, {self.ran} run) "
-                f"in {self.seconds:.1f} s -> {self.run_dir}")
+        return (
+            f"{suite_name}: {self.selected} cells: {c.get('ok', 0)} ok, {c.get('failed', 0)} failed, "
+            f"{c.get('skipped', 0)} skipped ({self.resumed} kept from before, {self.ran} run) "
+            f"in {self.seconds:.1f} s -> {self.run_dir}"
+        )
 
 
-def select_cells(suite: Suite, filters: tuple[str, ...],
-                 cells: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def select_cells(
+    suite: Suite, filters: tuple[str, ...], cells: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """The suite's cells (or `cells`) whose name matches any of the glob `filters` (all if none)."""
     cells = suite.cells() if cells is None else cells
     if not filters:
@@ -87,25 +91,35 @@ def select_cells(suite: Suite, filters: tuple[str, ...],
     chosen = [c for c in cells if any(fnmatch.fnmatchcase(cell_name(c), p) for p in filters)]
     if not chosen:
         examples = ", ".join(cell_name(c) for c in cells[:3])
-        raise UserError(f"--filter {' '.join(filters)!r} matches none of the {len(cells)} cells of suite "
-                        f"{suite.name!r}; cell names look like: {examples}")
+        raise UserError(
+            f"--filter {' '.join(filters)!r} matches none of the {len(cells)} cells of suite "
+            f"{suite.name!r}; cell names look like: {examples}"
+        )
     return chosen
 
 
 class RunSink:
     """The run's side of every executor: in-flight markers, stored records and the progress display."""
 
-    def __init__(self, store: RunStore, ui: ProgressUI, device: str, command: str,
-                 split: dict[str, Any] | None = None):
+    def __init__(self, store: RunStore, ui: ProgressUI, device: str, command: str, split: dict[str, Any] | None = None):
         self.store, self.ui, self.device, self.command = store, ui, device, command
         self.split = split  # the split of the cores this sitting runs with, into each record's provenance
         self.running: set[str] = set()
         self.notes: list[str] = []  # rows dropped for bad data, per cell
 
     def started(self, cell: Cell) -> None:
-        self.store.mark_in_flight(cell.id, {"cell": cell.spec, "resolved": cell.resolved, "pid": os.getpid(),
-                                            "host": socket.gethostname(), "started_at": now(),
-                                            "device": self.device, "command": self.command})
+        self.store.mark_in_flight(
+            cell.id,
+            {
+                "cell": cell.spec,
+                "resolved": cell.resolved,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started_at": now(),
+                "device": self.device,
+                "command": self.command,
+            },
+        )
         self.running.add(cell.id)
         self.ui.start(cell.id, cell.name)
 
@@ -152,8 +166,12 @@ class InProcessExecutor:
             for cell in cells:
                 sink.started(cell)
                 with output_to(sink.log_path(cell)):
-                    record = cell.run(device=self.device, command=self.command, timeout=self.timeout,
-                                      progress=lambda phase, step, total, c=cell: sink.progress(c, phase, step, total))
+                    record = cell.run(
+                        device=self.device,
+                        command=self.command,
+                        timeout=self.timeout,
+                        progress=lambda phase, step, total, c=cell: sink.progress(c, phase, step, total),
+                    )
                 sink.finished(cell, record)
         finally:
             torch.set_num_threads(before)
@@ -165,13 +183,22 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
     device = resolve_device(options.device) if options.executor == "local" else options.device
     if options.executor == "ray":
         from attnbench.ray_executor import require_ray
+
         require_ray()  # before anything is written
     store = RunStore(run_dir)
     cells, planned = plan_cells(suite, store, options.filters)
     threads, thread_note = resumed_threads(store.first_split(), options)
-    split = None if options.executor == "ray" else choose_split(
-        suite_facts(suite), machine_facts(), workers=None if options.workers == "auto" else options.workers,
-        threads=threads, device=device)
+    split = (
+        None
+        if options.executor == "ray"
+        else choose_split(
+            suite_facts(suite),
+            machine_facts(),
+            workers=None if options.workers == "auto" else options.workers,
+            threads=threads,
+            device=device,
+        )
+    )
     store.check_writable()
     store.refuse_other_suite(suite.name)
     try:
@@ -198,8 +225,10 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
                 store.update_plan(planned)
     except OSError as err:  # a folder that became unwritable, a full disk
         where = f" ({err.filename})" if err.filename else ""
-        raise UserError(f"cannot write the run folder {run_dir}: {err.strerror or err}{where}; "
-                        f"finished cells are kept; free space or fix permissions and rerun") from None
+        raise UserError(
+            f"cannot write the run folder {run_dir}: {err.strerror or err}{where}; "
+            f"finished cells are kept; free space or fix permissions and rerun"
+        ) from None
     counts: dict[str, int] = {}
     failures = []
     for cell in cells:
@@ -209,8 +238,9 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
         if status == "failed":
             failures.append((cell.name, cell.id, record["reason"]))
     foreign = len({p.stem for p in store.cells_dir.glob("*.json")} - set(planned))
-    return RunSummary(run_dir, len(cells), ran, len(cells) - ran, counts, failures, time.perf_counter() - start,
-                      foreign, notes)
+    return RunSummary(
+        run_dir, len(cells), ran, len(cells) - ran, counts, failures, time.perf_counter() - start, foreign, notes
+    )
 
 
 def resumed_threads(first: dict[str, Any] | None, options: RunOptions) -> tuple[int | None, str | None]:
@@ -220,11 +250,15 @@ def resumed_threads(first: dict[str, Any] | None, options: RunOptions) -> tuple[
         return options.threads, None
     was = first["threads"]
     if options.executor == "ray":
-        return options.threads, (f"the first sitting ran cells with {was} torch threads; on Ray each cell runs with "
-                                 f"--cpus-per-cell / --threads, so resumed cells may differ from it in the last bits")
+        return options.threads, (
+            f"the first sitting ran cells with {was} torch threads; on Ray each cell runs with "
+            f"--cpus-per-cell / --threads, so resumed cells may differ from it in the last bits"
+        )
     if options.threads is not None and options.threads != was:
-        return options.threads, (f"--threads {options.threads}: this sitting runs cells with {options.threads} torch "
-                                 f"threads, the first sitting with {was}; their results may differ in the last bits")
+        return options.threads, (
+            f"--threads {options.threads}: this sitting runs cells with {options.threads} torch "
+            f"threads, the first sitting with {was}; their results may differ in the last bits"
+        )
     return was, None
 
 
@@ -238,25 +272,43 @@ def plan_cells(suite: Suite, store: RunStore, filters: tuple[str, ...]) -> tuple
     return [Cell.of(suite, s) for s in select_cells(suite, filters, specs)], [cell_id(s) for s in specs]
 
 
-def _run_cells(todo: list[Cell], selected: int, suite: Suite, store: RunStore, device: str, options: RunOptions,
-               split: Split | None, running: int) -> tuple[int, list[str]]:
+def _run_cells(
+    todo: list[Cell],
+    selected: int,
+    suite: Suite,
+    store: RunStore,
+    device: str,
+    options: RunOptions,
+    split: Split | None,
+    running: int,
+) -> tuple[int, list[str]]:
     """Run `todo` with the executor the options ask for, local ones in `split` with `running` processes (cells
     whose process died before run last, alone); (how many ran, notes on data the cells dropped)."""
     explicit = options.cell_timeout if options.cell_timeout is not None else suite.cell_timeout
     timeout = DEFAULT_CELL_TIMEOUT if explicit is None else explicit
-    ui = ProgressUI(suite.name, total=selected, done=selected - len(todo), enabled=options.show_progress,
-                    log_path=store.log_path)
-    sink = RunSink(store, ui, device, options.command,
-                   None if split is None else {**split.provenance(), "running": running})
+    ui = ProgressUI(
+        suite.name, total=selected, done=selected - len(todo), enabled=options.show_progress, log_path=store.log_path
+    )
+    sink = RunSink(
+        store, ui, device, options.command, None if split is None else {**split.provenance(), "running": running}
+    )
     executor: Executor
     if split is None:
         from attnbench.ray_executor import RayExecutor
-        executor = RayExecutor(options.device, options.command, options.address,
-                               None if options.workers == "auto" else options.workers,
-                               options.cpus_per_cell, options.threads, timeout)
+
+        executor = RayExecutor(
+            options.device,
+            options.command,
+            options.address,
+            None if options.workers == "auto" else options.workers,
+            options.cpus_per_cell,
+            options.threads,
+            timeout,
+        )
         batches = [(executor, todo)]
     else:
         from attnbench.worker_executor import WorkerExecutor
+
         isolated = WorkerExecutor(device, options.command, running, split.threads, timeout)
         if split.workers > 1 or explicit is not None:
             batches = [(isolated, todo)]
@@ -292,11 +344,20 @@ def _record_deaths(store: RunStore, device: str) -> list[str]:
         if store.read_cell(cid) is None and "cell" in marker:
             cell = Cell(marker["cell"], marker.get("resolved", {}))
             where = f"pid {marker.get('pid')} on {marker.get('host')}, started {marker.get('started_at')}"
-            reason = (f"{PROCESS_DIED} ({where}): killed (out of memory, SIGKILL) or a crash in native code; "
-                      f"a retry runs it in a process of its own")
-            store.write_cell(cell.failed(reason, device=marker.get("device", device), command=marker.get("command", ""),
-                                         started=marker.get("started_at", ""), seconds=0.0,
-                                         details={"process_died": {k: marker.get(k) for k in ("pid", "host")}}))
+            reason = (
+                f"{PROCESS_DIED} ({where}): killed (out of memory, SIGKILL) or a crash in native code; "
+                f"a retry runs it in a process of its own"
+            )
+            store.write_cell(
+                cell.failed(
+                    reason,
+                    device=marker.get("device", device),
+                    command=marker.get("command", ""),
+                    started=marker.get("started_at", ""),
+                    seconds=0.0,
+                    details={"process_died": {k: marker.get(k) for k in ("pid", "host")}},
+                )
+            )
             notes.append(f"{cell.name}: {PROCESS_DIED} ({where}); recorded as failed")
         store.clear_in_flight(cid)
     return notes
@@ -305,8 +366,11 @@ def _record_deaths(store: RunStore, device: str) -> list[str]:
 def _taken_over(holder: dict[str, Any]) -> str:
     """The note for a lock left by a run that ended without releasing it."""
     pid, host = holder.get("pid"), holder.get("host")
-    state = ("no longer running" if host != socket.gethostname() or not isinstance(pid, int) or not process_alive(pid)
-             else "not holding it")
+    state = (
+        "no longer running"
+        if host != socket.gethostname() or not isinstance(pid, int) or not process_alive(pid)
+        else "not holding it"
+    )
     return f"took over the run folder's lock from pid {pid} on {host} (since {holder.get('started')}), {state}"
 
 

@@ -21,6 +21,7 @@ direction, description)`, beside the code that computes it ("max": higher is bet
 is better, None: not ranked); the reports read `metric_direction(name)` and never guess from names.
 A pattern is an exact name or a glob over full names (e.g. "*_tokens_per_s@*"); exact names win.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -207,9 +208,15 @@ def reliability_bins(probs: Any, labels: Any, n_bins: int = 15) -> list[dict[str
     for b in range(n_bins):
         inside = bins == b
         count = int(inside.sum())
-        rows.append({"lower": float(edges[b]), "upper": float(edges[b + 1]), "count": count,
-                     "confidence": float(confidence[inside].mean()) if count else None,
-                     "accuracy": float(correct[inside].mean()) if count else None})
+        rows.append(
+            {
+                "lower": float(edges[b]),
+                "upper": float(edges[b + 1]),
+                "count": count,
+                "confidence": float(confidence[inside].mean()) if count else None,
+                "accuracy": float(correct[inside].mean()) if count else None,
+            }
+        )
     return rows
 
 
@@ -234,15 +241,16 @@ def classification_metrics(probs: Any, labels: Any, n_bins: int = 15) -> dict[st
 
 
 for _name, _direction, _text in (
-        ("accuracy", "max", "fraction of rows whose arg-max class is the label"),
-        ("macro_f1", "max", "unweighted mean of per-class F1"),
-        ("weighted_f1", "max", "per-class F1 weighted by label support"),
-        ("mcc", "max", "multi-class Matthews correlation coefficient"),
-        ("balanced_accuracy", "max", "mean per-class recall"),
-        ("roc_auc", "max", "binary ROC-AUC of P(class 1)"),
-        ("pr_auc", "max", "binary average precision of P(class 1)"),
-        ("nll", "min", "mean negative log-probability of the true class"),
-        ("brier", "min", "Brier score (halved for two classes)"),
-        ("ece", "min", "expected calibration error, equal-width bins"),
-        ("ece_equal_mass", "min", "expected calibration error, equal-mass bins")):
+    ("accuracy", "max", "fraction of rows whose arg-max class is the label"),
+    ("macro_f1", "max", "unweighted mean of per-class F1"),
+    ("weighted_f1", "max", "per-class F1 weighted by label support"),
+    ("mcc", "max", "multi-class Matthews correlation coefficient"),
+    ("balanced_accuracy", "max", "mean per-class recall"),
+    ("roc_auc", "max", "binary ROC-AUC of P(class 1)"),
+    ("pr_auc", "max", "binary average precision of P(class 1)"),
+    ("nll", "min", "mean negative log-probability of the true class"),
+    ("brier", "min", "Brier score (halved for two classes)"),
+    ("ece", "min", "expected calibration error, equal-width bins"),
+    ("ece_equal_mass", "min", "expected calibration error, equal-mass bins"),
+):
     register_metric(_name, _direction, _text)

@@ -8,6 +8,7 @@ tokens alone, packed as (T, d) (`Tokens`); only the attention sees the padded (B
 padded positions, which no attention reads (tests/test_attention_properties.py). Rotten Tomatoes' batches of 64,
 trimmed to their longest row, are half padding.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,25 +37,34 @@ class ModelConfig:
     ffn_dim: int = option(256, "feed-forward width", minimum=1, maximum=1_048_576)
     dropout: float = option(0.1, "dropout rate")
     dropout_rng: Literal["hash", "torch"] = option(
-        "hash", "dropout's random source: hash (attnbench.dropout: one seed per call from torch's generator, each "
-                "element's draw a hash of it; a tenth of nn.Dropout's time) or torch (nn.Dropout, bernoulli_)")
+        "hash",
+        "dropout's random source: hash (attnbench.dropout: one seed per call from torch's generator, each "
+        "element's draw a hash of it; a tenth of nn.Dropout's time) or torch (nn.Dropout, bernoulli_)",
+    )
     pooling: Literal["mean", "first"] = option("mean", "sequence pooling: mean over real tokens or first token")
     qk_projection: Literal["none", "shared", "separate"] | None = option(
-        None, "queries and keys: none (Q = K = the head's slice of the normed hidden state, no W_q, W_k: the paper's "
-              "lower block), shared (Q = K = W x, one learned projection), separate (W_q x, W_k x: the upper "
-              "block); None: from tie_qk (shared unless tie_qk is false)")
-    tie_qk: bool | None = option(None, "older spelling: true = qk_projection shared, false = separate; "
-                                       "resolved to whether Q = K")
+        None,
+        "queries and keys: none (Q = K = the head's slice of the normed hidden state, no W_q, W_k: the paper's "
+        "lower block), shared (Q = K = W x, one learned projection), separate (W_q x, W_k x: the upper "
+        "block); None: from tie_qk (shared unless tie_qk is false)",
+    )
+    tie_qk: bool | None = option(
+        None, "older spelling: true = qk_projection shared, false = separate; resolved to whether Q = K"
+    )
     num_segments: int = option(1, "segment embeddings: 2 for sentence-pair tasks")
     pad_id: int = option(0, "padding token id")
     kind: Literal["encoder", "decoder"] = option(
-        "encoder", "encoder: the pooled classifier here; decoder: causal self-attention with a per-token head "
-                   "(attnbench.decoder), for tasks that label positions")
+        "encoder",
+        "encoder: the pooled classifier here; decoder: causal self-attention with a per-token head "
+        "(attnbench.decoder), for tasks that label positions",
+    )
     tie_embeddings: bool = option(True, "decoder: the output head shares the token embedding's weights")
 
     def __post_init__(self) -> None:
-        require(self.d_model % self.num_heads == 0,
-                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; pick a multiple")
+        require(
+            self.d_model % self.num_heads == 0,
+            f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; pick a multiple",
+        )
         require(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must lie in [0, 1)")
         require(self.num_segments in (1, 2), f"num_segments={self.num_segments} must be 1 or 2")
         self.qk_projection, self.tie_qk = resolve_qk_projection(self.qk_projection, self.tie_qk)
@@ -70,8 +80,10 @@ def resolve_qk_projection(qk_projection: str | None, tie_qk: bool | None) -> tup
     if qk_projection is None:
         qk_projection = "separate" if tie_qk is False else "shared"
     tied = qk_projection != "separate"
-    require(tie_qk is None or tie_qk == tied,
-            f"tie_qk={tie_qk} contradicts qk_projection={qk_projection!r} (Q = K is {tied}); drop tie_qk")
+    require(
+        tie_qk is None or tie_qk == tied,
+        f"tie_qk={tie_qk} contradicts qk_projection={qk_projection!r} (Q = K is {tied}); drop tie_qk",
+    )
     return qk_projection, tied
 
 
@@ -111,9 +123,15 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
         with torch.random.fork_rng(devices=[]):  # the attention's own initialisation leaves the shared
-            torch.manual_seed(seed)                # weights' random stream alone: same init for every variant
-            self.attention = build_attention(attention, head_dim=cfg.head_dim, num_heads=cfg.num_heads,
-                                             max_length=cfg.max_length, seed=seed, **attention_options)
+            torch.manual_seed(seed)  # weights' random stream alone: same init for every variant
+            self.attention = build_attention(
+                attention,
+                head_dim=cfg.head_dim,
+                num_heads=cfg.num_heads,
+                max_length=cfg.max_length,
+                seed=seed,
+                **attention_options,
+            )
 
     def _heads(self, x: Tensor) -> Tensor:
         b, n, _ = x.shape
@@ -139,8 +157,9 @@ class EncoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.attn = MultiHeadAttention(cfg, attention, attention_options, seed)
         self.norm2 = nn.LayerNorm(cfg.d_model)
-        self.ffn = nn.Sequential(nn.Linear(cfg.d_model, cfg.ffn_dim), nn.GELU(), make_dropout(cfg),
-                                 nn.Linear(cfg.ffn_dim, cfg.d_model))
+        self.ffn = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.ffn_dim), nn.GELU(), make_dropout(cfg), nn.Linear(cfg.ffn_dim, cfg.d_model)
+        )
         self.dropout = make_dropout(cfg)
 
     def forward(self, x: Tensor, mask: Tensor | None, tokens: Tokens | None = None) -> Tensor:
@@ -151,8 +170,13 @@ class EncoderLayer(nn.Module):
 class TransformerClassifier(nn.Module):
     """Token + position (+ segment) embeddings, encoder layers, pooling, linear classifier."""
 
-    def __init__(self, cfg: ModelConfig, attention: str = "softmax",
-                 attention_options: dict[str, Any] | None = None, seed: int = 0):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        attention: str = "softmax",
+        attention_options: dict[str, Any] | None = None,
+        seed: int = 0,
+    ):
         super().__init__()
         self.cfg, self.attention_name = cfg, attention
         self.attention_options = dict(attention_options or {})
@@ -163,7 +187,8 @@ class TransformerClassifier(nn.Module):
         self.segment_embedding = nn.Embedding(cfg.num_segments, cfg.d_model) if cfg.num_segments > 1 else None
         self.embedding_dropout = make_dropout(cfg)
         self.layers = nn.ModuleList(
-            EncoderLayer(cfg, attention, self.attention_options, seed=seed * 1000 + i) for i in range(cfg.num_layers))
+            EncoderLayer(cfg, attention, self.attention_options, seed=seed * 1000 + i) for i in range(cfg.num_layers)
+        )
         self.final_norm = nn.LayerNorm(cfg.d_model)
         self.classifier = nn.Linear(cfg.d_model, cfg.num_classes)
 
@@ -185,8 +210,9 @@ class TransformerClassifier(nn.Module):
             x = x + self.segment_embedding(segment_ids)
         return self.embedding_dropout(x)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                segment_ids: Tensor | None = None) -> Tensor:
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, segment_ids: Tensor | None = None
+    ) -> Tensor:
         """input_ids (B, N) long; attention_mask (B, N) bool, True = real token -> logits (B, C)."""
         tokens = None if attention_mask is None or bool(attention_mask.all()) else Tokens(attention_mask)
         x = self.embed(input_ids, segment_ids, tokens)

@@ -1,5 +1,6 @@
 """The vocabulary of cells, shared by the suite, its keys, the references and the report: how a cell is named,
 the label of a task, and the placeholder entries of cells that use no task or no attention."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -4,6 +4,7 @@ Every registry (attentions, tasks, measurements) describes its options as a data
 carry a `help` text in their metadata; `make_options` turns a plain dict (from Python or suite
 YAML) into a validated instance, or raises a ConfigError that names the bad key or value.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +18,14 @@ from typing import Any, Literal, Union
 from attnbench.errors import ConfigError, closest
 
 
-def option(default: Any = dataclasses.MISSING, help: str = "", *, minimum: float | None = None,
-           maximum: float | None = None, **kwargs: Any) -> Any:
+def option(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    **kwargs: Any,
+) -> Any:
     """A dataclass field with a help text (shown by `attnbench list`) and optional bounds on its value
     (numbers, or every number of a list), checked by `make_options` and suite validation."""
     metadata = {"help": help, "minimum": minimum, "maximum": maximum}
@@ -64,8 +71,14 @@ def option_table(config_cls: type) -> list[dict[str, Any]]:
         else:
             default = "(required)"
         bounds = bounds_text(f)
-        rows.append({"name": f.name, "type": _type_name(hints[f.name]), "default": default,
-                     "help": f.metadata.get("help", "") + (f" [{bounds}]" if bounds else "")})
+        rows.append(
+            {
+                "name": f.name,
+                "type": _type_name(hints[f.name]),
+                "default": default,
+                "help": f.metadata.get("help", "") + (f" [{bounds}]" if bounds else ""),
+            }
+        )
     return rows
 
 
@@ -94,10 +107,16 @@ def refuse_missing(config_cls: type, given: Mapping[str, Any], what: str) -> Non
     """A ConfigError naming the first required option (a field without a default) that `given` leaves out."""
     hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
-        if f.init and f.name not in given and f.default is dataclasses.MISSING \
-                and f.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"{what}: option {f.name!r} ({_type_name(hints[f.name])}) is required and not given; "
-                              f"give it, e.g. options: {{{f.name}: ...}}")
+        if (
+            f.init
+            and f.name not in given
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ):
+            raise ConfigError(
+                f"{what}: option {f.name!r} ({_type_name(hints[f.name])}) is required and not given; "
+                f"give it, e.g. options: {{{f.name}: ...}}"
+            )
 
 
 def coerce(value: Any, annotation: Any, where: str) -> Any:

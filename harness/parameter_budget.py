@@ -5,6 +5,7 @@ compare mechanisms, not capacity. Here the reference is the same model (same con
 same two-tower head where the task has one) with softmax attention; each cell records the ratio and
 whether it keeps the rule, and the LRA table flags the cells that break it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,5 +33,10 @@ def softmax_parameter_count(cfg: ModelConfig, task: TaskData, seed: int = 0) -> 
 def parameter_rule(total: int, softmax_total: int, tolerance: float) -> dict[str, Any]:
     """Whether `total` lies within `tolerance` (a fraction) of `softmax_total`: counts, ratio and verdict."""
     ratio = total / softmax_total
-    return {"params_total": total, "softmax_params": softmax_total, "ratio": ratio, "tolerance": tolerance,
-            "within": abs(ratio - 1.0) <= tolerance + 1e-12}
+    return {
+        "params_total": total,
+        "softmax_params": softmax_total,
+        "ratio": ratio,
+        "tolerance": tolerance,
+        "within": abs(ratio - 1.0) <= tolerance + 1e-12,
+    }

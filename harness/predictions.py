@@ -6,6 +6,7 @@ classes of the full-precision probabilities as little-endian uint16, "labels": t
 float16 keeps about 3 significant digits of every probability (so NLL per example to ~1e-3) at
 2 bytes a value: about 8.5 KB for 1,066 binary rows.
 """
+
 from __future__ import annotations
 
 import base64
@@ -44,9 +45,14 @@ def encode_predictions(probs: Any, labels: Any) -> dict[str, Any]:
     if p.shape[1] > np.iinfo(np.uint16).max:
         raise ValueError(f"{p.shape[1]} classes are more than the uint16 encoding holds")
     index = _index_dtype(p.shape[1])
-    return {"encoding": ENCODING, "rows": int(p.shape[0]), "classes": int(p.shape[1]),
-            "probs": _b64(p.astype("<f2")), "predicted": _b64(p.argmax(axis=1).astype(index)),
-            "labels": _b64(y.astype(index))}
+    return {
+        "encoding": ENCODING,
+        "rows": int(p.shape[0]),
+        "classes": int(p.shape[1]),
+        "probs": _b64(p.astype("<f2")),
+        "predicted": _b64(p.argmax(axis=1).astype(index)),
+        "labels": _b64(y.astype(index)),
+    }
 
 
 def _index_dtype(num_classes: int) -> str:

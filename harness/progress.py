@@ -1,6 +1,7 @@
 """Live progress of a suite run: on a terminal a rich display (cells done / failed / skipped / left, and each
 running cell); elsewhere (nohup, CI, a pipe) one flushed line on stdout per cell start and end and per epoch.
 Either way the same lines go into each cell's log file."""
+
 from __future__ import annotations
 
 import sys
@@ -12,9 +13,7 @@ from typing import Any, TextIO
 import rich.progress
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn, \
-    TimeRemainingColumn
-
+from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 Progress = Callable[[str, int, int], None]  # a cell's progress callback: (phase, step, total)
 
@@ -22,8 +21,10 @@ Progress = Callable[[str, int, int], None]  # a cell's progress callback: (phase
 def epoch_phase(epoch_record: dict[str, float], metric: str = "val_accuracy") -> str:
     """The phase text of a finished training epoch, as progress callbacks pass it on:
     'phase B: loss 0.6931, val_accuracy 0.5000, 3.1 s'."""
-    return (f"phase B: loss {epoch_record['train_loss']:.4f}, {metric} {epoch_record[metric]:.4f}, "
-            f"{epoch_record['seconds']:.1f} s")
+    return (
+        f"phase B: loss {epoch_record['train_loss']:.4f}, {metric} {epoch_record[metric]:.4f}, "
+        f"{epoch_record['seconds']:.1f} s"
+    )
 
 
 class ProgressUI:
@@ -34,8 +35,16 @@ class ProgressUI:
     appended to that cell's log.
     """
 
-    def __init__(self, suite_name: str, *, total: int, done: int, enabled: bool = True,
-                 log_path: Callable[[str], Path] | None = None, stream: TextIO | None = None):
+    def __init__(
+        self,
+        suite_name: str,
+        *,
+        total: int,
+        done: int,
+        enabled: bool = True,
+        log_path: Callable[[str], Path] | None = None,
+        stream: TextIO | None = None,
+    ):
         self.suite_name = suite_name
         self.counts = {"ok": 0, "failed": 0, "skipped": 0}
         self.total, self.done = total, done
@@ -43,9 +52,16 @@ class ProgressUI:
         live = enabled and console.is_terminal
         self.stream = None if live or not enabled else (stream or sys.stdout)
         self.log_path = log_path
-        self.progress = rich.progress.Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-                                 disable=not live, transient=False)
+        self.progress = rich.progress.Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not live,
+            transient=False,
+        )
         self.overall = self.progress.add_task(self._overall_text(), total=total, completed=done)
         self.running: dict[str, tuple[TaskID, str]] = {}
         self.started: dict[str, float] = {}
@@ -70,8 +86,10 @@ class ProgressUI:
         c = self.counts
         left = self.total - self.done
         kept = self.done - sum(c.values())
-        return (f"{escape(self.suite_name)}: [green]{c['ok']} ok[/] [red]{c['failed']} failed[/] "
-                f"[yellow]{c['skipped']} skipped[/] {kept} kept, {left} left")
+        return (
+            f"{escape(self.suite_name)}: [green]{c['ok']} ok[/] [red]{c['failed']} failed[/] "
+            f"[yellow]{c['skipped']} skipped[/] {kept} kept, {left} left"
+        )
 
     def start(self, key: str, name: str) -> None:
         """A cell started."""
@@ -83,10 +101,15 @@ class ProgressUI:
         """The running cell `key` reports (phase, step, total), e.g. ('phase B', 3, 10)."""
         if key in self.running:
             task, name = self.running[key]
-            self.progress.update(task, description=f"  {escape(name)} ({escape(phase)} {step}/{total})", completed=step, total=total)
+            self.progress.update(
+                task, description=f"  {escape(name)} ({escape(phase)} {step}/{total})", completed=step, total=total
+            )
             if ":" in phase or step == total:  # epochs carry their figures; other phases only their end
-                self._line(key, f"  {name} {phase.split(':')[0]} {step}/{total}"
-                                + (f":{phase.split(':', 1)[1]}" if ":" in phase else ""))
+                self._line(
+                    key,
+                    f"  {name} {phase.split(':')[0]} {step}/{total}"
+                    + (f":{phase.split(':', 1)[1]}" if ":" in phase else ""),
+                )
 
     def finish(self, key: str, status: str) -> None:
         """A cell ended with `status` (ok, failed, skipped)."""

@@ -1,4 +1,5 @@
 """Provenance recorded with every run and cell: code version, packages, machine, device, time."""
+
 from __future__ import annotations
 
 import datetime
@@ -30,6 +31,7 @@ def resolve_device(device: str) -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         from attnbench.errors import UserError
+
         raise UserError("--device cuda was asked for but torch sees no CUDA device; use --device cpu or auto")
     return device
 
@@ -40,10 +42,16 @@ def git_state() -> tuple[str | None, bool | None]:
     tree on a remote machine) the commit named by $ATTNBENCH_GIT_COMMIT, dirtiness unknown."""
     root = Path(attnbench.__file__).resolve().parents[1]
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10, check=True).stdout.strip()
-        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=10, check=True).stdout
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return os.environ.get("ATTNBENCH_GIT_COMMIT"), None
     return commit, bool(status.strip())
@@ -93,9 +101,20 @@ def machine_provenance(device: str, command: str | None = None) -> dict[str, Any
     from attnbench.baselines import native
 
     commit, dirty = git_state()
-    return {"attnbench_version": attnbench.__version__, "git_commit": commit, "git_dirty": dirty,
-            "python": platform.python_version(), "torch": torch.__version__, "packages": package_versions(),
-            "platform": platform.platform(), "machine": platform.machine(), "cpu": cpu_model(),
-            "cpu_count": os.cpu_count(), "device": device_name(device), "threads": torch.get_num_threads(),
-            "native_kernels": native.status(), "hostname": socket.gethostname(),
-            "command": command if command is not None else " ".join(sys.argv)}
+    return {
+        "attnbench_version": attnbench.__version__,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "packages": package_versions(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "device": device_name(device),
+        "threads": torch.get_num_threads(),
+        "native_kernels": native.status(),
+        "hostname": socket.gethostname(),
+        "command": command if command is not None else " ".join(sys.argv),
+    }

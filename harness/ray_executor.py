@@ -3,6 +3,7 @@
 Records come back to the driver, which hands them to the run's sink like every executor. A cell's
 time limit is enforced inside its task (Cell.run with a timeout, SIGALRM: recorded as a time-out).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,7 +37,9 @@ def require_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise UserError("--executor ray needs Ray: pip install 'attnbench[ray]' (or pip install 'ray[default]')") from None
+        raise UserError(
+            "--executor ray needs Ray: pip install 'attnbench[ray]' (or pip install 'ray[default]')"
+        ) from None
     return ray
 
 
@@ -59,28 +62,44 @@ class RayExecutor:
             return
         started_here = not ray.is_initialized()
         if started_here:
-            init: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                    "runtime_env": {"env_vars": {"PYTHONPATH": _pythonpath()}}}
+            init: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "runtime_env": {"env_vars": {"PYTHONPATH": _pythonpath()}},
+            }
             if self.address:
                 init["address"] = self.address
             elif self.workers:
                 init["num_cpus"] = self.workers * self.cpus_per_cell
             ray.init(**init)
         try:
-            gpus = 1 if self.device == "cuda" or (self.device == "auto"
-                                                  and ray.cluster_resources().get("GPU", 0) > 0) else 0
+            gpus = (
+                1
+                if self.device == "cuda" or (self.device == "auto" and ray.cluster_resources().get("GPU", 0) > 0)
+                else 0
+            )
             device = "cuda" if gpus else "cpu"
             task = ray.remote(num_cpus=self.cpus_per_cell, num_gpus=gpus, max_retries=0)(ray_cell)
-            refs = {task.remote(cell, device, self.command, self.threads or self.cpus_per_cell, self.timeout): cell
-                    for cell in cells}  # queued on the cluster: the progress bar counts each when it ends
+            refs = {
+                task.remote(cell, device, self.command, self.threads or self.cpus_per_cell, self.timeout): cell
+                for cell in cells
+            }  # queued on the cluster: the progress bar counts each when it ends
             while refs:
                 done, _ = ray.wait(list(refs), num_returns=1)
                 cell = refs.pop(done[0])
                 try:
                     record, output = ray.get(done[0])
                 except Exception as err:  # noqa: BLE001 - the task's worker died or Ray failed it
-                    record, output = cell.failed(f"ray task failed: {failure_reason(err)}", device=device,
-                                                 command=self.command, started=now(), seconds=0.0), ""
+                    record, output = (
+                        cell.failed(
+                            f"ray task failed: {failure_reason(err)}",
+                            device=device,
+                            command=self.command,
+                            started=now(),
+                            seconds=0.0,
+                        ),
+                        "",
+                    )
                 sink.log_path(cell).write_text(output)
                 sink.finished(cell, record)
         finally:

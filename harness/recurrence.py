@@ -9,6 +9,7 @@ The contract every attention built with causal=True keeps (`Capabilities.causal`
 `key_padding_mask=` (B,) bool, False = a padded token that adds nothing to the state. A state is a dict
 of tensors; `state_bytes` counts what it carries.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,12 +25,15 @@ def has_recurrent_form(attention: nn.Module) -> bool:
     return callable(getattr(attention, "init_state", None)) and callable(getattr(attention, "step", None))
 
 
-def step_through(attention: nn.Module, q: Tensor, k: Tensor, v: Tensor,
-                 key_padding_mask: Tensor | None = None) -> tuple[Tensor, Any]:
+def step_through(
+    attention: nn.Module, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None
+) -> tuple[Tensor, Any]:
     """Every position of q, k, v (B, H, N, D) through `step`, one at a time -> (outputs (B, H, N, D), last state)."""
     if not has_recurrent_form(attention):
-        raise TypeError(f"{type(attention).__name__} has no recurrent form (init_state and step); "
-                        f"a causal attention must offer both")
+        raise TypeError(
+            f"{type(attention).__name__} has no recurrent form (init_state and step); "
+            f"a causal attention must offer both"
+        )
     state = attention.init_state(q.shape[0])
     outs = []
     with torch_threads(1):  # one token's operations are too small to share out; see `torch_threads`

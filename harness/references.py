@@ -11,6 +11,7 @@ results are read by the same tables, marked as references. A suite asks for them
   boundaries), sublinear tf, stacked; LogisticRegression (L2, lbfgs) with C chosen on validation
   accuracy from `c_grid` (ties: the smaller C), fitted on the training split only.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,9 +25,9 @@ from attnbench.errors import UserError
 from attnbench.measurements import SkipCell
 from attnbench.measurements.common import load_cell_task, train_config
 from attnbench.metrics import classification_metrics, reliability_bins
+from attnbench.names import REFERENCE
 from attnbench.options import make_options, option, require
 from attnbench.predictions import encode_predictions
-from attnbench.names import REFERENCE
 from attnbench.tasks.base import TaskData
 
 __all__ = ["REFERENCE", "REFERENCES", "measure_reference", "reference_attention", "reference_names"]
@@ -44,15 +45,18 @@ class TfidfConfig:
     word_ngrams: list[int] = option([1, 2], "word n-gram range [low, high]")
     char_ngrams: list[int] = option([2, 5], "character n-gram range [low, high] (within word boundaries)")
     min_df: int = option(1, "ignore n-grams in fewer training documents than this")
-    c_grid: list[float] = option([0.01, 0.1, 1.0, 10.0, 100.0], "inverse regularisation strengths tried; "
-                                                                  "the best on validation accuracy is kept")
+    c_grid: list[float] = option(
+        [0.01, 0.1, 1.0, 10.0, 100.0], "inverse regularisation strengths tried; the best on validation accuracy is kept"
+    )
     max_iter: int = option(2000, "lbfgs iterations per fit")
 
     def __post_init__(self) -> None:
         for name in ("word_ngrams", "char_ngrams"):
             low_high = getattr(self, name)
-            require(len(low_high) == 2 and 1 <= low_high[0] <= low_high[1],
-                    f"{name}={low_high} must be [low, high] with 1 <= low <= high")
+            require(
+                len(low_high) == 2 and 1 <= low_high[0] <= low_high[1],
+                f"{name}={low_high} must be [low, high] with 1 <= low <= high",
+            )
         require(bool(self.c_grid) and all(c > 0 for c in self.c_grid), f"c_grid={self.c_grid} must be positive values")
         require(self.min_df >= 1 and self.max_iter >= 1, "min_df and max_iter must be at least 1")
 
@@ -60,16 +64,18 @@ class TfidfConfig:
 Fitted = dict[str, Any]  # {"probs": {split: (N, C)}, "details": {...}, "parameters": int}
 
 
-def fit_majority(texts: dict[str, list[str]], labels: dict[str, np.ndarray], num_classes: int,
-                 config: MajorityConfig, seed: int) -> Fitted:
+def fit_majority(
+    texts: dict[str, list[str]], labels: dict[str, np.ndarray], num_classes: int, config: MajorityConfig, seed: int
+) -> Fitted:
     """Every row gets the training class frequencies as probabilities."""
     prior = np.bincount(labels["train"], minlength=num_classes) / len(labels["train"])
     probs = {split: np.tile(prior, (len(y), 1)) for split, y in labels.items()}
     return {"probs": probs, "details": {"class_prior": prior.tolist()}, "parameters": num_classes}
 
 
-def fit_tfidf_logreg(texts: dict[str, list[str]], labels: dict[str, np.ndarray], num_classes: int,
-                     config: TfidfConfig, seed: int) -> Fitted:
+def fit_tfidf_logreg(
+    texts: dict[str, list[str]], labels: dict[str, np.ndarray], num_classes: int, config: TfidfConfig, seed: int
+) -> Fitted:
     """Word + character TF-IDF features, logistic regression with C chosen on validation accuracy."""
     try:
         from scipy.sparse import hstack
@@ -77,13 +83,26 @@ def fit_tfidf_logreg(texts: dict[str, list[str]], labels: dict[str, np.ndarray],
         from sklearn.linear_model import LogisticRegression
     except ImportError:
         raise UserError("the tfidf-logreg reference needs scikit-learn: pip install scikit-learn") from None
-    vectorizers = [TfidfVectorizer(analyzer="word", ngram_range=tuple(config.word_ngrams), min_df=config.min_df,
-                                   sublinear_tf=True, lowercase=True),
-                   TfidfVectorizer(analyzer="char_wb", ngram_range=tuple(config.char_ngrams), min_df=config.min_df,
-                                   sublinear_tf=True, lowercase=True)]
+    vectorizers = [
+        TfidfVectorizer(
+            analyzer="word",
+            ngram_range=tuple(config.word_ngrams),
+            min_df=config.min_df,
+            sublinear_tf=True,
+            lowercase=True,
+        ),
+        TfidfVectorizer(
+            analyzer="char_wb",
+            ngram_range=tuple(config.char_ngrams),
+            min_df=config.min_df,
+            sublinear_tf=True,
+            lowercase=True,
+        ),
+    ]
     train = hstack([v.fit_transform(texts["train"]) for v in vectorizers]).tocsr()
-    features = {s: train if s == "train" else hstack([v.transform(t) for v in vectorizers]).tocsr()
-                for s, t in texts.items()}
+    features = {
+        s: train if s == "train" else hstack([v.transform(t) for v in vectorizers]).tocsr() for s, t in texts.items()
+    }
     scores, best = {}, None
     for c in sorted(config.c_grid):
         model = LogisticRegression(C=c, max_iter=config.max_iter, random_state=seed).fit(train, labels["train"])
@@ -92,9 +111,15 @@ def fit_tfidf_logreg(texts: dict[str, list[str]], labels: dict[str, np.ndarray],
             best = (c, model)
     c, model = best
     probs = {s: _all_classes(model.predict_proba(x), model.classes_, num_classes) for s, x in features.items()}
-    return {"probs": probs, "parameters": int(model.coef_.size + model.intercept_.size),
-            "details": {"chosen_c": c, "validation_accuracy_by_c": {str(k): v for k, v in scores.items()},
-                        "features": int(train.shape[1])}}
+    return {
+        "probs": probs,
+        "parameters": int(model.coef_.size + model.intercept_.size),
+        "details": {
+            "chosen_c": c,
+            "validation_accuracy_by_c": {str(k): v for k, v in scores.items()},
+            "features": int(train.shape[1]),
+        },
+    }
 
 
 def _all_classes(probs: np.ndarray, classes: np.ndarray, num_classes: int) -> np.ndarray:
@@ -136,17 +161,27 @@ def measure_reference(cell: dict[str, Any], n_bins: int, eval_split: str) -> dic
     fitted = fit(texts, labels, task.num_classes, config, int(cell["seed"]))
     seconds = time.perf_counter() - start
     probs, y = fitted["probs"][eval_split], labels[eval_split]
-    metrics = classification_metrics(probs, y, n_bins) | {"train_seconds": seconds,
-                                                          "params_total": float(fitted["parameters"]),
-                                                          "params_attention": 0.0}
-    details = {"reference": name, "config": dataclasses.asdict(config), "eval_split": eval_split,
-               "eval_rows": len(y), "reliability": reliability_bins(probs, y, n_bins),
-               "validation": classification_metrics(fitted["probs"]["validation"], labels["validation"], n_bins),
-               "predictions": encode_predictions(probs, y), **fitted["details"]}
+    metrics = classification_metrics(probs, y, n_bins) | {
+        "train_seconds": seconds,
+        "params_total": float(fitted["parameters"]),
+        "params_attention": 0.0,
+    }
+    details = {
+        "reference": name,
+        "config": dataclasses.asdict(config),
+        "eval_split": eval_split,
+        "eval_rows": len(y),
+        "reliability": reliability_bins(probs, y, n_bins),
+        "validation": classification_metrics(fitted["probs"]["validation"], labels["validation"], n_bins),
+        "predictions": encode_predictions(probs, y),
+        **fitted["details"],
+    }
     return {"metrics": metrics, "details": details}
 
 
-def reference_data(task: TaskData, max_train_examples: int | None) -> tuple[dict[str, list[str]], dict[str, np.ndarray]]:
+def reference_data(
+    task: TaskData, max_train_examples: int | None
+) -> tuple[dict[str, list[str]], dict[str, np.ndarray]]:
     """Texts and labels per split, the training split cut to the rows the Transformer cells train on."""
     if task.texts is None:
         raise SkipCell(f"task {task.name!r} has no raw texts; the references run on text tasks only")

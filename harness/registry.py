@@ -10,6 +10,7 @@ Contract (other code, tests and users rely on it):
 An attention is found by registered name, by an installed entry point in the group
 `attnbench.attention`, or by a "package.module:ClassName" string.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,8 +75,9 @@ class Registry:
         self._builtins_loaded = False
         self._entry_point_group = entry_point_group
 
-    def register(self, name: str, *, config: type, description: str | None = None,
-                 **capabilities: bool | Callable[[Any], bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def register(
+        self, name: str, *, config: type, description: str | None = None, **capabilities: bool | Callable[[Any], bool]
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Class/function decorator: `@registry.register("name", config=MyConfig, causal=True)`; a flag that
         depends on the options is a function of the config instance, e.g.
         `positive_features=lambda cfg: cfg.feature_map != "trig"`."""
@@ -84,8 +86,9 @@ class Registry:
             doc = description or (inspect.getdoc(factory) or "").split("\n")[0]
             depends = tuple((flag, rule) for flag, rule in capabilities.items() if callable(rule))
             defaults = {flag: bool(rule(config())) for flag, rule in depends}
-            entry = Entry(name, factory, config, doc, Capabilities(**{**capabilities, **defaults}), _source_of(factory),
-                          depends)
+            entry = Entry(
+                name, factory, config, doc, Capabilities(**{**capabilities, **defaults}), _source_of(factory), depends
+            )
             self._entries[name] = entry
             factory.__attnbench_entry__ = entry
             return factory
@@ -108,8 +111,9 @@ class Registry:
         loaded = self._load_entry_point(name)
         if loaded is not None:
             return loaded
-        raise UnknownNameError(unknown_name_message(self.kind, name, self.names())
-                               + "; or give a 'package.module:ClassName' string")
+        raise UnknownNameError(
+            unknown_name_message(self.kind, name, self.names()) + "; or give a 'package.module:ClassName' string"
+        )
 
     def make_config(self, name: str, **options: Any) -> Any:
         entry = self.get(name)
@@ -156,7 +160,9 @@ class Registry:
 
 def _source_of(factory: Callable[..., Any]) -> str:
     module = getattr(factory, "__module__", "")
-    return "builtin" if (module == "attnbench" or module.startswith("attnbench.")) else f"{module}:{factory.__qualname__}"
+    return (
+        "builtin" if (module == "attnbench" or module.startswith("attnbench.")) else f"{module}:{factory.__qualname__}"
+    )
 
 
 def _import_object(spec: str, kind: str) -> Any:
@@ -164,8 +170,10 @@ def _import_object(spec: str, kind: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # not found (ImportError), '' or '.x' (ValueError, TypeError), or its own error
-        raise UserError(f"cannot import module {module_name!r} for {kind} {spec!r}: {err}; "
-                        f"install the package or put it on PYTHONPATH") from None
+        raise UserError(
+            f"cannot import module {module_name!r} for {kind} {spec!r}: {err}; "
+            f"install the package or put it on PYTHONPATH"
+        ) from None
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -176,6 +184,7 @@ def _import_object(spec: str, kind: str) -> Any:
 
 
 # --- attentions -------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class AttentionConfig:
@@ -195,15 +204,22 @@ def _entry_for_plain_class(name: str, cls: Callable[..., Any], source: str) -> E
     base = {f.name for f in dataclasses.fields(AttentionConfig)}
     hints = _annotations(cls)
     what = f"keyword argument of {getattr(cls, '__name__', 'the plugin')}"
-    extra = [(p.name, hints.get(p.name, Any),
-              option(p.default, what) if p.default is not inspect.Parameter.empty
-              else dataclasses.field(kw_only=True, metadata={"help": f"{what} (required)"}))
-             for p in params.values()
-             if p.name not in base and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    extra = [
+        (
+            p.name,
+            hints.get(p.name, Any),
+            option(p.default, what)
+            if p.default is not inspect.Parameter.empty
+            else dataclasses.field(kw_only=True, metadata={"help": f"{what} (required)"}),
+        )
+        for p in params.values()
+        if p.name not in base and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
     config = dataclasses.make_dataclass(f"{getattr(cls, '__name__', 'Plugin')}Config", extra, bases=(AttentionConfig,))
     inherited = getattr(getattr(cls, "__init__", None), "__module__", "") or ""
-    accepts_all = any(p.kind is p.VAR_KEYWORD for p in params.values()) \
-        and not inherited.startswith("torch.")  # nn.Module's own __init__ takes no options
+    accepts_all = any(p.kind is p.VAR_KEYWORD for p in params.values()) and not inherited.startswith(
+        "torch."
+    )  # nn.Module's own __init__ takes no options
 
     def factory(cfg: Any) -> Any:
         kwargs = dataclasses.asdict(cfg)
@@ -224,8 +240,13 @@ def _annotations(cls: Callable[..., Any]) -> dict[str, Any]:
 ATTENTIONS = Registry("attention", builtin_modules=["attnbench.baselines"], entry_point_group=ENTRY_POINT_GROUP)
 
 
-def register_attention(name: str, *, config: type = AttentionConfig, description: str | None = None,
-                       **capabilities: bool | Callable[[Any], bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def register_attention(
+    name: str,
+    *,
+    config: type = AttentionConfig,
+    description: str | None = None,
+    **capabilities: bool | Callable[[Any], bool],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register an attention class under `name`; it is built as `cls(config_instance)`.
 
     Capabilities: padding_mask, causal, needs_max_length, learning_phase, positive_features, normalised,
@@ -252,8 +273,9 @@ def attention_entry(name: str) -> Entry:
 LEARNING_PHASES = Registry("learning phase", entry_point_group="attnbench.learning_phase")
 
 
-def register_learning_phase(name: str, *, config: type,
-                            description: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def register_learning_phase(
+    name: str, *, config: type, description: str | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a learning phase: `fn(model, train_split, config, *, device, seed, progress, validation,
     phase_b_steps) -> JSON-able record`, run by the training loop before training for every attention whose
     registry entry names it (`learning_phase=`); its options (a suite's `training.phase_a`) are validated against
@@ -272,8 +294,10 @@ def check_heads(attention: str, num_heads: int, given: int) -> None:
     parameters shared by every head (num_heads left at 1, as performer-pytorch shares its projection); else a
     ConfigError naming num_heads."""
     if num_heads not in (1, given):
-        raise ConfigError(f"attention {attention!r} was built with num_heads={num_heads} but called on {given} heads; "
-                          f"build it with num_heads={given}, or num_heads=1 to share one head's parameters")
+        raise ConfigError(
+            f"attention {attention!r} was built with num_heads={num_heads} but called on {given} heads; "
+            f"build it with num_heads={given}, or num_heads=1 to share one head's parameters"
+        )
 
 
 def build_attention(name: str, **options: Any) -> Any:

@@ -1,5 +1,6 @@
 """A cell's run-time, below both the cell and the measurements: seeding, the note of what the cell actually used
 (for its provenance), and the cell's time limit."""
+
 from __future__ import annotations
 
 import contextlib

@@ -15,6 +15,7 @@ same cell always lands in the same file: a rerun cannot duplicate it, and a `kil
 the cells in flight (a half-written file is never visible: write to a temporary file in the same
 folder, fsync, then os.replace).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -95,10 +96,15 @@ def read_result(path: Path, cid: str | None = None) -> tuple[dict[str, Any] | No
     if not isinstance(data, dict):
         return None, f"a JSON {type(data).__name__}, not a mapping"
     if data.get("schema", SCHEMA) != SCHEMA:
-        return None, (f"a result of schema {data.get('schema')!r} (another attnbench version), not schema {SCHEMA} "
-                      f"that this attnbench reads")
-    if (cid is not None and data.get("cell_id") != cid) or data.get("status") not in STATUSES \
-            or not isinstance(data.get("cell"), dict):
+        return None, (
+            f"a result of schema {data.get('schema')!r} (another attnbench version), not schema {SCHEMA} "
+            f"that this attnbench reads"
+        )
+    if (
+        (cid is not None and data.get("cell_id") != cid)
+        or data.get("status") not in STATUSES
+        or not isinstance(data.get("cell"), dict)
+    ):
         return None, "not the result of this cell (its cell_id, status or cell is missing or wrong)"
     return data, None
 
@@ -147,15 +153,19 @@ class RunStore:
             while not existing.exists() and existing != existing.parent:
                 existing = existing.parent
             if not existing.is_dir():
-                raise UserError(f"cannot use {self.run_dir} as the run folder: {existing} is a file, not a folder; "
-                                f"give --out a folder path")
+                raise UserError(
+                    f"cannot use {self.run_dir} as the run folder: {existing} is a file, not a folder; "
+                    f"give --out a folder path"
+                )
             try:
                 probe = existing / f".attnbench-probe-{os.getpid()}"
                 probe.touch()
                 probe.unlink()
             except OSError as err:
-                raise UserError(f"cannot write the run folder {self.run_dir}: {existing} is not writable "
-                                f"({err.strerror}); give --out a folder you can write") from None
+                raise UserError(
+                    f"cannot write the run folder {self.run_dir}: {existing} is not writable "
+                    f"({err.strerror}); give --out a folder you can write"
+                ) from None
 
     def refuse_other_suite(self, suite_name: str) -> None:
         """Raise a UserError if the folder holds a run of another suite."""
@@ -163,8 +173,10 @@ class RunStore:
         if path.is_file() and _unreadable(path, None) is None:
             existing = json.loads(path.read_text()).get("suite")
             if existing != suite_name:
-                raise UserError(f"{self.run_dir} holds a run of suite {existing!r}, not {suite_name!r}; "
-                                f"choose another --out or use --fresh")
+                raise UserError(
+                    f"{self.run_dir} holds a run of suite {existing!r}, not {suite_name!r}; "
+                    f"choose another --out or use --fresh"
+                )
 
     @contextlib.contextmanager
     def claim(self, command: str) -> Iterator[dict[str, Any] | None]:
@@ -179,13 +191,13 @@ class RunStore:
                 if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise
                 holder = self._holder(fd) or {}
-                raise UserError(f"{self.run_dir} is being written by another attnbench run (pid {holder.get('pid')} "
-                                f"on {holder.get('host')}, since {holder.get('started')}: {holder.get('command')}); "
-                                f"wait for it to end, or give another --out") from None
+                raise UserError(
+                    f"{self.run_dir} is being written by another attnbench run (pid {holder.get('pid')} "
+                    f"on {holder.get('host')}, since {holder.get('started')}: {holder.get('command')}); "
+                    f"wait for it to end, or give another --out"
+                ) from None
             previous = self._holder(fd)
-            me = {"pid": os.getpid(), "host": socket.gethostname(),
-                  "started": _utc_seconds(),
-                  "command": command}
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _utc_seconds(), "command": command}
             self._write_holder(fd, me)
             try:
                 yield previous
@@ -234,11 +246,20 @@ class RunStore:
             if problem:
                 notes.append(self._set_aside(cell, problem, "the cell runs again"))
         now = _utc_seconds()
-        info = {"schema": SCHEMA, "suite": suite["name"], "resolved_suite": suite, "cell_ids": cell_ids,
-                "created": existing.get("created", now) if existing else now, "updated": now,
-                "provenance": provenance}
-        first_split = (existing.get("first_split") or (existing.get("provenance") or {}).get("split")) \
-            if existing else provenance.get("split")
+        info = {
+            "schema": SCHEMA,
+            "suite": suite["name"],
+            "resolved_suite": suite,
+            "cell_ids": cell_ids,
+            "created": existing.get("created", now) if existing else now,
+            "updated": now,
+            "provenance": provenance,
+        }
+        first_split = (
+            (existing.get("first_split") or (existing.get("provenance") or {}).get("split"))
+            if existing
+            else provenance.get("split")
+        )
         if first_split:
             info["first_split"] = first_split
         write_json_atomic(path, info)
@@ -266,8 +287,10 @@ class RunStore:
             raise UserError(f"{self.run_dir} is not a run folder (no run.json); give a folder made by `attnbench run`")
         problem = _unreadable(path, None)
         if problem:
-            raise UserError(f"{path} is unreadable ({problem}); rerun `attnbench run SUITE --out {self.run_dir}` to "
-                            f"write it anew (finished cells are kept)")
+            raise UserError(
+                f"{path} is unreadable ({problem}); rerun `attnbench run SUITE --out {self.run_dir}` to "
+                f"write it anew (finished cells are kept)"
+            )
         return json.loads(path.read_text())
 
     def cell_path(self, cid: str) -> Path:
@@ -358,10 +381,26 @@ class RunStore:
         return markers
 
 
-def result_record(cell: dict[str, Any], *, status: str, reason: str | None = None, error: str | None = None,
-                  metrics: dict[str, float] | None = None, details: dict[str, Any] | None = None,
-                  provenance: dict[str, Any] | None = None) -> dict[str, Any]:
+def result_record(
+    cell: dict[str, Any],
+    *,
+    status: str,
+    reason: str | None = None,
+    error: str | None = None,
+    metrics: dict[str, float] | None = None,
+    details: dict[str, Any] | None = None,
+    provenance: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A cell result in the stored schema (DESIGN: 'Cell result JSON')."""
-    return {"schema": SCHEMA, "cell_id": cell_id(cell), "cell": cell, "label": cell["attention"]["label"],
-            "status": status, "reason": reason, "error": error, "metrics": dict(metrics or {}),
-            "details": dict(details or {}), "provenance": dict(provenance or {})}
+    return {
+        "schema": SCHEMA,
+        "cell_id": cell_id(cell),
+        "cell": cell,
+        "label": cell["attention"]["label"],
+        "status": status,
+        "reason": reason,
+        "error": error,
+        "metrics": dict(metrics or {}),
+        "details": dict(details or {}),
+        "provenance": dict(provenance or {}),
+    }

@@ -30,6 +30,7 @@ once, not per task; `uses_seed = False` (efficiency) runs with the first seed on
 runs once, not per attention. One with `measures_time = True` (kernel; default False) times calls
 or measures memory: `attnbench run --workers auto` then runs the suite one cell at a time (attnbench.workers).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,15 +48,32 @@ import attnbench
 from attnbench.decoder import require_causal_form
 from attnbench.errors import ConfigError, UserError, closest, unknown_name_message
 from attnbench.model import ModelConfig
-from attnbench.names import (MODEL_SET_ATTENTION_OPTIONS, NO_ATTENTION, NO_TASK, TASK_SET_MODEL_OPTIONS,  # noqa: F401
-                             cell_name, task_label)
+from attnbench.names import (  # noqa: F401
+    MODEL_SET_ATTENTION_OPTIONS,
+    NO_ATTENTION,
+    NO_TASK,
+    TASK_SET_MODEL_OPTIONS,
+    cell_name,
+    task_label,
+)
 from attnbench.options import check_option, refuse_missing
 from attnbench.registry import ATTENTIONS, Registry, learning_phase_entry
 from attnbench.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
 from attnbench.train import TrainConfig
 
-SUITE_KEYS = ("name", "description", "attentions", "tasks", "seeds", "model", "training",
-              "measurements", "cell_timeout", "exclude", *COMPARISON_KEYS)
+SUITE_KEYS = (
+    "name",
+    "description",
+    "attentions",
+    "tasks",
+    "seeds",
+    "model",
+    "training",
+    "measurements",
+    "cell_timeout",
+    "exclude",
+    *COMPARISON_KEYS,
+)
 REQUIRED_KEYS = ("name", "description", "seeds", "measurements")
 MAX_SEED = 2**32 - 1  # numpy's seed range
 
@@ -77,13 +95,16 @@ def find_suite(name_or_path: str) -> Path:
     shipped = suites_dir() / f"{name_or_path}.yaml"
     if path.suffix in (".yaml", ".yml") or path.exists() and not (path.is_dir() and shipped.is_file()):
         if not path.is_file():
-            raise UserError(f"suite file {name_or_path!r} does not exist; give a shipped suite name "
-                            f"({', '.join(suite_names())}) or the path to a YAML file")
+            raise UserError(
+                f"suite file {name_or_path!r} does not exist; give a shipped suite name "
+                f"({', '.join(suite_names())}) or the path to a YAML file"
+            )
         return path
     if shipped.is_file():
         return shipped
-    raise UserError(unknown_name_message("suite", name_or_path, suite_names())
-                    + "; or give the path to your own YAML file")
+    raise UserError(
+        unknown_name_message("suite", name_or_path, suite_names()) + "; or give the path to your own YAML file"
+    )
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -95,8 +116,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except DuplicateKeyError as err:
         raise UserError(f"{path}: {err}") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: cannot read the suite file ({type(err).__name__}: {err}); "
-                        f"check the path and its permissions") from None
+        raise UserError(
+            f"{path}: cannot read the suite file ({type(err).__name__}: {err}); check the path and its permissions"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -120,8 +142,10 @@ def _refuse_duplicate_keys(node: yaml.Node | None, path: str) -> None:
             if key is not None and key != "<<":
                 where = _join(path, key)
                 if key in seen:
-                    raise DuplicateKeyError(f"{where}: key {key!r} is given twice (lines {seen[key]} and "
-                                            f"{key_node.start_mark.line + 1}); keep one")
+                    raise DuplicateKeyError(
+                        f"{where}: key {key!r} is given twice (lines {seen[key]} and "
+                        f"{key_node.start_mark.line + 1}); keep one"
+                    )
                 seen[key] = key_node.start_mark.line + 1
                 _refuse_duplicate_keys(value_node, where)
             else:
@@ -164,11 +188,22 @@ class Suite:
 
     def as_dict(self) -> dict[str, Any]:
         """The normalised suite (JSON-able), as stored in run.json."""
-        return {"name": self.name, "description": self.description, "path": str(self.path),
-                "attentions": self.attentions, "tasks": self.tasks, "seeds": self.seeds,
-                "model": self.model, "training": self.training, "measurements": self.measurements,
-                "cell_timeout": self.cell_timeout, "exclude": self.exclude, "resolved": self.resolved,
-                **({"task_inputs": self.task_inputs} if self.task_inputs else {}), **self.comparison_keys}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "path": str(self.path),
+            "attentions": self.attentions,
+            "tasks": self.tasks,
+            "seeds": self.seeds,
+            "model": self.model,
+            "training": self.training,
+            "measurements": self.measurements,
+            "cell_timeout": self.cell_timeout,
+            "exclude": self.exclude,
+            "resolved": self.resolved,
+            **({"task_inputs": self.task_inputs} if self.task_inputs else {}),
+            **self.comparison_keys,
+        }
 
     def cells(self, chosen: dict[tuple[str, str], int] | None = None) -> list[dict[str, Any]]:
         """Every cell of the suite, in a stable order (measurement, task, attention, seed); with a sweep's
@@ -185,13 +220,22 @@ class Suite:
                         model = {**self.model, **task.get("model", {}), **attention.get("model", {})}
                         training = {**self.training, **task.get("training", {})}
                         task_spec = {k: v for k, v in task.items() if k not in ("model", "training")}
-                        cell = {"suite": self.name, "task": _copy(task_spec), "attention": _copy(spec),
-                                "seed": seed, "model": _copy(model), "training": _copy(training),
-                                "measurement": _copy(measurement)}
+                        cell = {
+                            "suite": self.name,
+                            "task": _copy(task_spec),
+                            "attention": _copy(spec),
+                            "seed": seed,
+                            "model": _copy(model),
+                            "training": _copy(training),
+                            "measurement": _copy(measurement),
+                        }
                         if self.task_inputs.get(task_label(task)):
                             cell["inputs"] = _copy(self.task_inputs[task_label(task)])
-                        cells += [c for c in sweep_trials(cell, self.comparison_keys, chosen)
-                                  if not any(fnmatch.fnmatchcase(cell_name(c), p) for p in self.exclude)]
+                        cells += [
+                            c
+                            for c in sweep_trials(cell, self.comparison_keys, chosen)
+                            if not any(fnmatch.fnmatchcase(cell_name(c), p) for p in self.exclude)
+                        ]
         return cells
 
 
@@ -208,6 +252,7 @@ def _copy(value: Any) -> Any:
 def _registries() -> tuple[Registry, Registry]:
     from attnbench.measurements import MEASUREMENTS
     from attnbench.tasks import TASKS
+
     return TASKS, MEASUREMENTS
 
 
@@ -233,37 +278,63 @@ class _Validator:
         if "\n" in description.strip():
             raise self.error("description", "must be one line (it is shown by `attnbench list suites`)")
         measurements = self.entries(raw["measurements"], "measurements", measurements_registry, labels=False)
-        independent = {flag: frozenset(m["name"] for m in measurements
-                                       if not getattr(measurements_registry.get(m["name"]).config, flag, True))
-                       for flag in ("uses_task", "uses_seed", "uses_attention")}
+        independent = {
+            flag: frozenset(
+                m["name"] for m in measurements if not getattr(measurements_registry.get(m["name"]).config, flag, True)
+            )
+            for flag in ("uses_task", "uses_seed", "uses_attention")
+        }
         task_free = independent["uses_task"]
         model = self.model(raw.get("model", {}))
-        self.attentions = attentions = self.entries(raw.get("attentions", []), "attentions", ATTENTIONS, labels=True,
-                                                    model=model)
-        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False, task_labels=True,
-                             model=model)
+        self.attentions = attentions = self.entries(
+            raw.get("attentions", []), "attentions", ATTENTIONS, labels=True, model=model
+        )
+        tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False, task_labels=True, model=model)
         needs_task = [m["name"] for m in measurements if m["name"] not in task_free]
         if needs_task and not tasks:
-            raise self.error("tasks", f"no tasks given, but measurement {needs_task[0]!r} needs one; "
-                                      f"add tasks (see `attnbench list tasks`)")
+            raise self.error(
+                "tasks",
+                f"no tasks given, but measurement {needs_task[0]!r} needs one; add tasks (see `attnbench list tasks`)",
+            )
         needs_attention = [m["name"] for m in measurements if m["name"] not in independent["uses_attention"]]
         if needs_attention and not raw.get("attentions"):
-            raise self.error("attentions", f"no attentions given, but measurement {needs_attention[0]!r} needs "
-                                           f"them; add attentions (see `attnbench list attention`)")
+            raise self.error(
+                "attentions",
+                f"no attentions given, but measurement {needs_attention[0]!r} needs "
+                f"them; add attentions (see `attnbench list attention`)",
+            )
         suite = Suite(
-            name=name, description=description.strip(), path=self.path,
-            attentions=attentions, tasks=tasks, seeds=self.seeds(raw["seeds"]), model=model,
+            name=name,
+            description=description.strip(),
+            path=self.path,
+            attentions=attentions,
+            tasks=tasks,
+            seeds=self.seeds(raw["seeds"]),
+            model=model,
             training=self.training(raw.get("training", {})),
-            measurements=measurements, cell_timeout=self.timeout(raw.get("cell_timeout")),
-            exclude=[self.string(p, f"exclude[{i}]") for i, p in enumerate(self.list(raw.get("exclude", []), "exclude"))],
-            resolved=self.resolved, task_free=task_free, seed_free=independent["uses_seed"],
+            measurements=measurements,
+            cell_timeout=self.timeout(raw.get("cell_timeout")),
+            exclude=[
+                self.string(p, f"exclude[{i}]") for i, p in enumerate(self.list(raw.get("exclude", []), "exclude"))
+            ],
+            resolved=self.resolved,
+            task_free=task_free,
+            seed_free=independent["uses_seed"],
             attention_free=independent["uses_attention"],
-            task_inputs={task_label(t): self.inputs[f"tasks[{i}].options"] for i, t in enumerate(tasks)
-                         if self.inputs.get(f"tasks[{i}].options")})
-        suite.comparison_keys = validate_comparison_keys(raw, self, [a["label"] for a in suite.attentions],
-                                                         [task_label(t) for t in suite.tasks], suite.seeds,
-                                                         {a["label"]: {**model, **a.get("model", {})}
-                                                          for a in suite.attentions})
+            task_inputs={
+                task_label(t): self.inputs[f"tasks[{i}].options"]
+                for i, t in enumerate(tasks)
+                if self.inputs.get(f"tasks[{i}].options")
+            },
+        )
+        suite.comparison_keys = validate_comparison_keys(
+            raw,
+            self,
+            [a["label"] for a in suite.attentions],
+            [task_label(t) for t in suite.tasks],
+            suite.seeds,
+            {a["label"]: {**model, **a.get("model", {})} for a in suite.attentions},
+        )
         if not suite.cells():
             raise self.error("exclude", "the exclude patterns leave no cells to run")
         return suite
@@ -273,7 +344,9 @@ class _Validator:
             if key not in valid:
                 hint = closest(str(key), valid)
                 did_you_mean = f"; did you mean {hint!r}?" if hint else ""
-                raise self.error(_join(path, str(key)), f"unknown key {key!r}{did_you_mean} valid keys: {', '.join(valid)}")
+                raise self.error(
+                    _join(path, str(key)), f"unknown key {key!r}{did_you_mean} valid keys: {', '.join(valid)}"
+                )
         for key in required:
             if key not in mapping:
                 raise self.error(_join(path, key), f"missing required key {key!r}")
@@ -303,8 +376,11 @@ class _Validator:
             if not isinstance(seed, int) or isinstance(seed, bool):
                 raise self.error(f"seeds[{i}]", f"is {seed!r}, expected an integer")
             if not 0 <= seed <= MAX_SEED:
-                raise self.error(f"seeds[{i}]", f"is {seed}; a seed must be an integer in 0..{MAX_SEED} "
-                                                f"(numpy and the task generators take no negative seeds)")
+                raise self.error(
+                    f"seeds[{i}]",
+                    f"is {seed}; a seed must be an integer in 0..{MAX_SEED} "
+                    f"(numpy and the task generators take no negative seeds)",
+                )
         if len(set(seeds)) != len(seeds):
             raise self.error("seeds", f"{seeds} repeats a seed; each seed must appear once")
         return list(seeds)
@@ -316,8 +392,16 @@ class _Validator:
             raise self.error("cell_timeout", f"is {value!r}, expected a positive number of seconds")
         return float(value)
 
-    def entries(self, value: Any, path: str, registry: Registry, *, labels: bool,
-                model: dict[str, Any] | None = None, task_labels: bool = False) -> list[dict[str, Any]]:
+    def entries(
+        self,
+        value: Any,
+        path: str,
+        registry: Registry,
+        *,
+        labels: bool,
+        model: dict[str, Any] | None = None,
+        task_labels: bool = False,
+    ) -> list[dict[str, Any]]:
         """A list of names or {name, label?, options?, model?} mappings, each validated against `registry`.
 
         With `labels` (attentions) an entry may carry a label and `model` overrides for its cells,
@@ -334,8 +418,13 @@ class _Validator:
             if isinstance(item, str):
                 item = {"name": item}
             item = self.mapping(item, item_path)
-            allowed = ("name", "label", "options", "model") if labels else \
-                ("name", "label", "options", "model", "training") if task_labels else ("name", "options")
+            allowed = (
+                ("name", "label", "options", "model")
+                if labels
+                else ("name", "label", "options", "model", "training")
+                if task_labels
+                else ("name", "options")
+            )
             self.keys(item, allowed, item_path, ("name",))
             name = self.string(item["name"], f"{item_path}.name")
             try:
@@ -350,9 +439,11 @@ class _Validator:
                 raise self.error(f"{item_path}.label", f"label {label!r} must not contain '/'")
             if label in seen:
                 what = "label" if labels or task_labels else "name"
-                raise self.error(item_path, f"{what} {label!r} is already used by {path}[{seen[label]}]; "
-                                            + ("give each entry a distinct label" if labels or task_labels
-                                               else "list each once"))
+                raise self.error(
+                    item_path,
+                    f"{what} {label!r} is already used by {path}[{seen[label]}]; "
+                    + ("give each entry a distinct label" if labels or task_labels else "list each once"),
+                )
             seen[label] = i
             normal = {"name": name, "options": dict(options), **({"label": label} if label != name else {})}
             resolved_model = None
@@ -371,13 +462,15 @@ class _Validator:
                         normal[key] = check(item[key], f"{item_path}.{key}")
                 if "model" in normal:
                     self.config({**(model or {}), **normal["model"]}, f"{item_path}.model", ModelConfig, "model")
-            self.resolved[path][label] = self.registry_options(registry, entry, options, f"{item_path}.options",
-                                                               resolved_model)
+            self.resolved[path][label] = self.registry_options(
+                registry, entry, options, f"{item_path}.options", resolved_model
+            )
             out.append(normal)
         return out
 
-    def registry_options(self, registry: Registry, entry: Any, options: dict[str, Any], path: str,
-                         model: dict[str, Any] | None) -> dict[str, Any]:
+    def registry_options(
+        self, registry: Registry, entry: Any, options: dict[str, Any], path: str, model: dict[str, Any] | None
+    ) -> dict[str, Any]:
         reserved = MODEL_SET_ATTENTION_OPTIONS if registry is ATTENTIONS else ("seed",)
         for key in options:
             if key in reserved:
@@ -386,8 +479,11 @@ class _Validator:
         if registry is not ATTENTIONS:
             return self.config(options, path, entry.config, f"{registry.kind} {entry.name!r}")
         assert model is not None  # what the model passes to every attention (max_length: a stand-in
-        from_model = {"head_dim": model["d_model"] // model["num_heads"], "num_heads": model["num_heads"],
-                      "max_length": model["max_length"]}  # for validation; each task sets the real one)
+        from_model = {
+            "head_dim": model["d_model"] // model["num_heads"],
+            "num_heads": model["num_heads"],
+            "max_length": model["max_length"],
+        }  # for validation; each task sets the real one)
         resolved = self.config({**from_model, **options}, path, entry.config, f"{registry.kind} {entry.name!r}")
         for key in ("seed", "max_length"):  # per layer from the cell seed; from the task
             resolved.pop(key, None)
@@ -397,8 +493,11 @@ class _Validator:
         model = self.mapping(value, path)
         for key in model:
             if key in TASK_SET_MODEL_OPTIONS:
-                raise self.error(f"{path}.{key}", f"{key!r} is set from each task; set it in the task's options "
-                                                  f"if the task has such an option, and remove it here")
+                raise self.error(
+                    f"{path}.{key}",
+                    f"{key!r} is set from each task; set it in the task's options "
+                    f"if the task has such an option, and remove it here",
+                )
         self.config(model, path, ModelConfig, "model")
         return dict(model)
 
@@ -408,8 +507,11 @@ class _Validator:
         training = self.mapping(value, path)
         self.config(training, path, TrainConfig, "training")
         if training.get("phase_a"):
-            phases = {phase.name: phase for phase in map(learning_phase_entry, {a["name"] for a in self.attentions})
-                      if phase is not None}
+            phases = {
+                phase.name: phase
+                for phase in map(learning_phase_entry, {a["name"] for a in self.attentions})
+                if phase is not None
+            }
             for phase in phases.values():
                 self.config(training["phase_a"], f"{path}.phase_a", phase.config, f"learning phase {phase.name!r}")
         return dict(training)
@@ -424,8 +526,10 @@ class _Validator:
             if key not in fields:
                 hint = closest(str(key), list(fields))
                 did_you_mean = f"; did you mean {hint!r}?" if hint else ""
-                raise self.error(_join(path, str(key)),
-                                 f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(fields)}")
+                raise self.error(
+                    _join(path, str(key)),
+                    f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(fields)}",
+                )
             try:
                 checked[key] = check_option(fields[key], hints[key], item, repr(key))
             except ConfigError as err:
@@ -476,8 +580,9 @@ def file_digest(path: Path) -> str:
                     digest.update(block)
             _DIGESTS[key] = f"sha256:{digest.hexdigest()}"
     except OSError as err:
-        raise UserError(f"cannot read the data file {path} ({err.strerror or err}); check the path and its "
-                        f"permissions") from None
+        raise UserError(
+            f"cannot read the data file {path} ({err.strerror or err}); check the path and its permissions"
+        ) from None
     return _DIGESTS[key]
 
 

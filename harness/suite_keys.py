@@ -21,6 +21,7 @@ and `sweep_trials`.
                                            # trial then trains at the suite's other seeds (default: every
                                            # trial at every seed, chosen on the mean over all of them)
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,11 +56,19 @@ class Checker(Protocol):
     def list(self, value: Any, path: str) -> list[Any]: ...
     def mapping(self, value: Any, path: str) -> dict[str, Any]: ...
     def string(self, value: Any, path: str) -> str: ...
-    def keys(self, mapping: dict[str, Any], valid: tuple[str, ...], path: str, required: tuple[str, ...] = ()) -> None: ...
+    def keys(
+        self, mapping: dict[str, Any], valid: tuple[str, ...], path: str, required: tuple[str, ...] = ()
+    ) -> None: ...
 
 
-def validate_comparison_keys(raw: dict[str, Any], v: Checker, labels: list[str], tasks: list[str], seeds: list[int],
-                             models: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def validate_comparison_keys(
+    raw: dict[str, Any],
+    v: Checker,
+    labels: list[str],
+    tasks: list[str],
+    seeds: list[int],
+    models: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The normalised references / comparisons / published / sweep of a raw suite (absent keys left out);
     `models`: each attention label's model settings (the suite's with its own overrides), which every sweep
     grid point must suit."""
@@ -124,14 +133,18 @@ def _published(value: Any, v: Checker, labels: list[str], tasks: list[str]) -> l
         v.keys(block, PUBLISHED_KEYS, path, ("source", "values"))
         source = v.string(block["source"], f"{path}.source")
         if "task" not in block and len(tasks) != 1:
-            raise v.error(path, f"the suite has {len(tasks)} tasks; say which one with task: (one of {', '.join(tasks)})")
+            raise v.error(
+                path, f"the suite has {len(tasks)} tasks; say which one with task: (one of {', '.join(tasks)})"
+            )
         task = v.string(block.get("task", tasks[0] if tasks else ""), f"{path}.task")
         if task not in tasks:
             raise v.error(f"{path}.task", f"task {task!r} is not in the suite; tasks: {', '.join(tasks)}")
         values: dict[str, dict[str, float]] = {}
         for label, metrics in v.mapping(block["values"], f"{path}.values").items():
             if label not in labels:
-                raise v.error(f"{path}.values.{label}", f"label {label!r} is not in the suite; labels: {', '.join(labels)}")
+                raise v.error(
+                    f"{path}.values.{label}", f"label {label!r} is not in the suite; labels: {', '.join(labels)}"
+                )
             values[label] = {}
             for metric, number in v.mapping(metrics, f"{path}.values.{label}").items():
                 where = f"{path}.values.{label}.{metric}"
@@ -143,17 +156,37 @@ def _published(value: Any, v: Checker, labels: list[str], tasks: list[str]) -> l
                 if problem:
                     raise v.error(where, problem)
                 values[label][metric] = float(number)
-        out.append({"source": source, "task": task, "note": v.string(block.get("note", ""), f"{path}.note"),
-                    "values": values})
+        out.append(
+            {"source": source, "task": task, "note": v.string(block.get("note", ""), f"{path}.note"), "values": values}
+        )
     return out
 
 
 # The values each metric can take (globs as in `attnbench list metrics`); published numbers outside are refused.
-FRACTIONS = ("accuracy", "balanced_accuracy", "macro_f1", "weighted_f1", "clean_accuracy", "roc_auc", "pr_auc",
-             "ece", "clean_ece", "ece_equal_mass", "label_noise_auc", "robustness_auc*", "*/accuracy", "*/f1",
-             "feature_budget_accuracy@*", "label_noise_accuracy@*")
-METRIC_RANGES: dict[str, tuple[float, float]] = {**dict.fromkeys(FRACTIONS, (0.0, 1.0)), "mcc": (-1.0, 1.0),
-                                                 "brier": (0.0, 2.0), "nll": (0.0, math.inf)}
+FRACTIONS = (
+    "accuracy",
+    "balanced_accuracy",
+    "macro_f1",
+    "weighted_f1",
+    "clean_accuracy",
+    "roc_auc",
+    "pr_auc",
+    "ece",
+    "clean_ece",
+    "ece_equal_mass",
+    "label_noise_auc",
+    "robustness_auc*",
+    "*/accuracy",
+    "*/f1",
+    "feature_budget_accuracy@*",
+    "label_noise_accuracy@*",
+)
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    **dict.fromkeys(FRACTIONS, (0.0, 1.0)),
+    "mcc": (-1.0, 1.0),
+    "brier": (0.0, 2.0),
+    "nll": (0.0, math.inf),
+}
 
 
 def out_of_range(metric: str, number: float) -> str | None:
@@ -163,7 +196,7 @@ def out_of_range(metric: str, number: float) -> str | None:
         return None
     low, high = bounds
     if (low, high) == (0.0, 1.0) and 1.0 < number <= 100.0:
-        return (f"is {number:g}, but {metric} is a fraction in [0, 1]; write {number / 100:.4g} for {number:g}%")
+        return f"is {number:g}, but {metric} is a fraction in [0, 1]; write {number / 100:.4g} for {number:g}%"
     return f"is {number:g}, outside the range of {metric}, [{low:g}, {high:g}]"
 
 
@@ -189,8 +222,13 @@ def _sweep(value: Any, v: Checker, seeds: list[int], models: dict[str, dict[str,
     if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= len(points):
         raise v.error("sweep.budget", f"is {budget!r}; give an integer from 1 to the grid's {len(points)} points")
     chosen = sorted(np.random.default_rng(seed).choice(len(points), size=budget, replace=False).tolist())
-    out = {"metric": metric, "grid": {k: list(vals) for k, vals in grid.items()}, "budget": budget, "seed": seed,
-           "trials": [trials[j] for j in chosen]}
+    out = {
+        "metric": metric,
+        "grid": {k: list(vals) for k, vals in grid.items()},
+        "budget": budget,
+        "seed": seed,
+        "trials": [trials[j] for j in chosen],
+    }
     if "select_seeds" in sweep:  # absent: every trial at every seed (and run.json as before)
         out["select_seeds"] = _select_seeds(sweep["select_seeds"], v, seeds)
     return out
@@ -199,12 +237,17 @@ def _sweep(value: Any, v: Checker, seeds: list[int], models: dict[str, dict[str,
 def _select_seeds(value: Any, v: Checker, seeds: list[int]) -> list[int]:
     """The seeds the trials run at: a non-empty list of distinct seeds of the suite."""
     picked = v.list(value, "sweep.select_seeds")
-    if not picked or any(isinstance(s, bool) or not isinstance(s, int) for s in picked) or len(set(picked)) < len(picked):
+    if (
+        not picked
+        or any(isinstance(s, bool) or not isinstance(s, int) for s in picked)
+        or len(set(picked)) < len(picked)
+    ):
         raise v.error("sweep.select_seeds", f"is {value!r}; give distinct integer seeds of the suite, e.g. [0]")
     unknown = [s for s in picked if s not in seeds]
     if unknown:
-        raise v.error("sweep.select_seeds", f"{unknown} are not among the suite's seeds {seeds}; "
-                                            "select on seeds the suite runs")
+        raise v.error(
+            "sweep.select_seeds", f"{unknown} are not among the suite's seeds {seeds}; select on seeds the suite runs"
+        )
     return list(picked)
 
 
@@ -216,9 +259,12 @@ def _trial(point: dict[str, Any], v: Checker, path: str, models: dict[str, dict[
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)} - set(TASK_SET_MODEL_OPTIONS)
     unknown = sorted(set(point) - training_fields - model_fields)
     if unknown:
-        raise v.error("sweep.grid", f"unknown option(s) {unknown}; sweep training options "
-                                    f"({', '.join(sorted(training_fields))}) or model options "
-                                    f"({', '.join(sorted(model_fields))})")
+        raise v.error(
+            "sweep.grid",
+            f"unknown option(s) {unknown}; sweep training options "
+            f"({', '.join(sorted(training_fields))}) or model options "
+            f"({', '.join(sorted(model_fields))})",
+        )
     training = {k: x for k, x in point.items() if k in training_fields}
     model = {k: x for k, x in point.items() if k in model_fields and k not in training_fields}
     try:
@@ -230,8 +276,9 @@ def _trial(point: dict[str, Any], v: Checker, path: str, models: dict[str, dict[
             make_options(ModelConfig, {**settings, **model}, what=f"the model of attention {label!r}")
         except (ConfigError, ValueError, TypeError) as err:
             keys = ", ".join(f"sweep.grid.{k}" for k in model)
-            raise v.error(path, f"{point} ({keys}) does not suit the model of attention {label!r} "
-                                f"({settings}): {err}") from None
+            raise v.error(
+                path, f"{point} ({keys}) does not suit the model of attention {label!r} ({settings}): {err}"
+            ) from None
     return {"values": dict(point), "training": training, "model": model}
 
 
@@ -247,8 +294,9 @@ def _is_text_task(name: str) -> bool:
     return issubclass(TASKS.get(name).config, TextTaskConfig)
 
 
-def sweep_trials(cell: dict[str, Any], extras: dict[str, Any],
-                 chosen: dict[tuple[str, str], int] | None = None) -> list[dict[str, Any]]:
+def sweep_trials(
+    cell: dict[str, Any], extras: dict[str, Any], chosen: dict[tuple[str, str], int] | None = None
+) -> list[dict[str, Any]]:
     """The cell once per sweep trial (training and model overrides, and cell['sweep']); references are not swept.
     With `select_seeds`, a cell at another seed is the (task label, attention label)'s `chosen` trial only,
     and none while that label's choice is not known."""
@@ -259,9 +307,14 @@ def sweep_trials(cell: dict[str, Any], extras: dict[str, Any],
     for i, trial in enumerate(sweep["trials"]):
         if not selects_at(sweep, cell["seed"]) and (chosen or {}).get(sweep_group(cell)) != i:
             continue
-        out.append({**cell, "training": {**cell["training"], **trial["training"]},
-                    "model": {**cell["model"], **trial["model"]},
-                    "sweep": {"trial": i, "values": trial["values"], "metric": sweep["metric"]}})
+        out.append(
+            {
+                **cell,
+                "training": {**cell["training"], **trial["training"]},
+                "model": {**cell["model"], **trial["model"]},
+                "sweep": {"trial": i, "values": trial["values"], "metric": sweep["metric"]},
+            }
+        )
     return out
 
 
@@ -287,8 +340,9 @@ def best_trial(scores: dict[int, list[float]], direction: str, seeds: int) -> in
     return min(t for t, m in means.items() if m == best)
 
 
-def chosen_trials(cells: list[dict[str, Any]], records: dict[str, dict[str, Any] | None],
-                  extras: dict[str, Any]) -> dict[tuple[str, str], int]:
+def chosen_trials(
+    cells: list[dict[str, Any]], records: dict[str, dict[str, Any] | None], extras: dict[str, Any]
+) -> dict[tuple[str, str], int]:
     """Per (task label, attention label): the trial chosen on the selection seeds' validation metric, once
     every trial cell at those seeds has finished (`records`: cell id -> stored record or None)."""
 

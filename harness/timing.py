@@ -22,6 +22,7 @@
 - `machine_load()`, `cpu_snapshot()` / `others_cores()`: how busy the machine is (load average, the share of a
   core a spinning thread gets, and the cores other processes kept busy between two snapshots).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -98,8 +99,15 @@ def _one_call_ms(fn: Callable[[], Any], device: str) -> float:
     return call_seconds(fn, device) * 1000.0
 
 
-def time_repeated(fn: Callable[[], Any], *, device: str = "cpu", min_time_s: float = 0.3, min_repeats: int = 3,
-                  max_repeats: int = 100, budget_s: float = float("inf")) -> Timing:
+def time_repeated(
+    fn: Callable[[], Any],
+    *,
+    device: str = "cpu",
+    min_time_s: float = 0.3,
+    min_repeats: int = 3,
+    max_repeats: int = 100,
+    budget_s: float = float("inf"),
+) -> Timing:
     """Call `fn` (already warmed up) until `min_time_s` and `min_repeats` are reached, or `max_repeats`
     or the budget; median and quartiles of the per-call times."""
     synchronize(device)
@@ -113,9 +121,16 @@ def time_repeated(fn: Callable[[], Any], *, device: str = "cpu", min_time_s: flo
     return _timing(times)
 
 
-def time_alternating(fn_a: Callable[[], Any], fn_b: Callable[[], Any], *, device: str = "cpu",
-                     min_time_s: float = 0.3, min_repeats: int = 3, max_repeats: int = 100,
-                     budget_s: float = float("inf")) -> tuple[Timing, Timing]:
+def time_alternating(
+    fn_a: Callable[[], Any],
+    fn_b: Callable[[], Any],
+    *,
+    device: str = "cpu",
+    min_time_s: float = 0.3,
+    min_repeats: int = 3,
+    max_repeats: int = 100,
+    budget_s: float = float("inf"),
+) -> tuple[Timing, Timing]:
     """Time two warmed-up calls in alternation, A B then B A, pair after pair, until `min_time_s` and
     `min_repeats` pairs are reached, or `max_repeats` pairs or the budget: each pair's two calls lie next to each
     other in time, so a shared machine's slow spell slows both (compare them pair by pair, `pair_ratios`), and
@@ -209,9 +224,14 @@ class Guarded:
         return self.reason is None
 
 
-def time_unstarved(measure: Callable[[], Any], *, tolerance: float = STARVED_SHARE, tries: int = STARVED_TRIES,
-                   pause_s: float = STARVED_PAUSE_S,
-                   snapshot: Callable[[], SchedSnapshot | None] | None = None) -> Guarded:
+def time_unstarved(
+    measure: Callable[[], Any],
+    *,
+    tolerance: float = STARVED_SHARE,
+    tries: int = STARVED_TRIES,
+    pause_s: float = STARVED_PAUSE_S,
+    snapshot: Callable[[], SchedSnapshot | None] | None = None,
+) -> Guarded:
     """Run `measure` (a timed pass) until its threads were not starved (see `starved_share`), at most `tries`
     times; refused with the reason when every try was. Where the counters are unreadable, the first try is
     accepted with share None (not checked). `snapshot`: the counters' reader (default `sched_snapshot`)."""
@@ -227,8 +247,12 @@ def time_unstarved(measure: Callable[[], Any], *, tolerance: float = STARVED_SHA
         if share is None or share <= tolerance:
             return Guarded(value, shares)
     waited = ", ".join(f"{s:.0%}" for s in shares if s is not None)
-    return Guarded(None, shares, f"not measured: the timed threads waited for a core {waited} of their runnable time "
-                                 f"in {tries} tries (tolerance {tolerance:.0%}); the machine was busy")
+    return Guarded(
+        None,
+        shares,
+        f"not measured: the timed threads waited for a core {waited} of their runnable time "
+        f"in {tries} tries (tolerance {tolerance:.0%}); the machine was busy",
+    )
 
 
 @contextlib.contextmanager
@@ -243,6 +267,7 @@ def torch_threads(count: int) -> Iterator[None]:
 
 
 # --- peak memory ------------------------------------------------------------------------------
+
 
 def _proc_status_bytes(field: str) -> int:
     with open("/proc/self/status") as f:
@@ -293,8 +318,11 @@ def _memory_child(conn: Any, setup: Callable[..., Callable[[], Any]], args: tupl
             start = time.perf_counter()
             fn()
             seconds.append(time.perf_counter() - start)
-            peak = (_proc_status_bytes("VmHWM") if method == "cpu-subprocess-vmhwm"
-                    else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+            peak = (
+                _proc_status_bytes("VmHWM")
+                if method == "cpu-subprocess-vmhwm"
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            )
             peaks.append(max(0, peak - base))
         middle = sorted(range(len(peaks)), key=peaks.__getitem__)[len(peaks) // 2]
         conn.send(("reading", MemoryReading("ok", peaks[middle], method, seconds[middle])))
@@ -336,8 +364,9 @@ def _context(setup: Callable[..., Any]) -> Any:
     return ctx
 
 
-def _cpu_peak_memory(setup: Callable[..., Callable[[], Any]], args: tuple, budget_s: float,
-                     threads: int) -> MemoryReading:
+def _cpu_peak_memory(
+    setup: Callable[..., Callable[[], Any]], args: tuple, budget_s: float, threads: int
+) -> MemoryReading:
     ctx = _context(setup)
     receive, send = ctx.Pipe(duplex=False)
     process = ctx.Process(target=_memory_child, args=(send, setup, args, threads), daemon=True)
@@ -347,19 +376,26 @@ def _cpu_peak_memory(setup: Callable[..., Callable[[], Any]], args: tuple, budge
     while tag in ("ready", "warm"):
         tag, value = _await(receive, process, budget_s)
         if tag == "timeout":
-            return MemoryReading("timeout", None, "cpu-subprocess",
-                                 reason=f"one call took longer than {budget_s:g} s (per-point budget)")
+            return MemoryReading(
+                "timeout", None, "cpu-subprocess", reason=f"one call took longer than {budget_s:g} s (per-point budget)"
+            )
     process.join()
     if tag == "reading":
         return value
     if tag == "died" and value is not None and value < 0:
-        return MemoryReading("oom", None, "cpu-subprocess",
-                             reason=f"measuring subprocess killed by signal {-value} (likely out of memory)")
+        return MemoryReading(
+            "oom",
+            None,
+            "cpu-subprocess",
+            reason=f"measuring subprocess killed by signal {-value} (likely out of memory)",
+        )
     if tag == "timeout":
         raise RuntimeError(f"memory-measuring subprocess did not finish its setup in {CHILD_START_TIMEOUT_S:g} s")
     if tag == "died":
-        raise RuntimeError(f"memory-measuring subprocess exited with code {value} before reporting; from a script, "
-                           f"call under `if __name__ == '__main__':` (subprocesses re-import the main module)")
+        raise RuntimeError(
+            f"memory-measuring subprocess exited with code {value} before reporting; from a script, "
+            f"call under `if __name__ == '__main__':` (subprocesses re-import the main module)"
+        )
     raise RuntimeError(f"memory-measuring subprocess failed: {value}")
 
 
@@ -380,8 +416,14 @@ def _cuda_peak_memory(setup: Callable[..., Callable[[], Any]], args: tuple, devi
         torch.cuda.empty_cache()
 
 
-def peak_memory(setup: Callable[..., Callable[[], Any]], args: tuple = (), *, device: str = "cpu",
-                budget_s: float = 600.0, threads: int | None = None) -> MemoryReading:
+def peak_memory(
+    setup: Callable[..., Callable[[], Any]],
+    args: tuple = (),
+    *,
+    device: str = "cpu",
+    budget_s: float = 600.0,
+    threads: int | None = None,
+) -> MemoryReading:
     """Peak memory of one call of `setup(*args)()` above the memory in use before it (see module doc).
 
     On CPU, `setup` and `args` must be picklable (a module-level function and plain values).
@@ -392,6 +434,7 @@ def peak_memory(setup: Callable[..., Callable[[], Any]], args: tuple = (), *, de
 
 
 # --- allocator ----------------------------------------------------------------------------------
+
 
 def retain_freed_memory() -> dict[str, Any]:
     """Make glibc malloc keep freed memory for reuse, process-wide from now on; returns what was set.
@@ -409,8 +452,12 @@ def retain_freed_memory() -> dict[str, Any]:
         ok = False
     if not ok:
         return {"policy": "system", "reason": "not glibc (or mallopt refused): allocator left as it is"}
-    return {"policy": "retain", "allocator": "glibc", "mmap_threshold": RETAINED_BYTES,
-            "trim_threshold": RETAINED_BYTES}
+    return {
+        "policy": "retain",
+        "allocator": "glibc",
+        "mmap_threshold": RETAINED_BYTES,
+        "trim_threshold": RETAINED_BYTES,
+    }
 
 
 # --- machine limits ---------------------------------------------------------------------------
@@ -418,8 +465,15 @@ def retain_freed_memory() -> dict[str, Any]:
 _MACHINE: dict[tuple, dict[str, Any]] = {}
 
 
-def measure_machine(device: str = "cpu", *, threads: int | None = None, matmul_size: int = 2048,
-                    copy_mb: int = 256, min_time_s: float = 0.5, fresh: bool = False) -> dict[str, Any]:
+def measure_machine(
+    device: str = "cpu",
+    *,
+    threads: int | None = None,
+    matmul_size: int = 2048,
+    copy_mb: int = 256,
+    min_time_s: float = 0.5,
+    fresh: bool = False,
+) -> dict[str, Any]:
     """fp32 matrix-multiply rate (GFLOP/s, best of repeats) and copy bandwidth (GB/s, read + write),
     measured once per process and settings (`fresh`: measured again now, e.g. next to one timed point)."""
     threads = threads or torch.get_num_threads()
@@ -437,8 +491,12 @@ def measure_machine(device: str = "cpu", *, threads: int | None = None, matmul_s
         _MACHINE[key] = {
             "matmul_gflops": 2.0 * matmul_size**3 / (min(mm.times_ms) / 1e3) / 1e9,
             "copy_gb_per_s": 2.0 * src.nbytes / (min(cp.times_ms) / 1e3) / 1e9,
-            "threads": threads, "device": device, "matmul_size": matmul_size, "copy_bytes": src.nbytes,
-            "method": "best of repeated fp32 torch.mm (n x n) and tensor copy (read + write bytes)"}
+            "threads": threads,
+            "device": device,
+            "matmul_size": matmul_size,
+            "copy_bytes": src.nbytes,
+            "method": "best of repeated fp32 torch.mm (n x n) and tensor copy (read + write bytes)",
+        }
     return dict(_MACHINE[key])
 
 
@@ -511,5 +569,6 @@ def others_cores(before: CpuSnapshot | None, after: CpuSnapshot | None) -> float
 
 def busy_machine(others: float | None, availability: float | None) -> bool:
     """Whether a measurement with these readings was taken on a busy machine (see BUSY_OTHER_CORES)."""
-    return (others is not None and others >= BUSY_OTHER_CORES) or \
-        (availability is not None and availability < BUSY_AVAILABILITY)
+    return (others is not None and others >= BUSY_OTHER_CORES) or (
+        availability is not None and availability < BUSY_AVAILABILITY
+    )

@@ -8,6 +8,7 @@ stay frozen in phase B. Its options are the suite's `training.phase_a` with the 
 k > 0 runs it after k epochs of phase B instead of before, and only checkpoints after it are then selected. Phase B: AdamW, linear warm-up then cosine decay, gradient clipping; the checkpoint
 evaluated is the one chosen on validation (or the last one), and the result says which.
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,7 +27,6 @@ from attnbench.registry import LEARNING_PHASES, Entry
 from attnbench.tasks.base import Split, TaskData
 
 
-
 class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite."""
 
@@ -43,8 +43,9 @@ class TrainConfig:
     warmup_fraction: float = option(0.1, "fraction of steps of linear warm-up before cosine decay")
     grad_clip: float = option(1.0, "gradient-norm clip (0 = off)")
     checkpoint: Literal["best-validation", "best-validation-nll", "last"] = option(
-        "best-validation", "which checkpoint is evaluated: best validation accuracy, lowest validation NLL, "
-                           "or the last epoch")
+        "best-validation",
+        "which checkpoint is evaluated: best validation accuracy, lowest validation NLL, or the last epoch",
+    )
     max_train_examples: int | None = option(None, "use only the first N training rows (None = all)")
     phase_a: dict = option({}, "options of the learning phase (phase A) for attentions that have one")
 
@@ -80,8 +81,7 @@ def _to(batch: tuple, device: torch.device) -> tuple:
 
 
 @torch.no_grad()
-def predict_proba(model: nn.Module, split: Split, batch_size: int = 256,
-                  device: torch.device | str = "cpu") -> Tensor:
+def predict_proba(model: nn.Module, split: Split, batch_size: int = 256, device: torch.device | str = "cpu") -> Tensor:
     """Class probabilities (N, C) in row order, model in evaluation mode."""
     model.eval()
     out = []
@@ -114,8 +114,11 @@ def learning_procedure(model: nn.Module) -> Entry | None:
 
 def learning_phase_options(model: nn.Module, cfg: TrainConfig) -> dict[str, Any]:
     """The learning phase's options: the suite's `training.phase_a`, overridden by the attention's own."""
-    own = [m.learning_phase_options() for m in model.modules()
-           if m is not model and callable(getattr(m, "learning_phase_options", None))]
+    own = [
+        m.learning_phase_options()
+        for m in model.modules()
+        if m is not model and callable(getattr(m, "learning_phase_options", None))
+    ]
     return {**(cfg.phase_a or {}), **(own[0] if own else {})}
 
 
@@ -126,8 +129,15 @@ def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
 
 
-def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed: int = 0,
-                     device: torch.device | str = "cpu", progress: Progress | None = None) -> TrainResult:
+def train_classifier(
+    model: nn.Module,
+    task: TaskData,
+    cfg: TrainConfig,
+    *,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: Progress | None = None,
+) -> TrainResult:
     """Train `model` on task['train'], select a checkpoint on task['validation']."""
     device = torch.device(device)
     model.to(device)
@@ -139,15 +149,29 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     procedure = learning_procedure(model)
-    options = None if procedure is None else make_options(procedure.config, learning_phase_options(model, cfg),
-                                                          what="phase_a")
+    options = (
+        None
+        if procedure is None
+        else make_options(procedure.config, learning_phase_options(model, cfg), what="phase_a")
+    )
     after = getattr(options, "after_epochs", 0)
-    require(after < cfg.epochs, f"phase_a after_epochs={after} leaves no epoch of phase B after phase A "
-                                f"(epochs={cfg.epochs}); lower after_epochs or raise epochs")
+    require(
+        after < cfg.epochs,
+        f"phase_a after_epochs={after} leaves no epoch of phase B after phase A "
+        f"(epochs={cfg.epochs}); lower after_epochs or raise epochs",
+    )
 
     def run_phase_a() -> dict[str, Any]:
-        return procedure.factory(model, train, options, device=device, seed=seed, progress=progress,
-                                 validation=task["validation"], phase_b_steps=total)
+        return procedure.factory(
+            model,
+            train,
+            options,
+            device=device,
+            seed=seed,
+            progress=progress,
+            validation=task["validation"],
+            phase_b_steps=total,
+        )
 
     phase_a = run_phase_a() if procedure is not None and after == 0 else None
     frozen = learning_phase_parameters(model)
@@ -183,8 +207,15 @@ def train_classifier(model: nn.Module, task: TaskData, cfg: TrainConfig, *, seed
         val_probs = predict_proba(model, task["validation"], cfg.eval_batch_size, device)
         val_acc = _accuracy(val_probs, task["validation"].labels)
         val_nll = log_loss(val_probs, task["validation"].labels)
-        history.append({"epoch": epoch, "train_loss": sum(losses) / len(losses), "val_accuracy": val_acc,
-                        "val_nll": val_nll, "seconds": time.perf_counter() - start})
+        history.append(
+            {
+                "epoch": epoch,
+                "train_loss": sum(losses) / len(losses),
+                "val_accuracy": val_acc,
+                "val_nll": val_nll,
+                "seconds": time.perf_counter() - start,
+            }
+        )
         score = -val_nll if cfg.checkpoint == "best-validation-nll" else val_acc
         if cfg.checkpoint != "last" and epoch > after and score > best_score:
             best_score, best_epoch, best_state = score, epoch, copy.deepcopy(model.state_dict())

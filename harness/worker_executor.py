@@ -1,5 +1,6 @@
 """Run cells in spawned local worker processes: a cell that overruns its time, or whose process dies
 (out of memory, SIGKILL, a crash in native code), fails alone and a fresh worker takes the next cell."""
+
 from __future__ import annotations
 
 import contextlib
@@ -36,8 +37,11 @@ def _worker_main(conn: multiprocessing.connection.Connection, threads: int) -> N
         cell, device, command, log_path = job
         conn.send(("started",))  # the time limit counts from here, not from the worker's imports
         with output_to(Path(log_path)):
-            record = cell.run(device=device, command=command,
-                              progress=lambda phase, step, total: conn.send(("progress", phase, step, total)))
+            record = cell.run(
+                device=device,
+                command=command,
+                progress=lambda phase, step, total: conn.send(("progress", phase, step, total)),
+            )
         conn.send(("done", record))
 
 
@@ -88,8 +92,17 @@ class WorkerExecutor:
 
         def fail(worker: _Worker, reason: str, details: dict[str, Any] | None = None) -> None:
             seconds = 0.0 if worker.t0 is None else time.perf_counter() - worker.t0
-            finish(worker, worker.cell.failed(reason, device=self.device, command=self.command,
-                                              started=worker.started_at, seconds=seconds, details=details))
+            finish(
+                worker,
+                worker.cell.failed(
+                    reason,
+                    device=self.device,
+                    command=self.command,
+                    started=worker.started_at,
+                    seconds=seconds,
+                    details=details,
+                ),
+            )
 
         def replace(worker: _Worker) -> _Worker | None:
             """Kill a worker (timed out or broken); a fresh one takes its place while cells are waiting."""
@@ -121,8 +134,12 @@ class WorkerExecutor:
                         except (EOFError, OSError):
                             w.process.join(5)
                             code = w.process.exitcode
-                            fail(w, f"worker process died (exit code {code}): {PROCESS_DIED} (out of memory, "
-                                    f"killed, or a crash in native code)", {"process_died": {"exit_code": code}})
+                            fail(
+                                w,
+                                f"worker process died (exit code {code}): {PROCESS_DIED} (out of memory, "
+                                f"killed, or a crash in native code)",
+                                {"process_died": {"exit_code": code}},
+                            )
                             workers[i] = replace(w)
                             continue
                         if kind == "started":

@@ -18,6 +18,7 @@ results are bit-identical only at equal threads, so a resumed run computes its r
 the threads of its first sitting. `running_workers` may start fewer processes than planned (few cells
 left, little memory free now) and leaves the threads as they are.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -85,8 +86,14 @@ class Split:
         return f"workers {how.removeprefix('--workers ')}: {shape}" + (f" ({why})" if why else "")
 
 
-def choose_split(suite: SuiteFacts, machine: MachineFacts, *, workers: int | None = None,
-                 threads: int | None = None, device: str = "cpu") -> Split:
+def choose_split(
+    suite: SuiteFacts,
+    machine: MachineFacts,
+    *,
+    workers: int | None = None,
+    threads: int | None = None,
+    device: str = "cpu",
+) -> Split:
     """The split for `suite` on `machine`; `workers` and `threads` are the explicit flags (None: auto)."""
     if workers is not None:
         chosen = threads or (machine.torch_threads if workers == 1 else max(1, machine.cores // workers))
@@ -96,27 +103,40 @@ def choose_split(suite: SuiteFacts, machine: MachineFacts, *, workers: int | Non
         return Split(1, one, f"auto: cells run on {device}, one at a time, as they share it")
     if suite.timed:
         verbs = "time calls or measure memory" if len(suite.timed) > 1 else "times calls or measures memory"
-        return Split(1, one, f"auto: {', '.join(suite.timed)} {verbs}; cells side by side would slow each "
-                             f"other's clocks")
+        return Split(
+            1, one, f"auto: {', '.join(suite.timed)} {verbs}; cells side by side would slow each other's clocks"
+        )
     if suite.cells < FEW_CELLS:
-        return Split(1, one, f"auto: {suite.cells} cells, fewer than {FEW_CELLS}: a worker takes "
-                             f"~{SPAWN_SECONDS:g} s to start")
+        return Split(
+            1, one, f"auto: {suite.cells} cells, fewer than {FEW_CELLS}: a worker takes ~{SPAWN_SECONDS:g} s to start"
+        )
     seconds = None if suite.tokens is None else suite.tokens / TOKENS_PER_SECOND
     if seconds is not None and seconds < TINY_SECONDS:
-        return Split(1, one, f"auto: {suite.cells} cells of ~{seconds:.0f} s of training in all, less than "
-                             f"{TINY_SECONDS:g} s: a worker takes ~{SPAWN_SECONDS:g} s to start")
+        return Split(
+            1,
+            one,
+            f"auto: {suite.cells} cells of ~{seconds:.0f} s of training in all, less than "
+            f"{TINY_SECONDS:g} s: a worker takes ~{SPAWN_SECONDS:g} s to start",
+        )
     by_cores = machine.cores // (threads or 1)
     by_memory = max(1, int(machine.memory_gib // CELL_FOOTPRINT_GIB))
     count = max(1, min(by_cores, suite.cells, by_memory))
     if count == 1:
-        why = (f"{machine.memory_gib:.1f} GiB holds one cell of ~{CELL_FOOTPRINT_GIB:g} GiB" if by_memory == 1
-               else f"{machine.cores} core{'s' * (machine.cores != 1)} for cells of {threads or 1} thread"
-                    + "s" * ((threads or 1) != 1))
+        why = (
+            f"{machine.memory_gib:.1f} GiB holds one cell of ~{CELL_FOOTPRINT_GIB:g} GiB"
+            if by_memory == 1
+            else f"{machine.cores} core{'s' * (machine.cores != 1)} for cells of {threads or 1} thread"
+            + "s" * ((threads or 1) != 1)
+        )
         return Split(1, one, f"auto: {why}")
-    memory = (f", memory for {count} cells of ~{CELL_FOOTPRINT_GIB:g} GiB"
-              if count == by_memory < min(by_cores, suite.cells) else "")
-    return Split(count, threads or max(1, machine.cores // count),
-                 f"auto: {suite.cells} cells, no timing measurements{memory}")
+    memory = (
+        f", memory for {count} cells of ~{CELL_FOOTPRINT_GIB:g} GiB"
+        if count == by_memory < min(by_cores, suite.cells)
+        else ""
+    )
+    return Split(
+        count, threads or max(1, machine.cores // count), f"auto: {suite.cells} cells, no timing measurements{memory}"
+    )
 
 
 def running_workers(split: Split, pending: int, free_gib: float) -> int:
@@ -128,8 +148,9 @@ def timed_measurements(suite: Suite) -> tuple[str, ...]:
     """The suite's measurements that time calls or measure memory (options dataclass: `measures_time = True`)."""
     from attnbench.measurements import MEASUREMENTS
 
-    return tuple(m["name"] for m in suite.measurements
-                 if getattr(MEASUREMENTS.get(m["name"]).config, "measures_time", False))
+    return tuple(
+        m["name"] for m in suite.measurements if getattr(MEASUREMENTS.get(m["name"]).config, "measures_time", False)
+    )
 
 
 def cell_tokens(suite: Suite, cell: dict[str, Any]) -> float | None:
@@ -139,8 +160,7 @@ def cell_tokens(suite: Suite, cell: dict[str, Any]) -> float | None:
     training = cell.get("training") or {}
     if not task or "max_length" not in task:
         return None
-    rows = [n for n in (task.get("num_train"), task.get("max_train_examples"), training.get("max_train_examples"))
-            if n]
+    rows = [n for n in (task.get("num_train"), task.get("max_train_examples"), training.get("max_train_examples")) if n]
     epochs = training.get("epochs", suite.resolved.get("training", {}).get("epochs"))
     if not rows or not epochs:
         return None

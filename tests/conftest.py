@@ -1,4 +1,5 @@
 """Test-session settings: offline Hugging Face, one torch thread per test (pytest -n 2 on 2 cores)."""
+
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

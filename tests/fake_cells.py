@@ -5,6 +5,7 @@ aliases `sleeper` and `crasher` let one suite hold it with different options); `
 per-task measurement that only echoes its cell; `tiny_task` is a task; `Raises` and `ReturnsNaN`
 are attentions that fail the two ways a real one can.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,18 +56,25 @@ def tiny_train(cell: dict[str, Any], options: TinyTrainOptions, *, device: str, 
     while options.hold_while and os.path.exists(options.hold_while):
         time.sleep(0.1)
     generator = torch.Generator().manual_seed(cell["seed"])
-    splits = {name: _split(n, options.length, generator)
-              for name, n in (("train", options.examples), ("validation", 64), ("test", 64))}
+    splits = {
+        name: _split(n, options.length, generator)
+        for name, n in (("train", options.examples), ("validation", 64), ("test", 64))
+    }
     task = TaskData("tiny", splits, num_classes=2, vocab_size=9, max_length=options.length)
     cfg = ModelConfig(**{**cell["model"], "vocab_size": 9, "num_classes": 2, "max_length": options.length})
     model = TransformerClassifier(cfg, cell["attention"]["name"], cell["attention"]["options"], seed=cell["seed"])
-    result = train_classifier(model, task, TrainConfig(**cell["training"]), seed=cell["seed"], device=device,
-                              progress=progress)
+    result = train_classifier(
+        model, task, TrainConfig(**cell["training"]), seed=cell["seed"], device=device, progress=progress
+    )
     probs = predict_proba(result.model, task["validation"], device=device)
     labels = task["validation"].labels
-    return {"metrics": {"accuracy": float((probs.argmax(1) == labels).float().mean()),
-                        "log_likelihood": float(probs[torch.arange(len(labels)), labels].log().mean())},
-            "details": {"history": result.history}}
+    return {
+        "metrics": {
+            "accuracy": float((probs.argmax(1) == labels).float().mean()),
+            "log_likelihood": float(probs[torch.arange(len(labels)), labels].log().mean()),
+        },
+        "details": {"history": result.history},
+    }
 
 
 sleeper = crasher = tiny_train  # the same measurement under other names

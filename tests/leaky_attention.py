@@ -1,5 +1,6 @@
 """A deliberately broken attention for the property tests: it averages every value, padding included, and mixes
 the heads, so padding invariance and head sharing must fail."""
+
 import torch
 
 

@@ -5,6 +5,7 @@ linear attention, Nystromformer, a Coulomb map whose particles take gradients as
 trained with padding, plus the kernels' dropout and exp; saved as {name: tensor} for a test to compare two builds
 (tests/test_native.py builds one with `--march x86-64-v3`, the AVX2 machines' instruction set).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,16 +18,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attnbench.baselines import native  # noqa: E402
 
-CASES = [("performer", {}), ("elu-linear", {}), ("nystromformer", {"num_landmarks": 16}),
-         ("random-features", {"feature_map": "elu", "form": "scaled"}),
-         ("random-features", {"feature_map": "trig"}),
-         *(("random-features", {"feature_map": kind}) for kind in
-           ("favor", "elu", "softplus", "sigmoid2", "cos2", "softmaxfeat", "porf-softplus")),
-         ("coulomb", {"feature_map": "cos2"}), ("coulomb", {"feature_map": "softplus"})]
+CASES = [
+    ("performer", {}),
+    ("elu-linear", {}),
+    ("nystromformer", {"num_landmarks": 16}),
+    ("random-features", {"feature_map": "elu", "form": "scaled"}),
+    ("random-features", {"feature_map": "trig"}),
+    *(
+        ("random-features", {"feature_map": kind})
+        for kind in ("favor", "elu", "softplus", "sigmoid2", "cos2", "softmaxfeat", "porf-softplus")
+    ),
+    ("coulomb", {"feature_map": "cos2"}),
+    ("coulomb", {"feature_map": "softplus"}),
+]
 
 
 def probe() -> dict[str, torch.Tensor]:
     from attnbench.registry import build_attention
+
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 200, 32, generator=g) for _ in range(3))
     mask = torch.ones(2, 200, dtype=torch.bool)
@@ -42,14 +51,15 @@ def probe() -> dict[str, torch.Tensor]:
         qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
         out = attn(qq, kk, vv, mask)
         out.backward(grad_out)
-        saved.update({f"{label}/out": out.detach(), f"{label}/dq": qq.grad, f"{label}/dk": kk.grad,
-                      f"{label}/dv": vv.grad})
+        saved.update(
+            {f"{label}/out": out.detach(), f"{label}/dq": qq.grad, f"{label}/dk": kk.grad, f"{label}/dv": vv.grad}
+        )
         saved.update({f"{label}/d{p}": t.grad for p, t in attn.named_parameters() if t.grad is not None})
         routes = getattr(attn, "kernel_routes", {})
         if not routes or any(route.startswith("pytorch") for route in routes):
             raise SystemExit(f"{label} did not run on the fused kernels alone: {routes}")
     x = torch.randn(4099, generator=g)
-    saved["dropout"] = native.dropout(x, threshold=2 ** 31, scale=2.0, seed=12345)
+    saved["dropout"] = native.dropout(x, threshold=2**31, scale=2.0, seed=12345)
     saved["exp"] = native.exp(torch.linspace(-100.0, 88.0, 4096))
     return saved
 

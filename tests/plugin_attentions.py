@@ -1,5 +1,6 @@
 """Plain-module attentions as a third party writes them, for `attnbench check` and plugin-option tests: one with a
 required constructor argument, one that returns float64, one that treats a float mask as additive."""
+
 import torch
 
 

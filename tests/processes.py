@@ -1,5 +1,6 @@
 """Child processes in tests: each started in its own process group and ended with all its children when the test
 ends, pass or fail; waits that fail only when the child dies or hangs, never because a loaded machine is slow."""
+
 from __future__ import annotations
 
 import contextlib

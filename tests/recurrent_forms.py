@@ -1,5 +1,6 @@
 """Checks every state-space attention (retention, GLA, DeltaNet, BASED, Hedgehog) must pass, in float64: its
 renderings against each other, causality, padding and gradients against autograd of the naive form."""
+
 from __future__ import annotations
 
 import torch
@@ -45,9 +46,9 @@ def check_causality(name: str, **options) -> None:
     attn, (q, k, v), t = build(name, True, **options), inputs(), 20
     later = [x.clone() for x in (q, k, v)]
     for x, y in zip(later, inputs(seed=1)):
-        x[:, :, t + 1:] = 5 * y[:, :, t + 1:]
+        x[:, :, t + 1 :] = 5 * y[:, :, t + 1 :]
     for form in (attn.forward, attn.naive_forward):
-        torch.testing.assert_close(form(*later)[:, :, :t + 1], form(q, k, v)[:, :, :t + 1], rtol=0, atol=1e-12)
+        torch.testing.assert_close(form(*later)[:, :, : t + 1], form(q, k, v)[:, :, : t + 1], rtol=0, atol=1e-12)
 
 
 def check_padding_invariance(name: str, causal: bool, **options) -> None:

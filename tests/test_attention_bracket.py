@@ -1,4 +1,5 @@
 """The bracket of kernel comparisons: softmax against the uniform floor, against a hand count."""
+
 import math
 
 import numpy as np
@@ -14,8 +15,9 @@ def cells(accuracies, correct_rows):
     labels = np.zeros(len(correct_rows[0]), dtype=int)
     for seed, (acc, correct) in enumerate(zip(accuracies, correct_rows)):
         probs = np.where(np.asarray(correct)[:, None], [[0.9, 0.1]], [[0.1, 0.9]])
-        out.append({"seed": seed, "metrics": {"accuracy": acc},
-                    "details": {"predictions": encode_predictions(probs, labels)}})
+        out.append(
+            {"seed": seed, "metrics": {"accuracy": acc}, "details": {"predictions": encode_predictions(probs, labels)}}
+        )
     return pd.DataFrame(out)
 
 
@@ -30,7 +32,7 @@ def test_softmax_far_above_the_floor_exercises_attention():
     good, bad = [True] * 40, [True] * 10 + [False] * 30
     row = bracket_row("t", cells([0.25, 0.26, 0.24], [bad] * 3), cells([1.0, 0.99, 1.0], [good] * 3))
     assert row["exercises_attention"] and row["mean_diff"] > 0.7
-    assert math.isclose(row["p_value"], min(1.0, 2 * 2 * 0.5 ** 30))  # McNemar: 30 discordant, all one way
+    assert math.isclose(row["p_value"], min(1.0, 2 * 2 * 0.5**30))  # McNemar: 30 discordant, all one way
 
 
 def test_one_seed_is_judged_by_the_per_example_test_alone():

@@ -3,6 +3,7 @@
 The checks themselves live in attnbench.attention_properties, which `attnbench check` runs too: each over several
 (batch, heads) shapes, with the native kernels on and off where the attention has a native path.
 """
+
 import pytest
 import torch
 
@@ -16,8 +17,14 @@ from attnbench.train import TrainConfig, predict_proba, train_classifier
 NAMES = [name for name in attention_names() if not name.startswith("test-")]  # not other test modules' fakes
 CAUSAL = [name for name in NAMES if attention_entry(name).capabilities.causal]
 # smaller than the defaults where a variant's cost grows with them, to keep training tests to seconds
-FAST = {"performer": {"num_features": 32}, "random-features": {"num_features": 32}, "coulomb": {"num_features": 32},
-        "rfa": {"num_features": 16}, "nystromformer": {"num_landmarks": 8}, "linformer": {"projected_length": 8}}
+FAST = {
+    "performer": {"num_features": 32},
+    "random-features": {"num_features": 32},
+    "coulomb": {"num_features": 32},
+    "rfa": {"num_features": 16},
+    "nystromformer": {"num_landmarks": 8},
+    "linformer": {"projected_length": 8},
+}
 
 
 def test_the_issue_families_are_registered():
@@ -78,8 +85,17 @@ def _presence_task(seed=0, rows=(384, 128, 256), length=16):
 @pytest.mark.parametrize("name", NAMES)
 def test_tiny_model_learns_an_easy_task(name):
     task = _presence_task()
-    cfg = ModelConfig(vocab_size=10, num_classes=2, max_length=16, d_model=32, num_layers=1, num_heads=2,
-                      ffn_dim=64, dropout=0.0, pooling="first")
+    cfg = ModelConfig(
+        vocab_size=10,
+        num_classes=2,
+        max_length=16,
+        d_model=32,
+        num_layers=1,
+        num_heads=2,
+        ffn_dim=64,
+        dropout=0.0,
+        pooling="first",
+    )
     model = TransformerClassifier(cfg, name, FAST.get(name, {}), seed=0)
     train = TrainConfig(epochs=6, batch_size=32, lr=1e-2, warmup_fraction=0.1, phase_a={"max_steps": 4})
     result = train_classifier(model, task, train, seed=0)

@@ -1,4 +1,5 @@
 """BASED against its definition worked by hand: the Taylor kernel, the window, and the softmax limit."""
+
 import math
 
 import torch

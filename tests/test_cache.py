@@ -1,4 +1,5 @@
 """The cache (attnbench.cache): one root, entries written atomically with a digest, a bad entry rebuilt, never fatal."""
+
 from __future__ import annotations
 
 import os
@@ -59,7 +60,12 @@ def test_an_empty_cached_kernel_library_is_rebuilt_not_turned_off_for_good(tmp_p
     cached.parent.mkdir()
     cached.write_bytes(b"")
     code = "from attnbench.baselines import native; print(native.status())"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            env={**os.environ, "ATTNBENCH_CACHE": str(tmp_path)})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "ATTNBENCH_CACHE": str(tmp_path)},
+    )
     assert result.stdout.startswith("on ("), result.stdout
     assert cached.stat().st_size > 0 and list(cached.parent.glob(f"{built.name}.bad-*"))

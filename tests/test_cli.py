@@ -1,4 +1,5 @@
 """The attnbench command: listings, check, help, user errors (one line, exit 2, nothing written), show, progress."""
+
 from __future__ import annotations
 
 import os
@@ -8,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from processes import HANG_GUARD
 
 from attnbench.cli import build_parser, main
 from attnbench.suite import suite_names
-from processes import HANG_GUARD
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))  # fake_cells plugins
@@ -23,9 +24,16 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def tiny_suite(tmp_path: Path, **changes) -> Path:
-    suite = {"name": "tiny", "description": "cli test", "attentions": ["softmax"], "seeds": [0, 1],
-             "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32},
-             "training": {"epochs": 1, "batch_size": 32}, "measurements": ["fake_cells:tiny_train"], **changes}
+    suite = {
+        "name": "tiny",
+        "description": "cli test",
+        "attentions": ["softmax"],
+        "seeds": [0, 1],
+        "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32},
+        "training": {"epochs": 1, "batch_size": 32},
+        "measurements": ["fake_cells:tiny_train"],
+        **changes,
+    }
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(suite))
     return path
@@ -97,7 +105,9 @@ def test_run_show_and_resume_through_the_cli(tmp_path, capsys):
     assert main(["run", str(path), "--quiet", "--filter", "nothing*"]) == 2
     assert "matches none of the 2 cells" in capsys.readouterr().err
     assert main(["run", str(path), "--quiet", "--fresh", "--filter", "*/s0/*"]) == 0
-    assert len(list(Path("runs").glob("tiny-*/cells/*.json"))) == 1 and len(list(Path("runs/tiny/cells").iterdir())) == 2
+    assert (
+        len(list(Path("runs").glob("tiny-*/cells/*.json"))) == 1 and len(list(Path("runs/tiny/cells").iterdir())) == 2
+    )
     changed = tiny_suite(tmp_path, seeds=[1])  # an edited suite resumes the same folder and says what is stale
     assert main(["run", str(changed), "--quiet"]) == 0
     assert "also holds 1 results of cells that are not in this version" in capsys.readouterr().err
@@ -110,8 +120,13 @@ def test_console_script_exits_1_when_a_cell_fails(tmp_path):
     path = tiny_suite(tmp_path, attentions=[{"name": "fake_cells:Raises", "label": "raises"}], seeds=[0])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     script = Path(sys.executable).parent / "attnbench"  # the installed console script
-    result = subprocess.run([str(script), "run", str(path), "--out", str(tmp_path / "run")], env=env,
-                            capture_output=True, text=True, timeout=HANG_GUARD)
+    result = subprocess.run(
+        [str(script), "run", str(path), "--out", str(tmp_path / "run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
     assert result.returncode == 1, result.stderr
     assert "failed: none/raises/s0/fake_cells:tiny_train: RuntimeError: this attention always fails" in result.stderr
     assert "1 cells: 0 ok, 1 failed" in result.stdout
@@ -120,8 +135,14 @@ def test_console_script_exits_1_when_a_cell_fails(tmp_path):
 def test_check_prints_each_verdict_and_exits_1_when_a_property_fails(capsys):
     assert main(["check", "softmax"]) == 0
     out = capsys.readouterr().out
-    for prop in ("padding invariance", "finite at lengths 1 and 4096", "gradients", "determinism in evaluation",
-                 "causality", "one head's parameters shared by every head"):
+    for prop in (
+        "padding invariance",
+        "finite at lengths 1 and 4096",
+        "gradients",
+        "determinism in evaluation",
+        "causality",
+        "one head's parameters shared by every head",
+    ):
         assert f"holds  {prop} (PyTorch; no native path)" in out and "native off" not in out  # one pass
     assert out.rstrip().endswith("softmax: all properties hold")
     assert main(["check", "leaky_attention:LeakyAttention"]) == 1  # tests/leaky_attention.py lets padding in
@@ -161,8 +182,10 @@ def test_show_takes_cell_names_and_globs(tmp_path, capsys):
 
 
 def test_tasks_take_labels_so_one_task_can_appear_twice(tmp_path, capsys):
-    tasks = [{"name": "tiny-task", "label": "small", "options": {"rows": 16}},
-             {"name": "tiny-task", "label": "large", "options": {"rows": 48}}]
+    tasks = [
+        {"name": "tiny-task", "label": "small", "options": {"rows": 16}},
+        {"name": "tiny-task", "label": "large", "options": {"rows": 48}},
+    ]
     path = tiny_suite(tmp_path, tasks=tasks, seeds=[0], measurements=["fake_cells:echo"])
     assert main(["run", str(path), "--quiet"]) == 0
     capsys.readouterr()
@@ -177,8 +200,13 @@ def test_tasks_take_labels_so_one_task_can_appear_twice(tmp_path, capsys):
 def test_off_a_terminal_each_cell_and_epoch_prints_a_line_and_logs_it(tmp_path):
     path = tiny_suite(tmp_path, seeds=[0], training={"epochs": 2, "batch_size": 32})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, "-m", "attnbench", "run", str(path), "--out", str(tmp_path / "run")],
-                            env=env, capture_output=True, text=True, timeout=HANG_GUARD)  # stdout is a pipe
+    result = subprocess.run(
+        [sys.executable, "-m", "attnbench", "run", str(path), "--out", str(tmp_path / "run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )  # stdout is a pipe
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     name = "none/softmax/s0/fake_cells:tiny_train"

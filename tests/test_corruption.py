@@ -1,4 +1,5 @@
 """Input corruption: identity at severity 0, the asked fraction changed, specials untouched, pairs kept, seeded."""
+
 from __future__ import annotations
 
 import random

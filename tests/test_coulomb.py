@@ -1,4 +1,5 @@
 """The Coulomb physics against naive formulas, and the `coulomb` attention against its Vanilla twin."""
+
 from __future__ import annotations
 
 import math
@@ -6,10 +7,19 @@ import math
 import pytest
 import torch
 
-from attnbench.baselines.coulomb.physics import (DynamicsConfig, align_particles, kernel_target_alignment, langevin_move, langevin_step,
-                               within_class_alignment,
-                               particle_alignments, particle_potentials, particle_step, resample_particles,
-                               riesz_energy)
+from attnbench.baselines.coulomb.physics import (
+    DynamicsConfig,
+    align_particles,
+    kernel_target_alignment,
+    langevin_move,
+    langevin_step,
+    particle_alignments,
+    particle_potentials,
+    particle_step,
+    resample_particles,
+    riesz_energy,
+    within_class_alignment,
+)
 from attnbench.errors import ConfigError
 from attnbench.registry import attention_entry, build_attention
 
@@ -102,7 +112,7 @@ def naive_energy(omega: torch.Tensor, s: float, eps: float) -> float:
     for k in range(m):
         for l in range(m):
             if k != l:
-                r2 = float(((omega[k] - omega[l]) ** 2).sum()) + eps ** 2
+                r2 = float(((omega[k] - omega[l]) ** 2).sum()) + eps**2
                 total += -0.5 * math.log(r2) if s == 0 else r2 ** (-s / 2)
     return total / (2 * m * (m - 1))  # eq. 2.3: W = 1/(2N(N-1)) sum_{k != l} g_s
 
@@ -144,8 +154,9 @@ def test_langevin_step_without_noise_is_projected_gradient_descent():
 
 def test_langevin_noise_has_variance_two_step_over_beta():
     omega = torch.zeros(20000, 3)
-    new = langevin_step(omega, torch.zeros_like(omega), step=0.02, beta=4.0, radius=1e9,
-                        generator=torch.Generator().manual_seed(0))
+    new = langevin_step(
+        omega, torch.zeros_like(omega), step=0.02, beta=4.0, radius=1e9, generator=torch.Generator().manual_seed(0)
+    )
     assert new.var().item() == pytest.approx(2 * 0.02 / 4.0, rel=0.03)
 
 
@@ -190,8 +201,9 @@ def test_repulsion_spreads_particles():
     start[0, 1] = start[0, 0] + 1e-3  # a near-coincident pair
     end = {}
     for lam in (0.0, 0.1):
-        cfg = DynamicsConfig(step=0.01, beta=math.inf, repulsion=lam, riesz_s=1.0, softening=1e-2,
-                             radius_units="absolute", radius=10.0)
+        cfg = DynamicsConfig(
+            step=0.01, beta=math.inf, repulsion=lam, riesz_s=1.0, softening=1e-2, radius_units="absolute", radius=10.0
+        )
         omega, _ = align_particles(start, [(features, y)], cfg, max_steps=30)
         end[lam] = torch.pdist(omega[0]).min().item()
     assert end[0.1] > 10 * end[0.0]
@@ -201,8 +213,9 @@ def test_learned_particles_align_better_than_their_random_start():
     features, y = signal_problem()
     start = torch.randn(1, 32, 3, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     cfg = DynamicsConfig(step=0.05, beta=1e4, repulsion=1e-3, radius=3.0)
-    omega, history = align_particles(start, [(features, y)], cfg, max_steps=150,
-                                     generator=torch.Generator().manual_seed(8))
+    omega, history = align_particles(
+        start, [(features, y)], cfg, max_steps=150, generator=torch.Generator().manual_seed(8)
+    )
     before = kernel_target_alignment(features(start)[0], y).item()
     after = kernel_target_alignment(features(omega)[0], y).item()
     assert history[0][0]["alignment"] == pytest.approx(before)
@@ -226,12 +239,14 @@ def test_resampling_keeps_distinct_particles_of_lowest_potential():
     best = torch.argsort(-particle_alignments(phi, y, 10))[:4].sort().values
     assert torch.equal(kept, omega[0, best])
     assert particle_alignments(phi, y, 10).mean().item() == pytest.approx(kernel_target_alignment(phi, y).item())
-    drawn = resample_particles(omega[0], phi, y, 10, DynamicsConfig(), weights="gibbs",
-                               generator=torch.Generator().manual_seed(0))
+    drawn = resample_particles(
+        omega[0], phi, y, 10, DynamicsConfig(), weights="gibbs", generator=torch.Generator().manual_seed(0)
+    )
     assert torch.equal(drawn, omega[0])  # all 10 without replacement, in order
 
 
 # --- the attention -----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("feature_map", ["porf-softplus", "favor", "trig"])
 def test_coulomb_equals_random_features_before_phase_a(feature_map):

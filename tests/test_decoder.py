@@ -1,4 +1,5 @@
 """The causal decoder (attnbench.decoder): causality, stepping against the parallel forward, tying, refusal."""
+
 import pytest
 import torch
 
@@ -6,10 +7,24 @@ from attnbench.decoder import TransformerDecoder, token_loss
 from attnbench.errors import ConfigError
 from attnbench.model import ModelConfig
 
-CFG = ModelConfig(vocab_size=23, num_classes=23, max_length=64, d_model=16, num_layers=2, num_heads=2, ffn_dim=32,
-                  dropout=0.0, kind="decoder", tie_qk=False)
-ATTENTIONS = [("softmax", {}), ("elu-linear", {}), ("performer", {"num_features": 16}),
-              ("random-features", {"feature_map": "favor", "num_features": 16})]
+CFG = ModelConfig(
+    vocab_size=23,
+    num_classes=23,
+    max_length=64,
+    d_model=16,
+    num_layers=2,
+    num_heads=2,
+    ffn_dim=32,
+    dropout=0.0,
+    kind="decoder",
+    tie_qk=False,
+)
+ATTENTIONS = [
+    ("softmax", {}),
+    ("elu-linear", {}),
+    ("performer", {"num_features": 16}),
+    ("random-features", {"feature_map": "favor", "num_features": 16}),
+]
 
 
 def _ids(batch=2, n=40, seed=0):
@@ -93,9 +108,12 @@ def test_attentions_without_a_causal_form_are_refused_with_the_reason(name):
 def test_a_decoder_suite_naming_a_non_causal_attention_is_refused_on_loading(tmp_path):
     from attnbench.errors import UserError
     from attnbench.suite import load_suite
+
     path = tmp_path / "bad.yaml"
-    path.write_text("name: bad\ndescription: a decoder with linformer\nattentions: [softmax, {name: linformer, options: {projected_length: 8}}]\n"
-                    "tasks: [{name: mqar, options: {num_kv_pairs: 2, seq_len: 16, vocab_size: 32}}]\nseeds: [0]\n"
-                    "model: {kind: decoder, d_model: 16, num_heads: 2}\nmeasurements: [recall]\n")
+    path.write_text(
+        "name: bad\ndescription: a decoder with linformer\nattentions: [softmax, {name: linformer, options: {projected_length: 8}}]\n"
+        "tasks: [{name: mqar, options: {num_kv_pairs: 2, seq_len: 16, vocab_size: 32}}]\nseeds: [0]\n"
+        "model: {kind: decoder, d_model: 16, num_heads: 2}\nmeasurements: [recall]\n"
+    )
     with pytest.raises(UserError, match=r"attentions\[1\].name: attention 'linformer' has no causal form"):
         load_suite(path)

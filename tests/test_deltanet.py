@@ -1,4 +1,5 @@
 """DeltaNet against the delta rule worked by hand: overwriting a key, exact recall of orthonormal keys."""
+
 import math
 
 import torch

@@ -1,20 +1,23 @@
 """Hashed dropout (attnbench.dropout): the documented hash, the same mask on every path, nn.Dropout's contract."""
+
 import pytest
 import torch
 
-from attnbench.baselines import native
 from attnbench import dropout
+from attnbench.baselines import native
 from attnbench.model import ModelConfig, TransformerClassifier
 
 
 def _python_draw(i: int, seed: int) -> int:
     """The module docstring's formula in plain Python integers."""
+
     def lowbias32(x: int) -> int:
         x ^= x >> 16
         x = (x * 0x7FEB352D) % 2**32
         x ^= x >> 15
         x = (x * 0x846CA68B) % 2**32
         return x ^ (x >> 16)
+
     k0 = lowbias32(seed % 2**32)
     k1 = lowbias32((seed >> 32) ^ k0)
     return lowbias32(lowbias32((i % 2**32) ^ k0) ^ k1 ^ ((i >> 32) * 0x9E3779B9) % 2**32)
@@ -75,5 +78,8 @@ def test_the_same_torch_seed_gives_the_same_masks_and_another_seed_others():
 def test_the_model_takes_its_dropout_from_the_configured_source():
     hashed = TransformerClassifier(ModelConfig(vocab_size=50, max_length=16))
     plain = TransformerClassifier(ModelConfig(vocab_size=50, max_length=16, dropout_rng="torch"))
-    kinds = lambda m: {type(x) for x in m.modules() if isinstance(x, (torch.nn.Dropout, dropout.HashDropout))}
+
+    def kinds(m):
+        return {type(x) for x in m.modules() if isinstance(x, (torch.nn.Dropout, dropout.HashDropout))}
+
     assert kinds(hashed) == {dropout.HashDropout} and kinds(plain) == {torch.nn.Dropout}

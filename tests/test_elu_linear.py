@@ -1,4 +1,5 @@
 """ELU linear attention against phi(Q)(phi(K)^T V) / (phi(Q) sum phi(K)) computed the slow way."""
+
 import math
 
 import pytest
@@ -48,6 +49,7 @@ def test_elu_linear_has_no_parameters_and_rejects_bad_eps():
 def test_elu_plus_one_matches_torch_elu_in_value_and_gradient():
     """The output-only backward, d phi / du = min(phi, 1), against autograd through torch's elu."""
     from attnbench.baselines.random_features import elu_plus_one
+
     points = [-30.0, -2.0, -1e-3, 0.0, 1e-3, 0.5, 4.0]
     u = torch.tensor(points, dtype=torch.float64, requires_grad=True)
     u_ref = torch.tensor(points, dtype=torch.float64, requires_grad=True)
@@ -57,5 +59,6 @@ def test_elu_plus_one_matches_torch_elu_in_value_and_gradient():
     ours.backward(grad)
     reference.backward(grad)
     torch.testing.assert_close(u.grad, u_ref.grad)
-    assert torch.autograd.gradcheck(elu_plus_one, (torch.tensor([-2.0, -1e-3, 1e-3, 0.5], dtype=torch.float64,
-                                                                requires_grad=True),))
+    assert torch.autograd.gradcheck(
+        elu_plus_one, (torch.tensor([-2.0, -1e-3, 1e-3, 0.5], dtype=torch.float64, requires_grad=True),)
+    )

@@ -1,4 +1,5 @@
 """The executor: failures are isolated and recorded, resume keeps finished cells, kill -9 loses nothing finished."""
+
 from __future__ import annotations
 
 import json
@@ -6,14 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 import yaml
+from processes import HANG_GUARD, Children, wait_until
 
 from attnbench.cli import main
-from processes import HANG_GUARD, Children, wait_until
 from attnbench.executor import RunOptions, run_suite
 from attnbench.store import RunStore, cell_id
 from attnbench.suite import cell_name, load_suite
@@ -27,20 +27,36 @@ TRAINING = {"epochs": 2, "batch_size": 16}
 
 def suite_file(tmp_path: Path, attentions: list, measurements: list, seeds=(0,), **extra) -> Path:
     path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump({"name": "tiny", "description": "test suite", "attentions": attentions,
-                                    "seeds": list(seeds), "model": MODEL, "training": TRAINING,
-                                    "measurements": measurements, **extra}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny",
+                "description": "test suite",
+                "attentions": attentions,
+                "seeds": list(seeds),
+                "model": MODEL,
+                "training": TRAINING,
+                "measurements": measurements,
+                **extra,
+            }
+        )
+    )
     return path
 
 
 def records(run_dir: Path) -> dict[str, dict]:
-    return {r["label"] + f"/s{r['cell']['seed']}/" + r["cell"]["measurement"]["name"]: r
-            for r in RunStore(run_dir).records()}
+    return {
+        r["label"] + f"/s{r['cell']['seed']}/" + r["cell"]["measurement"]["name"]: r
+        for r in RunStore(run_dir).records()
+    }
 
 
 def test_failing_attentions_are_recorded_and_the_suite_completes(tmp_path):
-    attentions = [{"name": "fake_cells:Raises", "label": "raises"}, {"name": "fake_cells:ReturnsNaN", "label": "nan"},
-                  "softmax"]
+    attentions = [
+        {"name": "fake_cells:Raises", "label": "raises"},
+        {"name": "fake_cells:ReturnsNaN", "label": "nan"},
+        "softmax",
+    ]
     suite = load_suite(str(suite_file(tmp_path, attentions, ["fake_cells:tiny_train"])))
     summary = run_suite(suite, tmp_path / "run", RunOptions(show_progress=False))
     assert summary.exit_code == 1 and summary.counts == {"failed": 2, "ok": 1}
@@ -50,13 +66,34 @@ def test_failing_attentions_are_recorded_and_the_suite_completes(tmp_path):
     assert got["nan/s0/fake_cells:tiny_train"]["reason"].startswith("non-finite loss: training loss became nan")
     ok = got["softmax/s0/fake_cells:tiny_train"]
     assert ok["status"] == "ok" and 0.0 <= ok["metrics"]["accuracy"] <= 1.0 and ok["reason"] is None
-    assert set(ok) == {"schema", "cell_id", "cell", "label", "status", "reason", "error", "metrics", "details",
-                       "provenance"}
+    assert set(ok) == {
+        "schema",
+        "cell_id",
+        "cell",
+        "label",
+        "status",
+        "reason",
+        "error",
+        "metrics",
+        "details",
+        "provenance",
+    }
     prov = ok["provenance"]
     assert prov["seed"] == 0 and prov["device"] == "cpu" and prov["seconds"] > 0
     assert prov["config"]["training"]["epochs"] == 2 and prov["config"]["attention"]["head_dim"] == 8
-    assert {"git_commit", "git_dirty", "torch", "python", "packages", "cpu", "threads", "hostname", "started_at",
-            "finished_at", "command"} <= set(prov)
+    assert {
+        "git_commit",
+        "git_dirty",
+        "torch",
+        "python",
+        "packages",
+        "cpu",
+        "threads",
+        "hostname",
+        "started_at",
+        "finished_at",
+        "command",
+    } <= set(prov)
 
 
 def test_skip_is_recorded_with_its_reason_and_is_not_a_failure(tmp_path):
@@ -92,8 +129,11 @@ def test_failed_cells_are_retried_unless_told_not_to(tmp_path):
 
 
 def test_workers_isolate_timeouts_and_dying_processes(tmp_path):
-    measurements = ["fake_cells:echo_once", {"name": "fake_cells:sleeper", "options": {"sleep": 120.0}},
-                    {"name": "fake_cells:crasher", "options": {"crash": True}}]
+    measurements = [
+        "fake_cells:echo_once",
+        {"name": "fake_cells:sleeper", "options": {"sleep": 120.0}},
+        {"name": "fake_cells:crasher", "options": {"crash": True}},
+    ]
     suite = load_suite(str(suite_file(tmp_path, ["softmax"], measurements, cell_timeout=5)))
     summary = run_suite(suite, tmp_path / "run", RunOptions(show_progress=False, workers=2))
     got = records(tmp_path / "run")
@@ -119,23 +159,37 @@ def children_of(pid: int) -> list[int]:
 def test_kill_9_mid_run_then_rerun_gives_every_cell_exactly_once(tmp_path, children):
     hold = tmp_path / "hold"
     hold.touch()
-    measurements = [{"name": "fake_cells:tiny_train", "options": {"examples": 32}},
-                    {"name": "fake_cells:sleeper", "options": {"hold_while": str(hold)}}]
+    measurements = [
+        {"name": "fake_cells:tiny_train", "options": {"examples": 32}},
+        {"name": "fake_cells:sleeper", "options": {"hold_while": str(hold)}},
+    ]
     path = suite_file(tmp_path, ["softmax"], measurements, seeds=[0, 1])
     cells = load_suite(str(path)).cells()
-    held_logs = [tmp_path / "run" / "logs" / f"{cell_id(c)}.log" for c in cells
-                 if c["measurement"]["name"] == "fake_cells:sleeper"]
+    held_logs = [
+        tmp_path / "run" / "logs" / f"{cell_id(c)}.log"
+        for c in cells
+        if c["measurement"]["name"] == "fake_cells:sleeper"
+    ]
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    process = children.start([sys.executable, "-m", "attnbench", "run", str(path), "--out", str(run_dir), "--quiet",
-                              "--workers", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_until(lambda: list((run_dir / "cells").glob("*.json")) and any(p.exists() for p in held_logs), process,
-               "a cell finished and a held cell started")
+    process = children.start(
+        [sys.executable, "-m", "attnbench", "run", str(path), "--out", str(run_dir), "--quiet", "--workers", "2"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    wait_until(
+        lambda: list((run_dir / "cells").glob("*.json")) and any(p.exists() for p in held_logs),
+        process,
+        "a cell finished and a held cell started",
+    )
     workers = children_of(process.pid)
     process.send_signal(signal.SIGKILL)  # mid-run: a held cell is in flight in a worker
     process.wait()
-    wait_until(lambda: not [pid for pid in workers if Path(f"/proc/{pid}").exists()],
-               what="the worker processes exit after their run was killed")
+    wait_until(
+        lambda: not [pid for pid in workers if Path(f"/proc/{pid}").exists()],
+        what="the worker processes exit after their run was killed",
+    )
     finished_before = {p.name for p in (run_dir / "cells").glob("*.json")}
     assert 1 <= len(finished_before) < len(cells)
 
@@ -161,8 +215,10 @@ def test_failure_reasons_are_one_line_and_say_what_happened():
     except NotImplementedError as err:
         assert failure_reason(err).startswith("NotImplementedError raised at test_executor.py:")
         assert failure_reason(err).endswith(" in silent")
-    assert failure_reason(NonFiniteLossError("training loss became nan at epoch 2\nmore")) == \
-        "non-finite loss: training loss became nan at epoch 2"
+    assert (
+        failure_reason(NonFiniteLossError("training loss became nan at epoch 2\nmore"))
+        == "non-finite loss: training loss became nan at epoch 2"
+    )
     assert failure_reason(MemoryError("no room")) == "out of memory: MemoryError: no room"
     assert failure_reason(ValueError("bad\nvalue")) == "ValueError: bad"
 
@@ -170,16 +226,21 @@ def test_failure_reasons_are_one_line_and_say_what_happened():
 def cli(children: Children, *args: str) -> subprocess.Popen:
     """`attnbench ARGS` in a child process (its group ended with the test) that finds the fake_cells plugins."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    return children.start([sys.executable, "-m", "attnbench", *args], env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+    return children.start(
+        [sys.executable, "-m", "attnbench", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_a_cell_that_kills_its_process_in_process_mode_is_recorded_and_later_cells_run(tmp_path, capsys, children):
-    measurements = [{"name": "fake_cells:crasher", "options": {"crash": True}},
-                    {"name": "fake_cells:tiny_train", "options": {"examples": 32}}]
+    measurements = [
+        {"name": "fake_cells:crasher", "options": {"crash": True}},
+        {"name": "fake_cells:tiny_train", "options": {"examples": 32}},
+    ]
     path = suite_file(tmp_path, ["softmax"], measurements)
-    for out, flags, reason in (("kept", ["--no-retry-failed"], "the process died while running this cell (pid "),
-                               ("retried", [], "worker process died (exit code 3)")):
+    for out, flags, reason in (
+        ("kept", ["--no-retry-failed"], "the process died while running this cell (pid "),
+        ("retried", [], "worker process died (exit code 3)"),
+    ):
         first = cli(children, "run", str(path), "--out", str(tmp_path / out), "--quiet")
         assert first.wait(HANG_GUARD) == 3  # the cell ended the run's own process
         assert [p.name for p in (tmp_path / out / "in-flight").iterdir()] != []
@@ -211,8 +272,9 @@ def test_two_runs_on_one_folder_one_writes_the_other_exits_2(tmp_path, capsys, c
 
 
 def test_truncated_and_empty_cell_files_are_reported_set_aside_and_rerun(tmp_path, capsys):
-    path = suite_file(tmp_path, ["softmax"], [{"name": "fake_cells:tiny_train", "options": {"examples": 32}}],
-                      seeds=[0, 1])
+    path = suite_file(
+        tmp_path, ["softmax"], [{"name": "fake_cells:tiny_train", "options": {"examples": 32}}], seeds=[0, 1]
+    )
     assert main(["run", str(path), "--out", str(tmp_path / "run"), "--quiet"]) == 0
     first, second = sorted((tmp_path / "run" / "cells").glob("*.json"))
     metrics = json.loads(first.read_text())["metrics"]
@@ -228,16 +290,29 @@ def test_truncated_and_empty_cell_files_are_reported_set_aside_and_rerun(tmp_pat
 
 def test_provenance_holds_the_model_and_data_that_ran(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump({"name": "s", "description": "d", "attentions": ["softmax"], "seeds": [0],
-                                    "tasks": [{"name": "fake_cells:tiny_task", "options": {"rows": 24}}],
-                                    "model": MODEL, "training": TRAINING, "measurements": ["accuracy"]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "s",
+                "description": "d",
+                "attentions": ["softmax"],
+                "seeds": [0],
+                "tasks": [{"name": "fake_cells:tiny_task", "options": {"rows": 24}}],
+                "model": MODEL,
+                "training": TRAINING,
+                "measurements": ["accuracy"],
+            }
+        )
+    )
     run_suite(load_suite(str(path)), tmp_path / "run", RunOptions(show_progress=False))
     (record,) = RunStore(tmp_path / "run").records()
     model, data = record["provenance"]["config"]["model"], record["provenance"]["data"]
     assert (model["vocab_size"], model["num_classes"], model["max_length"], model["d_model"]) == (9, 2, 10, 16)
     assert data["label_names"] == [0, 1] and set(data["splits"]) == {"train", "validation", "test"}
     from fake_cells import tiny_task
+
     from attnbench.tasks import TASKS
+
     task = tiny_task(TASKS.make_config("fake_cells:tiny_task", rows=24))
     for split, summary in data["splits"].items():  # an independent count of the same seeded rows
         assert summary == {"size": 24, "class_counts": torch.bincount(task[split].labels, minlength=2).tolist()}
@@ -247,7 +322,9 @@ def test_in_process_cells_have_a_default_time_limit(tmp_path, monkeypatch):
     import attnbench.executor
 
     monkeypatch.setattr(attnbench.executor, "DEFAULT_CELL_TIMEOUT", 1.0)
-    suite = load_suite(str(suite_file(tmp_path, ["softmax"], [{"name": "fake_cells:sleeper", "options": {"sleep": 30}}])))
+    suite = load_suite(
+        str(suite_file(tmp_path, ["softmax"], [{"name": "fake_cells:sleeper", "options": {"sleep": 30}}]))
+    )
     summary = run_suite(suite, tmp_path / "run", RunOptions(show_progress=False))
     (record,) = RunStore(tmp_path / "run").records()
     assert summary.exit_code == 1
@@ -257,8 +334,17 @@ def test_in_process_cells_have_a_default_time_limit(tmp_path, monkeypatch):
 def test_a_sweep_on_selection_seeds_runs_the_chosen_trial_at_the_other_seeds(tmp_path):
     from attnbench.report.load import load_runs
 
-    task = {"name": "nonlinear_tokens", "options": {"num_train": 96, "num_validation": 32, "num_test": 48,
-                                                    "min_length": 4, "max_length": 16, "num_tokens": 16}}
+    task = {
+        "name": "nonlinear_tokens",
+        "options": {
+            "num_train": 96,
+            "num_validation": 32,
+            "num_test": 48,
+            "min_length": 4,
+            "max_length": 16,
+            "num_tokens": 16,
+        },
+    }
     sweep = {"metric": "accuracy", "grid": {"lr": [1e-5, 1e-3, 3e-2]}, "select_seeds": [0]}
     path = suite_file(tmp_path, ["softmax", "elu-linear"], ["accuracy"], seeds=(0, 1, 2), tasks=[task], sweep=sweep)
     summary = run_suite(load_suite(str(path)), tmp_path / "run", RunOptions(show_progress=False, workers=1))

@@ -1,4 +1,5 @@
 """GLA against its recurrence worked by hand, and its gate against the paper's formula."""
+
 import math
 
 import pytest
@@ -30,8 +31,10 @@ def test_two_tokens_by_hand_with_fixed_gates():
     q = torch.tensor([[1.0, 1.0], [2.0, -1.0]], dtype=torch.float64)
     s1 = [[1 * 3, 1 * -1], [2 * 3, 2 * -1]]  # k_1 v_1^T
     s2 = [[0.5 * s1[0][0] + 0 * 1, 0.5 * s1[0][1] + 0 * 1], [a * s1[1][0] + 1 * 1, a * s1[1][1] + 1 * 1]]
-    expected = [[(1 * s1[0][c] + 1 * s1[1][c]) / math.sqrt(2) for c in range(2)],
-                [(2 * s2[0][c] - 1 * s2[1][c]) / math.sqrt(2) for c in range(2)]]
+    expected = [
+        [(1 * s1[0][c] + 1 * s1[1][c]) / math.sqrt(2) for c in range(2)],
+        [(2 * s2[0][c] - 1 * s2[1][c]) / math.sqrt(2) for c in range(2)],
+    ]
     out = attn(q[None, None], k[None, None], v[None, None])[0, 0]
     torch.testing.assert_close(out, torch.tensor(expected, dtype=torch.float64))
 

@@ -1,13 +1,14 @@
 """Hedgehog: its feature map and attention by hand, and its distillation phase through the registry."""
+
 import math
 
 import torch
+from test_learning_phase import LENGTH, VOCAB, toy_task
 
 from attnbench.baselines.hedgehog import distillation
 from attnbench.model import ModelConfig, TransformerClassifier
 from attnbench.registry import attention_capabilities, build_attention
 from attnbench.train import TrainConfig, learning_procedure, train_classifier
-from test_learning_phase import LENGTH, VOCAB, toy_task
 
 
 def test_feature_map_is_a_softmax_over_plus_and_minus_the_projection():
@@ -50,14 +51,18 @@ def test_distillation_loss_is_the_cross_entropy_between_weight_rows():
 
 
 def hedgehog_model() -> TransformerClassifier:
-    cfg = ModelConfig(vocab_size=VOCAB, num_classes=2, max_length=LENGTH, d_model=16, num_heads=2, num_layers=2,
-                      ffn_dim=32)
+    cfg = ModelConfig(
+        vocab_size=VOCAB, num_classes=2, max_length=LENGTH, d_model=16, num_heads=2, num_layers=2, ffn_dim=32
+    )
     return TransformerClassifier(cfg, "hedgehog", seed=0)
 
 
 def test_distillation_is_the_declared_learning_phase_and_lowers_the_loss():
     model, task = hedgehog_model(), toy_task()
-    assert attention_capabilities("hedgehog").learning_phase == "attnbench.baselines.hedgehog.distillation:distill_hedgehog"
+    assert (
+        attention_capabilities("hedgehog").learning_phase
+        == "attnbench.baselines.hedgehog.distillation:distill_hedgehog"
+    )
     assert learning_procedure(model) is distillation.distill_hedgehog
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     result = distillation.distill_hedgehog(model, task["train"], {"max_steps": 30, "batch_size": 32, "step": 0.05})
@@ -77,8 +82,9 @@ def test_phase_b_leaves_the_distilled_maps_alone(monkeypatch):
 
     distillation_procedure = distillation.distill_hedgehog
     monkeypatch.setattr(distillation, "distill_hedgehog", spy)
-    result = train_classifier(model, toy_task(), TrainConfig(epochs=1, batch_size=32, lr=1e-3,
-                                                             phase_a={"max_steps": 3, "batch_size": 32}))
+    result = train_classifier(
+        model, toy_task(), TrainConfig(epochs=1, batch_size=32, lr=1e-3, phase_a={"max_steps": 3, "batch_size": 32})
+    )
     assert result.phase_a["steps"] == 3
     initial = torch.eye(8).repeat(2, 1, 1)
     for w, m in zip(seen["distilled"], result.model.attention_modules()):

@@ -1,5 +1,6 @@
 """The import graph of the package: no cycle, counting function-local imports too (a local import that dodges a
 loop is still a loop), and the public surface importable from `attnbench` itself."""
+
 from __future__ import annotations
 
 import ast
@@ -49,8 +50,9 @@ def import_graph() -> nx.DiGraph:
             target = name if name in found else None
             if target is None:  # 'from attnbench.x import f': the module is the longest known prefix
                 parts = name.split(".")
-                target = next((".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)
-                               if ".".join(parts[:i]) in found), None)
+                target = next(
+                    (".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1) if ".".join(parts[:i]) in found), None
+                )
             if target is not None and target != module and not module.startswith(target + "."):
                 graph.add_edge(module, target)  # a package's own __init__ above its modules is not a loop
     return graph
@@ -64,6 +66,17 @@ def test_the_import_graph_has_no_cycle_counting_function_local_imports():
 def test_the_public_surface_is_importable_from_attnbench():
     import attnbench
 
-    for name in ("load_results", "run_suite", "load_suite", "register_attention", "build_attention",
-                 "attention_names", "register_learning_phase", "FeatureMap", "UserError", "ConfigError", "option"):
+    for name in (
+        "load_results",
+        "run_suite",
+        "load_suite",
+        "register_attention",
+        "build_attention",
+        "attention_names",
+        "register_learning_phase",
+        "FeatureMap",
+        "UserError",
+        "ConfigError",
+        "option",
+    ):
         assert hasattr(attnbench, name), name

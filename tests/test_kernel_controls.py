@@ -1,5 +1,6 @@
 """Controls of the synthetic experiment (Appendix F.1): the walk without force, the force without noise, RFF
 projected onto the frequency cap."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,12 @@ import torch
 
 from attnbench.baselines.coulomb import kernel_methods as km
 from attnbench.baselines.coulomb.kernel_experiment import KernelExperimentConfig, methods
-from attnbench.baselines.coulomb.kernel_particles import (ParticleDynamics, gibbs_resample, initial_particles,
-                                                          run_dynamics)
+from attnbench.baselines.coulomb.kernel_particles import (
+    ParticleDynamics,
+    gibbs_resample,
+    initial_particles,
+    run_dynamics,
+)
 from attnbench.baselines.coulomb.physics import langevin_step
 from attnbench.errors import ConfigError
 
@@ -26,8 +31,9 @@ def test_no_drift_control_is_the_walk_of_noise_and_projection_alone():
     by_hand, by_hand_phase = omega, phase
     for _ in range(4):  # P(omega + sqrt(2 eta / beta) xi), xi from the same stream, as langevin_step draws it
         by_hand = langevin_step(by_hand, torch.zeros_like(by_hand), 0.5, 10.0, 1.0, g2)
-        by_hand_phase = langevin_step(by_hand_phase[..., None], torch.zeros_like(by_hand_phase[..., None]), 0.5, 10.0,
-                                      math.inf, g2)[..., 0].remainder(2 * math.pi)
+        by_hand_phase = langevin_step(
+            by_hand_phase[..., None], torch.zeros_like(by_hand_phase[..., None]), 0.5, 10.0, math.inf, g2
+        )[..., 0].remainder(2 * math.pi)
     torch.testing.assert_close(walked, by_hand)
     torch.testing.assert_close(walked_phase, by_hand_phase)
 
@@ -39,9 +45,13 @@ def test_gibbs_resample_at_infinite_beta_keeps_the_lowest_energies():
 
 def test_projected_rff_caps_the_frequencies_and_equals_rff_below_the_cap(monkeypatch):
     rng = np.random.default_rng(0)
-    split = km.Split(rng.standard_normal((40, 5)), (rng.uniform(size=40) > 0.5).astype(int), rng.standard_normal((10, 5)))
-    same = [f(split, np.random.default_rng(3), 20, 0.5, *extra) for f, extra in
-            ((km.random_fourier_features, ()), (km.projected_random_fourier_features, (1e9,)))]
+    split = km.Split(
+        rng.standard_normal((40, 5)), (rng.uniform(size=40) > 0.5).astype(int), rng.standard_normal((10, 5))
+    )
+    same = [
+        f(split, np.random.default_rng(3), 20, 0.5, *extra)
+        for f, extra in ((km.random_fourier_features, ()), (km.projected_random_fourier_features, (1e9,)))
+    ]
     assert np.array_equal(same[0], same[1])  # a cap no draw reaches changes nothing
     seen, original = [], km.fourier_features
     monkeypatch.setattr(km, "fourier_features", lambda x, w, b: seen.append(w) or original(x, w, b))
@@ -53,8 +63,9 @@ def test_projected_rff_caps_the_frequencies_and_equals_rff_below_the_cap(monkeyp
 
 def test_controls_are_methods_only_when_asked():
     assert not any("noise" in name or "projected" in name for name in methods(KernelExperimentConfig(), [0.5]))
-    names = methods(KernelExperimentConfig(controls=["rff-projected", "langevin-noise-only", "langevin-no-noise"]),
-                    [0.5])
+    names = methods(
+        KernelExperimentConfig(controls=["rff-projected", "langevin-noise-only", "langevin-no-noise"]), [0.5]
+    )
     assert {"rff-projected", "langevin-noise-only lambda=0.5", "langevin-no-noise lambda=0.5"} <= set(names)
     with pytest.raises(ConfigError, match="controls"):
         KernelExperimentConfig(controls=["rff-big"])

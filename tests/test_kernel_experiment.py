@@ -1,4 +1,5 @@
 """The synthetic experiment (Appendix F.1): design, labels, rows of every part, exponent fit, and the `kernel` measurement."""
+
 from __future__ import annotations
 
 import json
@@ -7,13 +8,32 @@ import math
 import numpy as np
 import pytest
 
+from attnbench.baselines.coulomb.kernel_experiment import (
+    KernelExperimentConfig,
+    fit_exponent,
+    logit,
+    make_design,
+    run_kernel_experiment,
+    scaling_fits,
+    skip_reason,
+    summarise,
+    trial_labels,
+)
 from attnbench.errors import ConfigError
-from attnbench.baselines.coulomb.kernel_experiment import (KernelExperimentConfig, fit_exponent, logit, make_design, run_kernel_experiment,
-                                       scaling_fits, skip_reason, summarise, trial_labels)
 from attnbench.options import make_options
 
-SMALL = dict(num_samples=60, noise_levels=2, trials=2, particles=12, num_features=8, particle_steps=5,
-             mkl_max_iter=3, is_candidates=200, ablation_lambdas=[0.0, 1.0], scaling_sizes=[40, 80])
+SMALL = dict(
+    num_samples=60,
+    noise_levels=2,
+    trials=2,
+    particles=12,
+    num_features=8,
+    particle_steps=5,
+    mkl_max_iter=3,
+    is_candidates=200,
+    ablation_lambdas=[0.0, 1.0],
+    scaling_sizes=[40, 80],
+)
 
 
 def small_config(**overrides) -> KernelExperimentConfig:
@@ -29,6 +49,7 @@ def test_logit_against_a_hand_computed_value():
 
 def test_design_is_the_global_seed_and_one_70_30_split():
     from sklearn.model_selection import train_test_split
+
     a, b = make_design(400, 5, 42, 0.3, 0), make_design(400, 5, 42, 0.3, 0)
     assert np.array_equal(a.x, b.x) and np.array_equal(a.x, np.random.default_rng(42).standard_normal((400, 5)))
     train, test = train_test_split(np.arange(400), test_size=0.3, random_state=0)
@@ -55,9 +76,9 @@ def test_labels_follow_the_logit_and_only_the_noise_changes_between_trials():
 
 def test_exponent_fit_recovers_synthetic_power_laws():
     n = np.array([100, 300, 1000, 3000, 10000])
-    fit = fit_exponent(n.tolist(), (0.002 * n ** 1.5).tolist())
+    fit = fit_exponent(n.tolist(), (0.002 * n**1.5).tolist())
     assert fit["exponent"] == pytest.approx(1.5) and fit["r2"] == pytest.approx(1.0) and fit["points"] == 5
-    noisy = 3e-4 * n ** 0.7 * np.exp(np.random.default_rng(0).normal(0, 0.05, 5))
+    noisy = 3e-4 * n**0.7 * np.exp(np.random.default_rng(0).normal(0, 0.05, 5))
     assert fit_exponent(n.tolist(), noisy.tolist())["exponent"] == pytest.approx(0.7, abs=0.05)
     assert math.isnan(fit_exponent([100], [1.0])["exponent"])
 
@@ -74,8 +95,17 @@ def test_every_part_produces_its_rows():
     cfg = small_config()
     rows = run_kernel_experiment(cfg, seed=42)
     noise = [r for r in rows if r["part"] == "noise"]
-    names = ["logistic", "rbf-svm gamma=0.5", "rbf-svm gamma=0.01", "rbf-svm gamma=100", "rff", "mkl",
-             "importance-sampling", "langevin lambda=0.5", "langevin lambda=0"]
+    names = [
+        "logistic",
+        "rbf-svm gamma=0.5",
+        "rbf-svm gamma=0.01",
+        "rbf-svm gamma=100",
+        "rff",
+        "mkl",
+        "importance-sampling",
+        "langevin lambda=0.5",
+        "langevin lambda=0",
+    ]
     assert list(dict.fromkeys(r["method"] for r in noise)) == names
     assert len(noise) == len(names) * 2 * 2
     for row in noise:
@@ -99,11 +129,20 @@ def test_every_part_produces_its_rows():
 
 def test_kernel_measurement_through_run_cell():
     from attnbench.measurements import measurement_names, run_cell
+
     assert "kernel" in measurement_names()
-    cell = {"suite": "t", "task": {"name": "none", "options": {}}, "attention": {"name": "none"}, "seed": 42,
-            "model": {}, "training": {},
-            "measurement": {"name": "kernel", "options": {**SMALL, "noise_levels": 1, "trials": 1,
-                                                          "ablation_lambdas": [], "scaling_sizes": []}}}
+    cell = {
+        "suite": "t",
+        "task": {"name": "none", "options": {}},
+        "attention": {"name": "none"},
+        "seed": 42,
+        "model": {},
+        "training": {},
+        "measurement": {
+            "name": "kernel",
+            "options": {**SMALL, "noise_levels": 1, "trials": 1, "ablation_lambdas": [], "scaling_sizes": []},
+        },
+    }
     result = run_cell(cell)
     json.dumps(result, allow_nan=False)
     assert {r["part"] for r in result["details"]["rows"]} == {"noise"}
@@ -111,10 +150,17 @@ def test_kernel_measurement_through_run_cell():
     assert "langevin lambda=0.5/accuracy@smallest_sigma" in result["metrics"]
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(num_inputs=3), "num_inputs=3"), (dict(sigma_min=10.0, sigma_max=1.0), "sigma_min"),
-    (dict(num_features=20), "num_features=20"), (dict(scaling_max_rows={"svm": 10}), "scaling_max_rows names"),
-    (dict(riesz_s=-1.0), "riesz_s=-1"), (dict(scaling_sizes=[5]), "scaling_sizes")])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(num_inputs=3), "num_inputs=3"),
+        (dict(sigma_min=10.0, sigma_max=1.0), "sigma_min"),
+        (dict(num_features=20), "num_features=20"),
+        (dict(scaling_max_rows={"svm": 10}), "scaling_max_rows names"),
+        (dict(riesz_s=-1.0), "riesz_s=-1"),
+        (dict(scaling_sizes=[5]), "scaling_sizes"),
+    ],
+)
 def test_config_errors_name_the_option(options, message):
     with pytest.raises(ConfigError, match=message):
         small_config(**options)
@@ -123,8 +169,11 @@ def test_config_errors_name_the_option(options, message):
 def test_bayes_accuracy_is_the_expected_accuracy_of_the_bayes_rule():
     design = make_design(400, 5, 42, 0.3, 0)
     from attnbench.baselines.coulomb.kernel_experiment import bayes_accuracy
-    hits = [(trial_labels(design, [1e-5], 42, t)[0][design.test] == (design.logit[design.test] > 0)).mean()
-            for t in range(300)]
+
+    hits = [
+        (trial_labels(design, [1e-5], 42, t)[0][design.test] == (design.logit[design.test] > 0)).mean()
+        for t in range(300)
+    ]
     assert bayes_accuracy(design) == pytest.approx(np.mean(hits), abs=0.005)
 
 
@@ -133,14 +182,18 @@ def test_processes_give_the_same_rows_as_one_process():
     one = run_kernel_experiment(small_config(**cfg), seed=42)
     two = run_kernel_experiment(small_config(**cfg, processes=2), seed=42)
     assert [{k: v for k, v in r.items() if k != "seconds"} for r in one] == [
-        {k: v for k, v in r.items() if k != "seconds"} for r in two]
+        {k: v for k, v in r.items() if k != "seconds"} for r in two
+    ]
 
 
 def test_without_the_mkl_extra_the_mkl_method_is_left_out_and_says_how_to_install(monkeypatch):
     from attnbench.baselines.coulomb import kernel_experiment, kernel_methods
     from attnbench.errors import UserError
+
     monkeypatch.setattr(kernel_methods, "mkl_available", lambda: False)
     cfg = KernelExperimentConfig()
-    assert "mkl" not in kernel_experiment.methods(cfg, cfg.lambdas) and "mkl" not in kernel_experiment.scaling_methods(cfg)
+    assert "mkl" not in kernel_experiment.methods(cfg, cfg.lambdas) and "mkl" not in kernel_experiment.scaling_methods(
+        cfg
+    )
     with pytest.raises(UserError, match=r"pip install 'attnbench\[mkl\]'"):
         kernel_methods.mkl_memo(None, None, [0.5])

@@ -1,4 +1,5 @@
 """The synthetic experiment's methods, each against an independent computation or a known answer."""
+
 from __future__ import annotations
 
 import math
@@ -32,25 +33,41 @@ def test_rbf_grams_match_the_definition():
 
 def test_project_onto_simplex_matches_a_brute_force_minimiser():
     from scipy.optimize import minimize
+
     rng = np.random.default_rng(2)
     for _ in range(5):
         v = rng.normal(size=6) * 2
         q = km.project_onto_simplex(v)
-        ref = minimize(lambda p: np.sum((p - v) ** 2), np.full(6, 1 / 6), method="SLSQP", bounds=[(0, 1)] * 6,
-                       constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1}], options={"ftol": 1e-14}).x
+        ref = minimize(
+            lambda p: np.sum((p - v) ** 2),  # noqa: B023
+            np.full(6, 1 / 6),
+            method="SLSQP",
+            bounds=[(0, 1)] * 6,
+            constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1}],
+            options={"ftol": 1e-14},
+        ).x
         assert q.min() >= 0 and q.sum() == pytest.approx(1.0)
         assert np.allclose(q, ref, atol=1e-6)
 
 
 def test_chi_square_weights_solve_the_constrained_linear_programme():
     from scipy.optimize import minimize
+
     rng = np.random.default_rng(3)
     scores, n, rho = rng.exponential(size=8), 8, 0.4
     q = km.chi_square_weights(scores, rho, 1e-12)
-    cons = [{"type": "eq", "fun": lambda p: p.sum() - 1},
-            {"type": "ineq", "fun": lambda p: rho / n - np.sum((p - 1 / n) ** 2)}]
-    ref = minimize(lambda p: -p @ scores, np.full(n, 1 / n), method="SLSQP", bounds=[(0, 1)] * n,
-                   constraints=cons, options={"ftol": 1e-15, "maxiter": 500}).x
+    cons = [
+        {"type": "eq", "fun": lambda p: p.sum() - 1},
+        {"type": "ineq", "fun": lambda p: rho / n - np.sum((p - 1 / n) ** 2)},
+    ]
+    ref = minimize(
+        lambda p: -p @ scores,
+        np.full(n, 1 / n),
+        method="SLSQP",
+        bounds=[(0, 1)] * n,
+        constraints=cons,
+        options={"ftol": 1e-15, "maxiter": 500},
+    ).x
     assert np.sum((q - 1 / n) ** 2) == pytest.approx(rho / n, rel=1e-6)  # the ball constraint is active
     assert q @ scores == pytest.approx(ref @ scores, rel=1e-6)
     assert np.allclose(q, ref, atol=1e-4)
@@ -79,6 +96,7 @@ def test_memo_reaches_its_fixed_point_on_a_case_with_a_known_answer():
 
     from MKLpy.algorithms import MEMO
     from sklearn.svm import SVC
+
     _, y = mkl_split()
     n, s = len(y), 2.0 * y - 1
     k1 = torch.from_numpy(np.outer(s, s) + np.eye(n))
@@ -115,6 +133,7 @@ def test_kernel_methods_learn_a_circle_that_logistic_regression_cannot(method):
 
 def test_rbf_svm_is_sklearns_svc():
     from sklearn.svm import SVC
+
     split, _ = small_split()
     expected = SVC(kernel="rbf", gamma=100.0, C=1.0).fit(split.x_train, split.y_train).predict(split.x_test)
     assert np.array_equal(km.rbf_svm(split, np.random.default_rng(0), gamma=100.0), expected)

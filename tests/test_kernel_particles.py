@@ -1,4 +1,5 @@
 """Langevin particles of the synthetic experiment: the analytic drift, energies, clipping, dynamics and Gibbs resampling."""
+
 from __future__ import annotations
 
 import math
@@ -6,8 +7,15 @@ import math
 import pytest
 import torch
 
-from attnbench.baselines.coulomb.kernel_particles import (ParticleDynamics, clip_per_particle, gibbs_resample, hamiltonian_drift,
-                                      learn_features, particle_energies, run_dynamics)
+from attnbench.baselines.coulomb.kernel_particles import (
+    ParticleDynamics,
+    clip_per_particle,
+    gibbs_resample,
+    hamiltonian_drift,
+    learn_features,
+    particle_energies,
+    run_dynamics,
+)
 
 
 def naive_hamiltonian(x, y, omega, phase, lam, s):
@@ -21,7 +29,7 @@ def naive_hamiltonian(x, y, omega, phase, lam, s):
         for m in range(num):
             if k != m:
                 r = (omega[k] - omega[m]).norm()
-                energy = energy + (-torch.log(r) if s == 0 else r ** -s)
+                energy = energy + (-torch.log(r) if s == 0 else r**-s)
     return -alignment + lam * energy / (2 * num * (num - 1))
 
 
@@ -52,8 +60,9 @@ def test_particle_energies_average_to_the_hamiltonian(system, s):
     x, y, omega, phase, lam = system
     shares = particle_energies(x, y, omega, phase, lam, s)
     for i in range(2):
-        assert shares[i].mean().item() == pytest.approx(naive_hamiltonian(x, y, omega[i], phase[i], lam[i], s).item(),
-                                                        rel=1e-10, abs=1e-13)
+        assert shares[i].mean().item() == pytest.approx(
+            naive_hamiltonian(x, y, omega[i], phase[i], lam[i], s).item(), rel=1e-10, abs=1e-13
+        )
 
 
 def test_clip_bounds_each_particle_jointly_and_keeps_small_ones():
@@ -102,7 +111,9 @@ def test_learn_features_keeps_d_of_n_particles_per_lambda():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(20, 5, generator=g, dtype=torch.float64)
     y01 = (torch.rand(20, generator=g) < 0.5).long()
-    omega, phase, diagnostics = learn_features(x, y01, [0.5, 0.0], 6, 0.5, ParticleDynamics(num_particles=10, steps=5), g)
+    omega, phase, diagnostics = learn_features(
+        x, y01, [0.5, 0.0], 6, 0.5, ParticleDynamics(num_particles=10, steps=5), g
+    )
     assert omega.shape == (2, 6, 5) and phase.shape == (2, 6)
     assert omega.norm(dim=-1).max() <= 5.0 + 1e-12
     y = 2.0 * y01.double() - 1
@@ -111,4 +122,6 @@ def test_learn_features_keeps_d_of_n_particles_per_lambda():
     naive = ((y[:, None] * y[None] * kernel).sum() - (y * y * kernel.diag()).sum()) / (20 * 19)
     assert diagnostics[1]["alignment_kept"] == pytest.approx(naive.item())
     assert diagnostics[0]["noise_norm"] == pytest.approx(math.sqrt(2 * 30 / 100) * math.sqrt(6))
-    assert diagnostics[0]["drift_to_noise"] == pytest.approx(diagnostics[0]["drift_median"] / diagnostics[0]["noise_norm"])
+    assert diagnostics[0]["drift_to_noise"] == pytest.approx(
+        diagnostics[0]["drift_median"] / diagnostics[0]["noise_norm"]
+    )

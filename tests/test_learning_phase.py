@@ -1,16 +1,17 @@
 """Phase A moves the particles and nothing else; phase B moves everything else and never the particles."""
+
 from __future__ import annotations
 
-import json
 import dataclasses
+import json
 import math
 
 import pytest
 import torch
 
 import attnbench.baselines.coulomb.phase_a as learning_phase
-from attnbench.errors import ConfigError
 from attnbench.baselines.coulomb.phase_a import representations, run_learning_phase
+from attnbench.errors import ConfigError
 from attnbench.model import ModelConfig, TransformerClassifier
 from attnbench.tasks.base import Split, TaskData
 from attnbench.train import TrainConfig, train_classifier
@@ -35,8 +36,16 @@ def toy_task() -> TaskData:
 
 
 def toy_model(seed: int = 0, tie_qk: bool = True, **attention_options) -> TransformerClassifier:
-    cfg = ModelConfig(vocab_size=VOCAB, num_classes=2, max_length=LENGTH, d_model=16, num_heads=2,
-                      num_layers=2, ffn_dim=32, tie_qk=tie_qk)
+    cfg = ModelConfig(
+        vocab_size=VOCAB,
+        num_classes=2,
+        max_length=LENGTH,
+        d_model=16,
+        num_heads=2,
+        num_layers=2,
+        ffn_dim=32,
+        tie_qk=tie_qk,
+    )
     return TransformerClassifier(cfg, "coulomb", {"num_features": 8, **attention_options}, seed=seed)
 
 
@@ -65,8 +74,9 @@ def test_phase_a_moves_only_particles_and_phase_b_never_moves_them(monkeypatch):
     spy.__attnbench_entry__ = dataclasses.replace(run_learning_phase.__attnbench_entry__, factory=spy)
     monkeypatch.setattr(learning_phase, "run_learning_phase", spy)
     trained_before = others(model)
-    result = train_classifier(model, task, TrainConfig(epochs=2, batch_size=32, lr=1e-3,
-                                                       phase_a={"max_steps": 5, "batch_size": 32}))
+    result = train_classifier(
+        model, task, TrainConfig(epochs=2, batch_size=32, lr=1e-3, phase_a={"max_steps": 5, "batch_size": 32})
+    )
     for name, value in seen["others_before"].items():
         assert torch.equal(value, seen["others_after"][name]), name  # phase A: bit-identical
     assert all(not torch.equal(a, b) for a, b in zip(seen["particles_before"], seen["particles_after"]))
@@ -102,8 +112,17 @@ def test_same_seed_same_particles_and_json_result():
     assert result["steps"] == result["budget_steps"] == 4
     assert len(result["diagnostics"]) == 2 and all(len(layer) == 2 for layer in result["diagnostics"])
     step = result["diagnostics"][1][0][-1]
-    assert set(step) == {"H", "alignment", "energy", "max_move", "drift", "noise", "norm_before_projection",
-                         "norm_after_projection", "projected_fraction"}
+    assert set(step) == {
+        "H",
+        "alignment",
+        "energy",
+        "max_move",
+        "drift",
+        "noise",
+        "norm_before_projection",
+        "norm_after_projection",
+        "projected_fraction",
+    }
     assert step["H"] == pytest.approx(-step["alignment"] + 1e-3 * step["energy"])
     assert result["objective"] == "within-class" and result["probe_split"] == "train"
     measured = result["validation_alignment"]
@@ -134,7 +153,11 @@ def test_default_budget_is_ten_epochs_fraction_by_option_and_model_is_restored()
 def test_phase_a_is_the_procedure_the_registry_names_and_train_does_not_import_it():
     from attnbench.registry import attention_entry
     from attnbench.train import learning_procedure
-    assert attention_entry("coulomb").capabilities.learning_phase == "attnbench.baselines.coulomb.phase_a:run_learning_phase"
+
+    assert (
+        attention_entry("coulomb").capabilities.learning_phase
+        == "attnbench.baselines.coulomb.phase_a:run_learning_phase"
+    )
     procedure = learning_procedure(toy_model())
     assert procedure.factory is run_learning_phase and procedure.config is learning_phase.PhaseAConfig
     source = open(train_classifier.__code__.co_filename).read()
@@ -143,8 +166,9 @@ def test_phase_a_is_the_procedure_the_registry_names_and_train_does_not_import_i
 
 def test_within_class_alignment_of_outputs_matches_the_pooled_attention_outputs():
     model, task = toy_model(feature_map="softplus"), toy_task()
-    result = run_learning_phase(model, task["train"], {"max_steps": 1, "batch_size": 16}, seed=0,
-                                validation=task["validation"])
+    result = run_learning_phase(
+        model, task["train"], {"max_steps": 1, "batch_size": 16}, seed=0, validation=task["validation"]
+    )
     before = result["validation_alignment"]["within-class"]["before_per_layer"]
     fresh = toy_model(feature_map="softplus").eval()
     outputs = []
@@ -156,6 +180,7 @@ def test_within_class_alignment_of_outputs_matches_the_pooled_attention_outputs(
     out, mask = outputs[0], split.attention_mask  # (B, H, N, D)
     rows = (out.transpose(1, 2).flatten(2) * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
     from attnbench.baselines.coulomb.physics import within_class_alignment
+
     assert before[0] == pytest.approx(float(within_class_alignment(rows.double(), split.labels)), rel=1e-5)
 
 
@@ -186,8 +211,12 @@ def test_mean_pooling_over_real_tokens_and_untied_keys():
 
 def test_token_pooling_untied_model_and_resampling():
     model, task = toy_model(tie_qk=False, feature_map="trig"), toy_task()
-    result = run_learning_phase(model, task["train"], {"max_steps": 3, "batch_size": 16, "pooling": "token",
-                                                       "resample": 5, "beta": "inf"}, seed=0)
+    result = run_learning_phase(
+        model,
+        task["train"],
+        {"max_steps": 3, "batch_size": 16, "pooling": "token", "resample": 5, "beta": "inf"},
+        seed=0,
+    )
     assert result["num_particles"] == [5, 5]
     assert all(p.shape == (2, 5, 8) for p in particles(model))
     assert all(m.feature_map.num_features == 10 for m in model.attention_modules())
@@ -197,17 +226,31 @@ def test_token_pooling_untied_model_and_resampling():
 
 def test_input_kernel_alignment_rises_on_a_task_with_signal():
     model, task = toy_model(feature_map="trig", num_features=16), toy_task()
-    result = run_learning_phase(model, task["train"], {"max_steps": 30, "batch_size": 96, "step": 0.05,
-                                                       "beta": "inf", "alignment": "centered",
-                                                       "objective": "input-kernel"}, seed=0)
+    result = run_learning_phase(
+        model,
+        task["train"],
+        {
+            "max_steps": 30,
+            "batch_size": 96,
+            "step": 0.05,
+            "beta": "inf",
+            "alignment": "centered",
+            "objective": "input-kernel",
+        },
+        seed=0,
+    )
     assert result["alignment_after"] > result["alignment_before"] + 0.01
 
 
 def test_within_class_alignment_of_outputs_rises_without_noise():
     model, task = toy_model(feature_map="softplus", num_features=16), toy_task()
-    result = run_learning_phase(model, task["train"], {"max_steps": 30, "batch_size": 96, "step": 0.5,
-                                                       "beta": "inf", "repulsion": 0.0}, seed=0,
-                                validation=task["validation"])
+    result = run_learning_phase(
+        model,
+        task["train"],
+        {"max_steps": 30, "batch_size": 96, "step": 0.5, "beta": "inf", "repulsion": 0.0},
+        seed=0,
+        validation=task["validation"],
+    )
     assert result["alignment_after"] > 1.05 * result["alignment_before"]
     assert result["walk"]["noise"] == 0 and result["walk"]["drift"] > 0
 

@@ -1,9 +1,16 @@
 """The shared linear-attention kernel: masking, normaliser guard, causal prefix sums, redraw schedule."""
+
 import pytest
 import torch
 
-from attnbench.baselines.linear_kernel import (FeatureChunk, FeatureMap, LinearKernelAttention, chunked_linear_attention,
-                                     factored_linear_attention, linear_attention)
+from attnbench.baselines.linear_kernel import (
+    FeatureChunk,
+    FeatureMap,
+    LinearKernelAttention,
+    chunked_linear_attention,
+    factored_linear_attention,
+    linear_attention,
+)
 
 
 def naive(phi_q, phi_k, v, mask=None, causal=False):
@@ -24,7 +31,7 @@ def test_kernel_matches_explicit_weights(n, causal):
     phi_q, phi_k = (torch.rand(2, 3, n, 6, generator=g, dtype=torch.float64) for _ in range(2))
     v = torch.randn(2, 3, n, 4, generator=g, dtype=torch.float64)
     mask = torch.ones(2, n, dtype=torch.bool)
-    mask[1, (n + 1) // 2:] = False
+    mask[1, (n + 1) // 2 :] = False
     out = linear_attention(phi_q, phi_k, v, mask, eps=1e-12, causal=causal)
     torch.testing.assert_close(out, naive(phi_q, phi_k, v, mask, causal))
 
@@ -83,6 +90,7 @@ def _maps():
     from attnbench.baselines.elu_linear import EluFeatureMap
     from attnbench.baselines.random_features import FEATURE_MAPS, RandomFeatureMap
     from attnbench.baselines.rfa import RfaFeatureMap
+
     maps = [RandomFeatureMap(6, 2, 8, kind, seed=1).double() for kind in FEATURE_MAPS]
     return maps + [EluFeatureMap(6), RfaFeatureMap(6, 2, 8, seed=1, tau=1.0, orthogonal=True).double()]
 
@@ -143,21 +151,28 @@ def test_a_map_without_features_says_what_to_implement():
         num_features = 4
 
     q = torch.randn(1, 1, 3, 4)
-    for call in (lambda: Empty()(q), lambda: Empty().forward_queries(q), lambda: Empty().forward_keys(q),
-                 lambda: LinearKernelAttention(Empty())(q, q, q)):
+    for call in (
+        lambda: Empty()(q),
+        lambda: Empty().forward_queries(q),
+        lambda: Empty().forward_keys(q),
+        lambda: LinearKernelAttention(Empty())(q, q, q),
+    ):
         with pytest.raises(NotImplementedError, match="implements forward"):
             call()
 
 
 def test_factored_chunk_materialises_scale_and_offset():
     values = torch.tensor([[[[1.0, 2.0]]]])
-    torch.testing.assert_close(FeatureChunk(values, scale=0.5, offset=4.0).materialise(), torch.tensor([[[[2.5, 3.0]]]]))
+    torch.testing.assert_close(
+        FeatureChunk(values, scale=0.5, offset=4.0).materialise(), torch.tensor([[[[2.5, 3.0]]]])
+    )
     assert FeatureChunk(values).materialise() is values
 
 
 def test_cost_counts_features_and_kernel_products():
     from attnbench.baselines.elu_linear import EluFeatureMap
     from attnbench.baselines.random_features import RandomFeatureMap
+
     n, d = 1000, 8
     elu = LinearKernelAttention(EluFeatureMap(d)).cost(2, 3, n, d)
     kernel = 2 * 2 * n * d * d + 3 * n * d + n * d  # phi_k^T v, phi_q @ state; sum, normaliser; division
@@ -203,6 +218,7 @@ def test_maps_without_the_out_argument_still_run_chunked():
 
 def test_scratch_is_reused_per_thread_and_grows():
     from attnbench.baselines.linear_kernel import scratch
+
     first = scratch((2, 3), torch.float32, torch.device("cpu"))
     again = scratch((3, 2), torch.float32, torch.device("cpu"))
     assert again.data_ptr() == first.data_ptr()
@@ -220,8 +236,10 @@ def test_factored_training_path_equals_the_materialised_one_with_gradients(index
     mask[0, 6:] = False
     grads = []
     for factored in (True, False):
-        q, k, v = (torch.randn(2, 2, 9, 6, generator=torch.Generator().manual_seed(i), dtype=torch.float64,
-                               requires_grad=True) for i in range(3))
+        q, k, v = (
+            torch.randn(2, 2, 9, 6, generator=torch.Generator().manual_seed(i), dtype=torch.float64, requires_grad=True)
+            for i in range(3)
+        )
         if factored:
             out = factored_linear_attention(feature_map.query_chunk(q), feature_map.key_chunk(k, mask), v, mask)
         else:
@@ -234,6 +252,7 @@ def test_factored_training_path_equals_the_materialised_one_with_gradients(index
 
 def test_derived_weights_are_kept_across_calls_until_their_source_changes():
     from attnbench.baselines.random_features import RandomFeatureMap
+
     fm = RandomFeatureMap(8, 2, 16, "favor", seed=0).eval()
     x = torch.randn(1, 2, 5, 8)
     first = fm.native_spec(x).weights
@@ -243,13 +262,14 @@ def test_derived_weights_are_kept_across_calls_until_their_source_changes():
     assert redrawn is not first and not torch.equal(redrawn, first)
     assert fm.native_spec(x.double()).weights.dtype == torch.float64  # the key: another dtype is another value
     fm.load_state_dict(RandomFeatureMap(8, 2, 16, "favor", seed=3).state_dict())
-    torch.testing.assert_close(fm.native_spec(x).weights, fm.omega.transpose(-2, -1) * 8 ** -0.25)
+    torch.testing.assert_close(fm.native_spec(x).weights, fm.omega.transpose(-2, -1) * 8**-0.25)
     fm.omega.data = fm.omega.detach() * 2  # new storage
-    torch.testing.assert_close(fm.native_spec(x).weights, fm.omega.transpose(-2, -1) * 8 ** -0.25)
+    torch.testing.assert_close(fm.native_spec(x).weights, fm.omega.transpose(-2, -1) * 8**-0.25)
 
 
 def test_derived_weights_that_carry_a_gradient_are_made_afresh():
     from attnbench.baselines.rfa import RfaFeatureMap
+
     fm = RfaFeatureMap(8, 2, 4, seed=0, tau=1.0, orthogonal=True).eval()
     x = torch.randn(1, 2, 5, 8)
     with torch.no_grad():

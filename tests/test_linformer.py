@@ -1,4 +1,5 @@
 """Linformer: naive projected softmax, padding masked before projection, maximum length."""
+
 import math
 
 import pytest
@@ -17,8 +18,9 @@ def naive_linformer(q, k, v, e, f, n_real):
 
 @pytest.mark.parametrize("share_heads", [True, False])
 def test_matches_naive_projection_with_padding(share_heads):
-    attn = build_attention("linformer", head_dim=4, num_heads=2, max_length=10, projected_length=3,
-                           share_heads=share_heads).double()
+    attn = build_attention(
+        "linformer", head_dim=4, num_heads=2, max_length=10, projected_length=3, share_heads=share_heads
+    ).double()
     assert attn.e_proj.shape == ((1 if share_heads else 2), 10, 3)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 7, 4, generator=g, dtype=torch.float64) for _ in range(3))
@@ -46,7 +48,7 @@ def test_one_heads_projections_serve_any_heads_and_other_counts_name_num_heads()
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, 12, 8, generator=g) for _ in range(3))
     shared = build_attention("linformer", head_dim=8, max_length=16, projected_length=4, share_heads=False)
-    heads = [shared(q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1]) for i in range(4)]
+    heads = [shared(q[:, i : i + 1], k[:, i : i + 1], v[:, i : i + 1]) for i in range(4)]
     torch.testing.assert_close(shared(q, k, v), torch.cat(heads, dim=1))
     two = build_attention("linformer", head_dim=8, num_heads=2, max_length=16, projected_length=4, share_heads=False)
     with pytest.raises(ConfigError, match="num_heads=2 but called on 4 heads"):

@@ -1,5 +1,6 @@
 """Key padding masks (attnbench.baselines.masks): bool, int and float 0/1 mean the same on every attention and path;
 anything else is a clear error; `attnbench check` holds plugins to it, and to the output's dtype and shape."""
+
 from __future__ import annotations
 
 import sys
@@ -16,8 +17,14 @@ from attnbench.registry import attention_names, build_attention
 
 sys.path.insert(0, str(Path(__file__).parent))  # plugin_attentions
 NAMES = [name for name in attention_names() if not name.startswith("test-")]
-FAST = {"performer": {"num_features": 16}, "random-features": {"num_features": 16}, "coulomb": {"num_features": 16},
-        "rfa": {"num_features": 16}, "nystromformer": {"num_landmarks": 4}, "linformer": {"projected_length": 4}}
+FAST = {
+    "performer": {"num_features": 16},
+    "random-features": {"num_features": 16},
+    "coulomb": {"num_features": 16},
+    "rfa": {"num_features": 16},
+    "nystromformer": {"num_landmarks": 4},
+    "linformer": {"projected_length": 4},
+}
 
 
 def hf_mask() -> torch.Tensor:
@@ -35,7 +42,7 @@ def qkv(n: int = 9) -> list[torch.Tensor]:
 def test_softmax_with_a_hugging_face_mask_matches_the_naive_formula():
     q, k, v = qkv()
     mask = hf_mask()
-    scores = (q @ k.transpose(-1, -2)) / 8 ** 0.5
+    scores = (q @ k.transpose(-1, -2)) / 8**0.5
     expected = scores.masked_fill(mask[:, None, None, :] == 0, -torch.inf).softmax(-1) @ v
     attn = build_attention("softmax", head_dim=8, num_heads=2)
     for given in (mask, mask.float(), mask.bool()):
@@ -84,11 +91,15 @@ def test_a_plugins_required_argument_is_an_option_refused_when_missing(tmp_path,
     assert main(["check", "plugin_attentions:Banded", "-o", "window=x"]) == 2
     assert "expected an integer" in capsys.readouterr().err
     suite = tmp_path / "s.yaml"
-    suite.write_text("name: s\ndescription: d\nseeds: [0]\nmeasurements: [accuracy]\n"
-                     "tasks: [{name: listops, options: {num_train: 16}}]\n"
-                     "attentions: [{name: 'plugin_attentions:Banded'}]\n")
+    suite.write_text(
+        "name: s\ndescription: d\nseeds: [0]\nmeasurements: [accuracy]\n"
+        "tasks: [{name: listops, options: {num_train: 16}}]\n"
+        "attentions: [{name: 'plugin_attentions:Banded'}]\n"
+    )
     assert main(["run", str(suite), "--out", str(tmp_path / "run"), "--quiet"]) == 2
-    assert "attentions[0].options: attention 'plugin_attentions:Banded': option 'window' (int) is required" \
+    assert (
+        "attentions[0].options: attention 'plugin_attentions:Banded': option 'window' (int) is required"
         in capsys.readouterr().err
+    )
     assert not (tmp_path / "run").exists()
     assert build_attention("plugin_attentions:Banded", head_dim=8, window=2).window == 2

@@ -1,4 +1,5 @@
 """Every measurement through run_cell on tiny settings: schema keys, determinism, skips, OOM rows, errors."""
+
 from __future__ import annotations
 
 import math
@@ -13,20 +14,46 @@ from attnbench.measurements.fidelity import exact_attention, uniform_attention
 from attnbench.measurements.robustness import normalized_auc
 from attnbench.registry import AttentionConfig, build_attention, register_attention
 
-CLASSIFICATION_KEYS = {"accuracy", "macro_f1", "mcc", "balanced_accuracy", "roc_auc", "pr_auc", "nll", "brier",
-                       "ece", "ece_equal_mass"}
+CLASSIFICATION_KEYS = {
+    "accuracy",
+    "macro_f1",
+    "mcc",
+    "balanced_accuracy",
+    "roc_auc",
+    "pr_auc",
+    "nll",
+    "brier",
+    "ece",
+    "ece_equal_mass",
+}
 
 
-def tiny_cell(measurement: str, attention: str = "softmax", attention_options: dict | None = None,
-              options: dict | None = None, seed: int = 0) -> dict:
-    return {"suite": "test",
-            "task": {"name": "nonlinear_tokens", "options": {"num_train": 96, "num_validation": 32, "num_test": 48,
-                                                             "min_length": 4, "max_length": 16, "num_tokens": 16}},
-            "attention": {"name": attention, "label": attention, "options": attention_options or {}},
-            "seed": seed,
-            "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32, "dropout": 0.0},
-            "training": {"epochs": 2, "batch_size": 32, "lr": 3e-3},
-            "measurement": {"name": measurement, "options": options or {}}}
+def tiny_cell(
+    measurement: str,
+    attention: str = "softmax",
+    attention_options: dict | None = None,
+    options: dict | None = None,
+    seed: int = 0,
+) -> dict:
+    return {
+        "suite": "test",
+        "task": {
+            "name": "nonlinear_tokens",
+            "options": {
+                "num_train": 96,
+                "num_validation": 32,
+                "num_test": 48,
+                "min_length": 4,
+                "max_length": 16,
+                "num_tokens": 16,
+            },
+        },
+        "attention": {"name": attention, "label": attention, "options": attention_options or {}},
+        "seed": seed,
+        "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32, "dropout": 0.0},
+        "training": {"epochs": 2, "batch_size": 32, "lr": 3e-3},
+        "measurement": {"name": measurement, "options": options or {}},
+    }
 
 
 @register_attention("test-no-padding", padding_mask=False)
@@ -78,8 +105,9 @@ def test_accuracy_cell_schema(attention):
 def test_same_cell_twice_gives_identical_metrics():
     first, second = (run_cell(tiny_cell("accuracy", seed=3)) for _ in range(2))
     drop = {"train_seconds"}
-    assert {k: v for k, v in first["metrics"].items() if k not in drop} == \
-           {k: v for k, v in second["metrics"].items() if k not in drop}
+    assert {k: v for k, v in first["metrics"].items() if k not in drop} == {
+        k: v for k, v in second["metrics"].items() if k not in drop
+    }
     assert first["details"]["reliability"] == second["details"]["reliability"]
 
 
@@ -96,12 +124,22 @@ def test_normalized_auc_known_values():
 
 
 def test_robustness_cell_rows_and_summary():
-    options = {"corruptions": ["substitute", "delete"], "severities": [0.0, 0.2, 0.5], "label_noise": [0.0, 0.3],
-               "feature_budgets": [4]}
+    options = {
+        "corruptions": ["substitute", "delete"],
+        "severities": [0.0, 0.2, 0.5],
+        "label_noise": [0.0, 0.3],
+        "feature_budgets": [4],
+    }
     result = run_cell(tiny_cell("robustness", "performer", {"num_features": 8}, options))
     metrics, rows = result["metrics"], result["details"]["rows"]
-    assert {"clean_accuracy", "clean_ece", "robustness_auc", "robustness_auc_substitute",
-            "label_noise_accuracy@0.3", "feature_budget_accuracy@4"} <= set(metrics)
+    assert {
+        "clean_accuracy",
+        "clean_ece",
+        "robustness_auc",
+        "robustness_auc_substitute",
+        "label_noise_accuracy@0.3",
+        "feature_budget_accuracy@4",
+    } <= set(metrics)
     corruption = [r for r in rows if r["kind"] == "corruption"]
     assert len(corruption) == 6
     assert all(r["accuracy"] == metrics["clean_accuracy"] for r in corruption if r["severity"] == 0.0)
@@ -117,11 +155,37 @@ def test_robustness_feature_budget_skipped_without_the_option():
     assert budget[0]["status"] == "skipped" and "num_features" in budget[0]["reason"]
 
 
-EFFICIENCY_FAST = {"seq_lens": [32, 64], "min_time_s": 0.01, "min_repeats": 2, "warmup": 1, "matmul_size": 256,
-                   "copy_mb": 8, "heads": [2], "head_dim": 16, "threads": 1}
-ROW_KEYS = {"seq_len", "batch", "heads", "head_dim", "mode", "status", "reason", "median_ms", "q25_ms", "q75_ms",
-            "repeats", "tokens_per_s", "peak_mem_bytes", "mem_method", "flops", "gflops_per_s", "roofline_ms",
-            "roofline_fraction"}
+EFFICIENCY_FAST = {
+    "seq_lens": [32, 64],
+    "min_time_s": 0.01,
+    "min_repeats": 2,
+    "warmup": 1,
+    "matmul_size": 256,
+    "copy_mb": 8,
+    "heads": [2],
+    "head_dim": 16,
+    "threads": 1,
+}
+ROW_KEYS = {
+    "seq_len",
+    "batch",
+    "heads",
+    "head_dim",
+    "mode",
+    "status",
+    "reason",
+    "median_ms",
+    "q25_ms",
+    "q75_ms",
+    "repeats",
+    "tokens_per_s",
+    "peak_mem_bytes",
+    "mem_method",
+    "flops",
+    "gflops_per_s",
+    "roofline_ms",
+    "roofline_fraction",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -129,6 +193,7 @@ def _unchecked_starvation(monkeypatch):
     """Efficiency tests run on a shared machine: the starvation check reads no counters here (not checked), except
     where a test injects its own."""
     from attnbench import timing
+
     monkeypatch.setattr(timing, "sched_snapshot", lambda: None)
 
 
@@ -166,6 +231,7 @@ def test_efficiency_rounds_interleave_the_points_and_pool_their_calls(monkeypatc
     def traced(fn, **kwargs):
         order.append(fn)
         return real_time_repeated(fn, **kwargs)
+
     monkeypatch.setattr(efficiency, "time_repeated", traced)
     monkeypatch.setattr(efficiency, "_probe", lambda *a: {"matmul_gflops": float(next(probes)), "copy_gb_per_s": 1.0})
     options = EFFICIENCY_FAST | {"memory": False, "modes": ["forward"], "rounds": 3, "min_repeats": 3}
@@ -180,6 +246,7 @@ def test_efficiency_rows_record_the_machine_load_and_flag_a_busy_machine(monkeyp
     """Each point carries the load read around its timed passes; where other processes held the cores it is
     flagged busy (row and notes), where none did it is not."""
     from attnbench.measurements import efficiency
+
     options = {**EFFICIENCY_FAST, "seq_lens": [16], "modes": ["forward"]}
     for others, busy in ((1.5, True), (0.0, False)):
         monkeypatch.setattr(efficiency, "others_cores", lambda *a, o=others: o)
@@ -198,8 +265,14 @@ def test_efficiency_paired_times_two_attentions_call_by_call(monkeypatch):
     alternated = []
     real = efficiency.time_alternating
     monkeypatch.setattr(efficiency, "time_alternating", lambda *a, **k: alternated.append(1) or real(*a, **k))
-    options = EFFICIENCY_FAST | {"memory": False, "modes": ["forward"], "seq_lens": [64], "min_time_s": 0.05,
-                                 "min_repeats": 20, "paired": {"elu-linear": {"name": "elu-linear", "label": "twin"}}}
+    options = EFFICIENCY_FAST | {
+        "memory": False,
+        "modes": ["forward"],
+        "seq_lens": [64],
+        "min_time_s": 0.05,
+        "min_repeats": 20,
+        "paired": {"elu-linear": {"name": "elu-linear", "label": "twin"}},
+    }
     result = run_cell(tiny_cell("efficiency", "elu-linear", options=options))
     (row,) = result["details"]["rows"]
     assert alternated and row["paired_label"] == "twin" and row["paired_median_ms"] > 0
@@ -213,9 +286,11 @@ def test_efficiency_refuses_a_starved_point_and_leaves_it_out_of_the_metrics(mon
     recorded as not measured with the reason, no time and no metric; a quiet reading is accepted."""
     from attnbench import timing
     from attnbench.measurements import efficiency
+
     options = {**EFFICIENCY_FAST, "memory": False, "seq_lens": [16], "modes": ["forward"], "starved_tries": 2}
-    monkeypatch.setattr(efficiency, "time_unstarved",
-                        lambda measure, **k: timing.time_unstarved(measure, **k | {"pause_s": 0}))
+    monkeypatch.setattr(
+        efficiency, "time_unstarved", lambda measure, **k: timing.time_unstarved(measure, **k | {"pause_s": 0})
+    )
     for share in (0.6, 0.0):
         clock = iter([timing.SchedSnapshot(0, 0), timing.SchedSnapshot(int(1e9 * (1 - share)), int(1e9 * share))] * 4)
         monkeypatch.setattr(timing, "sched_snapshot", lambda c=clock: next(c))
@@ -233,14 +308,33 @@ def test_efficiency_refuses_a_starved_point_and_leaves_it_out_of_the_metrics(mon
 def test_efficiency_small_calls_run_on_one_thread(monkeypatch):
     """A call below single_thread_flops is warmed up and timed with one torch thread, a larger one with the option's."""
     from attnbench.measurements import efficiency
+
     seen = []
     real = efficiency.time_repeated
-    monkeypatch.setattr(efficiency, "time_repeated",
-                        lambda fn, **k: seen.append(torch.get_num_threads()) or real(fn, **k))
-    flops = [point_cost(build_attention("softmax", head_dim=16, num_heads=2, max_length=n), "softmax", 1, 2, n, 16,
-                        "forward", torch.float32)["flops"] for n in (16, 256)]
-    options = {**EFFICIENCY_FAST, "memory": False, "modes": ["forward"], "threads": 2, "seq_lens": [16, 256],
-               "single_thread_flops": (flops[0] * flops[1]) ** 0.5}
+    monkeypatch.setattr(
+        efficiency, "time_repeated", lambda fn, **k: seen.append(torch.get_num_threads()) or real(fn, **k)
+    )
+    flops = [
+        point_cost(
+            build_attention("softmax", head_dim=16, num_heads=2, max_length=n),
+            "softmax",
+            1,
+            2,
+            n,
+            16,
+            "forward",
+            torch.float32,
+        )["flops"]
+        for n in (16, 256)
+    ]
+    options = {
+        **EFFICIENCY_FAST,
+        "memory": False,
+        "modes": ["forward"],
+        "threads": 2,
+        "seq_lens": [16, 256],
+        "single_thread_flops": (flops[0] * flops[1]) ** 0.5,
+    }
     rows = run_cell(tiny_cell("efficiency", "softmax", options=options))["details"]["rows"]
     assert [r["flops"] for r in rows] == flops
     assert [r["threads"] for r in rows] == seen == [1, 2]
@@ -249,6 +343,7 @@ def test_efficiency_small_calls_run_on_one_thread(monkeypatch):
 def test_efficiency_paired_option_rejects_bad_entries():
     from attnbench.errors import UserError
     from attnbench.measurements.efficiency import EfficiencyOptions
+
     with pytest.raises(UserError, match="must be an attention name"):
         EfficiencyOptions(paired={"performer": 42})
     with pytest.raises(UserError, match=r"paired\[.performer.\]: unknown attention .no-such-attention"):
@@ -258,8 +353,12 @@ def test_efficiency_paired_option_rejects_bad_entries():
 
 
 def test_efficiency_records_oom_and_length_cap_rows_in_process():
-    options = EFFICIENCY_FAST | {"memory": False, "modes": ["forward"], "seq_lens": [16, 32, 64],
-                                 "length_caps": {"test-oom": 32}}
+    options = EFFICIENCY_FAST | {
+        "memory": False,
+        "modes": ["forward"],
+        "seq_lens": [16, 32, 64],
+        "length_caps": {"test-oom": 32},
+    }
     cap = run_cell(tiny_cell("efficiency", "test-oom", options=options))["details"]["rows"]
     assert [r["status"] for r in cap] == ["ok", "ok", "skipped"] and "length cap 32" in cap[2]["reason"]
     options["length_caps"] = {}
@@ -271,7 +370,9 @@ def test_efficiency_records_oom_and_length_cap_rows_in_process():
 def test_efficiency_fixes_and_then_restores_the_thread_count():
     seen = []
     options = EFFICIENCY_FAST | {"memory": False, "seq_lens": [16], "threads": 2}
-    run_cell(tiny_cell("efficiency", "softmax", options=options), progress=lambda *a: seen.append(torch.get_num_threads()))
+    run_cell(
+        tiny_cell("efficiency", "softmax", options=options), progress=lambda *a: seen.append(torch.get_num_threads())
+    )
     assert seen and set(seen) == {2}
     assert torch.get_num_threads() == 1
 
@@ -302,8 +403,9 @@ def test_exact_attention_matches_sdpa_with_padding():
     q, k, v = (torch.randn(2, 3, 10, 8, generator=g) for _ in range(3))
     mask = torch.ones(2, 10, dtype=torch.bool)
     mask[1, 6:] = False
-    expected = nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
-                                                          attn_mask=mask[:, None, None, :])
+    expected = nn.functional.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), attn_mask=mask[:, None, None, :]
+    )
     assert torch.allclose(exact_attention(q, k, v, mask), expected, atol=1e-12)
 
 
@@ -356,8 +458,10 @@ def test_a_training_step_keeps_a_learned_kernel_frozen_as_phase_b_does():
     import inspect
 
     from attnbench.measurements.efficiency import attention_call
-    step = attention_call("coulomb", {"feature_map": "favor", "num_features": 16}, 1, 2, 64, 16, "train",
-                          "float32", "cpu", 0)
+
+    step = attention_call(
+        "coulomb", {"feature_map": "favor", "num_features": 16}, 1, 2, 64, 16, "train", "float32", "cpu", 0
+    )
     step()
     module = inspect.getclosurevars(step).nonlocals["module"]
     assert not module.feature_map.omega.requires_grad and module.feature_map.omega.grad is None

@@ -1,5 +1,6 @@
 """The causal measurements: state formulas against the tensors `step` carries, bits per byte by hand, recall per
 query, and the tiny causal suite end to end."""
+
 import math
 from pathlib import Path
 

@@ -1,14 +1,15 @@
 """Metric directions are declared where each metric is registered, and the report tables read them."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from report_fixture import write_cell
 
 from attnbench.metrics import METRICS, metric_direction, register_metric
 from attnbench.report.load import load_runs
 from attnbench.report.tables import task_table
-from report_fixture import write_cell
 
 
 def test_declared_metrics_have_the_declared_direction() -> None:
@@ -36,8 +37,7 @@ def test_task_table_ranks_follow_the_declaration(tmp_path: Path, direction: str)
     register_metric(name, direction, "a plug-in measurement's metric")
     try:
         for label, value in (("low", 1.0), ("high", 2.0)):
-            write_cell(tmp_path, label=label, attention="softmax", task="t", measurement="echo",
-                       metrics={name: value})
+            write_cell(tmp_path, label=label, attention="softmax", task="t", measurement="echo", metrics={name: value})
         table = task_table(load_runs([tmp_path]), "t", "echo")  # a plug-in measurement's table ranks every metric
         ranks = dict(zip(table.data["label"], table.data[f"{name}_rank"]))
         assert ranks == ({"high": 1.0, "low": 2.0} if direction == "max" else {"low": 1.0, "high": 2.0})

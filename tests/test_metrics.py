@@ -1,4 +1,5 @@
 """Every metric against a hand count or naive loop (the library is not its own judge), plus known limits."""
+
 from __future__ import annotations
 
 import math
@@ -36,9 +37,13 @@ def _naive_label_metrics(pred: np.ndarray, labels: np.ndarray, c: int) -> dict[s
     t_k, p_k = cm.sum(axis=1), cm.sum(axis=0)
     mcc_den = math.sqrt((s * s - p_k @ p_k) * (s * s - t_k @ t_k))
     recalls = [cm[k, k] / support[k] for k in range(c) if support[k]]
-    return {"accuracy": correct / s, "macro_f1": float(np.mean([f for f, q in zip(f1, present) if q])),
-            "weighted_f1": float(np.dot(f1, support) / s), "mcc": (correct * s - t_k @ p_k) / mcc_den if mcc_den else 0.0,
-            "balanced_accuracy": float(np.mean(recalls))}
+    return {
+        "accuracy": correct / s,
+        "macro_f1": float(np.mean([f for f, q in zip(f1, present) if q])),
+        "weighted_f1": float(np.dot(f1, support) / s),
+        "mcc": (correct * s - t_k @ p_k) / mcc_den if mcc_den else 0.0,
+        "balanced_accuracy": float(np.mean(recalls)),
+    }
 
 
 @pytest.mark.parametrize("n,c,seed", CASES)
@@ -95,8 +100,7 @@ def _naive_ece(conf, correct, n_bins):
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     total = 0.0
     for b in range(n_bins):
-        inside = [i for i in range(len(conf))
-                  if (edges[b] < conf[i] <= edges[b + 1]) or (b == 0 and conf[i] == 0.0)]
+        inside = [i for i in range(len(conf)) if (edges[b] < conf[i] <= edges[b + 1]) or (b == 0 and conf[i] == 0.0)]
         if inside:
             acc = sum(correct[i] for i in inside) / len(inside)
             mean_conf = sum(conf[i] for i in inside) / len(inside)
@@ -108,8 +112,7 @@ def _naive_ece(conf, correct, n_bins):
 def test_ece_and_reliability_bins_match_naive_loop(n_bins):
     probs, labels = _random_case(301, 4, 7)
     conf, correct = probs.max(axis=1), probs.argmax(axis=1) == labels
-    assert metrics.expected_calibration_error(probs, labels, n_bins) == pytest.approx(
-        _naive_ece(conf, correct, n_bins))
+    assert metrics.expected_calibration_error(probs, labels, n_bins) == pytest.approx(_naive_ece(conf, correct, n_bins))
     bins = metrics.reliability_bins(probs, labels, n_bins)
     assert len(bins) == n_bins and sum(b["count"] for b in bins) == len(labels)
     for b in bins:
@@ -126,7 +129,7 @@ def test_equal_mass_ece_matches_naive_loop():
     order = np.argsort(conf)
     expected = 0.0
     for b in range(15):
-        idx = order[b * 20:(b + 1) * 20]
+        idx = order[b * 20 : (b + 1) * 20]
         expected += 20 / 300 * abs(correct[idx].mean() - conf[idx].mean())
     assert metrics.equal_mass_calibration_error(probs, labels, 15) == pytest.approx(expected)
 
@@ -153,8 +156,18 @@ def test_torch_inputs_and_the_metric_dict():
     from_numpy = metrics.classification_metrics(probs, labels)
     from_torch = metrics.classification_metrics(torch.tensor(probs, dtype=torch.float64), torch.tensor(labels))
     assert from_numpy == pytest.approx(from_torch)
-    assert {"accuracy", "macro_f1", "mcc", "balanced_accuracy", "roc_auc", "pr_auc", "nll", "brier", "ece",
-            "ece_equal_mass"} <= set(from_numpy)
+    assert {
+        "accuracy",
+        "macro_f1",
+        "mcc",
+        "balanced_accuracy",
+        "roc_auc",
+        "pr_auc",
+        "nll",
+        "brier",
+        "ece",
+        "ece_equal_mass",
+    } <= set(from_numpy)
     three_class = metrics.classification_metrics(*_random_case(90, 3, 6))
     assert "roc_auc" not in three_class and "pr_auc" not in three_class
 

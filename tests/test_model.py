@@ -1,4 +1,5 @@
 """The shared encoder classifier: same shared weights for every variant, Q = K tying, sentence pairs, padding."""
+
 import dataclasses
 
 import pytest
@@ -69,11 +70,11 @@ def test_qk_projection_none_feeds_the_attention_each_heads_slice_of_the_normed_h
     (q, k, _), _ = seen[0]
     b, n, h, d = 2, 6, CFG["num_heads"], CFG["d_model"] // CFG["num_heads"]
     hidden = layer.norm1(model.embed(ids))  # (B, N, d_model), by hand: no projection at all
-    slices = torch.stack([hidden[..., i * d:(i + 1) * d] for i in range(h)], dim=1)  # (B, H, N, d)
+    slices = torch.stack([hidden[..., i * d : (i + 1) * d] for i in range(h)], dim=1)  # (B, H, N, d)
     torch.testing.assert_close(q, slices, rtol=0, atol=0)
     assert k is q
-    values = torch.stack([layer.attn.v_proj(hidden)[..., i * d:(i + 1) * d] for i in range(h)], dim=1)
-    weights = torch.softmax(slices @ slices.transpose(-2, -1) / d ** 0.5, dim=-1)
+    values = torch.stack([layer.attn.v_proj(hidden)[..., i * d : (i + 1) * d] for i in range(h)], dim=1)
+    weights = torch.softmax(slices @ slices.transpose(-2, -1) / d**0.5, dim=-1)
     merged = (weights @ values).transpose(1, 2).reshape(b, n, h * d)
     torch.testing.assert_close(layer.attn(hidden, None), layer.attn.out_proj(merged), rtol=1e-5, atol=1e-6)
 
@@ -92,10 +93,17 @@ def test_qk_projection_none_with_padding_reads_the_real_tokens_slices():
     torch.testing.assert_close(q[1, :, :3], expected[1, :, :3], rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("given, resolved", [
-    ({}, ("shared", True)), ({"tie_qk": True}, ("shared", True)), ({"tie_qk": False}, ("separate", False)),
-    ({"qk_projection": "none"}, ("none", True)), ({"qk_projection": "separate"}, ("separate", False)),
-    ({"qk_projection": "shared", "tie_qk": True}, ("shared", True))])
+@pytest.mark.parametrize(
+    "given, resolved",
+    [
+        ({}, ("shared", True)),
+        ({"tie_qk": True}, ("shared", True)),
+        ({"tie_qk": False}, ("separate", False)),
+        ({"qk_projection": "none"}, ("none", True)),
+        ({"qk_projection": "separate"}, ("separate", False)),
+        ({"qk_projection": "shared", "tie_qk": True}, ("shared", True)),
+    ],
+)
 def test_qk_projection_resolves_tie_qk(given, resolved):
     cfg = ModelConfig(**CFG, **given)
     assert (cfg.qk_projection, cfg.tie_qk) == resolved
@@ -103,8 +111,9 @@ def test_qk_projection_resolves_tie_qk(given, resolved):
     assert (again.qk_projection, again.tie_qk) == resolved
 
 
-@pytest.mark.parametrize("given", [{"qk_projection": "none", "tie_qk": False},
-                                   {"qk_projection": "separate", "tie_qk": True}])
+@pytest.mark.parametrize(
+    "given", [{"qk_projection": "none", "tie_qk": False}, {"qk_projection": "separate", "tie_qk": True}]
+)
 def test_qk_projection_contradicting_tie_qk_is_refused(given):
     with pytest.raises(ConfigError, match="contradicts qk_projection"):
         ModelConfig(**CFG, **given)
@@ -112,8 +121,10 @@ def test_qk_projection_contradicting_tie_qk_is_refused(given):
 
 def test_qk_projection_parameter_counts():
     d, layers = CFG["d_model"], CFG["num_layers"]
-    total = {p: parameter_counts(TransformerClassifier(ModelConfig(**CFG, qk_projection=p), "softmax"))["total"]
-             for p in ("none", "shared", "separate")}
+    total = {
+        p: parameter_counts(TransformerClassifier(ModelConfig(**CFG, qk_projection=p), "softmax"))["total"]
+        for p in ("none", "shared", "separate")
+    }
     assert total["shared"] - total["none"] == total["separate"] - total["shared"] == layers * (d * d + d)
 
 
@@ -162,5 +173,5 @@ def test_a_padded_batch_gives_each_rows_logits_and_zeros_at_padded_positions(nam
     batch = model(ids, mask)
     assert torch.all(seen[0].transpose(1, 2)[~mask] == 0)
     for row, n in enumerate(lengths):
-        alone = model(ids[row:row + 1, :n], torch.ones(1, n, dtype=torch.bool))
-        torch.testing.assert_close(batch[row:row + 1], alone, rtol=1e-4, atol=1e-5)
+        alone = model(ids[row : row + 1, :n], torch.ones(1, n, dtype=torch.bool))
+        torch.testing.assert_close(batch[row : row + 1], alone, rtol=1e-4, atol=1e-5)

@@ -1,4 +1,5 @@
 """The fused CPU kernels (baselines/native): the same attention as the exact formula, and a safe fallback."""
+
 import contextlib
 import copy
 import os
@@ -26,8 +27,9 @@ def _maps(d: int) -> dict[str, kernel.FeatureMap]:
     maps = {f"random-{kind}": RandomFeatureMap(d, 3, 32, kind, seed=2) for kind in ("favor", "elu", "trig")}
     maps["elu-linear"] = EluFeatureMap(d)
     for kind in PAPER_MAPS:  # the paper's forms (l1-renormalised keys; cos2 with phases), tau and elu bias off 1, 0
-        maps[f"paper-{kind}"] = RandomFeatureMap(d, 3, 32, kind, seed=2, orthogonal=kind == "porf-softplus",
-                                                 form=MapForm(temperature=1.5, elu_bias=0.2))
+        maps[f"paper-{kind}"] = RandomFeatureMap(
+            d, 3, 32, kind, seed=2, orthogonal=kind == "porf-softplus", form=MapForm(temperature=1.5, elu_bias=0.2)
+        )
     maps["rfa"] = RfaFeatureMap(d, 3, 16, seed=2, tau=1.0, orthogonal=True)
     return {name: m.eval() for name, m in maps.items()}
 
@@ -51,16 +53,18 @@ def _inputs(seed: int, n: int, d: int, scale: float = 1.0, loud: bool = True):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (scale * torch.randn(2, 3, n, d, generator=g) for _ in range(3))
     mask = torch.ones(2, n, dtype=torch.bool)
-    mask[1, n // 3:] = False
+    mask[1, n // 3 :] = False
     if loud:
-        k[1, :, n // 3:], v[1, :, n // 3:] = 40.0, -1e6  # padding must contribute nothing
+        k[1, :, n // 3 :], v[1, :, n // 3 :] = 40.0, -1e6  # padding must contribute nothing
     return q, k, v, mask
 
 
 @needs_native
 @pytest.mark.parametrize("d", [16, 32, 64])
-@pytest.mark.parametrize("name", ["random-favor", "random-elu", "random-trig", "elu-linear", "rfa",
-                                  *(f"paper-{kind}" for kind in PAPER_MAPS)])
+@pytest.mark.parametrize(
+    "name",
+    ["random-favor", "random-elu", "random-trig", "elu-linear", "rfa", *(f"paper-{kind}" for kind in PAPER_MAPS)],
+)
 def test_fused_kernel_equals_the_exact_formula(name, d, monkeypatch):
     calls = []
     real_attention = native.attention
@@ -74,8 +78,9 @@ def test_fused_kernel_equals_the_exact_formula(name, d, monkeypatch):
         out = kernel.chunked_linear_attention(feature_map, q, k, v, m, eps)
         expected = exact(feature_map, q, k, v, m)
         assert (out.double() - expected).abs().max() <= 1e-4 * expected.abs().max()
-        torch.testing.assert_close(out, kernel.chunked_linear_attention(feature_map, q, k, v, m, eps, rows=64),
-                                   rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            out, kernel.chunked_linear_attention(feature_map, q, k, v, m, eps, rows=64), rtol=1e-4, atol=1e-5
+        )
     assert calls, "the fused kernel did not run"
 
 
@@ -121,8 +126,9 @@ def test_unsupported_shapes_and_dtypes_fall_back_to_pytorch(monkeypatch):
 
 def _status_in_subprocess(**env: str) -> str:
     code = "from attnbench.baselines import native; print(native.status())"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
-                            env={**os.environ, **env})
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, env={**os.environ, **env}
+    )
     return result.stdout.strip()
 
 
@@ -139,6 +145,7 @@ def test_disabled_or_unbuildable_kernels_report_why(tmp_path):
 @needs_native
 def test_attention_modules_take_the_fused_path_without_gradients():
     from attnbench.registry import build_attention
+
     q, k, v, mask = _inputs(4, 100, 64)
     for name in ("performer", "elu-linear", "rfa", "coulomb"):
         attn = build_attention(name, num_heads=3, head_dim=64).eval()
@@ -153,6 +160,7 @@ def test_fused_nystromformer_equals_its_pytorch_forward(n, landmarks, monkeypatc
     """Column-stabilised landmark sums, softmax over the landmarks, the pinv mix and the convolution over V in the
     query pass: the same output as the differentiable PyTorch forward, with and without padding, on 1 and 2 threads."""
     from attnbench.registry import build_attention
+
     calls = []
     real_columns = native.softmax_columns
     monkeypatch.setattr(native, "softmax_columns", lambda *a: calls.append(1) or real_columns(*a))
@@ -175,6 +183,7 @@ def test_fused_nystromformer_equals_its_pytorch_forward(n, landmarks, monkeypatc
 def _pytorch_nystromformer(attn, q, k, v, mask):
     """attn(q, k, v, mask) with gradients through the PyTorch path (the fused kernels declined)."""
     from attnbench.baselines.nystromformer import NystromAttention
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(NystromAttention, "choose_route", staticmethod(lambda *args: "pytorch"))
         out = attn(q, k, v, mask)
@@ -191,6 +200,7 @@ def test_fused_nystromformer_training_equals_autograd_in_value_and_gradients(n, 
     1 and 2 threads. The pinv's backward amplifies rounding, so each is held to the float64 PyTorch path: no
     further from it than twice the float32 PyTorch path is, plus a float32 rounding of the largest value."""
     from attnbench.registry import build_attention
+
     attn = build_attention("nystromformer", num_heads=3, head_dim=64, num_landmarks=landmarks)
     q, k, v, mask = _inputs(n, n, 64, loud=padded)
     mask = mask if padded else None
@@ -225,6 +235,7 @@ def test_fused_nystromformer_training_equals_autograd_in_value_and_gradients(n, 
 def test_fused_nystromformer_leaves_degenerate_padding_to_pytorch(monkeypatch):
     """A sequence without real keys (softmax over nothing) is the PyTorch path's to define."""
     from attnbench.registry import build_attention
+
     monkeypatch.setattr(native, "softmax_columns", lambda *a: pytest.fail("the fused kernel ran"))
     attn = build_attention("nystromformer", num_heads=3, head_dim=64, num_landmarks=16).eval()
     q, k, v, mask = _inputs(2, 64, 64)
@@ -261,17 +272,23 @@ def _gradients(attn, q, k, v, mask, g):
 
 
 @needs_native
-@pytest.mark.parametrize("name, options", [("performer", {}), ("elu-linear", {}),
-                                           ("random-features", {"feature_map": "elu", "form": "scaled"}),
-                                           ("random-features", {"feature_map": "trig"}),
-                                           *(("random-features", {"feature_map": kind}) for kind in PAPER_MAPS),
-                                           ("random-features", {"feature_map": "elu", "elu_bias": -0.5,
-                                                                "temperature": 0.7}),
-                                           ("coulomb", {"feature_map": "softmaxfeat"})])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("performer", {}),
+        ("elu-linear", {}),
+        ("random-features", {"feature_map": "elu", "form": "scaled"}),
+        ("random-features", {"feature_map": "trig"}),
+        *(("random-features", {"feature_map": kind}) for kind in PAPER_MAPS),
+        ("random-features", {"feature_map": "elu", "elu_bias": -0.5, "temperature": 0.7}),
+        ("coulomb", {"feature_map": "softmaxfeat"}),
+    ],
+)
 def test_fused_training_path_equals_autograd_in_value_and_gradients(name, options, monkeypatch):
     """The fused attention with its hand-written backward against autograd through the factored PyTorch path, with
     padding, on 1 and 3 threads; with the features kept from the forward and recomputed in the backward."""
     from attnbench.registry import build_attention
+
     attn = build_attention(name, num_heads=3, head_dim=32, **options).eval()
     for p in attn.parameters():
         p.requires_grad_(False)  # the Coulomb particles as phase B holds them: frozen
@@ -302,14 +319,21 @@ def test_fused_training_path_equals_autograd_in_value_and_gradients(name, option
 
 
 @needs_native
-@pytest.mark.parametrize("name, options", [("performer", {}), ("random-features", {"feature_map": "softplus"}),
-                                           ("random-features", {"feature_map": "cos2"}),
-                                           ("random-features", {"feature_map": "favor"})])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("performer", {}),
+        ("random-features", {"feature_map": "softplus"}),
+        ("random-features", {"feature_map": "cos2"}),
+        ("random-features", {"feature_map": "favor"}),
+    ],
+)
 def test_unread_padded_query_rows_are_skipped_and_nothing_else_changes(name, options):
     """Within `padded_queries_unread` (the model packs real tokens) the kernels skip query rows past each sequence's
     last real key: the outputs there are 0, and the real rows' outputs and every gradient are the same bits as
     when they are computed (gradients come back 0 on padded rows, as the model's packing sends them)."""
     from attnbench.registry import build_attention
+
     attn = build_attention(name, num_heads=3, head_dim=32, **options)
     q, k, v, mask = _inputs(6, 90, 32, loud=False)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(2)) * mask[:, None, :, None]
@@ -332,11 +356,14 @@ def test_every_call_records_the_route_it_took():
     """`kernel_routes` counts what ran: the fused kernels with and without gradients, PyTorch with them off or
     where the kernels cannot take the call (float64, a projection taking gradients), and Nystromformer's."""
     from attnbench.registry import build_attention
+
     q, k, v, mask = _inputs(3, 64, 64)
-    cases = [("random-features", {"feature_map": "cos2"}, "native", "native-training"),
-             ("performer", {}, "native", "native-training"),
-             ("nystromformer", {"num_landmarks": 16}, "native", "native-training"),
-             ("rfa", {}, "native", "pytorch-factored")]  # RFA's learned scale takes gradients
+    cases = [
+        ("random-features", {"feature_map": "cos2"}, "native", "native-training"),
+        ("performer", {}, "native", "native-training"),
+        ("nystromformer", {"num_landmarks": 16}, "native", "native-training"),
+        ("rfa", {}, "native", "pytorch-factored"),
+    ]  # RFA's learned scale takes gradients
     for name, options, evaluated, trained in cases:
         attn = build_attention(name, num_heads=3, head_dim=64, **options)
         with torch.no_grad():
@@ -358,8 +385,10 @@ def test_paper_maps_match_the_pytorch_path_where_the_normaliser_guard_acts(kind)
     """Inputs loud enough (and tau small enough) that softmaxfeat's features are one-hot and rows match no key:
     the guard then acts on the l1-weighted denominator, which the kernel forms as the PyTorch path does."""
     from attnbench.registry import build_attention
-    attn = build_attention("random-features", num_heads=3, head_dim=32, feature_map=kind, num_features=48,
-                           temperature=0.5)
+
+    attn = build_attention(
+        "random-features", num_heads=3, head_dim=32, feature_map=kind, num_features=48, temperature=0.5
+    )
     q, k, v, mask = _inputs(4, 40, 32, scale=10.0)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(3))
     fused = _gradients(attn, q, k, v, mask, g)
@@ -373,6 +402,7 @@ def test_paper_maps_match_the_pytorch_path_where_the_normaliser_guard_acts(kind)
 def test_rfa_keeps_autograd_for_its_learned_scale(monkeypatch):
     """RFA normalises its inputs and learns sigma: the kernels do not take it with gradients."""
     from attnbench.registry import build_attention
+
     monkeypatch.setattr(native.Attention, "apply", lambda *a: pytest.fail("the fused training path ran"))
     q, k, v, mask = _inputs(2, 64, 64)
     attn = build_attention("rfa", num_heads=3, head_dim=64)
@@ -389,6 +419,7 @@ def test_particles_taking_gradients_get_them_from_the_kernels(kind, heads, monke
     fused kernels' backward, which equal autograd through the PyTorch path, on 1 and 2 threads with padding;
     q takes its gradient too (train_norm_value's route into the layers below)."""
     from attnbench.registry import build_attention
+
     attn = build_attention("coulomb", num_heads=heads, head_dim=32, feature_map=kind, num_features=32, seed=1)
     q, k, v, mask = _inputs(7, 150, 32, loud=False)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(4)) * mask[:, None, :, None]
@@ -422,10 +453,16 @@ def test_a_build_without_avx512_computes_the_same_bits(tmp_path):
     padding (tests/native_probe.py): the same bits, since each element sees the same operations in the same order.
     The one exception is exp below -87.3, where AVX-512's vscalefps goes subnormal and the portable exp stops at
     exp(-87.3) (both under 1.2e-38)."""
+
     def probe(name: str, *args: str, **env: str) -> dict:
         out = tmp_path / f"{name}.pt"
-        result = subprocess.run([sys.executable, str(ROOT / "tests" / "native_probe.py"), str(out), *args],
-                                capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "tests" / "native_probe.py"), str(out), *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, **env},
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         return torch.load(out)
 
@@ -463,14 +500,22 @@ def test_a_call_never_waits_for_a_helper_thread_that_does_not_arrive():
 
 
 @needs_native
-@pytest.mark.parametrize("name, options", [("performer", {}), ("elu-linear", {}), ("nystromformer", {}),
-                                           ("random-features", {"feature_map": "softplus"}),
-                                           ("random-features", {"feature_map": "cos2"})])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("performer", {}),
+        ("elu-linear", {}),
+        ("nystromformer", {}),
+        ("random-features", {"feature_map": "softplus"}),
+        ("random-features", {"feature_map": "cos2"}),
+    ],
+)
 def test_results_are_bitwise_the_same_for_every_thread_count_and_run(name, options):
     """Threads take units of work as they finish, but every sum is split into groups fixed by the length alone
     and merged in order: outputs (and the fused training path's gradients) are identical on 1, 2 and 3 threads
     and across repeats, with and without padding."""
     from attnbench.registry import build_attention
+
     attn = build_attention(name, num_heads=3, head_dim=64, **options).eval()
     q, k, v, mask = _inputs(5, 1000, 64)
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(2))
@@ -499,6 +544,7 @@ def test_fused_pinv_steps_match_the_torch_iteration_in_value_and_gradient():
     """Nystromformer's Newton-Schulz pseudo-inverse through `native.PinvSteps`: the torch loop's iterates and
     gradients (to rounding), and, iterated on, the Moore-Penrose inverse that torch.linalg.pinv computes by SVD."""
     from attnbench.baselines.nystromformer import iterative_pinv
+
     g = torch.Generator().manual_seed(0)
     a = torch.softmax(2 * torch.randn(2, 3, 64, 64, generator=g), dim=-1)  # row-stochastic, as kernel_2
     out_grad = torch.randn(2, 3, 64, 64, generator=g)
@@ -526,8 +572,10 @@ def _good_calls():
     land = torch.randn(2, 3, 16, 16, generator=g)
     return {
         "attention": (native.attention, [spec, q, k, v, real, 1e-6, 1]),
-        "write_queries": (native.write_queries, [spec, q, kv, ksum, None, 1e-6, torch.empty(2, 3, 32, 16),
-                                                 (v, torch.randn(3, 5, generator=g)), 1]),
+        "write_queries": (
+            native.write_queries,
+            [spec, q, kv, ksum, None, 1e-6, torch.empty(2, 3, 32, 16), (v, torch.randn(3, 5, generator=g)), 1],
+        ),
         "softmax_columns": (native.softmax_columns, [k, w, v, real, 1]),
         "segment_means": (native.segment_means, [q, k, 8, 1]),
         "sequence_conv": (native.sequence_conv, [v, torch.randn(3, 5, generator=g), 1]),
@@ -552,8 +600,7 @@ _BAD_CALLS = [
     ("attention", 0, lambda spec: native.NativeSpec("favor", torch.randn(3, 8, 32)), "projection"),
     ("attention", 6, lambda threads: 0, "threads"),
     ("attention", 0, lambda spec: native.NativeSpec("cos2", torch.randn(3, 16, 32)), "phases"),
-    ("attention", 0, lambda spec: native.NativeSpec("cos2", torch.randn(3, 16, 32), phase=torch.rand(3, 16)),
-     "phases"),
+    ("attention", 0, lambda spec: native.NativeSpec("cos2", torch.randn(3, 16, 32), phase=torch.rand(3, 16)), "phases"),
     ("attention", 0, lambda spec: native.NativeSpec("softplus", None), "projection"),
     ("write_queries", 2, lambda kv: kv[:3], "kv"),
     ("write_queries", 3, lambda ksum: ksum[:, :16], "ksum"),
@@ -577,14 +624,15 @@ _BAD_CALLS = [
 
 @needs_native
 def test_every_kernel_wrapper_runs_on_valid_tensors():
-    for name, (fn, args) in _good_calls().items():
+    for _name, (fn, args) in _good_calls().items():
         fn(*args)  # no error: the checks accept what the attentions pass
 
 
 @needs_native
 @pytest.mark.parametrize("kernel_name, index, bad, named", _BAD_CALLS)
-def test_the_native_boundary_refuses_shapes_strides_and_dtypes_it_cannot_take(kernel_name, index, bad, named,
-                                                                              monkeypatch):
+def test_the_native_boundary_refuses_shapes_strides_and_dtypes_it_cannot_take(
+    kernel_name, index, bad, named, monkeypatch
+):
     monkeypatch.setattr(native, "_call", lambda *a: pytest.fail("the kernel ran"))
     fn, args = _good_calls()[kernel_name]
     args[index] = bad(args[index])
@@ -605,7 +653,7 @@ def test_nystromformer_shares_one_heads_convolution_across_heads_on_both_paths(o
     q, k, v = (torch.randn(2, 4, 128, 16, generator=g) for _ in range(3))
     with torch.no_grad():
         out = attn(q, k, v)
-        heads = [attn(q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1]) for i in range(4)]  # one head each: no sharing
+        heads = [attn(q[:, i : i + 1], k[:, i : i + 1], v[:, i : i + 1]) for i in range(4)]  # one head each: no sharing
     torch.testing.assert_close(out, torch.cat(heads, dim=1), rtol=1e-5, atol=1e-5)
     assert out.abs().max() < 10
 
@@ -616,6 +664,7 @@ def test_the_cpp_kind_ids_and_abi_come_from_the_python_table():
     import re
 
     from attnbench.baselines import native
+
     source = native.SOURCE.read_text()
     assert "enum Kind { ATTNBENCH_KIND_ENUM };" in source and "return ATTNBENCH_ABI;" in source
     definitions = dict(flag[2:].split("=", 1) for flag in native.generated_definitions())

@@ -1,4 +1,5 @@
 """Nystromformer: exact softmax when every token is a landmark, any length, padding, per-matrix pinv."""
+
 import math
 
 import pytest
@@ -19,7 +20,7 @@ def naive_softmax(q, k, v, mask=None):
 def naive_nystrom(q, k, v, n_real, num_landmarks):
     """One (batch, head), real tokens only: loops for the segment means, exact pinv (torch.linalg.pinv)."""
     d = q.shape[-1]
-    q, k, v = q[:n_real] * d ** -0.25, k[:n_real] * d ** -0.25, v[:n_real]
+    q, k, v = q[:n_real] * d**-0.25, k[:n_real] * d**-0.25, v[:n_real]
     bounds = [math.ceil(l * n_real / num_landmarks) for l in range(num_landmarks + 1)]
     segments = [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
     q_land = torch.stack([q[lo:hi].mean(0) for lo, hi in segments])
@@ -38,8 +39,9 @@ def _inputs(n, scale=1.0, seed=0):
 def test_landmarks_equal_to_length_is_exact_softmax():
     q, k, v = _inputs(12)
     mask = torch.tensor([[True] * 12, [True] * 7 + [False] * 5])
-    attn = build_attention("nystromformer", head_dim=8, num_heads=2, num_landmarks=12, conv_kernel=0,
-                           pinv_iterations=40).double()
+    attn = build_attention(
+        "nystromformer", head_dim=8, num_heads=2, num_landmarks=12, conv_kernel=0, pinv_iterations=40
+    ).double()
     torch.testing.assert_close(attn(q, k, v), naive_softmax(q, k, v))
     out = attn(q, k, v, key_padding_mask=mask)
     expected = naive_softmax(q, k, v, mask)
@@ -59,9 +61,10 @@ def test_default_six_iterations_reach_softmax_on_well_conditioned_attention():
 def test_lengths_not_divisible_by_landmarks_match_naive_nystrom(n, landmarks):
     q, k, v = _inputs(n, scale=2.0, seed=n)
     mask = torch.ones(2, n, dtype=torch.bool)
-    mask[1, n - 3:] = False
-    attn = build_attention("nystromformer", head_dim=8, num_heads=2, num_landmarks=landmarks, conv_kernel=0,
-                           pinv_iterations=60).double()
+    mask[1, n - 3 :] = False
+    attn = build_attention(
+        "nystromformer", head_dim=8, num_heads=2, num_landmarks=landmarks, conv_kernel=0, pinv_iterations=60
+    ).double()
     out = attn(q, k, v, key_padding_mask=mask)
     for b in range(2):
         n_real = int(mask[b].sum())
@@ -90,8 +93,11 @@ def test_pinv_initialisation_is_per_matrix():
     torch.testing.assert_close(approx, torch.linalg.pinv(batch), rtol=1e-6, atol=1e-9)
 
 
-CONV_CASES = [(n, size, dtype, width) for n, size in [(1, 3), (70, 33), (200, 5), (64, 33)]
-              for dtype, width in [(torch.float64, 4), (torch.float32, 16)]]  # float32, width 16: the fused kernel
+CONV_CASES = [
+    (n, size, dtype, width)
+    for n, size in [(1, 3), (70, 33), (200, 5), (64, 33)]
+    for dtype, width in [(torch.float64, 4), (torch.float32, 16)]
+]  # float32, width 16: the fused kernel
 
 
 def _conv_inputs(n, size, dtype, width, requires_grad=False):
@@ -146,6 +152,7 @@ def test_blockwise_inference_equals_the_differentiable_route(monkeypatch, n, lan
     """Without gradients the products run over blocks of 4 rows (running maxima); padding-only blocks
     and a sequence of padding only included."""
     import attnbench.baselines.nystromformer as nystromformer
+
     monkeypatch.setattr(nystromformer, "chunk_rows", lambda q, m: 4)
     q, k, v = _inputs(n, scale=3.0, seed=n)
     mask = torch.ones(2, n, dtype=torch.bool)

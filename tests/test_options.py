@@ -1,4 +1,5 @@
 """Typed options: bounds declared with the option are enforced wherever options are made."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """LRA's parameter rule against a hand count of the parameters."""
+
 from __future__ import annotations
 
 import torch
@@ -13,8 +14,14 @@ V, L, D, F, C, LAYERS = 20, 16, 8, 12, 3, 2
 def _task(info: dict | None = None) -> TaskData:
     ids, mask = torch.ones(4, L, dtype=torch.long), torch.ones(4, L, dtype=torch.bool)
     split = Split(ids, mask, torch.zeros(4, dtype=torch.long))
-    return TaskData("t", {"train": split, "validation": split, "test": split}, num_classes=C, vocab_size=V,
-                    max_length=L, info=info or {})
+    return TaskData(
+        "t",
+        {"train": split, "validation": split, "test": split},
+        num_classes=C,
+        vocab_size=V,
+        max_length=L,
+        info=info or {},
+    )
 
 
 def _config() -> ModelConfig:

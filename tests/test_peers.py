@@ -1,4 +1,5 @@
 """Adapters to the public implementations agree with ours at equal settings (skipped without the extra 'peers')."""
+
 import importlib
 import subprocess
 import sys
@@ -21,8 +22,10 @@ def _inputs(b, h, n, d, std=1.0, seed=0):
 
 
 def _pair(ours, theirs, **options):
-    return (build_attention(ours, **options).double().eval(),
-            build_attention(f"attnbench.baselines.peers:{theirs}", **options).double().eval())
+    return (
+        build_attention(ours, **options).double().eval(),
+        build_attention(f"attnbench.baselines.peers:{theirs}", **options).double().eval(),
+    )
 
 
 def _relative(a, b):
@@ -42,9 +45,12 @@ def test_performer_pytorch_collapses_to_uniform_attention_at_unit_logit_variance
     features fall far below eps, the output nears the mean of V and the error nears uniform attention's; ours keeps
     the kernel (unbiased, noisier). The peers suite's fidelity setting."""
     options = FidelityOptions(inputs=["random"], seq_lens=[1024], batch=1, heads=4, head_dim=64, random_std=1.0)
-    rows = {name: measure_fidelity({"attention": {"name": name, "options": {}}, "seed": 0, "task": {"name": "none"}},
-                                   options)["details"]["rows"][0]
-            for name in ("performer", "attnbench.baselines.peers:PerformerPytorch")}
+    rows = {
+        name: measure_fidelity(
+            {"attention": {"name": name, "options": {}}, "seed": 0, "task": {"name": "none"}}, options
+        )["details"]["rows"][0]
+        for name in ("performer", "attnbench.baselines.peers:PerformerPytorch")
+    }
     theirs, ours = rows["attnbench.baselines.peers:PerformerPytorch"], rows["performer"]
     assert theirs["from_uniform"] < 0.1 < 1.0 < ours["from_uniform"]
     assert abs(theirs["rel_error"] - theirs["uniform_rel_error"]) < 0.01

@@ -1,4 +1,5 @@
 """Performer / FAVOR+: unbiased kernel estimate, error falling with M, orthogonality, determinism, redraws."""
+
 import math
 
 import torch
@@ -18,10 +19,10 @@ def _unstabilised_estimate(q, k, omega):
     xq, xk = q.expand(1, s, 1, d), k.expand(1, s, 1, d)
     fq = feature_values("favor", xq, omega, is_query=True)[0, :, 0]  # (S, M)
     fk = feature_values("favor", xk, omega, is_query=False)[0, :, 0]
-    scale = m ** -0.5
+    scale = m**-0.5
 
     def exponent(x):  # w x' - |x'|^2 / 2 for every seed and feature: (S, M)
-        return (x * d ** -0.25) @ omega.transpose(-2, -1) - (x * d ** -0.25).pow(2).sum() / 2
+        return (x * d**-0.25) @ omega.transpose(-2, -1) - (x * d**-0.25).pow(2).sum() / 2
 
     stab_q, stab_k = exponent(q).amax(-1, keepdim=True), exponent(k).amax(-1, keepdim=True)  # one position
     raw_q = (fq / scale - FAVOR_EPS) * torch.exp(stab_q)
@@ -33,7 +34,7 @@ def test_favor_estimate_of_exp_qk_is_unbiased_over_seeds():
     d, m, seeds = 16, 16, 2000
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(d, generator=g, dtype=torch.float64), torch.randn(d, generator=g, dtype=torch.float64)
-    q, k = 0.8 * q / q.norm() * d ** 0.25, 0.8 * k / k.norm() * d ** 0.25  # |q'| = |k'| = 0.8
+    q, k = 0.8 * q / q.norm() * d**0.25, 0.8 * k / k.norm() * d**0.25  # |q'| = |k'| = 0.8
     omega = torch.stack([orthogonal_gaussian(m, d, seeded_generator(s)).double() for s in range(seeds)])
     estimates = _unstabilised_estimate(q, k, omega)
     exact = math.exp(float(q @ k) / math.sqrt(d))

@@ -1,5 +1,6 @@
 """The controls of phase A (issue 34): the projected Vanilla twin, the force normalisations against a hand
 computation, phase A after a phase-B warm-up, per-attention phase-A options, and the ce-kernel ceiling."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,16 +16,25 @@ from attnbench.errors import ConfigError
 from attnbench.model import ModelConfig, TransformerClassifier
 from attnbench.registry import build_attention
 from attnbench.train import TrainConfig, learning_phase_options, train_classifier
-from tests.test_learning_phase import VOCAB, LENGTH, particles, toy_task
+from tests.test_learning_phase import LENGTH, VOCAB, particles, toy_task
 
 PAPER_PHASE_A = {"radius": 1.5, "radius_units": "absolute", "max_steps": 1, "batch_size": 32}
 
 
 def toy_model(attention: str, seed: int = 0, **options) -> TransformerClassifier:
-    cfg = ModelConfig(vocab_size=VOCAB, num_classes=2, max_length=LENGTH, d_model=16, num_heads=2, num_layers=2,
-                      ffn_dim=32, qk_projection="none")
-    return TransformerClassifier(cfg, attention, {"num_features": 8, "feature_map": "softmaxfeat", **options},
-                                 seed=seed)
+    cfg = ModelConfig(
+        vocab_size=VOCAB,
+        num_classes=2,
+        max_length=LENGTH,
+        d_model=16,
+        num_heads=2,
+        num_layers=2,
+        ffn_dim=32,
+        qk_projection="none",
+    )
+    return TransformerClassifier(
+        cfg, attention, {"num_features": 8, "feature_map": "softmaxfeat", **options}, seed=seed
+    )
 
 
 def omegas(model: TransformerClassifier) -> list[torch.Tensor]:
@@ -36,8 +46,9 @@ def test_projected_control_equals_phase_a_first_projection_without_force_or_nois
     drawn = omegas(kernel)
     assert all(float((w.norm(dim=-1) > 1.5).double().mean()) > 0.9 for w in drawn)  # N(0, I), 8 dims: most beyond
     # zero noise (beta inf), a force too small to move a float32 particle (step 1e-30, force clipped at 10)
-    run_learning_phase(kernel, toy_task()["train"], {**PAPER_PHASE_A, "beta": math.inf, "step": 1e-30,
-                                                     "repulsion": 0.0})
+    run_learning_phase(
+        kernel, toy_task()["train"], {**PAPER_PHASE_A, "beta": math.inf, "step": 1e-30, "repulsion": 0.0}
+    )
     control = toy_model("random-features", projection_radius=1.5, projection_units="absolute")
     for after_phase_a, projected, w in zip(omegas(kernel), omegas(control), drawn):
         norms = w.norm(dim=-1, keepdim=True)
@@ -68,10 +79,15 @@ def hand_forces(omega: torch.Tensor, x: torch.Tensor, y: torch.Tensor, repulsion
     t = torch.where(y[:, None] == y[None, :], 1.0, -1.0).double()
     out = torch.zeros_like(omega)
     for k in range(m):
-        d_align = sum(t[i, j] * (x[i] * (omega[k] @ x[j]) + x[j] * (omega[k] @ x[i]))
-                      for i in range(n) for j in range(n) if i != j) / (n * (n - 1) * m)
-        d_energy = -sum((omega[k] - omega[j]) / (omega[k] - omega[j]).square().sum()
-                        for j in range(m) if j != k) / (m * (m - 1))
+        d_align = sum(
+            t[i, j] * (x[i] * (omega[k] @ x[j]) + x[j] * (omega[k] @ x[i]))
+            for i in range(n)
+            for j in range(n)
+            if i != j
+        ) / (n * (n - 1) * m)
+        d_energy = -sum((omega[k] - omega[j]) / (omega[k] - omega[j]).square().sum() for j in range(m) if j != k) / (
+            m * (m - 1)
+        )
         if force == "mean":
             out[k] = m * (-d_align + repulsion * d_energy)
         else:
@@ -85,11 +101,13 @@ def test_force_normalisation_against_a_hand_computation(force):
     omega = torch.randn(1, 3, 2, generator=g, dtype=torch.float64)
     x = torch.randn(4, 2, generator=g, dtype=torch.float64)
     y = torch.tensor([0, 1, 0, 1])
-    cfg = DynamicsConfig(step=1e-3, beta=math.inf, repulsion=0.5, grad_clip=1e9, radius=1e9,
-                         radius_units="absolute", force=force)
+    cfg = DynamicsConfig(
+        step=1e-3, beta=math.inf, repulsion=0.5, grad_clip=1e9, radius=1e9, radius_units="absolute", force=force
+    )
     new, _ = particle_step(omega, lambda w: torch.einsum("nd,smd->snm", x, w), y, cfg)
-    torch.testing.assert_close((omega - new)[0] / cfg.step, hand_forces(omega[0], x, y, 0.5, force),
-                               rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(
+        (omega - new)[0] / cfg.step, hand_forces(omega[0], x, y, 0.5, force), rtol=1e-6, atol=1e-9
+    )
 
 
 def test_sum_force_is_pairs_over_particles_times_the_mean_alignment_force():
@@ -115,8 +133,11 @@ def test_phase_a_after_warm_up_epochs_runs_between_epochs_and_selects_a_later_ch
     spy.__attnbench_entry__ = dataclasses.replace(run_learning_phase.__attnbench_entry__, factory=spy)
     monkeypatch.setattr(learning_phase, "run_learning_phase", spy)
     initial = model.classifier.weight.detach().clone()
-    result = train_classifier(model, task, TrainConfig(epochs=3, batch_size=32, lr=1e-3, phase_a={
-        "max_steps": 3, "batch_size": 32, "after_epochs": 2}))
+    result = train_classifier(
+        model,
+        task,
+        TrainConfig(epochs=3, batch_size=32, lr=1e-3, phase_a={"max_steps": 3, "batch_size": 32, "after_epochs": 2}),
+    )
     assert not torch.equal(seen["classifier"], initial)  # two epochs of phase B ran before phase A
     assert seen["options"].after_epochs == 2 and result.phase_a["steps"] == 3
     assert result.best_epoch == 3  # only checkpoints after phase A are candidates
@@ -150,14 +171,16 @@ def test_ce_kernel_trains_the_same_particles_by_cross_entropy_without_phase_a():
 
 def test_representation_probes_measure_the_pooled_attention_outputs_by_hand():
     model, task = toy_model("coulomb"), toy_task()
-    result = run_learning_phase(model, task["train"], {"max_steps": 1, "batch_size": 32, "probe_examples": 32},
-                                validation=task["validation"])
+    result = run_learning_phase(
+        model, task["train"], {"max_steps": 1, "batch_size": 32, "probe_examples": 32}, validation=task["validation"]
+    )
     rep = result["representation"]
     assert set(rep) == {"probe_accuracy", "pooled_norm", "class_separation"}
     assert 0.0 <= rep["probe_accuracy"]["after"] <= 1.0
     outputs = []
-    model.attention_modules()[0].register_forward_hook(lambda module, args, kwargs, out: outputs.append(
-        (out, kwargs["key_padding_mask"])), with_kwargs=True)
+    model.attention_modules()[0].register_forward_hook(
+        lambda module, args, kwargs, out: outputs.append((out, kwargs["key_padding_mask"])), with_kwargs=True
+    )
     split = task["validation"]  # 32 rows: all of them are the probe's
     ids, mask, labels = split.input_ids, split.attention_mask, split.labels
     model.eval()
@@ -167,5 +190,4 @@ def test_representation_probes_measure_the_pooled_attention_outputs_by_hand():
     rows = (out.transpose(1, 2).flatten(2) * seen_mask[..., None]).sum(1) / seen_mask.sum(1, keepdim=True)
     assert rep["pooled_norm"]["after_per_layer"][0] == pytest.approx(float(rows.norm(dim=1).mean()), rel=1e-5)
     means = [rows[labels == c].mean(0) for c in (0, 1)]
-    assert rep["class_separation"]["after_per_layer"][0] == pytest.approx(float((means[0] - means[1]).norm()),
-                                                                          rel=1e-5)
+    assert rep["class_separation"]["after_per_layer"][0] == pytest.approx(float((means[0] - means[1]).norm()), rel=1e-5)

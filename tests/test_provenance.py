@@ -1,4 +1,5 @@
 """Provenance: the git commit, inside a checkout and in a copied tree without .git."""
+
 import subprocess
 
 from attnbench import provenance
@@ -6,8 +7,12 @@ from attnbench import provenance
 
 def test_commit_inside_the_checkout_matches_git():
     provenance.git_state.cache_clear()
-    expected = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=provenance.Path(provenance.harness.__file__).parents[1]).stdout.strip()
+    expected = subprocess.run(
+        ["git", "rev-parse", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=provenance.Path(provenance.harness.__file__).parents[1],
+    ).stdout.strip()
     commit, dirty = provenance.git_state()
     assert commit == expected and isinstance(dirty, bool)
     provenance.git_state.cache_clear()
@@ -31,6 +36,7 @@ def test_without_git_the_commit_comes_from_the_environment(monkeypatch):
 
 def test_provenance_says_whether_the_fused_kernels_ran(monkeypatch):
     from attnbench.baselines import native
+
     assert provenance.machine_provenance("cpu")["native_kernels"] == native.status()
     monkeypatch.setattr(native, "_LIB", None)
     monkeypatch.setattr(native, "_REASON", "disabled by ATTNBENCH_NATIVE=0")

@@ -1,6 +1,7 @@
 """The published numbers the suites carry are the paper's: every `published:` value of every shipped suite against
 Tables 1-3 as docs/paper.md restates them (parsed here from its text, not copied), and the paper suites carry
 every accuracy those tables give. Every section and label the code cites in docs/paper.md exists there."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "docs" / "paper.md"
-UPPER = {"softmax": "softmax", "vanilla-favor-WqWk": "vanilla-favor-untied", "Performer": "performer",
-         "Linformer": "linformer"}
+UPPER = {
+    "softmax": "softmax",
+    "vanilla-favor-WqWk": "vanilla-favor-untied",
+    "Performer": "performer",
+    "Linformer": "linformer",
+}
 UPPER_METRICS = ("accuracy", "mcc", "nll", "brier", "ece", "train_seconds")  # Table 3's columns, in order
 NUMBER = r"\(?\d*\.\d+\)?"
 
@@ -36,8 +41,9 @@ def paper_tables(text: str) -> dict[str, dict[str, dict[str, float]]]:
             rows[f"vanilla-{kernel[1]}"] = {"accuracy": float(kernel[3])}
             continue
         for name, values in re.findall(rf"({'|'.join(UPPER)}) ({NUMBER}(?:/{NUMBER})*)", part):
-            rows[UPPER[name]] = {metric: float(v) for metric, v in zip(UPPER_METRICS, values.split("/"))
-                                 if not v.startswith("(")}
+            rows[UPPER[name]] = {
+                metric: float(v) for metric, v in zip(UPPER_METRICS, values.split("/")) if not v.startswith("(")
+            }
         for kind, vanilla, kernel in re.findall(r"([a-z0-9-]+) (\.\d+) \| (\.\d+)", part):
             rows[f"vanilla-{kind}"] = {"accuracy": float(vanilla)}
             rows[f"kernel-{kind}"] = {"accuracy": float(kernel)}
@@ -61,8 +67,13 @@ def suite_published(path: Path) -> list[tuple[str, str, str, float]]:
 def test_the_parser_reads_every_row_of_tables_1_to_3():
     tables = paper_tables(PAPER.read_text())
     assert {task: len(rows) for task, rows in tables.items()} == {"rotten_tomatoes": 18, "sst2": 18, "qqp": 4}
-    assert tables["rotten_tomatoes"]["linformer"] == {"accuracy": 0.6614, "mcc": 0.3230, "brier": 0.2260,
-                                                      "ece": 0.2509, "train_seconds": 13.7}
+    assert tables["rotten_tomatoes"]["linformer"] == {
+        "accuracy": 0.6614,
+        "mcc": 0.3230,
+        "brier": 0.2260,
+        "ece": 0.2509,
+        "train_seconds": 13.7,
+    }
     assert tables["sst2"]["kernel-porf-softplus"] == {"accuracy": 0.8188}
     assert tables["qqp"]["vanilla-softmaxfeat"] == {"accuracy": 0.7801}
 
@@ -76,22 +87,31 @@ def test_every_published_value_is_the_papers(suite):
 
 def test_the_paper_suite_carries_every_accuracy_of_tables_1_to_3():
     tables = paper_tables(PAPER.read_text())
-    carried = {(task, label) for task, label, metric, _ in suite_published(ROOT / "suites" / "paper.yaml")
-               if metric == "accuracy"}
+    carried = {
+        (task, label)
+        for task, label, metric, _ in suite_published(ROOT / "suites" / "paper.yaml")
+        if metric == "accuracy"
+    }
     assert carried == {(task, label) for task, rows in tables.items() for label in rows}
 
 
 NOT_CITING = ("tests", "results", "docs", "build", "dist")  # every other top-level folder may cite the paper
 SECTION_CITATION = re.compile(r'(?:PAPER\.md|docs/paper\.md) "([^"]+)"')
-LABEL = re.compile(r"\b(?:eq\. [0-9A-Z]\.\d+|appendix [A-Z](?:\.\d+)?|app\. [A-Z](?:\.\d+)?|sec\. \d+|section \d+"
-                   r"|algorithm \d+|table \d+|figure \d+)", re.IGNORECASE)
+LABEL = re.compile(
+    r"\b(?:eq\. [0-9A-Z]\.\d+|appendix [A-Z](?:\.\d+)?|app\. [A-Z](?:\.\d+)?|sec\. \d+|section \d+"
+    r"|algorithm \d+|table \d+|figure \d+)",
+    re.IGNORECASE,
+)
 
 
 def citing_texts() -> dict[str, str]:
     """Path -> text of every file that may cite the paper: code, suites and scripts in any top-level folder
     (harness/, baselines/, suites/, benchmarks/, a plugin's), README.md and docs/."""
-    folders = [p for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in NOT_CITING
-               and not p.name.endswith(".egg-info")]
+    folders = [
+        p
+        for p in ROOT.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and p.name not in NOT_CITING and not p.name.endswith(".egg-info")
+    ]
     paths = [p for folder in folders for p in folder.rglob("*") if p.suffix in (".py", ".yaml", ".cpp")]
     paths += [ROOT / "README.md", *(p for p in (ROOT / "docs").glob("*.md") if p != PAPER)]
     return {str(p.relative_to(ROOT)): p.read_text() for p in paths}

@@ -1,12 +1,19 @@
 """Vanilla random-feature maps: definitions, kernel estimates, fixed seeded omegas, config checks."""
+
 import math
 
 import pytest
 import torch
 
 from attnbench.baselines import native
-from attnbench.baselines.random_features import (FEATURE_MAPS, SCALED, RandomFeatureMap, feature_values, orthogonal_gaussian,
-                                       seeded_generator)
+from attnbench.baselines.random_features import (
+    FEATURE_MAPS,
+    SCALED,
+    RandomFeatureMap,
+    feature_values,
+    orthogonal_gaussian,
+    seeded_generator,
+)
 from attnbench.errors import ConfigError
 from attnbench.registry import build_attention
 
@@ -28,7 +35,7 @@ def test_scaled_elementwise_maps_match_their_definition(kind):
     for h in range(2):
         for n in range(3):
             for k in range(5):
-                u = float(omega[h, k] @ x[0, h, n]) * 4 ** -0.25
+                u = float(omega[h, k] @ x[0, h, n]) * 4**-0.25
                 assert phi[0, h, n, k].item() == pytest.approx(NAIVE[kind](u) / math.sqrt(5), rel=1e-10)
 
 
@@ -36,7 +43,7 @@ def test_softmaxfeat_and_trig_match_their_definition():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(1, 1, 3, 4, generator=g, dtype=torch.float64)
     omega = torch.randn(1, 6, 4, generator=g, dtype=torch.float64)
-    u = (x[0, 0] * 4 ** -0.25) @ omega[0].T
+    u = (x[0, 0] * 4**-0.25) @ omega[0].T
     soft = feature_values("softmaxfeat", x, omega, is_query=False)[0, 0]
     trig = feature_values("trig", x, omega, is_query=False)[0, 0]
     expected_soft = torch.stack([torch.exp(r) / torch.exp(r).sum() for r in u]) / math.sqrt(6)
@@ -63,7 +70,7 @@ def test_trig_features_estimate_gaussian_kernel():
     omega = torch.randn(1, m, d, dtype=torch.float64)
     phi_x, phi_y = feature_values("trig", x, omega, is_query=True), feature_values("trig", y, omega, is_query=False)
     estimate = (phi_x @ phi_y.transpose(-1, -2))[0, 0, 0]
-    exact = torch.exp(-((x - y) * d ** -0.25).pow(2).sum(-1) / 2)[0, 0]
+    exact = torch.exp(-((x - y) * d**-0.25).pow(2).sum(-1) / 2)[0, 0]
     torch.testing.assert_close(estimate, exact, atol=0.03, rtol=0)
 
 
@@ -98,15 +105,17 @@ def test_seed_fixes_omegas_per_head_and_they_are_buffers():
     assert not torch.allclose(a.omega, c.omega)
     assert not torch.allclose(a.omega[0], a.omega[1])
     assert a.omega.shape == (3, 16, 8) and list(a.parameters()) == [] and "omega" in a.state_dict()
-    assert torch.equal(torch.randn(3, generator=seeded_generator(1, 2)),
-                       torch.randn(3, generator=seeded_generator(1, 2)))
+    assert torch.equal(
+        torch.randn(3, generator=seeded_generator(1, 2)), torch.randn(3, generator=seeded_generator(1, 2))
+    )
 
 
 @pytest.mark.parametrize("kind", FEATURE_MAPS)
 def test_scaled_attention_matches_naive_normalised_kernel(kind):
     torch.manual_seed(0)
-    attn = build_attention("random-features", head_dim=8, num_heads=2, feature_map=kind, num_features=16, seed=1,
-                           form="scaled")
+    attn = build_attention(
+        "random-features", head_dim=8, num_heads=2, feature_map=kind, num_features=16, seed=1, form="scaled"
+    )
     q, k, v = (torch.randn(2, 2, 6, 8, dtype=torch.float64) for _ in range(3))
     mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
     out = attn.double()(q, k, v, key_padding_mask=mask)
@@ -130,8 +139,15 @@ def test_config_errors_are_clear():
         build_attention("random-features", num_features=0)
 
 
-def paper_phi(kind: str, x: torch.Tensor, omega: torch.Tensor, phase: torch.Tensor | None, tau: float = 1.0,
-              floor: float = 1e-6, bias: float = 0.0) -> torch.Tensor:
+def paper_phi(
+    kind: str,
+    x: torch.Tensor,
+    omega: torch.Tensor,
+    phase: torch.Tensor | None,
+    tau: float = 1.0,
+    floor: float = 1e-6,
+    bias: float = 0.0,
+) -> torch.Tensor:
     """docs/paper.md's table, token by token in float64: x (N, d), omega (M, d) -> phi (N, M)."""
     m = omega.shape[0]
     rows = []
@@ -176,8 +192,9 @@ def use_native(on: bool, monkeypatch) -> None:
 def test_paper_maps_through_the_attention_match_the_formula(kind, grad, native_on, monkeypatch):
     use_native(native_on, monkeypatch)
     options = {"temperature": 0.7, "elu_bias": 0.3} if kind in ("elu", "softplus") else {}
-    attn = build_attention("random-features", head_dim=16, num_heads=2, feature_map=kind, num_features=16, seed=3,
-                           **options)
+    attn = build_attention(
+        "random-features", head_dim=16, num_heads=2, feature_map=kind, num_features=16, seed=3, **options
+    )
     fmap = attn.feature_map
     assert fmap.omega.shape == (2, 16, 16)
     assert (fmap.phase is not None) == (kind == "cos2") and (kind != "cos2" or fmap.phase.shape == (2, 16))
@@ -216,11 +233,15 @@ def test_paper_maps_causal_form_matches_the_formula(kind):
 def test_paper_maps_sum_to_sqrt_m_and_omegas_follow_the_form():
     x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
     for kind in ("elu", "softplus", "sigmoid2", "cos2", "porf-softplus", "softmaxfeat"):
-        fmap = build_attention("random-features", head_dim=8, num_heads=2, feature_map=kind, num_features=24).feature_map
+        fmap = build_attention(
+            "random-features", head_dim=8, num_heads=2, feature_map=kind, num_features=24
+        ).feature_map
         phi = fmap.double().forward_keys(x)
         torch.testing.assert_close(phi.sum(-1), torch.full((1, 2, 5), math.sqrt(24), dtype=torch.float64))
     iid = build_attention("random-features", head_dim=8, feature_map="softplus", num_features=8).feature_map.omega[0]
-    porf = build_attention("random-features", head_dim=8, feature_map="porf-softplus", num_features=8).feature_map.omega[0]
+    porf = build_attention(
+        "random-features", head_dim=8, feature_map="porf-softplus", num_features=8
+    ).feature_map.omega[0]
     gram = porf @ porf.T
     torch.testing.assert_close(gram - torch.diag(torch.diag(gram)), torch.zeros(8, 8), atol=1e-4, rtol=0)
     assert (iid @ iid.T - torch.diag(torch.diag(iid @ iid.T))).abs().max() > 0.5
@@ -230,17 +251,21 @@ def test_paper_maps_sum_to_sqrt_m_and_omegas_follow_the_form():
     assert build_attention("random-features", form="scaled").feature_form == "scaled favor"
 
 
-FEATURE_MAP_ATTENTIONS = {"performer": {"num_features": 32}, "rfa": {"num_features": 16},
-                          "random-features": {"feature_map": "favor", "num_features": 32},
-                          "random-features-elu": {"feature_map": "elu", "num_features": 32, "form": "scaled"},
-                          "coulomb": {"feature_map": "favor", "num_features": 32},
-                          "coulomb-softplus": {"feature_map": "softplus", "num_features": 32},
-                          "elu-linear": {}}
+FEATURE_MAP_ATTENTIONS = {
+    "performer": {"num_features": 32},
+    "rfa": {"num_features": 16},
+    "random-features": {"feature_map": "favor", "num_features": 32},
+    "random-features-elu": {"feature_map": "elu", "num_features": 32, "form": "scaled"},
+    "coulomb": {"feature_map": "favor", "num_features": 32},
+    "coulomb-softplus": {"feature_map": "softplus", "num_features": 32},
+    "elu-linear": {},
+}
 
 
 def _build(label: str, **options):
-    return build_attention(label.split("-elu")[0].split("-softplus")[0], head_dim=16, seed=0,
-                           **FEATURE_MAP_ATTENTIONS[label], **options).eval()
+    return build_attention(
+        label.split("-elu")[0].split("-softplus")[0], head_dim=16, seed=0, **FEATURE_MAP_ATTENTIONS[label], **options
+    ).eval()
 
 
 @pytest.mark.parametrize("label", sorted(FEATURE_MAP_ATTENTIONS))
@@ -253,7 +278,7 @@ def test_one_head_parameters_serve_any_head_count_on_both_paths(label, batch, he
         with monkeypatch.context() as patch:
             use_native(native_on, patch)
             real = native.attention
-            patch.setattr(native, "attention", lambda *a: calls.append(native_on) or real(*a))
+            patch.setattr(native, "attention", lambda *a: calls.append(native_on) or real(*a))  # noqa: B023
             attn = _build(label)
             with torch.no_grad():
                 outputs.append(attn(q, k, v))

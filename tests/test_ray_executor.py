@@ -1,4 +1,5 @@
 """The Ray executor stores the same cell results as the local one, and enforces cell time limits."""
+
 from __future__ import annotations
 
 import sys
@@ -20,20 +21,35 @@ sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins, also sent 
 def local_ray():
     from attnbench.ray_executor import _pythonpath
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": _pythonpath()}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": _pythonpath()}},
+    )
     yield
     ray.shutdown()
 
 
 def suite_file(tmp_path: Path, measurements: list) -> Path:
     path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "tiny", "description": "ray test", "seeds": [0, 1], "measurements": measurements,
-        "attentions": ["softmax", {"name": "performer", "options": {"num_features": 8}},
-                       {"name": "fake_cells:Raises", "label": "raises"}],
-        "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32},
-        "training": {"epochs": 2, "batch_size": 32}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny",
+                "description": "ray test",
+                "seeds": [0, 1],
+                "measurements": measurements,
+                "attentions": [
+                    "softmax",
+                    {"name": "performer", "options": {"num_features": 8}},
+                    {"name": "fake_cells:Raises", "label": "raises"},
+                ],
+                "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32},
+                "training": {"epochs": 2, "batch_size": 32},
+            }
+        )
+    )
     return path
 
 
@@ -50,7 +66,11 @@ def test_ray_and_local_store_identical_results(tmp_path, local_ray):
     assert sorted(by_id) == sorted(r["cell_id"] for r in from_ray)
     for record in from_ray:
         mine = by_id[record["cell_id"]]
-        assert (record["status"], record["reason"], record["metrics"]) == (mine["status"], mine["reason"], mine["metrics"])
+        assert (record["status"], record["reason"], record["metrics"]) == (
+            mine["status"],
+            mine["reason"],
+            mine["metrics"],
+        )
         assert record["provenance"]["threads"] == 1
     again = run_suite(suite, tmp_path / "ray", RunOptions(executor="ray", show_progress=False, retry_failed=False))
     assert again.ran == 0
@@ -59,7 +79,10 @@ def test_ray_and_local_store_identical_results(tmp_path, local_ray):
 def test_ray_cell_time_limit(tmp_path, local_ray):
     measurements = [{"name": "fake_cells:sleeper", "options": {"sleep": 60.0}}]
     suite = load_suite(str(suite_file(tmp_path, measurements)))
-    summary = run_suite(suite, tmp_path / "ray", RunOptions(executor="ray", cell_timeout=2, filters=("*/softmax/s0/*",),
-                                                            show_progress=False))
+    summary = run_suite(
+        suite,
+        tmp_path / "ray",
+        RunOptions(executor="ray", cell_timeout=2, filters=("*/softmax/s0/*",), show_progress=False),
+    )
     (record,) = RunStore(tmp_path / "ray").records()
     assert summary.exit_code == 1 and record["reason"].startswith("time-out: the cell ran past its time limit")

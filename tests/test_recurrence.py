@@ -1,4 +1,5 @@
 """The recurrent form of every causal attention (attnbench.recurrence) against its parallel and chunked forms."""
+
 import math
 
 import pytest
@@ -19,8 +20,13 @@ CAUSAL_ATTENTIONS = [
     ("random-features", {"feature_map": "trig", "form": "scaled", "num_features": 8}),
     ("coulomb", {"feature_map": "favor", "num_features": 16}),
 ]
-CAUSAL_ATTENTIONS += [(name, {}) for name in attention_names() if not name.startswith("test-")
-                      and attention_entry(name).capabilities.causal and name not in dict(CAUSAL_ATTENTIONS)]
+CAUSAL_ATTENTIONS += [
+    (name, {})
+    for name in attention_names()
+    if not name.startswith("test-")
+    and attention_entry(name).capabilities.causal
+    and name not in dict(CAUSAL_ATTENTIONS)
+]
 
 
 @pytest.mark.parametrize("name, options", CAUSAL_ATTENTIONS, ids=lambda x: x if isinstance(x, str) else None)
@@ -41,8 +47,8 @@ def _naive_causal(phi_q, phi_k, v, mask):
     n = v.shape[2]
     out = torch.zeros_like(v)
     for i in range(n):
-        w = (phi_q[:, :, i:i + 1] * phi_k[:, :, :i + 1]).sum(-1) * mask[:, None, :i + 1]  # (B, H, i + 1)
-        out[:, :, i] = (w[..., None] * v[:, :, :i + 1]).sum(2) / w.sum(-1, keepdim=True).clamp_min(1e-6)
+        w = (phi_q[:, :, i : i + 1] * phi_k[:, :, : i + 1]).sum(-1) * mask[:, None, : i + 1]  # (B, H, i + 1)
+        out[:, :, i] = (w[..., None] * v[:, :, : i + 1]).sum(2) / w.sum(-1, keepdim=True).clamp_min(1e-6)
     return out
 
 
@@ -64,8 +70,7 @@ def test_linear_kernel_parallel_chunked_and_recurrent_forms_agree():
     torch.testing.assert_close(stepped[real], expected[real], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("name, options", [("softmax", {}), ("performer", {"num_features": 16}),
-                                           ("elu-linear", {})])
+@pytest.mark.parametrize("name, options", [("softmax", {}), ("performer", {"num_features": 16}), ("elu-linear", {})])
 def test_step_leaves_its_state_alone_and_prefill_equals_stepping(name, options):
     attn = build_attention(name, head_dim=8, num_heads=2, causal=True, **options).eval()
     g = torch.Generator().manual_seed(1)

@@ -1,5 +1,6 @@
 """Reference models: they beat chance on the shared SST-2 / Rotten Tomatoes data, C is chosen on validation,
 and the accuracy measurement runs them as ordinary cells."""
+
 from __future__ import annotations
 
 import json
@@ -16,19 +17,30 @@ from attnbench.predictions import decode_predictions
 from attnbench.references import reference_attention
 
 DATA_DIR = os.environ.get("ATTNBENCH_DATA_DIR")
-needs_data = pytest.mark.skipif(not DATA_DIR, reason="ATTNBENCH_DATA_DIR is unset: no local SST-2 / Rotten Tomatoes "
-                                                     "files (CI sets it to ../shared/data)")
+needs_data = pytest.mark.skipif(
+    not DATA_DIR,
+    reason="ATTNBENCH_DATA_DIR is unset: no local SST-2 / Rotten Tomatoes files (CI sets it to ../shared/data)",
+)
 
 
 def _cell(task: str, reference: str, cache_dir: str, options: dict | None = None, **task_options) -> dict:
-    return {"suite": "t", "task": {"name": task, "options": {"max_length": 64, "cache_dir": cache_dir, **task_options}},
-            "attention": reference_attention(reference, options), "seed": 0, "model": {},
-            "training": {"max_train_examples": 3000}, "measurement": {"name": "accuracy", "options": {}}}
+    return {
+        "suite": "t",
+        "task": {"name": task, "options": {"max_length": 64, "cache_dir": cache_dir, **task_options}},
+        "attention": reference_attention(reference, options),
+        "seed": 0,
+        "model": {},
+        "training": {"max_train_examples": 3000},
+        "measurement": {"name": "accuracy", "options": {}},
+    }
 
 
 def _jsonl_labels(task: str, split: str) -> list[int]:
-    return [json.loads(line)["label"] for line in (Path(DATA_DIR) / task / f"{split}.jsonl").read_text(encoding="utf-8").split("\n")
-            if line.strip()]
+    return [
+        json.loads(line)["label"]
+        for line in (Path(DATA_DIR) / task / f"{split}.jsonl").read_text(encoding="utf-8").split("\n")
+        if line.strip()
+    ]
 
 
 @needs_data
@@ -60,9 +72,14 @@ def test_majority_predicts_the_training_majority_with_its_frequency(cache_dir: s
 
 
 def test_a_task_without_texts_is_skipped() -> None:
-    cell = {"suite": "t", "task": {"name": "nonlinear_tokens", "options": {"num_train": 32, "num_validation": 16,
-                                                                          "num_test": 16}},
-            "attention": reference_attention("majority"), "seed": 0, "model": {}, "training": {},
-            "measurement": {"name": "accuracy", "options": {}}}
+    cell = {
+        "suite": "t",
+        "task": {"name": "nonlinear_tokens", "options": {"num_train": 32, "num_validation": 16, "num_test": 16}},
+        "attention": reference_attention("majority"),
+        "seed": 0,
+        "model": {},
+        "training": {},
+        "measurement": {"name": "accuracy", "options": {}},
+    }
     with pytest.raises(SkipCell, match="text tasks only"):
         run_cell(cell)

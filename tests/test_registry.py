@@ -1,4 +1,5 @@
 """The attention registry: glob listing, did-you-mean errors, typed options, and user plugins."""
+
 import dataclasses
 import textwrap
 from pathlib import Path
@@ -83,9 +84,15 @@ def test_every_entry_has_documented_options_and_capabilities():
         rows = entry.options()
         assert {"head_dim", "num_heads", "max_length", "causal", "seed"} <= {r["name"] for r in rows}
         assert all(r["help"] for r in rows), name
-        assert set(entry.capabilities.as_dict()) == {"padding_mask", "causal", "needs_max_length",
-                                                     "learning_phase", "positive_features", "normalised",
-                                                     "recurrent_state"}
+        assert set(entry.capabilities.as_dict()) == {
+            "padding_mask",
+            "causal",
+            "needs_max_length",
+            "learning_phase",
+            "positive_features",
+            "normalised",
+            "recurrent_state",
+        }
     assert attention_entry("linformer").capabilities.needs_max_length
     assert not attention_entry("nystromformer").capabilities.causal
     assert attention_entry("elu-linear").capabilities.causal
@@ -106,7 +113,8 @@ def test_plugin_by_module_and_class_string(plugin_dir):
 
 
 def test_registered_plugin_keeps_its_typed_config(plugin_dir):
-    (plugin_dir / "toy_registered_plugin.py").write_text(textwrap.dedent('''
+    (plugin_dir / "toy_registered_plugin.py").write_text(
+        textwrap.dedent('''
         import dataclasses
         from attnbench.options import option
         from attnbench.registry import AttentionConfig, register_attention
@@ -121,7 +129,8 @@ def test_registered_plugin_keeps_its_typed_config(plugin_dir):
             """Softmax with a temperature."""
             def forward(self, q, k, v, key_padding_mask=None):
                 return super().forward(q / self.cfg.temperature, k, v, key_padding_mask)
-    '''))
+    ''')
+    )
     entry = attention_entry("toy_registered_plugin:Hot")
     assert dataclasses.is_dataclass(entry.config) and entry.config.__name__ == "HotConfig"
     assert entry.capabilities.causal is False
@@ -144,10 +153,12 @@ def test_plugin_by_installed_entry_point(plugin_dir, capsys):
     torch.testing.assert_close(attn(v, v, v, key_padding_mask=mask), 3.0 * _expected_mean(v, mask))
     assert attention_entry("toy-mean").source.startswith("entry point")
     from attnbench.cli import main
+
     assert main(["list", "attention", "toy-*"]) == 0
     assert "toy-mean: Every position gets the mean" in capsys.readouterr().out
-    model = TransformerClassifier(ModelConfig(vocab_size=11, max_length=8, d_model=16, num_heads=2, num_layers=1),
-                                  "toy-mean", {"scale": 0.5})
+    model = TransformerClassifier(
+        ModelConfig(vocab_size=11, max_length=8, d_model=16, num_heads=2, num_layers=1), "toy-mean", {"scale": 0.5}
+    )
     logits = model(torch.randint(1, 11, (3, 8)), torch.ones(3, 8, dtype=torch.bool))
     assert logits.shape == (3, 2) and torch.isfinite(logits).all()
 
@@ -156,7 +167,7 @@ def _readme_block(first_line: str) -> str:
     """The README's fenced code block that starts with `first_line`."""
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     start = text.index(first_line)
-    return text[start:text.index("```", start)]
+    return text[start : text.index("```", start)]
 
 
 def _naive_linear(phi_q, phi_k, v, mask, causal):
@@ -204,8 +215,9 @@ def test_capability_flags_match_behaviour(name):
     kinds = list(getattr(maps.type, "__args__", ())) if maps is not None and not isinstance(maps.type, str) else []
     if maps is not None and not kinds:
         from attnbench.baselines.random_features import FEATURE_MAPS
+
         kinds = list(FEATURE_MAPS)
-    for options in ([{"feature_map": kind} for kind in kinds] or [{}]):
+    for options in [{"feature_map": kind} for kind in kinds] or [{}]:
         attn = build_attention(name, head_dim=16, max_length=64, **options).eval()
         if not hasattr(attn, "feature_map"):
             continue

@@ -1,4 +1,5 @@
 """The causal report sections: the decoding crossover read off measured points."""
+
 import math
 
 import pandas as pd
@@ -7,10 +8,14 @@ from attnbench.report.causal import crossover
 
 
 def _points(softmax, linear):
-    rows = [{"label": "softmax", "attention": "softmax", "context_length": n, "decode_ms_per_token": ms}
-            for n, ms in softmax.items()]
-    rows += [{"label": "elu", "attention": "elu-linear", "context_length": n, "decode_ms_per_token": ms}
-             for n, ms in linear.items()]
+    rows = [
+        {"label": "softmax", "attention": "softmax", "context_length": n, "decode_ms_per_token": ms}
+        for n, ms in softmax.items()
+    ]
+    rows += [
+        {"label": "elu", "attention": "elu-linear", "context_length": n, "decode_ms_per_token": ms}
+        for n, ms in linear.items()
+    ]
     return pd.DataFrame(rows)
 
 

@@ -1,4 +1,5 @@
 """The paired, published and sweep tables and the reference marks, on hand-made cells with known answers."""
+
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from report_fixture import write_cell
 from scipy import stats as scipy_stats
 from statsmodels.stats.contingency_tables import mcnemar
 
@@ -18,7 +20,6 @@ from attnbench.report.paired import paired_comparison_table, resolve_pairs, verd
 from attnbench.report.published import published_table
 from attnbench.report.sweep import best_trial, sweep_table
 from attnbench.report.tables import leaderboard_table, task_table
-from report_fixture import write_cell
 
 N = 400
 
@@ -27,8 +28,9 @@ def _plan(run: Path, **keys: Any) -> None:
     """A run.json whose normalised suite carries the comparison keys and plans every cell written so far."""
     run.mkdir(parents=True, exist_ok=True)
     planned = sorted(p.stem for p in (run / "cells").glob("*.json"))
-    (run / "run.json").write_text(json.dumps({"schema": 1, "suite": "t", "resolved_suite": {"name": "t", **keys},
-                                              "cell_ids": planned}))
+    (run / "run.json").write_text(
+        json.dumps({"schema": 1, "suite": "t", "resolved_suite": {"name": "t", **keys}, "cell_ids": planned})
+    )
 
 
 def _probs(labels: np.ndarray, correct: np.ndarray, confidence: float) -> np.ndarray:
@@ -39,12 +41,26 @@ def _probs(labels: np.ndarray, correct: np.ndarray, confidence: float) -> np.nda
     return probs
 
 
-def _cell(run: Path, label: str, seed: int, labels: np.ndarray, correct: np.ndarray, attention: str = "performer",
-          **extra: Any) -> None:
+def _cell(
+    run: Path,
+    label: str,
+    seed: int,
+    labels: np.ndarray,
+    correct: np.ndarray,
+    attention: str = "performer",
+    **extra: Any,
+) -> None:
     probs = _probs(labels, correct, 0.8)
-    write_cell(run, label=label, attention=attention, task="rt", seed=seed,
-               metrics={"accuracy": float(correct.mean()), "nll": float(-np.log(np.where(correct, 0.8, 0.2)).mean())},
-               details={"predictions": encode_predictions(probs, labels), **extra.pop("details", {})}, **extra)
+    write_cell(
+        run,
+        label=label,
+        attention=attention,
+        task="rt",
+        seed=seed,
+        metrics={"accuracy": float(correct.mean()), "nll": float(-np.log(np.where(correct, 0.8, 0.2)).mean())},
+        details={"predictions": encode_predictions(probs, labels), **extra.pop("details", {})},
+        **extra,
+    )
 
 
 @pytest.fixture
@@ -67,16 +83,16 @@ def test_paired_table_against_scipy_and_statsmodels(paired_run: tuple[Path, dict
     run, truth = paired_run
     table = paired_comparison_table(load_runs([run]))
     assert {"task", "a", "b", "metric", "seeds", "mean_diff", "ci_low", "ci_high", "p_value"} <= set(table.data)
-    row = table.data[(table.data["a"] == "kernel-x") & (table.data["b"] == "vanilla-x")
-                     & (table.data["metric"] == "accuracy")].iloc[0]
+    row = table.data[
+        (table.data["a"] == "kernel-x") & (table.data["b"] == "vanilla-x") & (table.data["metric"] == "accuracy")
+    ].iloc[0]
     d = np.array([truth[s][0].mean() - truth[s][1].mean() for s in (0, 1, 2)])
     low, high = scipy_stats.t.interval(0.95, 2, loc=d.mean(), scale=scipy_stats.sem(d))
     assert row["seeds"] == 3 and row["mean_diff"] == pytest.approx(d.mean())
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high), rel=1e-6)
     p_seeds = []
     for a, b in truth.values():
-        p_seeds.append(mcnemar([[np.sum(a & b), np.sum(a & ~b)], [np.sum(~a & b), np.sum(~a & ~b)]],
-                               exact=True).pvalue)
+        p_seeds.append(mcnemar([[np.sum(a & b), np.sum(a & ~b)], [np.sum(~a & b), np.sum(~a & ~b)]], exact=True).pvalue)
     assert row["p_value"] == pytest.approx(min(1.0, 2 * np.mean(p_seeds)), rel=1e-9)
     assert row["verdict"].startswith("a better" if low > 0 else "no detectable difference")
 
@@ -87,7 +103,9 @@ def test_identical_models_show_no_detectable_difference(paired_run: tuple[Path, 
     assert set(same["metric"]) == {"accuracy", "nll"}  # the metrics the cells have
     assert (same["mean_diff"] == 0).all() and (same["p_value"] == 1.0).all()
     assert set(same["verdict"]) == {"no detectable difference"}
-    nll = table.data[(table.data["a"] == "vanilla-x") & (table.data["b"] == "softmax") & (table.data["metric"] == "nll")]
+    nll = table.data[
+        (table.data["a"] == "vanilla-x") & (table.data["b"] == "softmax") & (table.data["metric"] == "nll")
+    ]
     assert nll["verdict"].iloc[0] in ("b better", "no detectable difference")  # lower NLL is better: softmax's
 
 
@@ -96,9 +114,9 @@ def test_suite_pairs_replace_the_default_pairs(paired_run: tuple[Path, dict]) ->
     _plan(run, comparisons=[["vanilla-x", "kernel-x"]])
     table = paired_comparison_table(load_runs([run]))
     assert set(zip(table.data["a"], table.data["b"])) == {("vanilla-x", "kernel-x")}
-    assert resolve_pairs(["default", ["softmax", "kernel-x"], ["vanilla-x", "kernel-x"]],
-                         ["kernel-x", "softmax", "vanilla-x"]) == [
-        ("kernel-x", "vanilla-x"), ("kernel-x", "softmax"), ("vanilla-x", "softmax")]  # each pair once
+    assert resolve_pairs(
+        ["default", ["softmax", "kernel-x"], ["vanilla-x", "kernel-x"]], ["kernel-x", "softmax", "vanilla-x"]
+    ) == [("kernel-x", "vanilla-x"), ("kernel-x", "softmax"), ("vanilla-x", "softmax")]  # each pair once
     assert resolve_pairs([["softmax", "kernel-x"]], ["kernel-x", "softmax"]) == [("softmax", "kernel-x")]
 
 
@@ -112,8 +130,10 @@ def test_verdict_says_when_the_examples_do_not_back_the_seeds() -> None:
 
 
 def test_paired_and_published_tables_in_every_format_and_the_page(paired_run: tuple[Path, dict]) -> None:
-    _plan(paired_run[0], published=[{"source": "Table 3", "task": "rt", "note": "",
-                                     "values": {"softmax": {"accuracy": 0.7}}}])
+    _plan(
+        paired_run[0],
+        published=[{"source": "Table 3", "task": "rt", "note": "", "values": {"softmax": {"accuracy": 0.7}}}],
+    )
     report = write_report(paired_run[0])
     for name in ("paired", "published"):
         for suffix in ("md", "csv", "tex"):
@@ -124,9 +144,13 @@ def test_paired_and_published_tables_in_every_format_and_the_page(paired_run: tu
 def test_published_table_arithmetic(tmp_path: Path) -> None:
     for seed, acc in enumerate((0.70, 0.72, 0.74)):
         write_cell(tmp_path, label="softmax", attention="softmax", task="rt", seed=seed, metrics={"accuracy": acc})
-    _plan(tmp_path, published=[{"source": "Table 3", "task": "rt", "note": "",
-                                "values": {"softmax": {"accuracy": 0.66}}},
-                               {"source": "Table 9", "task": "rt", "note": "", "values": {"softmax": {"accuracy": 0.73}}}])
+    _plan(
+        tmp_path,
+        published=[
+            {"source": "Table 3", "task": "rt", "note": "", "values": {"softmax": {"accuracy": 0.66}}},
+            {"source": "Table 9", "task": "rt", "note": "", "values": {"softmax": {"accuracy": 0.73}}},
+        ],
+    )
     data = published_table(load_runs([tmp_path])).data
     half = scipy_stats.t.ppf(0.975, 2) * np.std([0.70, 0.72, 0.74], ddof=1) / math.sqrt(3)
     assert data["ours_mean"].tolist() == pytest.approx([0.72, 0.72])
@@ -137,8 +161,17 @@ def test_published_table_arithmetic(tmp_path: Path) -> None:
 
 def test_published_value_without_our_run_keeps_its_label(tmp_path: Path) -> None:
     write_cell(tmp_path, label="softmax", attention="softmax", task="rt", seed=0, metrics={"accuracy": 0.7})
-    _plan(tmp_path, published=[{"source": "Table 3", "task": "rt", "note": "",
-                                "values": {"softmax": {"accuracy": 0.68}, "performer": {"accuracy": 0.66}}}])
+    _plan(
+        tmp_path,
+        published=[
+            {
+                "source": "Table 3",
+                "task": "rt",
+                "note": "",
+                "values": {"softmax": {"accuracy": 0.68}, "performer": {"accuracy": 0.66}},
+            }
+        ],
+    )
     data = published_table(load_runs([tmp_path])).data.set_index("label")
     assert list(data.index) == ["softmax", "performer"]  # not "performer [run]": no run holds it yet
     assert data.loc["performer", "seeds"] == 0 and math.isnan(data.loc["performer", "ours_mean"])
@@ -157,9 +190,16 @@ def test_sweep_keeps_each_labels_validation_best_trial(tmp_path: Path) -> None:
     for (label, trial), (val, test) in scores.items():
         for seed in (0, 1):
             metric = "accuracy" if label == "a" else "nll"
-            write_cell(tmp_path, label=label, attention="softmax", task="rt", seed=seed,
-                       metrics={"accuracy": test}, details={"validation": {metric: val + 0.01 * seed}},
-                       sweep={"trial": trial, "values": {"lr": [1e-3, 3e-3][trial]}, "metric": metric})
+            write_cell(
+                tmp_path,
+                label=label,
+                attention="softmax",
+                task="rt",
+                seed=seed,
+                metrics={"accuracy": test},
+                details={"validation": {metric: val + 0.01 * seed}},
+                sweep={"trial": trial, "values": {"lr": [1e-3, 3e-3][trial]}, "metric": metric},
+            )
     results = load_runs([tmp_path])
     kept = results.cells.set_index("label")["trial"]
     assert set(kept["a"]) == {1} and set(kept["b"]) == {0} and len(results.cells) == 4
@@ -174,20 +214,36 @@ def test_sweep_runner_up_is_among_the_trials_that_competed(tmp_path: Path) -> No
     # trial 0 has both seeds (0.70); trial 1 only one, and a higher score (0.90): it neither wins nor is runner-up
     for trial, seeds, val in ((0, (0, 1), 0.70), (1, (0,), 0.90), (2, (0, 1), 0.60)):
         for seed in seeds:
-            write_cell(tmp_path, label="a", attention="softmax", task="rt", seed=seed, metrics={"accuracy": 0.5},
-                       details={"validation": {"accuracy": val}},
-                       sweep={"trial": trial, "values": {"lr": 10.0 ** -trial}, "metric": "accuracy"})
+            write_cell(
+                tmp_path,
+                label="a",
+                attention="softmax",
+                task="rt",
+                seed=seed,
+                metrics={"accuracy": 0.5},
+                details={"validation": {"accuracy": val}},
+                sweep={"trial": trial, "values": {"lr": 10.0**-trial}, "metric": "accuracy"},
+            )
     sweep = sweep_table(load_runs([tmp_path]).sweep)
     assert sweep.data["chosen_trial"].tolist() == [0] and sweep.data["complete_trials"].tolist() == [2]
     assert sweep.text["runner-up"].tolist() == ["0.600"]
 
 
 def test_references_are_marked_and_not_ranked(tmp_path: Path) -> None:
-    for label, attention, acc in (("softmax", "softmax", 0.70), ("performer", "performer", 0.65),
-                                  ("tfidf-logreg", "reference", 0.78)):
+    for label, attention, acc in (
+        ("softmax", "softmax", 0.70),
+        ("performer", "performer", 0.65),
+        ("tfidf-logreg", "reference", 0.78),
+    ):
         for seed in (0, 1):
-            write_cell(tmp_path, label=label, attention=attention, task="rt", seed=seed,
-                       metrics={"accuracy": acc + 0.01 * seed})
+            write_cell(
+                tmp_path,
+                label=label,
+                attention=attention,
+                task="rt",
+                seed=seed,
+                metrics={"accuracy": acc + 0.01 * seed},
+            )
     results = load_runs([tmp_path])
     table = task_table(results, "rt")
     ranks = dict(zip(table.data["label"], table.data["accuracy_rank"]))

@@ -1,5 +1,6 @@
 """The HTML report: self-contained (no network), and in a real headless Chromium the tables and images
 show and clicking a header sorts its column numerically, missing values last."""
+
 from __future__ import annotations
 
 import re
@@ -9,13 +10,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from report_fixture import make_fake_run
 
 from attnbench.report import write_report
 from attnbench.report.html import table_html
 from attnbench.report.load import load_runs
 from attnbench.report.table import Table
 from attnbench.report.tables import all_tables
-from report_fixture import make_fake_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -34,18 +35,40 @@ def test_page_is_self_contained(report: Path) -> None:
     assert "@import" not in page and "url(" not in page
     assert page.count("data:image/png;base64,") == len(list((report / "plots").glob("*.png"))) > 0
     assert page.count('<table class="sortable"') == len(list((report / "tables").glob("*.csv")))
-    for key in ("git_commit", "0bf2ea5deadbeef", "torch", "2.13.0", "seeds", "not valid JSON", "1 unreadable",
-                "1 not run"):
+    for key in (
+        "git_commit",
+        "0bf2ea5deadbeef",
+        "torch",
+        "2.13.0",
+        "seeds",
+        "not valid JSON",
+        "1 unreadable",
+        "1 not run",
+    ):
         assert key in page, key
     assert {"index.html", "report.md", "provenance.json", "tables", "plots"} <= {p.name for p in report.iterdir()}
 
 
 def test_report_folder_layout(report: Path) -> None:
     tables = {p.stem for p in (report / "tables").glob("*.csv")}
-    assert {"leaderboard", "task_sst2", "task_listops", "paired", "robustness", "robustness_feature_budget",
-            "efficiency", "fidelity", "coulomb",
-            "kernel_experiment", "kernel_f1", "kernel_paper", "kernel_langevin", "kernel_ablation", "kernel_scaling",
-            "cells_not_ok"} == tables
+    assert {
+        "leaderboard",
+        "task_sst2",
+        "task_listops",
+        "paired",
+        "robustness",
+        "robustness_feature_budget",
+        "efficiency",
+        "fidelity",
+        "coulomb",
+        "kernel_experiment",
+        "kernel_f1",
+        "kernel_paper",
+        "kernel_langevin",
+        "kernel_ablation",
+        "kernel_scaling",
+        "cells_not_ok",
+    } == tables
     for stem in tables:
         assert (report / "tables" / f"{stem}.md").exists() and (report / "tables" / f"{stem}.tex").exists()
     for png in (report / "plots").glob("*.png"):
@@ -70,9 +93,18 @@ def browser():
     profile = tempfile.mkdtemp(prefix="attnbench-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                 f"--user-data-dir={profile}", "--window-size=1400,1000"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+        "--window-size=1400,1000",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
@@ -85,7 +117,10 @@ def _column(driver, table_id: str, header: str) -> list[str]:
     return driver.execute_script(
         """const t = document.getElementById(arguments[0]);
            const col = Array.from(t.tHead.rows[0].cells).findIndex(h => h.textContent.trim() === arguments[1]);
-           return Array.from(t.tBodies[0].rows).map(r => r.cells[col].textContent.trim());""", table_id, header)
+           return Array.from(t.tBodies[0].rows).map(r => r.cells[col].textContent.trim());""",
+        table_id,
+        header,
+    )
 
 
 def _click(driver, table_id: str, header: str) -> None:
@@ -107,12 +142,14 @@ def test_browser_shows_tables_images_and_sorts(report: Path, browser) -> None:
     browser.get((report / "index.html").resolve().as_uri())
     tables = browser.execute_script(
         "return Array.from(document.querySelectorAll('table.sortable')).map(t => [t.id, t.tBodies[0].rows.length,"
-        " t.getBoundingClientRect().height]);")
+        " t.getBoundingClientRect().height]);"
+    )
     expected = {f"table-{t.name}": len(t.text) for t in all_tables(load_runs([report.parent]))}
     assert {t[0]: t[1] for t in tables} == expected
     assert all(height > 20 for _, _, height in tables)
     images = browser.execute_script(
-        "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight]);")
+        "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight]);"
+    )
     assert len(images) == len(list((report / "plots").glob("*.png")))
     assert all(done and w > 100 and h > 100 for done, w, h in images), images
 
@@ -121,7 +158,7 @@ def test_browser_shows_tables_images_and_sorts(report: Path, browser) -> None:
     values = _column(browser, "table-efficiency", "tokens/s")
     present = [_number(v) for v in values if v != "—"]
     assert present == sorted(present) and len(present) > 3
-    assert values[len(present):] == ["—"] * (len(values) - len(present))  # missing (the OOM point) last
+    assert values[len(present) :] == ["—"] * (len(values) - len(present))  # missing (the OOM point) last
     _click(browser, "table-efficiency", "tokens/s")
     values = _column(browser, "table-efficiency", "tokens/s")
     present = [_number(v) for v in values if v != "—"]

@@ -1,15 +1,16 @@
 """The LRA table: per-task means, and the pairs a task separates by the paired rule (hand-built predictions)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
 import torch
+from report_fixture import write_cell
 
 from attnbench.predictions import encode_predictions
 from attnbench.report.load import load_runs
 from attnbench.report.lra_table import lra_tables
-from report_fixture import write_cell
 
 ROWS = 200
 
@@ -18,16 +19,25 @@ def _cell(run: Path, label: str, task: str, seed: int, correct: np.ndarray, with
     labels = torch.tensor(np.arange(ROWS) % 2)
     predicted = torch.where(torch.tensor(correct), labels, 1 - labels)
     probs = torch.nn.functional.one_hot(predicted, 2).float() * 0.8 + 0.1
-    write_cell(run, label=label, attention=label, task=task, seed=seed, metrics={"accuracy": float(correct.mean())},
-               details={"predictions": encode_predictions(probs, labels),
-                        "parameter_rule": {"within": within, "ratio": 1.0 if within else 1.3}})
+    write_cell(
+        run,
+        label=label,
+        attention=label,
+        task=task,
+        seed=seed,
+        metrics={"accuracy": float(correct.mean())},
+        details={
+            "predictions": encode_predictions(probs, labels),
+            "parameter_rule": {"within": within, "ratio": 1.0 if within else 1.3},
+        },
+    )
 
 
 def test_separated_pairs_and_flags(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     for seed in range(3):
         shared = rng.random(ROWS) < 0.7
-        good = shared | (rng.random(ROWS) < 0.8)          # about 94% correct
+        good = shared | (rng.random(ROWS) < 0.8)  # about 94% correct
         for label in ("softmax", "performer", "linformer"):
             # listops: softmax far ahead of two identical models; pathfinder: all three identical
             _cell(tmp_path, label, "listops", seed, good if label == "softmax" else shared)

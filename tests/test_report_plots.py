@@ -1,18 +1,20 @@
 """Report plots: written as PNG and SVG, non-empty, readable, one colour per label across plots."""
+
 from __future__ import annotations
 
 import itertools
+
 import matplotlib.colors as mcolors
 import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
 import pytest
+from report_fixture import make_fake_run
 
 from attnbench.report.load import load_runs
-from attnbench.report.plots import all_plots, label_colors, pareto_front
 from attnbench.report.measurement_tables import efficiency_frame
+from attnbench.report.plots import all_plots, label_colors, pareto_front
 from attnbench.report.tables import leaderboard_table
-from report_fixture import make_fake_run
 
 LABELS = ("softmax", "kernel-favor", "performer-256")
 
@@ -21,8 +23,9 @@ LABELS = ("softmax", "kernel-favor", "performer-256")
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[list, dict]:
     run = make_fake_run(tmp_path_factory.mktemp("run"), tasks=("sst2",), labels=LABELS)
     results = load_runs([run])
-    plots = all_plots(results, leaderboard_table(results).data, efficiency_frame(results),
-                      tmp_path_factory.mktemp("plots"))
+    plots = all_plots(
+        results, leaderboard_table(results).data, efficiency_frame(results), tmp_path_factory.mktemp("plots")
+    )
     return plots, label_colors(results.labels())
 
 
@@ -39,9 +42,14 @@ def test_pareto_front_matches_brute_force() -> None:
     rng = np.random.default_rng(0)
     pts = pd.DataFrame({"x": rng.random(30), "y": rng.random(30)})
     front = set(pareto_front(pts, "x", "y").index)
-    brute = {i for i in pts.index
-             if not any(pts.x[j] >= pts.x[i] and pts.y[j] >= pts.y[i] and (pts.x[j], pts.y[j]) != (pts.x[i], pts.y[i])
-                        for j in pts.index)}
+    brute = {
+        i
+        for i in pts.index
+        if not any(
+            pts.x[j] >= pts.x[i] and pts.y[j] >= pts.y[i] and (pts.x[j], pts.y[j]) != (pts.x[i], pts.y[i])
+            for j in pts.index
+        )
+    }
     assert front == brute and front
     chain = pd.DataFrame({"x": [1.0, 2.0, 3.0], "y": [3.0, 2.0, 1.0]})
     assert set(pareto_front(chain, "x", "y").index) == {0, 1, 2}
@@ -51,9 +59,17 @@ def test_pareto_front_matches_brute_force() -> None:
 def test_every_plot_written_non_empty_and_readable(written: tuple[list, dict]) -> None:
     plots, _ = written
     names = {p.name for p in plots}
-    assert {"time_vs_length", "memory_vs_length", "accuracy_vs_throughput", "reliability_sst2",
-            "robustness_sst2", "coulomb_sst2_kernel-favor", "kernel_experiment", "kernel_ablation",
-            "kernel_scaling"} == names
+    assert {
+        "time_vs_length",
+        "memory_vs_length",
+        "accuracy_vs_throughput",
+        "reliability_sst2",
+        "robustness_sst2",
+        "coulomb_sst2_kernel-favor",
+        "kernel_experiment",
+        "kernel_ablation",
+        "kernel_scaling",
+    } == names
     for plot in plots:
         assert plot.png.stat().st_size > 10_000 and plot.svg.stat().st_size > 10_000, plot.name
         pixels = mpimg.imread(plot.png)

@@ -1,4 +1,5 @@
 """Tested rank groups and the at-chance mark, on hand-made cells with stored per-example predictions."""
+
 from __future__ import annotations
 
 import json
@@ -7,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from report_fixture import write_cell
 from scipy import stats as scipy_stats
 
 from attnbench.cli import main
@@ -16,7 +18,6 @@ from attnbench.report.load import load_runs
 from attnbench.report.paired import PredictionCache
 from attnbench.report.ranking import chance_p_value, task_standings
 from attnbench.report.tables import headline_summary, leaderboard_table, task_table
-from report_fixture import write_cell
 
 N = 300
 
@@ -24,9 +25,15 @@ N = 300
 def _cell(run: Path, label: str, seed: int, labels: np.ndarray, predicted: np.ndarray, task: str = "t1") -> None:
     probs = np.full((len(labels), 2), 0.2)
     probs[np.arange(len(labels)), predicted] = 0.8
-    write_cell(run, label=label, attention="performer", task=task, seed=seed,
-               metrics={"accuracy": float(np.mean(predicted == labels)), "ece": 0.01 if label == "majority-ish" else 0.1},
-               details={"predictions": encode_predictions(probs, labels)})
+    write_cell(
+        run,
+        label=label,
+        attention="performer",
+        task=task,
+        seed=seed,
+        metrics={"accuracy": float(np.mean(predicted == labels)), "ece": 0.01 if label == "majority-ish" else 0.1},
+        details={"predictions": encode_predictions(probs, labels)},
+    )
 
 
 def _predict(rng: np.random.Generator, labels: np.ndarray, accuracy: float) -> np.ndarray:
@@ -125,7 +132,9 @@ def test_report_page_states_the_summary(ranked_run: Path) -> None:
     assert "at chance (accuracy not above the majority class): majority-ish" in page
 
 
-def test_leaderboard_command_prints_the_summary(ranked_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_leaderboard_command_prints_the_summary(
+    ranked_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     (ranked_run / "run.json").write_text(json.dumps({"schema": 1, "suite": "t", "cell_ids": []}))
     assert main(["leaderboard", str(ranked_run), "--out", str(tmp_path / "board")]) == 0
     printed = capsys.readouterr().out

@@ -1,4 +1,5 @@
 """Paired statistics against statsmodels / scipy or hand-computed answers; each can fail."""
+
 from __future__ import annotations
 
 import math
@@ -9,10 +10,18 @@ from scipy import stats as scipy_stats
 from statsmodels.stats.contingency_tables import mcnemar
 
 from attnbench import metrics
-from attnbench.report import comparisons
-from attnbench.report.comparisons import (RESAMPLED, bootstrap_weights, combine_p_values, default_pairs,
-                                 mcnemar_exact, mean_difference_interval, paired_bootstrap_p, per_example_p)
 from attnbench.predictions import Predictions, decode_predictions, encode_predictions
+from attnbench.report import comparisons
+from attnbench.report.comparisons import (
+    RESAMPLED,
+    bootstrap_weights,
+    combine_p_values,
+    default_pairs,
+    mcnemar_exact,
+    mean_difference_interval,
+    paired_bootstrap_p,
+    per_example_p,
+)
 
 
 def _predictions(probs: np.ndarray, labels: np.ndarray) -> Predictions:
@@ -26,8 +35,10 @@ def _random_model(rng: np.random.Generator, labels: np.ndarray, skill: float, cl
     return _predictions(probs, labels)
 
 
-@pytest.mark.parametrize("only_a, only_b, both, neither", [(0, 0, 50, 10), (3, 9, 40, 8), (25, 40, 300, 100),
-                                                           (1, 0, 5, 5), (120, 80, 600, 266)])
+@pytest.mark.parametrize(
+    "only_a, only_b, both, neither",
+    [(0, 0, 50, 10), (3, 9, 40, 8), (25, 40, 300, 100), (1, 0, 5, 5), (120, 80, 600, 266)],
+)
 def test_mcnemar_exact_matches_statsmodels(only_a: int, only_b: int, both: int, neither: int) -> None:
     a = np.array([1] * only_a + [0] * only_b + [1] * both + [0] * neither, dtype=bool)
     b = np.array([0] * only_a + [1] * only_b + [1] * both + [0] * neither, dtype=bool)
@@ -35,8 +46,14 @@ def test_mcnemar_exact_matches_statsmodels(only_a: int, only_b: int, both: int, 
     assert mcnemar_exact(a, b) == pytest.approx(mcnemar(table, exact=True).pvalue, rel=1e-12, abs=1e-15)
 
 
-@pytest.mark.parametrize("a, b", [([0.70, 0.72, 0.75], [0.68, 0.69, 0.74]),
-                                  ([0.5, 0.9], [0.4, 0.6]), ([1.0, 2.0, 4.0, 8.0, 3.0], [1.5, 1.0, 5.0, 2.0, 0.0])])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ([0.70, 0.72, 0.75], [0.68, 0.69, 0.74]),
+        ([0.5, 0.9], [0.4, 0.6]),
+        ([1.0, 2.0, 4.0, 8.0, 3.0], [1.5, 1.0, 5.0, 2.0, 0.0]),
+    ],
+)
 def test_mean_difference_interval_matches_scipy_t(a: list[float], b: list[float]) -> None:
     d = np.subtract(a, b)
     low, high = scipy_stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=scipy_stats.sem(d))
@@ -55,8 +72,12 @@ def test_resampled_metrics_equal_the_metrics_on_the_resampled_rows() -> None:
     labels = rng.integers(0, 3, size=300)
     pred = _random_model(rng, labels, 1.0, classes=3)
     full = np.ones((1, len(labels)))
-    reference = {"accuracy": metrics.accuracy, "nll": metrics.log_loss, "ece": metrics.expected_calibration_error,
-                 "macro_f1": metrics.macro_f1}
+    reference = {
+        "accuracy": metrics.accuracy,
+        "nll": metrics.log_loss,
+        "ece": metrics.expected_calibration_error,
+        "macro_f1": metrics.macro_f1,
+    }
     index = rng.integers(0, len(labels), size=len(labels))
     weights = np.bincount(index, minlength=len(labels))[None, :].astype(float)
     for name, fn in RESAMPLED.items():
@@ -123,9 +144,14 @@ def test_combine_p_values_hand_computed() -> None:
 
 def test_default_pairs() -> None:
     labels = ["kernel-elu", "vanilla-elu", "kernel-cos2", "softmax", "performer", "majority"]
-    assert default_pairs(labels) == [("kernel-elu", "vanilla-elu"), ("kernel-cos2", "softmax"),
-                                     ("kernel-elu", "softmax"), ("majority", "softmax"),
-                                     ("performer", "softmax"), ("vanilla-elu", "softmax")]
+    assert default_pairs(labels) == [
+        ("kernel-elu", "vanilla-elu"),
+        ("kernel-cos2", "softmax"),
+        ("kernel-elu", "softmax"),
+        ("majority", "softmax"),
+        ("performer", "softmax"),
+        ("vanilla-elu", "softmax"),
+    ]
     assert default_pairs(["a", "b"]) == []
 
 

@@ -1,4 +1,5 @@
 """Report tables: aggregation on hand-made cell results, and every text format produced and parseable."""
+
 from __future__ import annotations
 
 import math
@@ -10,37 +11,69 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from processes import HANG_GUARD
+from report_fixture import make_fake_run, write_cell
 
+from attnbench.baselines.coulomb.report import (
+    kernel_ablation_table,
+    kernel_langevin_table,
+    kernel_paper_table,
+    kernel_scaling_table,
+    kernel_table,
+)
 from attnbench.errors import UserError
 from attnbench.report import write_leaderboard, write_report
 from attnbench.report.formats import latex_escape, to_latex, to_markdown, write_table
 from attnbench.report.load import detail_rows, load_runs, run_provenance
+from attnbench.report.measurement_tables import coulomb_table, efficiency_frame, fidelity_table, robustness_tables
 from attnbench.report.stats import metric_direction, summarize, t_quantile_975
-from attnbench.baselines.coulomb.report import (kernel_ablation_table, kernel_langevin_table, kernel_paper_table,
-                                          kernel_scaling_table, kernel_table)
-from attnbench.report.measurement_tables import (coulomb_table, efficiency_frame, fidelity_table,
-                                               robustness_tables)
 from attnbench.report.tables import all_tables, leaderboard_table, task_table
-from report_fixture import make_fake_run, write_cell
-from processes import HANG_GUARD
 
 # accuracy, ece per (task, label) over seeds 0, 1, 2; "c" has no result on task "t2" (it failed there)
-ACC = {("t1", "a"): [0.80, 0.82, 0.84], ("t1", "b"): [0.70, 0.71, 0.75], ("t1", "c"): [0.90, 0.90, 0.93],
-       ("t2", "a"): [0.60, 0.64, 0.62], ("t2", "b"): [0.66, 0.68, 0.70]}
-ECE = {("t1", "a"): [0.05, 0.07, 0.06], ("t1", "b"): [0.02, 0.03, 0.04], ("t1", "c"): [0.10, 0.12, 0.11],
-       ("t2", "a"): [0.09, 0.08, 0.07], ("t2", "b"): [0.01, 0.02, 0.03]}
+ACC = {
+    ("t1", "a"): [0.80, 0.82, 0.84],
+    ("t1", "b"): [0.70, 0.71, 0.75],
+    ("t1", "c"): [0.90, 0.90, 0.93],
+    ("t2", "a"): [0.60, 0.64, 0.62],
+    ("t2", "b"): [0.66, 0.68, 0.70],
+}
+ECE = {
+    ("t1", "a"): [0.05, 0.07, 0.06],
+    ("t1", "b"): [0.02, 0.03, 0.04],
+    ("t1", "c"): [0.10, 0.12, 0.11],
+    ("t2", "a"): [0.09, 0.08, 0.07],
+    ("t2", "b"): [0.01, 0.02, 0.03],
+}
 
 
 @pytest.fixture
 def hand_run(tmp_path: Path) -> Path:
     for (task, label), accs in ACC.items():
         for seed, (acc, ece) in enumerate(zip(accs, ECE[(task, label)])):
-            write_cell(tmp_path, label=label, attention="softmax" if label == "a" else "performer", task=task,
-                       seed=seed, metrics={"accuracy": acc, "macro_f1": acc - 0.1, "ece": ece,
-                                           "train_seconds": 10.0 + seed, "params_total": 1000.0,
-                                           "params_attention": 150.0 if label == "c" else 100.0})
-    write_cell(tmp_path, label="c", attention="performer", task="t2", seed=0, status="failed",
-               reason="RuntimeError: out of memory")
+            write_cell(
+                tmp_path,
+                label=label,
+                attention="softmax" if label == "a" else "performer",
+                task=task,
+                seed=seed,
+                metrics={
+                    "accuracy": acc,
+                    "macro_f1": acc - 0.1,
+                    "ece": ece,
+                    "train_seconds": 10.0 + seed,
+                    "params_total": 1000.0,
+                    "params_attention": 150.0 if label == "c" else 100.0,
+                },
+            )
+    write_cell(
+        tmp_path,
+        label="c",
+        attention="performer",
+        task="t2",
+        seed=0,
+        status="failed",
+        reason="RuntimeError: out of memory",
+    )
     return tmp_path
 
 
@@ -78,8 +111,11 @@ def test_task_table_mean_std_rank_best(hand_run: Path) -> None:
     assert f"**{table.text.set_index('label').at['c', 'accuracy']}**" in md
     assert "(1)" in table.text.set_index("label").at["c", "accuracy"]
     text = table.text.set_index("label")
-    assert (text.at["c", "params"], text.at["c", "attention params"], text.at["a", "attention params"]) == \
-        ("1,000", "150", "100")
+    assert (text.at["c", "params"], text.at["c", "attention params"], text.at["a", "attention params"]) == (
+        "1,000",
+        "150",
+        "100",
+    )
     assert "params_total" not in table.text.columns and not table.best["train_seconds"].any()
     assert re.search(r"\\textbf\{0\.910 \$\\pm\$", to_latex(table))  # c's accuracy is bold in LaTeX
 
@@ -97,7 +133,9 @@ def test_leaderboard_leaves_missing_cells_out_of_averages(hand_run: Path) -> Non
     assert data.at["b", "top_group_tasks"] == 1 and data.at["c", "top_group_tasks"] == 1
     assert data.at["a", "avg_rank"] == pytest.approx(2.0)
     text = table.text.set_index("label")
-    assert text.at["c", "t2 accuracy"] == "—" and text.at["c", "tasks"] == "1/2" and text.at["c", "top group"] == "1 of 1"
+    assert (
+        text.at["c", "t2 accuracy"] == "—" and text.at["c", "tasks"] == "1/2" and text.at["c", "top group"] == "1 of 1"
+    )
     footnote = " ".join(table.notes)
     assert "c × t2" in footnote and "out of memory" in footnote and "never counted as zero" in footnote
     assert list(table.text["label"]) == ["c", "b", "a"]  # by top-group tasks, then mean group rank
@@ -105,16 +143,46 @@ def test_leaderboard_leaves_missing_cells_out_of_averages(hand_run: Path) -> Non
 
 def test_efficiency_ratios_against_softmax_of_the_same_run(tmp_path: Path) -> None:
     def rows(scale: float, oom_at: int | None) -> list[dict]:
-        return [{"seq_len": n, "batch": 2, "heads": 1, "head_dim": 8, "mode": "forward",
-                 "status": "oom" if n == oom_at else "ok", "reason": "out of memory" if n == oom_at else None,
-                 **({} if n == oom_at else {"median_ms": scale * n, "q25_ms": scale * n, "q75_ms": scale * n,
-                                            "tokens_per_s": 2 * n / (scale * n / 1000),
-                                            "peak_mem_bytes": scale * n * 1000.0})}
-                for n in (64, 128, 256)]
-    write_cell(tmp_path, label="softmax", attention="softmax", task="none", measurement="efficiency",
-               details={"rows": rows(2.0, 256)})
-    write_cell(tmp_path, label="lin", attention="performer", task="none", measurement="efficiency",
-               details={"rows": rows(0.5, None)})
+        return [
+            {
+                "seq_len": n,
+                "batch": 2,
+                "heads": 1,
+                "head_dim": 8,
+                "mode": "forward",
+                "status": "oom" if n == oom_at else "ok",
+                "reason": "out of memory" if n == oom_at else None,
+                **(
+                    {}
+                    if n == oom_at
+                    else {
+                        "median_ms": scale * n,
+                        "q25_ms": scale * n,
+                        "q75_ms": scale * n,
+                        "tokens_per_s": 2 * n / (scale * n / 1000),
+                        "peak_mem_bytes": scale * n * 1000.0,
+                    }
+                ),
+            }
+            for n in (64, 128, 256)
+        ]
+
+    write_cell(
+        tmp_path,
+        label="softmax",
+        attention="softmax",
+        task="none",
+        measurement="efficiency",
+        details={"rows": rows(2.0, 256)},
+    )
+    write_cell(
+        tmp_path,
+        label="lin",
+        attention="performer",
+        task="none",
+        measurement="efficiency",
+        details={"rows": rows(0.5, None)},
+    )
     eff = efficiency_frame(load_runs([tmp_path])).set_index(["label", "seq_len"])
     assert eff.at[("lin", 64), "speed_vs_softmax"] == pytest.approx(4.0)
     assert eff.at[("lin", 128), "memory_vs_softmax"] == pytest.approx(0.25)
@@ -126,18 +194,49 @@ def test_efficiency_ratios_against_softmax_of_the_same_run(tmp_path: Path) -> No
 def test_efficiency_leaves_starved_and_unchecked_busy_points_out_of_ratios(tmp_path: Path) -> None:
     """A point refused as not measured, and a busy point from a run that did not check for starvation, have no time
     or ratio and say why; a busy point that passed the check keeps its time with the mark; a quiet one neither."""
+
     def row(n: int, busy: bool, checked: bool | None, status: str = "ok") -> dict:
         timed = {"median_ms": 1.0, "q25_ms": 1.0, "q75_ms": 1.0, "tokens_per_s": 1.0} if status == "ok" else {}
-        return {"seq_len": n, "batch": 1, "heads": 1, "head_dim": 8, "mode": "forward", "status": status,
-                "reason": "not measured: the timed threads waited" if status != "ok" else None,
-                "peak_mem_bytes": 1.0, "busy": busy, "others_cores": 1.5 if busy else 0.0,
-                "cpu_availability": 0.4 if busy else 1.0, "load_1m": 4.0 if busy else 0.2, **timed,
-                **({} if checked is None else {"starvation_checked": checked})}
-    write_cell(tmp_path, label="lin", attention="performer", task="none", measurement="efficiency",
-               details={"rows": [row(64, True, None), row(128, False, True), row(256, True, True),
-                                 row(512, False, True, "not_measured")]})
-    write_cell(tmp_path, label="softmax", attention="softmax", task="none", measurement="efficiency",
-               details={"rows": [row(n, False, True) for n in (64, 128, 256, 512)]})
+        return {
+            "seq_len": n,
+            "batch": 1,
+            "heads": 1,
+            "head_dim": 8,
+            "mode": "forward",
+            "status": status,
+            "reason": "not measured: the timed threads waited" if status != "ok" else None,
+            "peak_mem_bytes": 1.0,
+            "busy": busy,
+            "others_cores": 1.5 if busy else 0.0,
+            "cpu_availability": 0.4 if busy else 1.0,
+            "load_1m": 4.0 if busy else 0.2,
+            **timed,
+            **({} if checked is None else {"starvation_checked": checked}),
+        }
+
+    write_cell(
+        tmp_path,
+        label="lin",
+        attention="performer",
+        task="none",
+        measurement="efficiency",
+        details={
+            "rows": [
+                row(64, True, None),
+                row(128, False, True),
+                row(256, True, True),
+                row(512, False, True, "not_measured"),
+            ]
+        },
+    )
+    write_cell(
+        tmp_path,
+        label="softmax",
+        attention="softmax",
+        task="none",
+        measurement="efficiency",
+        details={"rows": [row(n, False, True) for n in (64, 128, 256, 512)]},
+    )
     results = load_runs([tmp_path])
     eff = efficiency_frame(results).set_index(["label", "seq_len"])
     assert eff.at[("lin", 64), "status"] == "not_measured" and "busy machine" in eff.at[("lin", 64), "reason"]
@@ -154,14 +253,36 @@ def test_efficiency_leaves_starved_and_unchecked_busy_points_out_of_ratios(tmp_p
 
 
 def test_paired_table_lists_the_alternated_timings(tmp_path: Path) -> None:
-    row = {"seq_len": 64, "batch": 1, "heads": 2, "head_dim": 8, "mode": "forward", "status": "ok", "reason": None,
-           "median_ms": 2.0, "q25_ms": 2.0, "q75_ms": 2.0, "tokens_per_s": 1.0, "peak_mem_bytes": 1.0,
-           "paired_label": "theirs", "paired_median_ms": 5.0, "paired_ratio": 2.4, "paired_ratio_q25": 2.2,
-           "paired_ratio_q75": 2.6}
-    write_cell(tmp_path, label="ours", attention="performer", task="none", measurement="efficiency",
-               details={"rows": [row]})
-    write_cell(tmp_path, label="plain", attention="softmax", task="none", measurement="efficiency",
-               details={"rows": [{k: v for k, v in row.items() if not k.startswith("paired")}]})
+    row = {
+        "seq_len": 64,
+        "batch": 1,
+        "heads": 2,
+        "head_dim": 8,
+        "mode": "forward",
+        "status": "ok",
+        "reason": None,
+        "median_ms": 2.0,
+        "q25_ms": 2.0,
+        "q75_ms": 2.0,
+        "tokens_per_s": 1.0,
+        "peak_mem_bytes": 1.0,
+        "paired_label": "theirs",
+        "paired_median_ms": 5.0,
+        "paired_ratio": 2.4,
+        "paired_ratio_q25": 2.2,
+        "paired_ratio_q75": 2.6,
+    }
+    write_cell(
+        tmp_path, label="ours", attention="performer", task="none", measurement="efficiency", details={"rows": [row]}
+    )
+    write_cell(
+        tmp_path,
+        label="plain",
+        attention="softmax",
+        task="none",
+        measurement="efficiency",
+        details={"rows": [{k: v for k, v in row.items() if not k.startswith("paired")}]},
+    )
     tables = {t.name: t for t in all_tables(load_runs([tmp_path]))}
     text = tables["paired_timing"].text
     assert list(text["label"]) == ["ours"] and list(text["paired with"]) == ["theirs"]
@@ -182,15 +303,22 @@ def test_robustness_coulomb_kernel_tables_from_fake_run(tmp_path: Path) -> None:
     assert budget.name == "robustness_feature_budget" and set(budget.text["label"]) == {"kernel-favor"}
     assert budget.data.set_index("level").at[16, "accuracy_mean"] == pytest.approx(0.79 - 0.05)
     coulomb = coulomb_table(results)
-    after = [c["details"]["phase_a"]["validation_alignment"]["within-class"]["after"]
-             for _, c in results.of("accuracy").iterrows() if c["label"] == "kernel-favor"]
+    after = [
+        c["details"]["phase_a"]["validation_alignment"]["within-class"]["after"]
+        for _, c in results.of("accuracy").iterrows()
+        if c["label"] == "kernel-favor"
+    ]
     assert coulomb.data["within-class after_mean"].item() == pytest.approx(np.mean(after))
     assert coulomb.text["walk?"].item() == "drift below noise: a random walk" and "random walk" in coulomb.notes[1]
     kern = kernel_table(results)
     assert {"σ=1e-05", "σ=1e-01", "σ=1e+03"} <= set(kern.text.columns)
     assert kern.best.any().any()
-    rows = [r for _, c in results.of("kernel").iterrows() for r in c["details"]["rows"]
-            if r["part"] == "noise" and r["method"] == "rff" and r["sigma"] == 1e-5]
+    rows = [
+        r
+        for _, c in results.of("kernel").iterrows()
+        for r in c["details"]["rows"]
+        if r["part"] == "noise" and r["method"] == "rff" and r["sigma"] == 1e-5
+    ]
     at = kern.data[(kern.data["method"] == "rff") & (kern.data["sigma"] == 1e-5)]
     assert at["accuracy_mean"].item() == pytest.approx(np.mean([r["accuracy"] for r in rows]))
     assert at["accuracy_std"].item() == pytest.approx(np.std([r["accuracy"] for r in rows], ddof=1))
@@ -254,8 +382,10 @@ def _check_latex(tex: str, ncols: int) -> None:
 
 
 def test_latex_escapes_specials() -> None:
-    assert latex_escape("lin_attn&50%#{x}~^\\") == \
-        r"lin\_attn\&50\%\#\{x\}\textasciitilde{}\textasciicircum{}\textbackslash{}"
+    assert (
+        latex_escape("lin_attn&50%#{x}~^\\")
+        == r"lin\_attn\&50\%\#\{x\}\textasciitilde{}\textasciicircum{}\textbackslash{}"
+    )
 
 
 def test_latex_compiles_with_pdflatex(tmp_path: Path) -> None:
@@ -265,10 +395,17 @@ def test_latex_compiles_with_pdflatex(tmp_path: Path) -> None:
     write_cell(run, label="lin_attn&50%#~^{x}", attention="performer", task="sst2", metrics={"accuracy": 0.5})
     tex = "\n".join(to_latex(t) for t in all_tables(load_runs([run])))  # narrow and wide tables
     doc = tmp_path / "doc.tex"
-    doc.write_text("\\documentclass{article}\\usepackage[utf8]{inputenc}\\usepackage{booktabs}\\usepackage{graphicx}"
-                   "\\begin{document}\n" + tex + "\n\\end{document}\n")
-    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=HANG_GUARD)
+    doc.write_text(
+        "\\documentclass{article}\\usepackage[utf8]{inputenc}\\usepackage{booktabs}\\usepackage{graphicx}"
+        "\\begin{document}\n" + tex + "\n\\end{document}\n"
+    )
+    proc = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (tmp_path / "doc.pdf").stat().st_size > 10_000
 
@@ -305,19 +442,44 @@ def test_sparse_and_failed_runs_still_give_a_report(tmp_path: Path) -> None:
     board = (out / "tables" / "leaderboard.md").read_text()
     assert "a × t1 (failed: boom)" in board and "b × t1 (skipped: no padding mask)" in board
     assert (out / "index.html").exists() and (out / "plots").is_dir()
-    write_cell(tmp_path / "b", label="a", task="none", measurement="efficiency",
-               details={"rows": [{"seq_len": 64, "status": "ok", "median_ms": 1.0, "tokens_per_s": 5.0}]})
-    write_cell(tmp_path / "b", label="k", task="none", measurement="fidelity",
-               details={"rows": [{"seq_len": 64, "inputs": "random", "num_features": None, "rel_error": 0.1}]})
+    write_cell(
+        tmp_path / "b",
+        label="a",
+        task="none",
+        measurement="efficiency",
+        details={"rows": [{"seq_len": 64, "status": "ok", "median_ms": 1.0, "tokens_per_s": 5.0}]},
+    )
+    write_cell(
+        tmp_path / "b",
+        label="k",
+        task="none",
+        measurement="fidelity",
+        details={"rows": [{"seq_len": 64, "inputs": "random", "num_features": None, "rel_error": 0.1}]},
+    )
     out = write_report(tmp_path / "b")
     assert {p.name for p in (out / "tables").glob("*.csv")} == {"efficiency.csv", "fidelity.csv"}
 
 
 def test_fidelity_table_flags_estimates_near_uniform_attention(tmp_path: Path) -> None:
     for label, error, away in (("floor", 0.4, 0.06), ("kernel", 0.5, 0.8), ("noisy", 0.6, 1.5)):
-        write_cell(tmp_path, label=label, task="none", measurement="fidelity",
-                   details={"rows": [{"seq_len": 64, "inputs": "random", "num_features": None, "rel_error": error,
-                                      "uniform_rel_error": 0.45, "from_uniform": away}]})
+        write_cell(
+            tmp_path,
+            label=label,
+            task="none",
+            measurement="fidelity",
+            details={
+                "rows": [
+                    {
+                        "seq_len": 64,
+                        "inputs": "random",
+                        "num_features": None,
+                        "rel_error": error,
+                        "uniform_rel_error": 0.45,
+                        "from_uniform": away,
+                    }
+                ]
+            },
+        )
     table = fidelity_table(load_runs([tmp_path]))
     shown = dict(zip(table.text["label"], table.text["from uniform"]))
     assert shown == {"floor": "0.060 (≈ uniform)", "kernel": "0.800", "noisy": "1.500"}
@@ -327,10 +489,30 @@ def test_fidelity_table_flags_estimates_near_uniform_attention(tmp_path: Path) -
 
 
 def test_metric_directions() -> None:
-    higher = ["accuracy", "macro_f1", "weighted_f1", "mcc", "balanced_accuracy", "roc_auc", "pr_auc",
-              "clean_accuracy", "robustness_auc", "forward_tokens_per_s@1024", "label_noise_accuracy@0.2"]
-    lower = ["ece", "ece_equal_mass", "nll", "brier", "train_seconds", "phase_a_seconds", "forward_ms@4096",
-             "forward_peak_mem_bytes@4096", "rel_error"]
+    higher = [
+        "accuracy",
+        "macro_f1",
+        "weighted_f1",
+        "mcc",
+        "balanced_accuracy",
+        "roc_auc",
+        "pr_auc",
+        "clean_accuracy",
+        "robustness_auc",
+        "forward_tokens_per_s@1024",
+        "label_noise_accuracy@0.2",
+    ]
+    lower = [
+        "ece",
+        "ece_equal_mass",
+        "nll",
+        "brier",
+        "train_seconds",
+        "phase_a_seconds",
+        "forward_ms@4096",
+        "forward_peak_mem_bytes@4096",
+        "rel_error",
+    ]
     assert all(metric_direction(m) == "max" for m in higher), [m for m in higher if metric_direction(m) != "max"]
     assert all(metric_direction(m) == "min" for m in lower), [m for m in lower if metric_direction(m) != "min"]
     assert metric_direction("params_total") is None
@@ -338,8 +520,13 @@ def test_metric_directions() -> None:
 
 def test_one_task_run_with_two_option_sets_is_two_tasks(tmp_path: Path) -> None:
     for length, acc in ((512, 0.6), (1024, 0.5)):
-        write_cell(tmp_path, label="a", task="listops", task_options={"max_length": length, "seed_split": 1},
-                   metrics={"accuracy": acc})
+        write_cell(
+            tmp_path,
+            label="a",
+            task="listops",
+            task_options={"max_length": length, "seed_split": 1},
+            metrics={"accuracy": acc},
+        )
     board = leaderboard_table(load_runs([tmp_path])).data
     assert board.at[0, "listops(max_length=512):accuracy_mean"] == pytest.approx(0.6)
     assert board.at[0, "listops(max_length=1024):accuracy_mean"] == pytest.approx(0.5)

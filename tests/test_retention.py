@@ -1,4 +1,5 @@
 """Retention against RetNet's equations worked by hand, and its decay schedule."""
+
 import torch
 
 from attnbench.baselines.retention import retention_decays
@@ -17,9 +18,7 @@ def test_two_heads_of_one_dimension_by_hand():
     v = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64)
     out = attn(*(x.view(1, 1, 3, 1).expand(1, 2, 3, 1) for x in (q, k, v)))
     for head, g in enumerate((31 / 32, 63 / 64)):
-        expected = [1 * (0.5 * 1),
-                    2 * (g * 0.5 * 1 + 1 * -2),
-                    -1 * (g * g * 0.5 * 1 + g * 1 * -2 + 2 * 3)]
+        expected = [1 * (0.5 * 1), 2 * (g * 0.5 * 1 + 1 * -2), -1 * (g * g * 0.5 * 1 + g * 1 * -2 + 2 * 3)]
         torch.testing.assert_close(out[0, head, :, 0], torch.tensor(expected, dtype=torch.float64))
 
 

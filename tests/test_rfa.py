@@ -1,4 +1,5 @@
 """RFA: sin/cos features of unit-normalised inputs, learned per-head scale, resampling only in training."""
+
 import math
 
 import pytest
@@ -60,6 +61,7 @@ def test_sigma_is_a_learned_per_head_parameter():
 def test_sin_cos_into_a_buffer_equals_the_concatenation(threads):
     """[sin u, cos u] written strided (one thread) or through contiguous scratch (several), and with gradients."""
     from attnbench.baselines.random_features import sin_cos
+
     torch.set_num_threads(threads)  # the autouse fixture restores one thread
     u = torch.randn(2, 3, 17, 5, dtype=torch.float64)
     expected = torch.cat([torch.sin(u), torch.cos(u)], dim=-1)

@@ -1,4 +1,5 @@
 """`attnbench run` on bad input: one line on stderr, exit 2, and nothing written (issue 18, cases 4, 6, 7, 8)."""
+
 from __future__ import annotations
 
 import sys
@@ -6,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_store import read_only, writable
 
 from attnbench.cli import main
-from test_store import read_only, writable
 
 sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins
 
@@ -21,10 +22,17 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def suite(**changes) -> str:
-    base = {"name": "tiny", "description": "bad input", "attentions": ["softmax"], "seeds": [0],
-            "tasks": [{"name": "text", "options": {"files": {"train": "data.csv"}, "max_length": 16}}],
-            "model": {"d_model": 16, "num_heads": 2}, "training": {"epochs": 1}, "measurements": ["accuracy"],
-            **changes}
+    base = {
+        "name": "tiny",
+        "description": "bad input",
+        "attentions": ["softmax"],
+        "seeds": [0],
+        "tasks": [{"name": "text", "options": {"files": {"train": "data.csv"}, "max_length": 16}}],
+        "model": {"d_model": 16, "num_heads": 2},
+        "training": {"epochs": 1},
+        "measurements": ["accuracy"],
+        **changes,
+    }
     Path("tiny.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     return "tiny.yaml"
 
@@ -38,15 +46,24 @@ def refused(capsys, args: list[str], expected: str) -> None:
     assert sorted(p.name for p in Path(".").iterdir()) == before  # nothing written
 
 
-@pytest.mark.parametrize("changes, expected", [
-    ({"seeds": [0, -1]}, "tiny.yaml: seeds[1]: is -1; a seed must be an integer in 0..4294967295"),
-    ({"tasks": [{"name": "text", "options": {"files": {"train": "nope.csv"}}}]},
-     "tasks[0].options: text task: file '"),
-    ({"tasks": [{"name": "text", "options": {"files": {"train": "other.csv"}}}]},
-     "other.csv': column(s) ['label'] not in the data; its columns are ['text', 'sentiment']"),
-    ({"attentions": [{"name": "performer", "options": {"num_features": 1_000_000_000}}]},
-     "attentions[0].options.num_features: 'num_features' is 1000000000, outside its bounds (at most 65536)"),
-])
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        ({"seeds": [0, -1]}, "tiny.yaml: seeds[1]: is -1; a seed must be an integer in 0..4294967295"),
+        (
+            {"tasks": [{"name": "text", "options": {"files": {"train": "nope.csv"}}}]},
+            "tasks[0].options: text task: file '",
+        ),
+        (
+            {"tasks": [{"name": "text", "options": {"files": {"train": "other.csv"}}}]},
+            "other.csv': column(s) ['label'] not in the data; its columns are ['text', 'sentiment']",
+        ),
+        (
+            {"attentions": [{"name": "performer", "options": {"num_features": 1_000_000_000}}]},
+            "attentions[0].options.num_features: 'num_features' is 1000000000, outside its bounds (at most 65536)",
+        ),
+    ],
+)
 def test_bad_suites_are_refused_before_the_run_folder_is_written(capsys, changes, expected):
     refused(capsys, ["run", suite(**changes), "--quiet"], expected)
 

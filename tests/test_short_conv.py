@@ -1,4 +1,5 @@
 """The short causal convolution against its formula by hand, its step, padding, and the option's validation."""
+
 import pytest
 import torch
 
@@ -18,7 +19,8 @@ def test_filter_by_hand():
         conv.weight.copy_(torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64).expand(3, 1, 1, 3))
     x = [1.0, 2.0, -1.0, 3.0]
     expected = [silu(2 * x[0]), silu(-1 * x[0] + 2 * x[1])] + [
-        silu(0.5 * x[t - 2] - 1 * x[t - 1] + 2 * x[t]) for t in (2, 3)]
+        silu(0.5 * x[t - 2] - 1 * x[t - 1] + 2 * x[t]) for t in (2, 3)
+    ]
     series = torch.tensor(x, dtype=torch.float64).view(1, 1, 4, 1)
     for out in conv(series, series, series):
         torch.testing.assert_close(out.flatten(), torch.tensor(expected, dtype=torch.float64))
@@ -41,8 +43,18 @@ def test_step_equals_the_filter_and_padding_is_zeroed():
     torch.testing.assert_close(conv(loud, k, v, mask)[0], conv(q, k, v, mask)[0])
 
 
-FEATURE_MAP_ATTENTIONS = ["retention", "gla", "deltanet", "based", "hedgehog", "elu-linear", "performer", "rfa",
-                          "random-features", "coulomb"]
+FEATURE_MAP_ATTENTIONS = [
+    "retention",
+    "gla",
+    "deltanet",
+    "based",
+    "hedgehog",
+    "elu-linear",
+    "performer",
+    "rfa",
+    "random-features",
+    "coulomb",
+]
 
 
 @pytest.mark.parametrize("name", FEATURE_MAP_ATTENTIONS)
@@ -62,5 +74,6 @@ def test_the_shared_kernel_filters_q_k_v_before_its_map():
     q, k, v = (torch.randn(2, 2, 7, 4, generator=g) for _ in range(3))
     mask = torch.tensor([[True] * 7, [True] * 5 + [False] * 2])
     with torch.no_grad():
-        torch.testing.assert_close(attn(q, k, v, key_padding_mask=mask),
-                                   plain(*attn.short_conv(q, k, v, mask), key_padding_mask=mask))
+        torch.testing.assert_close(
+            attn(q, k, v, key_padding_mask=mask), plain(*attn.short_conv(q, k, v, mask), key_padding_mask=mask)
+        )

@@ -1,4 +1,5 @@
 """Softmax attention against the naive softmax(QK^T / sqrt(d)) V, with padding and causal masks."""
+
 import math
 
 import pytest

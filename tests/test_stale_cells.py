@@ -1,5 +1,6 @@
 """Results stay true (issue 36): a cell is its inputs, a report holds only the suite as it stands, one reader of
 cell files, a resumed run keeps its threads, reports are swapped in whole."""
+
 from __future__ import annotations
 
 import errno
@@ -10,8 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnbench import executor
-from attnbench import report
+from attnbench import executor, report
 from attnbench.cli import main
 from attnbench.executor import RunOptions, run_suite
 from attnbench.report.load import load_runs
@@ -25,10 +25,19 @@ sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins
 def echo_suite(folder: Path, scale: float = 1.0, seeds=(1,), **extra) -> Path:
     """A suite of echo cells (metric scaled_seed = seed * scale) with one attention."""
     path = folder / "echo.yaml"
-    path.write_text(yaml.safe_dump({"name": "echo", "description": "echo cells", "attentions": ["softmax"],
-                                    "tasks": [{"name": "fake_cells:tiny_task"}], "seeds": list(seeds),
-                                    "measurements": [{"name": "fake_cells:echo", "options": {"scale": scale}}],
-                                    **extra}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "echo",
+                "description": "echo cells",
+                "attentions": ["softmax"],
+                "tasks": [{"name": "fake_cells:tiny_task"}],
+                "seeds": list(seeds),
+                "measurements": [{"name": "fake_cells:echo", "options": {"scale": scale}}],
+                **extra,
+            }
+        )
+    )
     return path
 
 
@@ -64,15 +73,25 @@ def test_a_corrected_data_file_makes_a_new_cell_and_relative_paths_follow_the_su
     data.mkdir(parents=True)
     (data / "train.csv").write_text("text,label\n" + "good film,1\nbad film,0\n" * 4)
     path = tmp_path / "suites" / "text.yaml"
-    path.write_text(yaml.safe_dump({"name": "text", "description": "local text", "attentions": ["softmax"],
-                                    "tasks": [{"name": "text", "options": {"files": {"train": "data/train.csv"}}}],
-                                    "seeds": [0], "measurements": ["fake_cells:echo"]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "text",
+                "description": "local text",
+                "attentions": ["softmax"],
+                "tasks": [{"name": "text", "options": {"files": {"train": "data/train.csv"}}}],
+                "seeds": [0],
+                "measurements": ["fake_cells:echo"],
+            }
+        )
+    )
     monkeypatch.chdir(tmp_path)  # not the suite's folder: the relative path is the suite file's
     first = load_suite("suites/text.yaml")
     [cell] = first.cells()
     assert cell["task"]["options"]["files"]["train"] == str(data.resolve() / "train.csv")  # recorded resolved
-    assert cell["inputs"] == {"files.train": "sha256:" + __import__("hashlib").sha256(
-        (data / "train.csv").read_bytes()).hexdigest()}
+    assert cell["inputs"] == {
+        "files.train": "sha256:" + __import__("hashlib").sha256((data / "train.csv").read_bytes()).hexdigest()
+    }
     summary = run_suite(first, tmp_path / "run", quiet())
     assert (summary.ran, summary.resumed) == (1, 0)
 

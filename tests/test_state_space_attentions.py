@@ -1,8 +1,13 @@
 """The five state-space attentions against their own naive forms: values, steps, causality, padding, gradients."""
-import pytest
 
-from recurrent_forms import (check_causality, check_gradients_match_naive, check_naive_equals_parallel,
-                             check_padding_invariance, check_step_equals_parallel)
+import pytest
+from recurrent_forms import (
+    check_causality,
+    check_gradients_match_naive,
+    check_naive_equals_parallel,
+    check_padding_invariance,
+    check_step_equals_parallel,
+)
 
 CASES = [
     ("retention", {}),

@@ -1,4 +1,5 @@
 """The results store: content-addressed cell ids, atomic writes, run folders that resume."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,16 +11,23 @@ import pytest
 from attnbench.errors import UserError
 from attnbench.store import RunStore, cell_id, default_run_dir, result_record, write_json_atomic
 
-CELL = {"suite": "smoke", "task": {"name": "listops", "options": {"num_train": 64}},
-        "attention": {"name": "performer", "label": "performer-64", "options": {"num_features": 64}},
-        "seed": 0, "model": {"d_model": 32}, "training": {"epochs": 1},
-        "measurement": {"name": "accuracy", "options": {}}}
+CELL = {
+    "suite": "smoke",
+    "task": {"name": "listops", "options": {"num_train": 64}},
+    "attention": {"name": "performer", "label": "performer-64", "options": {"num_features": 64}},
+    "seed": 0,
+    "model": {"d_model": 32},
+    "training": {"epochs": 1},
+    "measurement": {"name": "accuracy", "options": {}},
+}
 
 
 def test_cell_id_is_sha256_prefix_of_canonical_json():
-    canonical = '{"attention":{"label":"performer-64","name":"performer","options":{"num_features":64}},' \
-                '"measurement":{"name":"accuracy","options":{}},"model":{"d_model":32},"seed":0,' \
-                '"suite":"smoke","task":{"name":"listops","options":{"num_train":64}},"training":{"epochs":1}}'
+    canonical = (
+        '{"attention":{"label":"performer-64","name":"performer","options":{"num_features":64}},'
+        '"measurement":{"name":"accuracy","options":{}},"model":{"d_model":32},"seed":0,'
+        '"suite":"smoke","task":{"name":"listops","options":{"num_train":64}},"training":{"epochs":1}}'
+    )
     assert cell_id(CELL) == hashlib.sha256(canonical.encode()).hexdigest()[:16]
     reordered = dict(reversed(list(CELL.items())))
     assert cell_id(reordered) == cell_id(CELL)
@@ -92,8 +100,9 @@ def test_unreadable_cell_files_are_set_aside_never_deleted(tmp_path):
     assert [p.name for p in store.cells_dir.iterdir()] == [f"{good['cell_id']}.json"]
     kept = sorted(p.name.split(".")[0] for p in (tmp_path / "run" / "unreadable").iterdir())
     assert kept == sorted(["0" * 16, "1" * 16, cell_id(other)])
-    assert sorted(len(p.read_text()) for p in (tmp_path / "run" / "unreadable").iterdir()) == \
-        sorted([0, len(text), len(text) // 2])  # moved as they were
+    assert sorted(len(p.read_text()) for p in (tmp_path / "run" / "unreadable").iterdir()) == sorted(
+        [0, len(text), len(text) // 2]
+    )  # moved as they were
 
 
 def test_a_truncated_run_json_gives_one_clear_error_and_is_rewritten_by_the_next_run(tmp_path):
@@ -113,8 +122,11 @@ def test_one_writer_per_run_folder_and_a_dead_holder_is_taken_over(tmp_path):
         assert previous is None
         holder = json.loads(store.lock_path.read_text())
         assert holder["pid"] == os.getpid() and holder["command"] == "attnbench run first"
-        with pytest.raises(UserError, match=rf"is being written by another attnbench run \(pid {os.getpid()} on "
-                                            rf".*attnbench run first\); wait for it to end, or give another --out"):
+        with pytest.raises(
+            UserError,
+            match=rf"is being written by another attnbench run \(pid {os.getpid()} on "
+            rf".*attnbench run first\); wait for it to end, or give another --out",
+        ):
             with RunStore(tmp_path / "run").claim("attnbench run second"):
                 pass
     assert store.lock_path.read_text() == ""  # released

@@ -1,4 +1,5 @@
 """Suite loading: every mistake names file, key path and the closest valid name; expansion into cells."""
+
 from __future__ import annotations
 
 import itertools
@@ -21,8 +22,11 @@ BASE = {
     "seeds": [0, 1, 2],
     "model": {"d_model": 16, "num_heads": 2},
     "training": {"epochs": 1},
-    "measurements": ["fake_cells:echo", {"name": "fake_cells:tiny_train", "options": {"examples": 16}},
-                     "fake_cells:echo_once"],
+    "measurements": [
+        "fake_cells:echo",
+        {"name": "fake_cells:tiny_train", "options": {"examples": 16}},
+        "fake_cells:echo_once",
+    ],
 }
 
 
@@ -46,28 +50,37 @@ def test_option_typo_names_key_path_and_suggestion(tmp_path):
     assert "did you mean 'backend'?" in message
 
 
-@pytest.mark.parametrize("changes, key_path, hint", [
-    ({"seedz": [0]}, "seedz: unknown key", "did you mean 'seeds'?"),
-    ({"attentions": ["sofmax"]}, "attentions[0].name: unknown attention 'sofmax'", "did you mean 'softmax'?"),
-    ({"measurements": ["fake_cells:echo", {"name": "fake_cells:echo", "optons": {}}]},
-     "measurements[1].optons: unknown key 'optons'", "did you mean 'options'?"),
-    ({"measurements": [{"name": "fake_cells:echo", "options": {"scale": "big"}}]},
-     "measurements[0].options.scale: 'scale' is 'big'", "expected a number"),
-    ({"training": {"epoch": 1}}, "training.epoch: unknown option", "did you mean 'epochs'?"),
-    ({"model": {"d_model": 16, "num_heads": 3}}, "model: model:", "not divisible"),
-    ({"model": {"max_length": 16}}, "model.max_length:", "set from each task"),
-    ({"tasks": [{"name": "fake_cells:tiny_task", "options": {"rowz": 3}}]}, "tasks[0].options.rowz", "'rows'"),
-    ({"tasks": [{"name": "fake_cells:tiny_task", "options": {"seed": 3}}]}, "tasks[0].options.seed", "seeds:"),
-    ({"attentions": [{"name": "softmax", "options": {"head_dim": 8}}]}, "attentions[0].options.head_dim", "model"),
-    ({"attentions": [{"name": "softmax", "model": {"tie_q": False}}]}, "attentions[0].model.tie_q", "'tie_qk'"),
-    ({"seeds": [0, "1"]}, "seeds[1]: is '1'", "integer"),
-    ({"seeds": [0, 0]}, "seeds: [0, 0] repeats", "once"),
-    ({"attentions": ["softmax", "softmax"]}, "attentions[1]: label 'softmax' is already used", "distinct label"),
-    ({"attentions": "softmax"}, "attentions: is 'softmax'", "expected a list"),
-    ({"cell_timeout": -1}, "cell_timeout: is -1", "positive"),
-    ({"tasks": []}, "tasks: no tasks given", "fake_cells:echo"),
-    ({"attentions": []}, "attentions: no attentions given", "fake_cells:echo"),
-])
+@pytest.mark.parametrize(
+    "changes, key_path, hint",
+    [
+        ({"seedz": [0]}, "seedz: unknown key", "did you mean 'seeds'?"),
+        ({"attentions": ["sofmax"]}, "attentions[0].name: unknown attention 'sofmax'", "did you mean 'softmax'?"),
+        (
+            {"measurements": ["fake_cells:echo", {"name": "fake_cells:echo", "optons": {}}]},
+            "measurements[1].optons: unknown key 'optons'",
+            "did you mean 'options'?",
+        ),
+        (
+            {"measurements": [{"name": "fake_cells:echo", "options": {"scale": "big"}}]},
+            "measurements[0].options.scale: 'scale' is 'big'",
+            "expected a number",
+        ),
+        ({"training": {"epoch": 1}}, "training.epoch: unknown option", "did you mean 'epochs'?"),
+        ({"model": {"d_model": 16, "num_heads": 3}}, "model: model:", "not divisible"),
+        ({"model": {"max_length": 16}}, "model.max_length:", "set from each task"),
+        ({"tasks": [{"name": "fake_cells:tiny_task", "options": {"rowz": 3}}]}, "tasks[0].options.rowz", "'rows'"),
+        ({"tasks": [{"name": "fake_cells:tiny_task", "options": {"seed": 3}}]}, "tasks[0].options.seed", "seeds:"),
+        ({"attentions": [{"name": "softmax", "options": {"head_dim": 8}}]}, "attentions[0].options.head_dim", "model"),
+        ({"attentions": [{"name": "softmax", "model": {"tie_q": False}}]}, "attentions[0].model.tie_q", "'tie_qk'"),
+        ({"seeds": [0, "1"]}, "seeds[1]: is '1'", "integer"),
+        ({"seeds": [0, 0]}, "seeds: [0, 0] repeats", "once"),
+        ({"attentions": ["softmax", "softmax"]}, "attentions[1]: label 'softmax' is already used", "distinct label"),
+        ({"attentions": "softmax"}, "attentions: is 'softmax'", "expected a list"),
+        ({"cell_timeout": -1}, "cell_timeout: is -1", "positive"),
+        ({"tasks": []}, "tasks: no tasks given", "fake_cells:echo"),
+        ({"attentions": []}, "attentions: no attentions given", "fake_cells:echo"),
+    ],
+)
 def test_mistakes_name_the_key_path(tmp_path, changes, key_path, hint):
     message = error_of(write(tmp_path, **changes))
     assert f"tiny.yaml: {key_path}" in message
@@ -98,8 +111,11 @@ def test_expansion_one_cell_per_task_attention_seed_measurement(tmp_path):
     suite = load_suite(str(write(tmp_path)))
     cells = suite.cells()
     labels, seeds = ["softmax", "softmax-math"], [0, 1, 2]
-    per_task = {(c["task"]["name"], c["attention"]["label"], c["seed"]) for c in cells
-                if c["measurement"]["name"] == "fake_cells:echo"}
+    per_task = {
+        (c["task"]["name"], c["attention"]["label"], c["seed"])
+        for c in cells
+        if c["measurement"]["name"] == "fake_cells:echo"
+    }
     assert per_task == set(itertools.product(["fake_cells:tiny_task"], labels, seeds))
     task_free = [c for c in cells if c["measurement"]["name"] == "fake_cells:tiny_train"]
     assert {(c["attention"]["label"], c["seed"]) for c in task_free} == set(itertools.product(labels, seeds))
@@ -119,8 +135,11 @@ def test_attention_model_overrides_merge_into_its_cells_only(tmp_path):
     attentions = ["softmax", {"name": "softmax", "label": "untied", "model": {"tie_qk": False, "d_model": 32}}]
     cells = load_suite(str(write(tmp_path, attentions=attentions))).cells()
     models = {c["attention"]["label"]: c["model"] for c in cells}
-    assert models == {"softmax": {"d_model": 16, "num_heads": 2},
-                      "untied": {"d_model": 32, "num_heads": 2, "tie_qk": False}, "none": {"d_model": 16, "num_heads": 2}}
+    assert models == {
+        "softmax": {"d_model": 16, "num_heads": 2},
+        "untied": {"d_model": 32, "num_heads": 2, "tie_qk": False},
+        "none": {"d_model": 16, "num_heads": 2},
+    }
     assert all(set(c["attention"]) == {"name", "label", "options"} for c in cells)
 
 
@@ -157,18 +176,24 @@ def test_a_key_given_twice_is_refused_with_its_key_path(tmp_path):
     path.write_text(text.replace("  num_heads: 2\n", "  num_heads: 2\n  num_heads: 4\n"))
     assert "dup.yaml: model.num_heads: key 'num_heads' is given twice" in error_of(path)
     nested = {**BASE, "attentions": [{"name": "performer", "options": {"num_features": 8}}]}
-    path.write_text(yaml.safe_dump(nested, sort_keys=False).replace("num_features: 8", "num_features: 8\n    num_features: 9"))
+    path.write_text(
+        yaml.safe_dump(nested, sort_keys=False).replace("num_features: 8", "num_features: 8\n    num_features: 9")
+    )
     assert "attentions[0].options.num_features: key 'num_features' is given twice" in error_of(path)
 
 
 @pytest.mark.parametrize("seed", [-1, 2**32])
 def test_seeds_outside_numpys_range_are_refused(tmp_path, seed):
-    assert f"seeds[1]: is {seed}; a seed must be an integer in 0..4294967295" in error_of(write(tmp_path, seeds=[0, seed]))
+    assert f"seeds[1]: is {seed}; a seed must be an integer in 0..4294967295" in error_of(
+        write(tmp_path, seeds=[0, seed])
+    )
 
 
 def test_option_bounds_are_checked_at_validation(tmp_path):
     message = error_of(write(tmp_path, attentions=[{"name": "performer", "options": {"num_features": 1_000_000_000}}]))
-    assert message.endswith("attentions[0].options.num_features: 'num_features' is 1000000000, outside its bounds "
-                            "(at most 65536); choose a value within them")
+    assert message.endswith(
+        "attentions[0].options.num_features: 'num_features' is 1000000000, outside its bounds "
+        "(at most 65536); choose a value within them"
+    )
     assert "training.epochs: 'epochs' is 1000000000, outside" in error_of(write(tmp_path, training={"epochs": 10**9}))
     assert "model.d_model: 'd_model' is 1048576, outside" in error_of(write(tmp_path, model={"d_model": 2**20}))

@@ -1,4 +1,5 @@
 """The suite keys references / comparisons / published / sweep: validation with key paths, and expansion."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,11 @@ from attnbench.suite import cell_name, load_suite
 BASE: dict[str, Any] = {
     "name": "keys",
     "description": "suite keys under test",
-    "attentions": ["softmax", {"name": "random-features", "label": "vanilla-elu", "options": {"feature_map": "elu"}},
-                   {"name": "coulomb", "label": "kernel-elu", "options": {"feature_map": "elu"}}],
+    "attentions": [
+        "softmax",
+        {"name": "random-features", "label": "vanilla-elu", "options": {"feature_map": "elu"}},
+        {"name": "coulomb", "label": "kernel-elu", "options": {"feature_map": "elu"}},
+    ],
     "tasks": [{"name": "rotten_tomatoes", "options": {"max_length": 32}}],
     "seeds": [0, 1],
     "measurements": ["accuracy"],
@@ -47,17 +51,24 @@ def test_references_add_cells_on_text_tasks_only(tmp_path: Path) -> None:
     assert len(names) == (3 + 2) * 2
     assert "rotten_tomatoes/tfidf-logreg/s1/accuracy" in names
     ref = next(c for c in suite.cells() if c["attention"]["label"] == "tfidf-logreg")
-    assert ref["attention"] == {"name": "reference", "label": "tfidf-logreg",
-                                "options": {"reference": "tfidf-logreg", "c_grid": [1.0]}}
-    synthetic = load(tmp_path, references=["majority"],
-                     tasks=[{"name": "nonlinear_tokens", "options": {"num_train": 64}}])
+    assert ref["attention"] == {
+        "name": "reference",
+        "label": "tfidf-logreg",
+        "options": {"reference": "tfidf-logreg", "c_grid": [1.0]},
+    }
+    synthetic = load(
+        tmp_path, references=["majority"], tasks=[{"name": "nonlinear_tokens", "options": {"num_train": 64}}]
+    )
     assert all(c["attention"]["name"] != "reference" for c in synthetic.cells())
     assert suite.as_dict()["references"][0]["label"] == "majority"  # kept in run.json for the report
 
 
 def test_sweep_gives_every_attention_the_same_trials(tmp_path: Path) -> None:
-    suite = load(tmp_path, references=["majority"],
-                 sweep={"metric": "nll", "grid": {"lr": [1e-3, 3e-3, 1e-2], "dropout": [0.0, 0.2]}, "budget": 4})
+    suite = load(
+        tmp_path,
+        references=["majority"],
+        sweep={"metric": "nll", "grid": {"lr": [1e-3, 3e-3, 1e-2], "dropout": [0.0, 0.2]}, "budget": 4},
+    )
     trials: dict[str, set] = {}
     for cell in suite.cells():
         if cell["attention"]["name"] == "reference":
@@ -72,38 +83,64 @@ def test_sweep_gives_every_attention_the_same_trials(tmp_path: Path) -> None:
 
 
 def test_published_and_comparisons_are_kept(tmp_path: Path) -> None:
-    suite = load(tmp_path, references=["majority"], comparisons=["default", ["softmax", "majority"]],
-                 published={"source": "Table 3", "values": {"softmax": {"accuracy": 0.68, "nll": 0.64}}})
+    suite = load(
+        tmp_path,
+        references=["majority"],
+        comparisons=["default", ["softmax", "majority"]],
+        published={"source": "Table 3", "values": {"softmax": {"accuracy": 0.68, "nll": 0.64}}},
+    )
     keys = suite.as_dict()
     assert keys["comparisons"] == ["default", ["softmax", "majority"]]
-    assert keys["published"] == [{"source": "Table 3", "task": "rotten_tomatoes", "note": "",
-                                  "values": {"softmax": {"accuracy": 0.68, "nll": 0.64}}}]
+    assert keys["published"] == [
+        {
+            "source": "Table 3",
+            "task": "rotten_tomatoes",
+            "note": "",
+            "values": {"softmax": {"accuracy": 0.68, "nll": 0.64}},
+        }
+    ]
 
 
-@pytest.mark.parametrize("changes, expected", [
-    ({"comparisons": [["softmax", "nope"]]}, "comparisons[0]: label 'nope' is not in the suite"),
-    ({"comparisons": [["softmax"]]}, "comparisons[0]: is ['softmax']; give a pair of labels"),
-    ({"comparisons": [["softmax", "softmax"]]}, "pairs 'softmax' with itself"),
-    ({"published": {"source": "x", "values": {"softmax": {"acuracy": 0.7}}}},
-     "published.values.softmax.acuracy: 'acuracy' is not a declared, ranked metric"),
-    ({"published": {"source": "x", "values": {"softmax": {"accuracy": "high"}}}}, "expected a finite number"),
-    ({"published": {"values": {}}}, "published.source: missing required key 'source'"),
-    ({"published": {"source": "x", "task": "sst2", "values": {}}}, "published.task: task 'sst2' is not in the suite"),
-    ({"published": {"source": "x", "values": {"performer": {"accuracy": 0.7}}}}, "label 'performer' is not in the suite"),
-    ({"sweep": {"metric": "accuracy", "grid": {"learning_rate": [1e-3]}}}, "unknown option(s) ['learning_rate']"),
-    ({"sweep": {"metric": "accuracy", "grid": {"lr": [-1.0]}}}, "sweep.grid (point 0): {'lr': -1.0}"),
-    ({"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "budget": 2}}, "sweep.budget: is 2"),
-    ({"sweep": {"metric": "params_total", "grid": {"lr": [1e-3]}}}, "sweep.metric: 'params_total' is not"),
-    ({"sweep": {"metric": "accuracy", "grid": {"lr": []}}}, "sweep.grid.lr: is []"),
-    ({"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "select_seeds": [5]}},
-     "sweep.select_seeds: [5] are not among the suite's seeds [0, 1]"),
-    ({"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "select_seeds": []}}, "sweep.select_seeds: is []"),
-    ({"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "select_seeds": [0, 0]}}, "give distinct integer seeds"),
-    ({"references": ["svm"]}, "references[0]: unknown reference 'svm'; valid references: majority, tfidf-logreg"),
-    ({"references": [{"name": "tfidf-logreg", "options": {"c": 1}}]}, "unknown option 'c' for reference"),
-    ({"references": ["softmax"]}, "references[0].name: reference 'softmax' has the label of an attention"),
-    ({"referneces": ["majority"]}, "did you mean 'references'?"),
-])
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        ({"comparisons": [["softmax", "nope"]]}, "comparisons[0]: label 'nope' is not in the suite"),
+        ({"comparisons": [["softmax"]]}, "comparisons[0]: is ['softmax']; give a pair of labels"),
+        ({"comparisons": [["softmax", "softmax"]]}, "pairs 'softmax' with itself"),
+        (
+            {"published": {"source": "x", "values": {"softmax": {"acuracy": 0.7}}}},
+            "published.values.softmax.acuracy: 'acuracy' is not a declared, ranked metric",
+        ),
+        ({"published": {"source": "x", "values": {"softmax": {"accuracy": "high"}}}}, "expected a finite number"),
+        ({"published": {"values": {}}}, "published.source: missing required key 'source'"),
+        (
+            {"published": {"source": "x", "task": "sst2", "values": {}}},
+            "published.task: task 'sst2' is not in the suite",
+        ),
+        (
+            {"published": {"source": "x", "values": {"performer": {"accuracy": 0.7}}}},
+            "label 'performer' is not in the suite",
+        ),
+        ({"sweep": {"metric": "accuracy", "grid": {"learning_rate": [1e-3]}}}, "unknown option(s) ['learning_rate']"),
+        ({"sweep": {"metric": "accuracy", "grid": {"lr": [-1.0]}}}, "sweep.grid (point 0): {'lr': -1.0}"),
+        ({"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "budget": 2}}, "sweep.budget: is 2"),
+        ({"sweep": {"metric": "params_total", "grid": {"lr": [1e-3]}}}, "sweep.metric: 'params_total' is not"),
+        ({"sweep": {"metric": "accuracy", "grid": {"lr": []}}}, "sweep.grid.lr: is []"),
+        (
+            {"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "select_seeds": [5]}},
+            "sweep.select_seeds: [5] are not among the suite's seeds [0, 1]",
+        ),
+        ({"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "select_seeds": []}}, "sweep.select_seeds: is []"),
+        (
+            {"sweep": {"metric": "accuracy", "grid": {"lr": [1e-3]}, "select_seeds": [0, 0]}},
+            "give distinct integer seeds",
+        ),
+        ({"references": ["svm"]}, "references[0]: unknown reference 'svm'; valid references: majority, tfidf-logreg"),
+        ({"references": [{"name": "tfidf-logreg", "options": {"c": 1}}]}, "unknown option 'c' for reference"),
+        ({"references": ["softmax"]}, "references[0].name: reference 'softmax' has the label of an attention"),
+        ({"referneces": ["majority"]}, "did you mean 'references'?"),
+    ],
+)
 def test_mistakes_name_the_key_path(tmp_path: Path, changes: dict, expected: str) -> None:
     message = error_of(tmp_path, **changes)
     assert str(tmp_path / "keys.yaml") in message and expected in message, message
@@ -140,25 +177,43 @@ def test_table_3_suites(name: str, labels: int) -> None:
             assert {t["values"][option] for t in sweep["trials"]} == set(values), option
 
 
-@pytest.mark.parametrize("changes, expected", [
-    ({"published": {"source": "a paper", "values": {"softmax": {"accuracy": 68.01}}}},
-     "published.values.softmax.accuracy: is 68.01, but accuracy is a fraction in [0, 1]; write 0.6801 for 68.01%"),
-    ({"published": {"source": "a paper", "values": {"softmax": {"nll": -0.3}}}},
-     "published.values.softmax.nll: is -0.3, outside the range of nll, [0, inf]"),
-    ({"sweep": {"metric": "accuracy", "grid": {"lr": [1.0e-3]}, "seed": -1}},
-     "sweep.seed: is -1; give an integer in 0..4294967295"),
-    ({"model": {"d_model": 16, "num_heads": 1}, "attentions": [{"name": "softmax", "label": "two",
-                                                                 "model": {"num_heads": 2}}],
-      "sweep": {"metric": "accuracy", "grid": {"d_model": [15]}}},
-     "keys.yaml: sweep.grid (point 0): {'d_model': 15} (sweep.grid.d_model) does not suit the model of attention "
-     "'two' ({'d_model': 16, 'num_heads': 2})"),
-])
-def test_published_ranges_and_sweep_seeds_and_grids_are_checked_at_the_door(tmp_path: Path, changes: dict,
-                                                                            expected: str) -> None:
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        (
+            {"published": {"source": "a paper", "values": {"softmax": {"accuracy": 68.01}}}},
+            "published.values.softmax.accuracy: is 68.01, but accuracy is a fraction in [0, 1]; write 0.6801 for 68.01%",
+        ),
+        (
+            {"published": {"source": "a paper", "values": {"softmax": {"nll": -0.3}}}},
+            "published.values.softmax.nll: is -0.3, outside the range of nll, [0, inf]",
+        ),
+        (
+            {"sweep": {"metric": "accuracy", "grid": {"lr": [1.0e-3]}, "seed": -1}},
+            "sweep.seed: is -1; give an integer in 0..4294967295",
+        ),
+        (
+            {
+                "model": {"d_model": 16, "num_heads": 1},
+                "attentions": [{"name": "softmax", "label": "two", "model": {"num_heads": 2}}],
+                "sweep": {"metric": "accuracy", "grid": {"d_model": [15]}},
+            },
+            "keys.yaml: sweep.grid (point 0): {'d_model': 15} (sweep.grid.d_model) does not suit the model of attention "
+            "'two' ({'d_model': 16, 'num_heads': 2})",
+        ),
+    ],
+)
+def test_published_ranges_and_sweep_seeds_and_grids_are_checked_at_the_door(
+    tmp_path: Path, changes: dict, expected: str
+) -> None:
     assert expected in error_of(tmp_path, **changes)
 
 
 def test_a_sweep_grid_is_checked_against_the_suites_model_not_the_default(tmp_path: Path) -> None:
-    suite = load(tmp_path, model={"d_model": 15, "num_heads": 1}, attentions=["softmax"],
-                 sweep={"metric": "accuracy", "grid": {"d_model": [15, 30]}})  # the default num_heads=2 refused 15
+    suite = load(
+        tmp_path,
+        model={"d_model": 15, "num_heads": 1},
+        attentions=["softmax"],
+        sweep={"metric": "accuracy", "grid": {"d_model": [15, 30]}},
+    )  # the default num_heads=2 refused 15
     assert [t["model"] for t in suite.comparison_keys["sweep"]["trials"]] == [{"d_model": 15}, {"d_model": 30}]

@@ -1,4 +1,5 @@
 """Per-task `model` and `training` in a suite (LRA sizes model and schedule per task)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,12 +11,21 @@ from attnbench.errors import UserError
 from attnbench.suite import load_suite
 
 SUITE = {
-    "name": "per-task", "description": "per-task overrides",
+    "name": "per-task",
+    "description": "per-task overrides",
     "attentions": ["softmax", {"name": "performer", "options": {"num_features": 8}, "model": {"num_layers": 3}}],
-    "tasks": [{"name": "listops", "options": {"num_train": 8}, "model": {"d_model": 32, "num_layers": 1},
-               "training": {"epochs": 4, "lr": 1.0e-3}},
-              {"name": "pathfinder", "options": {"num_train": 8}}],
-    "seeds": [0], "model": {"d_model": 16, "num_heads": 2}, "training": {"epochs": 1, "batch_size": 8},
+    "tasks": [
+        {
+            "name": "listops",
+            "options": {"num_train": 8},
+            "model": {"d_model": 32, "num_layers": 1},
+            "training": {"epochs": 4, "lr": 1.0e-3},
+        },
+        {"name": "pathfinder", "options": {"num_train": 8}},
+    ],
+    "seeds": [0],
+    "model": {"d_model": 16, "num_heads": 2},
+    "training": {"epochs": 1, "batch_size": 8},
     "measurements": ["accuracy"],
 }
 

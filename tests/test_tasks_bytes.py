@@ -1,4 +1,5 @@
 """Byte-level tasks: tokenisation round-trips, loaders on the shared local files, pairs from a corpus."""
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,9 @@ def test_byte_text_loads_local_files() -> None:
 
 @needs_data
 def test_byte_retrieval_builds_pairs_from_a_corpus() -> None:
-    data = load_task("byte_retrieval", files=RT, layout="corpus", max_length=32, max_train_examples=50,
-                     max_eval_examples=10)
+    data = load_task(
+        "byte_retrieval", files=RT, layout="corpus", max_length=32, max_train_examples=50, max_eval_examples=10
+    )
     train = data["train"]
     assert train.input_ids.shape == (50, 64) and data.info["architecture"] == "two-tower"
     assert bool(((train.segment_ids == 1) & ~train.attention_mask).sum() == 0)

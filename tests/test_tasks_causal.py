@@ -1,4 +1,5 @@
 """The causal tasks: MQAR against an independent check of every answer, byte_lm's blocks and provenance."""
+
 import hashlib
 
 import pytest

@@ -1,4 +1,5 @@
 """Pathfinder: the label agrees with an independent flood fill of the generated contour masks."""
+
 from __future__ import annotations
 
 import numpy as np

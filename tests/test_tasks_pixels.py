@@ -1,4 +1,5 @@
 """pixels: scikit-learn's digits as grey-level tokens, and the RGB-to-grey rule LRA used."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,12 @@ from attnbench.tasks.pixels import grey_levels
 
 def test_grey_levels_follow_itu_601_luma() -> None:
     rgb = np.array([[[[255, 0, 0], [0, 255, 0], [0, 0, 255], [10, 20, 30]]]], dtype=np.uint8)
-    expected = [round(0.2989 * 255), round(0.5870 * 255), round(0.1140 * 255),
-                round(0.2989 * 10 + 0.5870 * 20 + 0.1140 * 30)]
+    expected = [
+        round(0.2989 * 255),
+        round(0.5870 * 255),
+        round(0.1140 * 255),
+        round(0.2989 * 10 + 0.5870 * 20 + 0.1140 * 30),
+    ]
     assert grey_levels(rgb)[0, 0].tolist() == expected
 
 

@@ -1,4 +1,5 @@
 """Sentence tasks: real rows from $ATTNBENCH_DATA_DIR, pairs, the generic text task, the offline error."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,10 @@ from attnbench.model import ModelConfig, TransformerClassifier
 from attnbench.tasks import load_task
 
 DATA_DIR = os.environ.get("ATTNBENCH_DATA_DIR")
-needs_data = pytest.mark.skipif(not DATA_DIR, reason="ATTNBENCH_DATA_DIR is unset: no local SST-2 / Rotten Tomatoes "
-                                                     "files (CI sets it to ../shared/data)")
+needs_data = pytest.mark.skipif(
+    not DATA_DIR,
+    reason="ATTNBENCH_DATA_DIR is unset: no local SST-2 / Rotten Tomatoes files (CI sets it to ../shared/data)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +79,15 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 
 def _questions(n: int, offset: int = 0) -> list[dict]:
     words = ["how", "do", "i", "learn", "python", "fast", "what", "is", "the", "best", "way", "to", "cook", "rice"]
-    return [{"question1": " ".join(words[(i + offset) % 7:(i + offset) % 7 + 5]) + " ?",
-             "question2": " ".join(words[(i * 3) % 9:(i * 3) % 9 + 4]) + " ?", "label": i % 2, "idx": i}
-            for i in range(n)]
+    return [
+        {
+            "question1": " ".join(words[(i + offset) % 7 : (i + offset) % 7 + 5]) + " ?",
+            "question2": " ".join(words[(i * 3) % 9 : (i * 3) % 9 + 4]) + " ?",
+            "label": i % 2,
+            "idx": i,
+        }
+        for i in range(n)
+    ]
 
 
 def test_qqp_pairs_from_local_files_with_unlabelled_test(tmp_path, cache_dir):
@@ -88,7 +97,9 @@ def test_qqp_pairs_from_local_files_with_unlabelled_test(tmp_path, cache_dir):
     data = load_task("qqp", data_dir=str(tmp_path), cache_dir=cache_dir, max_length=16, vocab_size=100)
     assert data.pair and data.num_classes == 2
     assert len(data["test"]) == 10 and len(data["validation"]) == 6 and len(data["train"]) == 54
-    assert "validation split" in data.info["carved"]["test"] and "carved from train" in data.info["carved"]["validation"]
+    assert (
+        "validation split" in data.info["carved"]["test"] and "carved from train" in data.info["carved"]["validation"]
+    )
     assert data["test"].labels.tolist() == [r["label"] for r in _questions(10, offset=3)]
     tok = Tokenizer.from_file(data.info["tokenizer"]["cache_file"])
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
@@ -98,8 +109,17 @@ def test_qqp_pairs_from_local_files_with_unlabelled_test(tmp_path, cache_dir):
         first_sep = ids.index(sep)
         assert ids[0] == cls and ids[-1] == sep and ids.count(sep) == 2
         assert seg == [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 1)
-    cfg = ModelConfig(vocab_size=data.vocab_size, num_classes=2, max_length=16, d_model=16, num_heads=2, ffn_dim=16,
-                      num_layers=1, num_segments=2, pad_id=data.pad_id)
+    cfg = ModelConfig(
+        vocab_size=data.vocab_size,
+        num_classes=2,
+        max_length=16,
+        d_model=16,
+        num_heads=2,
+        ffn_dim=16,
+        num_layers=1,
+        num_segments=2,
+        pad_id=data.pad_id,
+    )
     ids, mask, seg, labels = next(split.batches(10))
     assert TransformerClassifier(cfg, "softmax")(ids, mask, seg).shape == (10, 2)
 
@@ -108,26 +128,54 @@ def test_text_task_csv_with_string_labels_carves_missing_splits(tmp_path, cache_
     labels = ["good", "bad", "meh"] * 40
     frame = pd.DataFrame({"review": [f"this film was {w} number {i}" for i, w in enumerate(labels)], "stars": labels})
     frame.to_csv(tmp_path / "reviews.csv", index=False)
-    data = load_task("text", files={"train": "reviews.csv"}, data_dir=str(tmp_path), text_columns=["review"],
-                     label_column="stars", cache_dir=cache_dir, max_length=16, vocab_size=100)
+    data = load_task(
+        "text",
+        files={"train": "reviews.csv"},
+        data_dir=str(tmp_path),
+        text_columns=["review"],
+        label_column="stars",
+        cache_dir=cache_dir,
+        max_length=16,
+        vocab_size=100,
+    )
     assert data.num_classes == 3 and data.info["label_names"] == ["bad", "good", "meh"]
     assert {s: len(data[s]) for s in ("train", "validation", "test")} == {"train": 96, "validation": 12, "test": 12}
     total = sum(torch.bincount(data[s].labels, minlength=3) for s in ("train", "validation", "test"))
     assert total.tolist() == [40, 40, 40]
-    again = load_task("text", files={"train": str(tmp_path / "reviews.csv")}, text_columns=["review"],
-                      label_column="stars", cache_dir=cache_dir, max_length=16, vocab_size=100)
+    again = load_task(
+        "text",
+        files={"train": str(tmp_path / "reviews.csv")},
+        text_columns=["review"],
+        label_column="stars",
+        cache_dir=cache_dir,
+        max_length=16,
+        vocab_size=100,
+    )
     assert torch.equal(again["test"].input_ids, data["test"].input_ids)
 
 
 def test_text_task_parquet_pairs_with_integer_labels(tmp_path, cache_dir):
     def frame(n: int, shift: int) -> pd.DataFrame:
-        return pd.DataFrame({"a": [f"first text {i}" for i in range(n)], "b": [f"second {i} words" for i in range(n)],
-                             "y": [(3, 5, 7)[(i + shift) % 3] for i in range(n)]})
+        return pd.DataFrame(
+            {
+                "a": [f"first text {i}" for i in range(n)],
+                "b": [f"second {i} words" for i in range(n)],
+                "y": [(3, 5, 7)[(i + shift) % 3] for i in range(n)],
+            }
+        )
+
     for split, n, shift in (("train", 30, 0), ("validation", 6, 1), ("test", 9, 2)):
         frame(n, shift).to_parquet(tmp_path / f"{split}.parquet")
     files = {s: str(tmp_path / f"{s}.parquet") for s in ("train", "validation", "test")}
-    data = load_task("text", files=files, text_columns=["a", "b"], label_column="y", cache_dir=cache_dir,
-                     max_length=12, vocab_size=100)
+    data = load_task(
+        "text",
+        files=files,
+        text_columns=["a", "b"],
+        label_column="y",
+        cache_dir=cache_dir,
+        max_length=12,
+        vocab_size=100,
+    )
     assert data.pair and data.num_classes == 3 and data.info["label_names"] == [3, 5, 7]
     assert data["test"].labels.tolist() == [{3: 0, 5: 1, 7: 2}[v] for v in frame(9, 2)["y"]]
     assert data["test"].segment_ids is not None and int(data["test"].segment_ids.max()) == 1
@@ -158,8 +206,11 @@ def test_offline_without_files_says_where_to_put_them(monkeypatch, tmp_path, off
     assert "ATTNBENCH_DATA_DIR" in message and "data_dir" in message and "sentence, label" in message
 
     monkeypatch.delenv("ATTNBENCH_DATA_DIR")
-    with pytest.raises(UserError, match=r"train\.jsonl, validation\.jsonl and test\.jsonl .* in DIR/qqp/ .*"
-                                        r"ATTNBENCH_DATA_DIR=DIR"):
+    with pytest.raises(
+        UserError,
+        match=r"train\.jsonl, validation\.jsonl and test\.jsonl .* in DIR/qqp/ .*"
+        r"ATTNBENCH_DATA_DIR=DIR",
+    ):
         load_task("qqp")
 
 
@@ -183,12 +234,21 @@ def test_hub_branch_maps_columns_and_replaces_an_unlabelled_test_split(tmp_path,
 
     def fake_hub(path, config=None, **kwargs):
         calls.append((path, config))
+
         def rows(n, offset, label):
-            return {"sentence": [f"movie number {i + offset} was {'good' if i % 2 else 'bad'}" for i in range(n)],
-                    "label": [label(i) for i in range(n)], "idx": list(range(n))}
-        return datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows(50, 0, lambda i: i % 2)),
-                                     "validation": datasets.Dataset.from_dict(rows(8, 100, lambda i: i % 2)),
-                                     "test": datasets.Dataset.from_dict(rows(9, 200, lambda i: -1))})
+            return {
+                "sentence": [f"movie number {i + offset} was {'good' if i % 2 else 'bad'}" for i in range(n)],
+                "label": [label(i) for i in range(n)],
+                "idx": list(range(n)),
+            }
+
+        return datasets.DatasetDict(
+            {
+                "train": datasets.Dataset.from_dict(rows(50, 0, lambda i: i % 2)),
+                "validation": datasets.Dataset.from_dict(rows(8, 100, lambda i: i % 2)),
+                "test": datasets.Dataset.from_dict(rows(9, 200, lambda i: -1)),
+            }
+        )
 
     monkeypatch.setenv("ATTNBENCH_DATA_DIR", str(tmp_path))  # no sst2/ inside: the hub is asked
     monkeypatch.setattr(datasets, "load_dataset", fake_hub)
@@ -205,16 +265,26 @@ def test_bad_rows_are_counted_per_split_and_can_fail_the_task(tmp_path, cache_di
         texts[i] = None if i < 4 else ("   " if i < 8 else texts[i])
         labels[i] = None if i >= 8 else labels[i]
     pd.DataFrame({"text": texts, "label": labels}).to_csv(tmp_path / "t.csv", index=False)
-    data = load_task("text", files={"train": str(tmp_path / "t.csv")}, cache_dir=cache_dir, max_length=12,
-                     vocab_size=100)
+    data = load_task(
+        "text", files={"train": str(tmp_path / "t.csv")}, cache_dir=cache_dir, max_length=12, vocab_size=100
+    )
     counted = data.info["data_problems"]["train"]
     assert counted == {"rows": 60, "kept": 48, "null_text": 4, "empty_text": 4, "null_label": 4, "unlabelled": 0}
     assert sum(len(data[s]) for s in ("train", "validation", "test")) == 48
     assert data.info["label_names"] == ["neg", "pos"]
-    with pytest.raises(UserError, match=r"the train split has 12 bad rows of 60 \(4 null text, 4 empty text, "
-                                        r"4 null label\); fix the data or set bad_rows: drop"):
-        load_task("text", files={"train": str(tmp_path / "t.csv")}, bad_rows="fail", cache_dir=cache_dir,
-                  max_length=12, vocab_size=100)
+    with pytest.raises(
+        UserError,
+        match=r"the train split has 12 bad rows of 60 \(4 null text, 4 empty text, "
+        r"4 null label\); fix the data or set bad_rows: drop",
+    ):
+        load_task(
+            "text",
+            files={"train": str(tmp_path / "t.csv")},
+            bad_rows="fail",
+            cache_dir=cache_dir,
+            max_length=12,
+            vocab_size=100,
+        )
 
 
 def test_unlabelled_hub_test_rows_are_counted_apart_from_bad_rows(tmp_path, cache_dir):
@@ -222,16 +292,32 @@ def test_unlabelled_hub_test_rows_are_counted_apart_from_bad_rows(tmp_path, cach
     _write_jsonl(tmp_path / "qqp" / "test.jsonl", [{**r, "label": -1} for r in _questions(10)])
     data = load_task("qqp", data_dir=str(tmp_path), cache_dir=cache_dir, max_length=16, vocab_size=100)
     assert data.info["data_problems"]["train"]["null_text"] == 1
-    assert data.info["data_problems"]["test"] == {"rows": 10, "kept": 0, "null_text": 0, "empty_text": 0,
-                                                  "null_label": 0, "unlabelled": 10}
+    assert data.info["data_problems"]["test"] == {
+        "rows": 10,
+        "kept": 0,
+        "null_text": 0,
+        "empty_text": 0,
+        "null_label": 0,
+        "unlabelled": 10,
+    }
 
 
 def _suite(tmp_path: Path, task: dict) -> Path:
     import yaml
 
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump({"name": "s", "description": "d", "attentions": ["softmax"], "tasks": [task],
-                                    "seeds": [0], "measurements": ["accuracy"]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "s",
+                "description": "d",
+                "attentions": ["softmax"],
+                "tasks": [task],
+                "seeds": [0],
+                "measurements": ["accuracy"],
+            }
+        )
+    )
     return path
 
 
@@ -241,14 +327,29 @@ def test_validation_reads_headers_for_missing_columns_and_files(tmp_path, fmt):
 
     frame = pd.DataFrame({"sentence": ["a b", "c d"], "stars": [0, 1]})
     path = tmp_path / f"t.{fmt}"
-    {"csv": lambda: frame.to_csv(path, index=False), "tsv": lambda: frame.to_csv(path, sep="\t", index=False),
-     "jsonl": lambda: frame.to_json(path, orient="records", lines=True), "parquet": lambda: frame.to_parquet(path)}[fmt]()
-    ok = {"name": "text", "options": {"files": {"train": str(path)}, "text_columns": ["sentence"], "label_column": "stars"}}
+    {
+        "csv": lambda: frame.to_csv(path, index=False),
+        "tsv": lambda: frame.to_csv(path, sep="\t", index=False),
+        "jsonl": lambda: frame.to_json(path, orient="records", lines=True),
+        "parquet": lambda: frame.to_parquet(path),
+    }[fmt]()
+    ok = {
+        "name": "text",
+        "options": {"files": {"train": str(path)}, "text_columns": ["sentence"], "label_column": "stars"},
+    }
     assert load_suite(str(_suite(tmp_path, ok))).tasks[0]["name"] == "text"
-    with pytest.raises(UserError, match=r"s\.yaml: tasks\[0\]\.options: text task file .*column\(s\) \['label'\] "
-                                        r"not in the data; its columns are \['sentence', 'stars'\]"):
-        load_suite(str(_suite(tmp_path, {"name": "text", "options": {"files": {"train": str(path)},
-                                                                     "text_columns": ["sentence"]}})))
+    with pytest.raises(
+        UserError,
+        match=r"s\.yaml: tasks\[0\]\.options: text task file .*column\(s\) \['label'\] "
+        r"not in the data; its columns are \['sentence', 'stars'\]",
+    ):
+        load_suite(
+            str(
+                _suite(
+                    tmp_path, {"name": "text", "options": {"files": {"train": str(path)}, "text_columns": ["sentence"]}}
+                )
+            )
+        )
     with pytest.raises(UserError, match=r"tasks\[0\]\.options: text task: file .*nope\.csv' does not exist"):
         load_suite(str(_suite(tmp_path, {"name": "text", "options": {"files": {"train": str(tmp_path / "nope.csv")}}})))
 
@@ -258,8 +359,11 @@ def test_hub_task_without_data_is_refused_at_validation_when_offline(tmp_path, m
 
     monkeypatch.setenv("ATTNBENCH_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(UserError, match=r"tasks\[0\]\.options: task 'sst2': .*sst2/train\.jsonl does not exist and "
-                                        r"the Hugging Face Hub is offline"):
+    with pytest.raises(
+        UserError,
+        match=r"tasks\[0\]\.options: task 'sst2': .*sst2/train\.jsonl does not exist and "
+        r"the Hugging Face Hub is offline",
+    ):
         load_suite(str(_suite(tmp_path, {"name": "sst2"})))
     _write_jsonl(tmp_path / "sst2" / "train.jsonl", [{"text": "wrong column", "label": 0}])
     with pytest.raises(UserError, match=r"column\(s\) \['sentence'\] not in the data"):
@@ -273,10 +377,16 @@ def test_hub_task_without_data_is_refused_at_validation_when_offline(tmp_path, m
 def test_labels_are_normalised_by_one_rule_across_splits(tmp_path, cache_dir):
     rows = "".join(f"film number {i} was {'good' if i % 2 else 'bad'},{i % 2}\n" for i in range(40))
     (tmp_path / "train.csv").write_text("text,label\n" + rows)
-    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"text": f"film {i}", "label": str(i % 2)}) + "\n"
-                                                 for i in range(10)))
-    data = load_task("text", files={"train": str(tmp_path / "train.csv"), "test": str(tmp_path / "test.jsonl")},
-                     cache_dir=cache_dir, max_length=12, vocab_size=100)  # ints 0/1 in train, strings '0'/'1' in test
+    (tmp_path / "test.jsonl").write_text(
+        "".join(json.dumps({"text": f"film {i}", "label": str(i % 2)}) + "\n" for i in range(10))
+    )
+    data = load_task(
+        "text",
+        files={"train": str(tmp_path / "train.csv"), "test": str(tmp_path / "test.jsonl")},
+        cache_dir=cache_dir,
+        max_length=12,
+        vocab_size=100,
+    )  # ints 0/1 in train, strings '0'/'1' in test
     assert data.num_classes == 2 and data.info["label_names"] == [0, 1]
     assert data["test"].labels.tolist() == [i % 2 for i in range(10)]
 
@@ -284,10 +394,14 @@ def test_labels_are_normalised_by_one_rule_across_splits(tmp_path, cache_dir):
 def test_labels_mixing_numbers_and_names_are_refused_with_the_mix_named(tmp_path, cache_dir):
     rows = "".join(f"film {i},{('0', '1', 'pos', 'neg')[i % 4]}\n" for i in range(40))
     (tmp_path / "train.csv").write_text("text,label\n" + rows)
-    with pytest.raises(UserError, match=r"the labels mix numbers \(0, 1 in train\) with names \('neg', 'pos' in "
-                                        r"train\); use one kind of label in every split"):
-        load_task("text", files={"train": str(tmp_path / "train.csv")}, cache_dir=cache_dir, max_length=12,
-                  vocab_size=100)
+    with pytest.raises(
+        UserError,
+        match=r"the labels mix numbers \(0, 1 in train\) with names \('neg', 'pos' in "
+        r"train\); use one kind of label in every split",
+    ):
+        load_task(
+            "text", files={"train": str(tmp_path / "train.csv")}, cache_dir=cache_dir, max_length=12, vocab_size=100
+        )
 
 
 def test_a_latin1_byte_names_the_file_the_byte_and_the_encoding_option(tmp_path, cache_dir):
@@ -295,16 +409,20 @@ def test_a_latin1_byte_names_the_file_the_byte_and_the_encoding_option(tmp_path,
     path = tmp_path / "train.csv"
     path.write_bytes(("text,label\n" + rows).encode("latin-1"))
     offset = path.read_bytes().index(b"\xe9")
-    with pytest.raises(UserError, match=rf"train.csv': byte {offset} \(line 42, b'\\xe9'\) is not utf-8 .*"
-                                        r"set the task option encoding .* e.g. encoding: latin-1"):
+    with pytest.raises(
+        UserError,
+        match=rf"train.csv': byte {offset} \(line 42, b'\\xe9'\) is not utf-8 .*"
+        r"set the task option encoding .* e.g. encoding: latin-1",
+    ):
         load_task("text", files={"train": str(path)}, cache_dir=cache_dir, max_length=12, vocab_size=100)
-    data = load_task("text", files={"train": str(path)}, encoding="latin-1", cache_dir=cache_dir, max_length=12,
-                     vocab_size=100)
+    data = load_task(
+        "text", files={"train": str(path)}, encoding="latin-1", cache_dir=cache_dir, max_length=12, vocab_size=100
+    )
     assert sum(len(data[s]) for s in ("train", "validation", "test")) == 41
 
 
 def test_a_malformed_csv_names_the_file_and_what_the_reader_said(tmp_path):
     path = tmp_path / "train.csv"
-    path.write_text("text,label\n\"unclosed quote,1\n" + "fine,0\n" * 5)
+    path.write_text('text,label\n"unclosed quote,1\n' + "fine,0\n" * 5)
     with pytest.raises(UserError, match=r"train.csv': cannot be read as csv \(.*\); check the file"):
         load_task("text", files={"train": str(path)}, max_length=12, vocab_size=100)

@@ -1,4 +1,5 @@
 """Generated tasks: determinism, balance, disjoint splits, label noise, and labels from independent evaluators."""
+
 from __future__ import annotations
 
 import functools
@@ -33,8 +34,15 @@ def rows(split) -> list[tuple[int, ...]]:
 
 
 def test_all_tasks_are_registered():
-    assert set(task_names()) >= {"listops", "associative_recall", "nonlinear_tokens", "sst2", "rotten_tomatoes",
-                                 "qqp", "text"}
+    assert set(task_names()) >= {
+        "listops",
+        "associative_recall",
+        "nonlinear_tokens",
+        "sst2",
+        "rotten_tomatoes",
+        "qqp",
+        "text",
+    }
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
@@ -91,6 +99,7 @@ def test_label_noise_flips_that_fraction_of_train_only(name):
 
 def _evaluate_listops(words: list[str]) -> int:
     """Independent recursive evaluator over the printed form, e.g. '[MAX 2 [SM 4 7 ] ]'."""
+
     def parse(i: int) -> tuple[int, int]:
         if words[i].isdigit():
             return int(words[i]), i + 1
@@ -98,9 +107,11 @@ def _evaluate_listops(words: list[str]) -> int:
         while words[i] != "]":
             value, i = parse(i)
             args.append(value)
-        result = {"MAX": max, "MIN": min, "MED": lambda a: int(statistics.median(a)),
-                  "SM": lambda a: sum(a) % 10}[op](args)
+        result = {"MAX": max, "MIN": min, "MED": lambda a: int(statistics.median(a)), "SM": lambda a: sum(a) % 10}[op](
+            args
+        )
         return result, i + 1
+
     value, end = parse(0)
     assert end == len(words)
     return value
@@ -144,8 +155,11 @@ def test_nonlinear_cross_token_term_matches_a_naive_double_loop():
     types = [3, 7, 7, 0, 15]
     outputs = []
     for i, a in enumerate(types):
-        weights = {j: math.exp(2.0 * float(score.z[a] @ score.a @ score.z[b]) / math.sqrt(4))
-                   for j, b in enumerate(types) if j != i}
+        weights = {
+            j: math.exp(2.0 * float(score.z[a] @ score.a @ score.z[b]) / math.sqrt(4))
+            for j, b in enumerate(types)
+            if j != i
+        }
         total = sum(weights.values())
         mixed = sum(w / total * score.z[types[j]] for j, w in weights.items())
         outputs.append(math.sin(float(score.u @ mixed)))
@@ -166,8 +180,16 @@ def test_nonlinear_noise_sigma_controls_agreement_with_the_clean_score(noise, lo
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_rows_fit_the_shared_classifier(name):
     data = small(name)
-    cfg = ModelConfig(vocab_size=data.vocab_size, num_classes=data.num_classes, max_length=data.max_length,
-                      d_model=16, num_heads=2, ffn_dim=16, num_layers=1, pad_id=data.pad_id)
+    cfg = ModelConfig(
+        vocab_size=data.vocab_size,
+        num_classes=data.num_classes,
+        max_length=data.max_length,
+        d_model=16,
+        num_heads=2,
+        ffn_dim=16,
+        num_layers=1,
+        pad_id=data.pad_id,
+    )
     ids, mask, seg, labels = next(data["test"].batches(32))
     logits = TransformerClassifier(cfg, "softmax")(ids, mask, seg)
     assert logits.shape == (len(labels), data.num_classes) and torch.isfinite(logits).all()

@@ -1,4 +1,5 @@
 """The timing/memory probe: orders cheap vs expensive work, sees real allocations, records OOM and time-outs."""
+
 from __future__ import annotations
 
 import os
@@ -22,6 +23,7 @@ def _allocate(numel: int):
 def _raise_oom():
     def call():
         raise torch.OutOfMemoryError("simulated: tried to allocate 1 TiB")
+
     return call
 
 
@@ -110,6 +112,7 @@ def test_measure_machine_reports_positive_rates_once():
 def test_cuda_peak_memory_uses_the_allocator():
     def setup():
         return lambda: torch.ones(50_000_000, device="cuda")
+
     reading = timing.peak_memory(setup, device="cuda")
     assert reading.method == "cuda-allocator-peak" and 190e6 <= reading.peak_bytes <= 260e6
 
@@ -160,16 +163,18 @@ def _counters(shares: list[float]):
 
 def test_time_unstarved_refuses_a_starved_pass_with_the_reason_after_its_tries():
     calls = []
-    guarded = timing.time_unstarved(lambda: calls.append(1) or "timing", tolerance=0.1, tries=3, pause_s=0,
-                                    snapshot=_counters([0.5, 0.4, 0.3]))
+    guarded = timing.time_unstarved(
+        lambda: calls.append(1) or "timing", tolerance=0.1, tries=3, pause_s=0, snapshot=_counters([0.5, 0.4, 0.3])
+    )
     assert not guarded.accepted and guarded.value is None and len(calls) == 3
     assert guarded.shares == pytest.approx([0.5, 0.4, 0.3])
     assert "not measured" in guarded.reason and "50%, 40%, 30%" in guarded.reason and "tolerance 10%" in guarded.reason
 
 
 def test_time_unstarved_accepts_the_first_pass_that_got_its_cores():
-    guarded = timing.time_unstarved(lambda: "timing", tolerance=0.1, tries=3, pause_s=0,
-                                    snapshot=_counters([0.6, 0.05]))
+    guarded = timing.time_unstarved(
+        lambda: "timing", tolerance=0.1, tries=3, pause_s=0, snapshot=_counters([0.6, 0.05])
+    )
     assert guarded.accepted and guarded.value == "timing" and guarded.shares == pytest.approx([0.6, 0.05])
     unreadable = timing.time_unstarved(lambda: "timing", snapshot=lambda: None)
     assert unreadable.accepted and unreadable.shares == [None]  # not checked, and says so
@@ -181,15 +186,19 @@ def _spin(seconds_of_cpu: float) -> None:
         pass
 
 
-@pytest.mark.skipif(timing.sched_snapshot() is None or not hasattr(os, "sched_setaffinity"),
-                    reason="needs Linux scheduler counters and CPU affinity")
+@pytest.mark.skipif(
+    timing.sched_snapshot() is None or not hasattr(os, "sched_setaffinity"),
+    reason="needs Linux scheduler counters and CPU affinity",
+)
 def test_work_pinned_beside_a_busy_process_is_refused():
     """The timed thread and a spinning process share one CPU: the kernel keeps each runnable thread off the core
     about half the time, whatever else the machine does, so the pass is refused (no wall-clock threshold)."""
     cpu = min(os.sched_getaffinity(0))
     before = os.sched_getaffinity(0)
-    code = ("import os, sys\nos.sched_setaffinity(0, {%d})\nsys.stdout.write('spinning\\n'); sys.stdout.flush()\n"
-            "while True: pass" % cpu)
+    code = (
+        "import os, sys\nos.sched_setaffinity(0, {%d})\nsys.stdout.write('spinning\\n'); sys.stdout.flush()\n"
+        "while True: pass" % cpu
+    )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
     try:
         assert child.stdout.readline() == b"spinning\n"

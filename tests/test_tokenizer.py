@@ -1,4 +1,5 @@
 """WordPiece tokenizer: trained once on real SST-2 and reused from the cache; truncation, padding, masks, pairs."""
+
 from __future__ import annotations
 
 import itertools
@@ -13,8 +14,10 @@ from attnbench.tasks import tokenizer as tokenizer_module
 from attnbench.tasks.tokenizer import SPECIAL_TOKENS, build_encoder, cached_wordpiece, truncate_pair
 
 DATA_DIR = os.environ.get("ATTNBENCH_DATA_DIR")
-FALLBACK = [f"a {w} film about {v} and the {u} end ." for w, v, u in
-            itertools.product(["fine", "dull", "warm", "odd"], ["love", "war", "time"], ["sad", "happy", "late"])]
+FALLBACK = [
+    f"a {w} film about {v} and the {u} end ."
+    for w, v, u in itertools.product(["fine", "dull", "warm", "odd"], ["love", "war", "time"], ["sad", "happy", "late"])
+]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 """The two-tower matcher never lets one document see the other."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,8 +34,9 @@ def test_split_documents_restores_each_document() -> None:
     assert b[1, :2].tolist() == ids[1, 6:8].tolist()
 
 
-@pytest.mark.parametrize("attention,options", [("softmax", {}), ("performer", {"num_features": 16}),
-                                               ("linformer", {"projected_length": 8})])
+@pytest.mark.parametrize(
+    "attention,options", [("softmax", {}), ("performer", {"num_features": 16}), ("linformer", {"projected_length": 8})]
+)
 def test_changing_document_b_leaves_the_encoding_of_a_bitwise_unchanged(attention: str, options: dict) -> None:
     model = _model(attention, options).eval()
     with torch.no_grad():

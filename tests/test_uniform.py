@@ -1,4 +1,5 @@
 """Uniform attention: the mean of the values over the real tokens, written out as a loop."""
+
 import pytest
 import torch
 

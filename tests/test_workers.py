@@ -1,4 +1,5 @@
 """The split of the cores (attnbench.workers): the policy on synthetic facts, the --workers flag, the provenance."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,19 @@ import yaml
 
 from attnbench.cli import build_parser, main
 from attnbench.suite import load_suite
-from attnbench.workers import (CELL_FOOTPRINT_GIB, FEW_CELLS, SPAWN_SECONDS, TINY_SECONDS, TOKENS_PER_SECOND,
-                             MachineFacts, SuiteFacts, cell_tokens, choose_split, running_workers, suite_facts)
+from attnbench.workers import (
+    CELL_FOOTPRINT_GIB,
+    FEW_CELLS,
+    SPAWN_SECONDS,
+    TINY_SECONDS,
+    TOKENS_PER_SECOND,
+    MachineFacts,
+    SuiteFacts,
+    cell_tokens,
+    choose_split,
+    running_workers,
+    suite_facts,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins
 
@@ -108,9 +120,15 @@ def test_workers_flag_takes_auto_or_a_positive_count(capsys):
 
 
 def test_a_run_records_and_prints_the_split_it_chose(tmp_path, capsys):
-    suite = {"name": "tiny", "description": "split test", "attentions": ["softmax"], "seeds": [0, 1],
-             "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32},
-             "training": {"epochs": 1, "batch_size": 32}, "measurements": ["fake_cells:tiny_train"]}
+    suite = {
+        "name": "tiny",
+        "description": "split test",
+        "attentions": ["softmax"],
+        "seeds": [0, 1],
+        "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32},
+        "training": {"epochs": 1, "batch_size": 32},
+        "measurements": ["fake_cells:tiny_train"],
+    }
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(suite))
     assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 0

@@ -11,6 +11,7 @@ of q~, k~. The paper's short convolution is the `short_conv` option.
 Renderings (this folder): `naive` (query by query, from the definition), `chunk` (training: bands of the
 window plus prefix sums of features), `recurrent` (decoding: the window's keys plus a Taylor state).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,14 +32,20 @@ from attnbench.registry import register_attention
 
 @dataclasses.dataclass
 class BasedConfig(ShortConvConfig):
-    feature_dim: int = option(16, "d: q and k are projected to d dimensions for the Taylor map of 1 + d + d^2 "
-                                  "features (paper: 16)", minimum=1, maximum=64)
-    window: int = option(64, "w: keys within w positions (the query's own included) get exact softmax weights "
-                             "(paper: 64)", minimum=1)
+    feature_dim: int = option(
+        16,
+        "d: q and k are projected to d dimensions for the Taylor map of 1 + d + d^2 features (paper: 16)",
+        minimum=1,
+        maximum=64,
+    )
+    window: int = option(
+        64, "w: keys within w positions (the query's own included) get exact softmax weights (paper: 64)", minimum=1
+    )
 
 
-@register_attention("based", config=BasedConfig, causal=True, recurrent_state=True, normalised=unfiltered,
-                    positive_features=False)  # Taylor features go negative; their kernel 1 + s + s^2/2 does not
+@register_attention(
+    "based", config=BasedConfig, causal=True, recurrent_state=True, normalised=unfiltered, positive_features=False
+)  # Taylor features go negative; their kernel 1 + s + s^2/2 does not
 class BasedAttention(RecurrentAttention):
     """Taylor-feature linear attention beyond a sliding window, exact softmax within it, one normaliser."""
 
@@ -50,15 +57,17 @@ class BasedAttention(RecurrentAttention):
         self.feature_map = TaylorFeatureMap(cfg.feature_dim)
 
     def parallel(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        return chunk_based(q @ self.project_q, k @ self.project_k, v, self.cfg.window, self.causal, mask,
-                           self.feature_map)
+        return chunk_based(
+            q @ self.project_q, k @ self.project_k, v, self.cfg.window, self.causal, mask, self.feature_map
+        )
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         return naive_based(q @ self.project_q, k @ self.project_k, v, self.cfg.window, self.causal, mask)
 
     def core_state(self, batch_size: int, heads: int, dtype: torch.dtype, device: torch.device) -> State:
-        return init_based_state(batch_size, heads, self.cfg.feature_dim, self.cfg.head_dim, self.cfg.window,
-                                dtype, device)
+        return init_based_state(
+            batch_size, heads, self.cfg.feature_dim, self.cfg.head_dim, self.cfg.window, dtype, device
+        )
 
     def core_step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State) -> tuple[Tensor, State]:
         q, k = (x[:, :, None] @ w for x, w in ((q_t, self.project_q), (k_t, self.project_k)))

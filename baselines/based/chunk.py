@@ -6,6 +6,7 @@ is linear attention with features phi (`TaylorFeatureMap`): keys j <= i - w are 
 the keys shifted w positions later (the shared kernel's chunked causal products); in the encoder, keys
 j >= i + w are the same on the reversed sequence. Both parts share the scale exp(-m_i) of `naive_based`.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,7 @@ def _blocks(x: Tensor, p: int, nb: int) -> Tensor:
     return torch.cat([x[:, :, :-2], x[:, :, 1:-1], x[:, :, 2:]], dim=3)
 
 
-def window_part(q: Tensor, k: Tensor, values: Tensor, real: Tensor, window: int,
-                causal: bool) -> tuple[Tensor, Tensor]:
+def window_part(q: Tensor, k: Tensor, values: Tensor, real: Tensor, window: int, causal: bool) -> tuple[Tensor, Tensor]:
     """sum over window keys of exp(s_ij - m_i) [v_j, 1] -> (B, H, N, D + 1), and m_i (B, H, N, 1).
     q, k (B, H, N, d); values [v, 1] (B, H, N, D + 1) with padded rows zeroed; real (B, N) bool."""
     b, h, n, d = q.shape
@@ -47,7 +47,7 @@ def window_part(q: Tensor, k: Tensor, values: Tensor, real: Tensor, window: int,
 
 def _later(x: Tensor, by: int) -> Tensor:
     """x (B, H, N, E) moved `by` positions later along the sequence, zeros in front."""
-    return nn.functional.pad(x, (0, 0, by, 0))[:, :, :x.shape[2]]
+    return nn.functional.pad(x, (0, 0, by, 0))[:, :, : x.shape[2]]
 
 
 def taylor_part(phi_q: Tensor, phi_k: Tensor, values: Tensor, window: int, causal: bool) -> Tensor:
@@ -55,13 +55,21 @@ def taylor_part(phi_q: Tensor, phi_k: Tensor, values: Tensor, window: int, causa
     with padded rows zeroed."""
     out = _causal_products(phi_q, _later(phi_k, window), _later(values, window))
     if not causal:
-        out = out + _causal_products(phi_q.flip(2), _later(phi_k.flip(2), window),
-                                     _later(values.flip(2), window)).flip(2)
+        out = out + _causal_products(phi_q.flip(2), _later(phi_k.flip(2), window), _later(values.flip(2), window)).flip(
+            2
+        )
     return out
 
 
-def chunk_based(q: Tensor, k: Tensor, v: Tensor, window: int, causal: bool, mask: Tensor | None = None,
-                feature_map: TaylorFeatureMap | None = None) -> Tensor:
+def chunk_based(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    window: int,
+    causal: bool,
+    mask: Tensor | None = None,
+    feature_map: TaylorFeatureMap | None = None,
+) -> Tensor:
     """The same outputs as `naive_based`: q, k (B, H, N, d), v (B, H, N, D), mask (B, N) -> (B, H, N, D)."""
     b, _, n, d = q.shape
     real = torch.ones(b, n, dtype=torch.bool, device=q.device) if mask is None else mask

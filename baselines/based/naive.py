@@ -5,6 +5,7 @@ window (causal: i - w < j <= i; encoder: |i - j| < w) weigh exp(s_ij), the other
 1 + s_ij + s_ij^2 / 2; out_i = sum_j weight_ij v_j / sum_j weight_ij over real keys. Every weight is scaled by
 exp(-m_i), m_i the largest window score (at least MIN_SHIFT), which leaves the ratio as it is.
 """
+
 from __future__ import annotations
 
 import math

@@ -4,6 +4,7 @@ State: `keys` (B, H, <= w, d) and `values` (B, H, <= w, D), the window; `kv` (B,
 phi(k_j) [v_j, 1] over the keys that left it. Each step appends the token, moves the oldest key out of the
 window into `kv` once there are more than w, and combines both as `naive_based` does.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,17 +16,21 @@ from attnbench.baselines.based.feature_map import TaylorFeatureMap
 from attnbench.baselines.based.naive import MIN_SHIFT
 
 
-def init_based_state(batch_size: int, heads: int, dim: int, value_dim: int, window: int, dtype: torch.dtype,
-                     device: torch.device) -> dict[str, Tensor]:
+def init_based_state(
+    batch_size: int, heads: int, dim: int, value_dim: int, window: int, dtype: torch.dtype, device: torch.device
+) -> dict[str, Tensor]:
     """The empty state: no window keys, a zero Taylor sum."""
     zeros = {"dtype": dtype, "device": device}
-    return {"keys": torch.zeros(batch_size, heads, 0, dim, **zeros),
-            "values": torch.zeros(batch_size, heads, 0, value_dim, **zeros),
-            "kv": torch.zeros(batch_size, heads, 1 + dim + dim ** 2, value_dim + 1, **zeros)}
+    return {
+        "keys": torch.zeros(batch_size, heads, 0, dim, **zeros),
+        "values": torch.zeros(batch_size, heads, 0, value_dim, **zeros),
+        "kv": torch.zeros(batch_size, heads, 1 + dim + dim**2, value_dim + 1, **zeros),
+    }
 
 
-def based_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, state: dict[str, Tensor], window: int,
-               feature_map: TaylorFeatureMap) -> tuple[Tensor, dict[str, Tensor]]:
+def based_step(
+    q_t: Tensor, k_t: Tensor, v_t: Tensor, state: dict[str, Tensor], window: int, feature_map: TaylorFeatureMap
+) -> tuple[Tensor, dict[str, Tensor]]:
     """q_t, k_t (B, H, d), v_t (B, H, D) -> o_t (B, H, D) and the new state."""
     keys = torch.cat([state["keys"], k_t[:, :, None]], dim=2)
     values = torch.cat([state["values"], v_t[:, :, None]], dim=2)
@@ -36,8 +41,12 @@ def based_step(q_t: Tensor, k_t: Tensor, v_t: Tensor, state: dict[str, Tensor], 
         keys, values = keys[:, :, 1:], values[:, :, 1:]
     scores = torch.einsum("bhd,bhjd->bhj", q_t, keys) / math.sqrt(q_t.shape[-1])
     shift = scores.amax(dim=-1, keepdim=True).clamp_min(MIN_SHIFT)
-    near = torch.einsum("bhj,bhjd->bhd", (scores - shift).exp(),
-                        torch.cat([values, torch.ones_like(values[..., :1])], dim=-1))
+    near = torch.einsum(
+        "bhj,bhjd->bhd", (scores - shift).exp(), torch.cat([values, torch.ones_like(values[..., :1])], dim=-1)
+    )
     total = near + (-shift).exp() * torch.einsum("bhm,bhmd->bhd", feature_map(q_t), kv)
-    return total[..., :-1] / torch.where(total[..., -1:] > 0, total[..., -1:], 1.0), \
-        {"keys": keys, "values": values, "kv": kv}
+    return total[..., :-1] / torch.where(total[..., -1:] > 0, total[..., -1:], 1.0), {
+        "keys": keys,
+        "values": values,
+        "kv": kv,
+    }

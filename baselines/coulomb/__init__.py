@@ -6,4 +6,5 @@ Appendix F.1 (`kernel_experiment`, `kernel_methods`, `kernel_particles`) as the 
 (`measurement`), and their report tables and plots (`report`). The physics (alignment, Riesz energy, the
 Langevin step) are plain functions in `physics`. Importing the package registers the attention only.
 """
+
 from attnbench.baselines.coulomb import attention  # noqa: F401

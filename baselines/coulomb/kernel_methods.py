@@ -4,11 +4,12 @@ Every method takes the split (x_train, y_train 0/1, x_test) and a seeded numpy G
 trial's method randomness) and returns 0/1 predictions for the test rows. Random-feature methods
 use D features z(x) = sqrt(2/D) cos(W^T x + b) and a linear SVM head (sklearn LinearSVC, C = 1).
 """
+
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import dataclasses
+import importlib.util
 import io
 import math
 import warnings
@@ -16,8 +17,8 @@ import warnings
 import numpy as np
 import torch
 
-from attnbench.errors import UserError
 from attnbench.baselines.coulomb.kernel_particles import ParticleDynamics, learn_features
+from attnbench.errors import UserError
 
 
 @dataclasses.dataclass
@@ -38,6 +39,7 @@ def linear_svm_head(z_train: np.ndarray, y_train: np.ndarray, z_test: np.ndarray
     """Linear SVM (LinearSVC, C = c) on features -> test predictions; convergence warnings silenced, not fixed."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.svm import LinearSVC
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         return LinearSVC(C=c).fit(z_train, y_train).predict(z_test)
@@ -46,44 +48,49 @@ def linear_svm_head(z_train: np.ndarray, y_train: np.ndarray, z_test: np.ndarray
 def logistic_regression(split: Split, rng: np.random.Generator) -> np.ndarray:
     """Logistic regression on the raw inputs (sklearn defaults, C = 1)."""
     from sklearn.linear_model import LogisticRegression
+
     return LogisticRegression(max_iter=1000).fit(split.x_train, split.y_train).predict(split.x_test)
 
 
 def rbf_svm(split: Split, rng: np.random.Generator, gamma: float = 0.5, c: float = 1.0) -> np.ndarray:
     """Exact RBF-kernel SVM exp(-gamma |x - x'|^2), C = c (libsvm)."""
     from sklearn.svm import SVC
+
     return SVC(kernel="rbf", gamma=gamma, C=c).fit(split.x_train, split.y_train).predict(split.x_test)
 
 
-def random_fourier_features(split: Split, rng: np.random.Generator, num_features: int = 200,
-                            gamma: float = 0.5) -> np.ndarray:
+def random_fourier_features(
+    split: Split, rng: np.random.Generator, num_features: int = 200, gamma: float = 0.5
+) -> np.ndarray:
     """RFF + linear SVM: W ~ N(0, 2 gamma I), b ~ U[0, 2 pi) (Rahimi-Recht for the RBF kernel)."""
     w = rng.normal(0.0, math.sqrt(2 * gamma), (split.x_train.shape[1], num_features))
     b = rng.uniform(0.0, 2 * math.pi, num_features)
-    return linear_svm_head(fourier_features(split.x_train, w, b), split.y_train,
-                           fourier_features(split.x_test, w, b))
+    return linear_svm_head(fourier_features(split.x_train, w, b), split.y_train, fourier_features(split.x_test, w, b))
 
 
-def projected_random_fourier_features(split: Split, rng: np.random.Generator, num_features: int = 200,
-                                      gamma: float = 0.5, radius: float = 5.0) -> np.ndarray:
+def projected_random_fourier_features(
+    split: Split, rng: np.random.Generator, num_features: int = 200, gamma: float = 0.5, radius: float = 5.0
+) -> np.ndarray:
     """The RFF control of the Langevin particles: W ~ N(0, 2 gamma I) (the particles' start) with every frequency
     longer than `radius` projected onto it, as the dynamics' first step does with no force and no noise."""
     w = rng.normal(0.0, math.sqrt(2 * gamma), (split.x_train.shape[1], num_features))
     w = w * np.minimum(1.0, radius / np.maximum(np.linalg.norm(w, axis=0), 1e-300))
     b = rng.uniform(0.0, 2 * math.pi, num_features)
-    return linear_svm_head(fourier_features(split.x_train, w, b), split.y_train,
-                           fourier_features(split.x_test, w, b))
+    return linear_svm_head(fourier_features(split.x_train, w, b), split.y_train, fourier_features(split.x_test, w, b))
 
 
 def rbf_grams(x: np.ndarray, z: np.ndarray, gammas: list[float]) -> list[torch.Tensor]:
     """exp(-gamma |x_i - z_j|^2) for each gamma: x (n, p), z (m, p) -> [(n, m) float64 tensors]."""
     from sklearn.metrics.pairwise import euclidean_distances
+
     sq = euclidean_distances(x, z, squared=True)
     return [torch.from_numpy(np.exp(-g * sq)) for g in gammas]
 
 
-MKL_MISSING = ("the MKL method needs MKLpy (and cvxopt), the optional extra 'mkl': pip install 'attnbench[mkl]'; "
-               "without it the kernel experiment runs every other method")
+MKL_MISSING = (
+    "the MKL method needs MKLpy (and cvxopt), the optional extra 'mkl': pip install 'attnbench[mkl]'; "
+    "without it the kernel experiment runs every other method"
+)
 
 
 def mkl_available() -> bool:
@@ -91,8 +98,9 @@ def mkl_available() -> bool:
     return importlib.util.find_spec("MKLpy") is not None
 
 
-def mkl_memo(split: Split, rng: np.random.Generator, gammas: list[float], max_iter: int = 1000,
-             c: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def mkl_memo(
+    split: Split, rng: np.random.Generator, gammas: list[float], max_iter: int = 1000, c: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
     """MKL + SVM: MKLpy's MEMO weights over kernel-normalised RBF Grams, SVC(C = c) on the combination.
 
     Returns (test predictions, the kernel weights). An RBF Gram has a unit diagonal, so MKLpy's
@@ -104,6 +112,7 @@ def mkl_memo(split: Split, rng: np.random.Generator, gammas: list[float], max_it
     from MKLpy.algorithms import MEMO
     from MKLpy.preprocessing import kernel_normalization
     from sklearn.svm import SVC
+
     train = [kernel_normalization(k) for k in rbf_grams(split.x_train, split.x_train, gammas)]
     test = rbf_grams(split.x_test, split.x_train, gammas)
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
@@ -155,9 +164,16 @@ def stratified_indices(q: np.ndarray, count: int, rng: np.random.Generator) -> n
     return np.minimum(np.searchsorted(cdf, u, side="right"), len(q) - 1)
 
 
-def importance_sampling(split: Split, rng: np.random.Generator, num_features: int = 200, gamma: float = 0.5,
-                        candidates: int = 10_000, rho_fraction: float = 0.005, tol: float = 1e-10,
-                        chunk: int = 2048) -> np.ndarray:
+def importance_sampling(
+    split: Split,
+    rng: np.random.Generator,
+    num_features: int = 200,
+    gamma: float = 0.5,
+    candidates: int = 10_000,
+    rho_fraction: float = 0.005,
+    tol: float = 1e-10,
+    chunk: int = 2048,
+) -> np.ndarray:
     """Sinha & Duchi (2016): N_w RFF candidates, alignment scores (Phi^T y)^2, chi-square reweighting, D kept.
 
     Candidates W ~ N(0, 2 gamma I), b ~ U[0, 2 pi); rho = rho_fraction * N_w; the D features are drawn
@@ -169,25 +185,35 @@ def importance_sampling(split: Split, rng: np.random.Generator, num_features: in
     y = 2.0 * split.y_train - 1.0
     projections = np.zeros(candidates)
     for start in range(0, len(y), chunk):
-        projections += y[start:start + chunk] @ np.cos(split.x_train[start:start + chunk] @ w + b)
+        projections += y[start : start + chunk] @ np.cos(split.x_train[start : start + chunk] @ w + b)
     q = chi_square_weights(np.square(projections), rho_fraction * candidates, tol)
     keep = stratified_indices(q, num_features, rng)
-    return linear_svm_head(fourier_features(split.x_train, w[:, keep], b[keep]), split.y_train,
-                           fourier_features(split.x_test, w[:, keep], b[keep]))
+    return linear_svm_head(
+        fourier_features(split.x_train, w[:, keep], b[keep]),
+        split.y_train,
+        fourier_features(split.x_test, w[:, keep], b[keep]),
+    )
 
 
-def langevin_particles(split: Split, rng: np.random.Generator, repulsion: float, num_features: int = 200,
-                       gamma: float = 0.5, dynamics: ParticleDynamics = ParticleDynamics()
-                       ) -> tuple[np.ndarray, dict[str, float]]:
+def langevin_particles(
+    split: Split,
+    rng: np.random.Generator,
+    repulsion: float,
+    num_features: int = 200,
+    gamma: float = 0.5,
+    dynamics: ParticleDynamics = ParticleDynamics(),  # noqa: B008
+) -> tuple[np.ndarray, dict[str, float]]:
     """Algorithms 1 and 2 (`attnbench.baselines.coulomb.kernel_particles`) at one lambda, then Fourier features + linear SVM.
 
     Returns the test predictions and the dynamics' diagnostics (drift against noise, alignment).
     """
-    generator = torch.Generator().manual_seed(int(rng.integers(2 ** 62)))
+    generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
     x = torch.from_numpy(split.x_train)
-    omega, phase, diagnostics = learn_features(x, torch.from_numpy(split.y_train), [repulsion], num_features,
-                                               gamma, dynamics, generator)
+    omega, phase, diagnostics = learn_features(
+        x, torch.from_numpy(split.y_train), [repulsion], num_features, gamma, dynamics, generator
+    )
     w, b = omega[0].T.numpy(), phase[0].numpy()
-    predictions = linear_svm_head(fourier_features(split.x_train, w, b), split.y_train,
-                                  fourier_features(split.x_test, w, b))
+    predictions = linear_svm_head(
+        fourier_features(split.x_train, w, b), split.y_train, fourier_features(split.x_test, w, b)
+    )
     return predictions, diagnostics[0]

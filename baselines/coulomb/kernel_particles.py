@@ -19,6 +19,7 @@ Controls (`ParticleDynamics`): `drift=False` runs the same steps with no force, 
 walk of the noise and the projection alone, and keeps D of them uniformly (no learning at all); beta = inf
 runs the force alone (and keeps the D lowest H_k).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -72,8 +73,7 @@ def repulsion_potentials(omega: Tensor, s: float = 0.0) -> Tensor:
     return _zero_diagonal(g.nan_to_num(0.0, neginf=0.0)).sum(-1)
 
 
-def particle_energies(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor, lambdas: Tensor,
-                      s: float = 0.0) -> Tensor:
+def particle_energies(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor, lambdas: Tensor, s: float = 0.0) -> Tensor:
     """Each particle's share H_k of H (see the module docstring): (S, N); mean over N is H. y in {-1, +1}."""
     n, num = x.shape[0], omega.shape[1]
     phi = particle_features(x, omega, phase)
@@ -81,8 +81,9 @@ def particle_energies(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor, lambda
     return -alignment + lambdas[:, None] * repulsion_potentials(omega, s) / (2 * (num - 1))
 
 
-def hamiltonian_drift(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor, lambdas: Tensor,
-                      s: float = 0.0) -> tuple[Tensor, Tensor]:
+def hamiltonian_drift(
+    x: Tensor, y: Tensor, omega: Tensor, phase: Tensor, lambdas: Tensor, s: float = 0.0
+) -> tuple[Tensor, Tensor]:
     """N grad_k H by hand: (d omega (S, N, p), d phase (S, N)); the caller clips and steps."""
     n, num = x.shape[0], omega.shape[1]
     u = torch.baddbmm(phase[..., None], omega, x.T.expand(omega.shape[0], -1, -1))
@@ -105,16 +106,24 @@ def clip_per_particle(d_omega: Tensor, d_phase: Tensor, limit: float) -> tuple[T
     return d_omega * factor[..., None], d_phase * factor
 
 
-def initial_particles(num_systems: int, num_particles: int, dim: int, gamma: float,
-                      generator: torch.Generator) -> tuple[Tensor, Tensor]:
+def initial_particles(
+    num_systems: int, num_particles: int, dim: int, gamma: float, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
     """omega ~ N(0, 2 gamma I) (the RBF kernel's spectral draw), b ~ U[0, 2 pi): (S, N, p), (S, N) float64."""
     omega = torch.randn(num_systems, num_particles, dim, generator=generator, dtype=torch.float64)
     phase = torch.rand(num_systems, num_particles, generator=generator, dtype=torch.float64) * TWO_PI
     return omega * math.sqrt(2 * gamma), phase
 
 
-def run_dynamics(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor, lambdas: Tensor, cfg: ParticleDynamics,
-                 generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def run_dynamics(
+    x: Tensor,
+    y: Tensor,
+    omega: Tensor,
+    phase: Tensor,
+    lambdas: Tensor,
+    cfg: ParticleDynamics,
+    generator: torch.Generator,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """T_max projected Langevin steps of S systems (Algorithm 1).
 
     Returns the final omega (S, N, p), phase (S, N), and per step and system the median over particles
@@ -130,8 +139,9 @@ def run_dynamics(x: Tensor, y: Tensor, omega: Tensor, phase: Tensor, lambdas: Te
         drift.append(cfg.step * raw.clamp(max=cfg.grad_clip).median(-1).values)
         clipped.append((raw > cfg.grad_clip).double().mean(-1))
         omega = langevin_step(omega, d_omega, cfg.step, cfg.beta, cfg.radius, generator)
-        phase = langevin_step(phase[..., None], d_phase[..., None], cfg.step, cfg.beta, math.inf,
-                              generator)[..., 0].remainder(TWO_PI)
+        phase = langevin_step(phase[..., None], d_phase[..., None], cfg.step, cfg.beta, math.inf, generator)[
+            ..., 0
+        ].remainder(TWO_PI)
     return omega, phase, torch.stack(drift), torch.stack(clipped)
 
 
@@ -150,8 +160,15 @@ def gibbs_resample(energies: Tensor, count: int, beta: float, generator: torch.G
     return torch.multinomial(weights, count, replacement=False, generator=generator).sort(-1).values
 
 
-def learn_features(x: Tensor, y01: Tensor, lambdas: list[float], num_features: int, gamma: float,
-                   cfg: ParticleDynamics, generator: torch.Generator) -> tuple[Tensor, Tensor, list[dict[str, float]]]:
+def learn_features(
+    x: Tensor,
+    y01: Tensor,
+    lambdas: list[float],
+    num_features: int,
+    gamma: float,
+    cfg: ParticleDynamics,
+    generator: torch.Generator,
+) -> tuple[Tensor, Tensor, list[dict[str, float]]]:
     """Algorithms 1 and 2 for each lambda: x (n, p), labels 0/1 (n,) -> kept omega (S, D, p), phase (S, D), diagnostics.
 
     Diagnostics per system: the median drift length per particle and step against the noise's typical
@@ -165,16 +182,27 @@ def learn_features(x: Tensor, y01: Tensor, lambdas: list[float], num_features: i
     before = alignment(x, y, omega, phase)
     omega, phase, drift, clipped = run_dynamics(x, y, omega, phase, lam, cfg, generator)
     energies = particle_energies(x, y, omega, phase, lam, cfg.riesz_s)
-    keep = (gibbs_resample(energies, num_features, cfg.beta, generator) if cfg.drift
-            else gibbs_resample(torch.zeros_like(energies), num_features, 1.0, generator))  # the control: uniform
+    keep = (
+        gibbs_resample(energies, num_features, cfg.beta, generator)
+        if cfg.drift
+        else gibbs_resample(torch.zeros_like(energies), num_features, 1.0, generator)
+    )  # the control: uniform
     kept_omega = omega.gather(1, keep[..., None].expand(-1, -1, omega.shape[-1]))
     kept_phase = phase.gather(1, keep)
     noise = math.sqrt(2 * cfg.step / cfg.beta) * math.sqrt(x.shape[1] + 1) if math.isfinite(cfg.beta) else 0.0
     after, kept = alignment(x, y, omega, phase), alignment(x, y, kept_omega, kept_phase)
     on_cap = (omega.norm(dim=-1) >= cfg.radius * (1 - 1e-9)).double().mean(-1)
-    diagnostics = [{"drift_median": float(drift[:, i].median()), "noise_norm": noise,
-                    "drift_to_noise": float(drift[:, i].median()) / noise if noise else math.inf,
-                    "clipped_share": float(clipped[:, i].mean()), "alignment_before": float(before[i]),
-                    "alignment_after": float(after[i]), "alignment_kept": float(kept[i]),
-                    "on_cap_share": float(on_cap[i])} for i in range(len(lambdas))]
+    diagnostics = [
+        {
+            "drift_median": float(drift[:, i].median()),
+            "noise_norm": noise,
+            "drift_to_noise": float(drift[:, i].median()) / noise if noise else math.inf,
+            "clipped_share": float(clipped[:, i].mean()),
+            "alignment_before": float(before[i]),
+            "alignment_after": float(after[i]),
+            "alignment_kept": float(kept[i]),
+            "on_cap_share": float(on_cap[i]),
+        }
+        for i in range(len(lambdas))
+    ]
     return kept_omega, kept_phase, diagnostics

@@ -26,6 +26,7 @@ Options beyond the paper's (each default is the paper's): `force` (DynamicsConfi
 sums over pairs), `beta` = inf (no noise), `step`, `after_epochs` (phase A after k epochs of phase B, then
 frozen), and, per attention, `coulomb`'s own `phase_a` options laid over the suite's.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,13 +38,18 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.coulomb.physics import (DynamicsConfig, kernel_target_alignment, particle_step, resample_index,
-                               within_class_alignment)
+from attnbench.baselines.coulomb.physics import (
+    DynamicsConfig,
+    kernel_target_alignment,
+    particle_step,
+    resample_index,
+    within_class_alignment,
+)
 from attnbench.errors import ConfigError
 from attnbench.options import make_options, option, require
+from attnbench.progress import Progress
 from attnbench.registry import register_learning_phase
 from attnbench.tasks.base import Split
-from attnbench.progress import Progress
 
 DISTANCE_SAMPLES = 2000  # pairwise distances kept (before and after) for histograms
 ALIGNMENTS = ("within-class", "centered-kta", "input-kernel")  # measured before and after on validation rows
@@ -54,38 +60,52 @@ class PhaseAConfig(DynamicsConfig):
     """Phase-A objective, budget and data on top of the particle dynamics."""
 
     objective: Literal["within-class", "centered-kta", "input-kernel"] = option(
-        "within-class", "V: within-class alignment of pooled attention outputs (eq. C.4, paper), centred KTA of "
-        "them (App. D), or the feature-map kernel's alignment on pooled inputs (eq. 2.2, the earlier objective)")
+        "within-class",
+        "V: within-class alignment of pooled attention outputs (eq. C.4, paper), centred KTA of "
+        "them (App. D), or the feature-map kernel's alignment on pooled inputs (eq. 2.2, the earlier objective)",
+    )
     pooling: Literal["mean", "token"] = option(
-        "mean", "rows aligned: mean over real tokens per sequence (C.4), or every real token (C.5)")
+        "mean", "rows aligned: mean over real tokens per sequence (C.4), or every real token (C.5)"
+    )
     epochs: float = option(10.0, "passes over the training data at most, with the early stop (App. F: 10)")
     steps_fraction: float | None = option(
-        None, "instead: phase A takes this fraction of all training steps, A + B (Sec. 5: 0.2)")
+        None, "instead: phase A takes this fraction of all training steps, A + B (Sec. 5: 0.2)"
+    )
     max_steps: int | None = option(None, "step budget overriding epochs and steps_fraction")
     batch_size: int = option(64, "sequences per Langevin step")
     train_norm_value: bool = option(
-        False, "also train LayerNorm and value-projection parameters on H (gradient steps of size `step`, no "
-        "noise; ours); default: particles only")
+        False,
+        "also train LayerNorm and value-projection parameters on H (gradient steps of size `step`, no "
+        "noise; ours); default: particles only",
+    )
     probe_examples: int = option(512, "validation rows on which the alignments before/after are measured")
     resample: int | None = option(None, "keep D particles per head drawn from the final configuration (None = all)")
     resample_weights: Literal["gibbs", "uniform"] = option(
-        "gibbs", "resampling law: Gibbs weights exp(-beta U_k) of each particle's eq. 2.2 potential, or uniform")
+        "gibbs", "resampling law: Gibbs weights exp(-beta U_k) of each particle's eq. 2.2 potential, or uniform"
+    )
     after_epochs: int = option(
-        0, "when phase A runs: 0 = at initialisation, before any phase-B step (paper); k = after k epochs of phase B, "
+        0,
+        "when phase A runs: 0 = at initialisation, before any phase-B step (paper); k = after k epochs of phase B, "
         "the particles then frozen for the rest (ours: aligns a trained network rather than a random one)",
-        minimum=0, maximum=100_000)
+        minimum=0,
+        maximum=100_000,
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.epochs > 0, f"phase_a epochs={self.epochs} must be positive")
-        require(self.steps_fraction is None or 0 < self.steps_fraction < 1,
-                f"phase_a steps_fraction={self.steps_fraction} must lie in (0, 1)")
+        require(
+            self.steps_fraction is None or 0 < self.steps_fraction < 1,
+            f"phase_a steps_fraction={self.steps_fraction} must lie in (0, 1)",
+        )
         require(self.max_steps is None or self.max_steps >= 1, f"phase_a max_steps={self.max_steps} must be >= 1")
         require(self.batch_size >= 2, f"phase_a batch_size={self.batch_size} must be at least 2 (alignment pairs)")
         require(self.probe_examples >= 2, f"phase_a probe_examples={self.probe_examples} must be at least 2")
-        require(not (self.train_norm_value and self.objective == "input-kernel"),
-                "phase_a train_norm_value needs an output objective (within-class or centered-kta); the "
-                "input-kernel objective sees no value projection")
+        require(
+            not (self.train_norm_value and self.objective == "input-kernel"),
+            "phase_a train_norm_value needs an output objective (within-class or centered-kta); the "
+            "input-kernel objective sees no value projection",
+        )
 
     def budget(self, train_rows: int, phase_b_steps: int | None) -> int:
         """Phase-A steps: max_steps, else the steps_fraction of A + B, else epochs x batches per epoch."""
@@ -105,16 +125,22 @@ def particle_modules(model: nn.Module) -> list[nn.Module]:
         if module is model or not callable(getattr(module, "learning_phase_parameters", None)):
             continue
         if not callable(getattr(getattr(module, "feature_map", None), "kernel_features", None)):
-            raise ConfigError(f"{type(module).__name__} has learning_phase_parameters but no "
-                              f"feature_map.kernel_features, so phase A cannot align it; give it a Coulomb feature map")
+            raise ConfigError(
+                f"{type(module).__name__} has learning_phase_parameters but no "
+                f"feature_map.kernel_features, so phase A cannot align it; give it a Coulomb feature map"
+            )
         found.append(module)
     return found
 
 
 def norm_value_parameters(model: nn.Module) -> list[nn.Parameter]:
     """LayerNorm and value-projection (`v_proj`) parameters: what `train_norm_value` lets phase A move."""
-    return [p for name, module in model.named_modules()
-            if isinstance(module, nn.LayerNorm) or name.rsplit(".", 1)[-1] == "v_proj" for p in module.parameters()]
+    return [
+        p
+        for name, module in model.named_modules()
+        if isinstance(module, nn.LayerNorm) or name.rsplit(".", 1)[-1] == "v_proj"
+        for p in module.parameters()
+    ]
 
 
 class _AllCaptured(Exception):
@@ -142,6 +168,7 @@ class AttentionCapture:
             self.pending.discard(index)
             if not self.pending:
                 raise _AllCaptured
+
         return hook
 
     def run(self, model: nn.Module, batch: tuple, device: torch.device) -> Tensor:
@@ -153,7 +180,9 @@ class AttentionCapture:
         except _AllCaptured:
             pass
         if self.pending:
-            raise RuntimeError(f"phase A: attention modules {sorted(self.pending)} were not called by the model's forward")
+            raise RuntimeError(
+                f"phase A: attention modules {sorted(self.pending)} were not called by the model's forward"
+            )
         return labels.repeat(getattr(model, "sequences_per_row", 1))  # a two-tower row: both documents, its label
 
     def remove(self) -> None:
@@ -177,8 +206,7 @@ def pooled_outputs(out: Tensor, mask: Tensor | None, labels: Tensor, pooling: st
     return (rows * weights).sum(1) / weights.sum(1).clamp_min(1.0), labels
 
 
-def representations(q: Tensor, k: Tensor, mask: Tensor | None, labels: Tensor,
-                    pooling: str) -> tuple[Tensor, Tensor]:
+def representations(q: Tensor, k: Tensor, mask: Tensor | None, labels: Tensor, pooling: str) -> tuple[Tensor, Tensor]:
     """Feature-map inputs (eq. 2.2): q, k (B, H, N, d), mask (B, N) -> x (1, H, n, d) and labels (n,).
 
     With tied Q = K the inputs are the queries; with untied projections the pooled queries and pooled keys are
@@ -204,8 +232,15 @@ def output_alignment(kind: str, rows: Tensor, labels: Tensor, num_classes: int) 
     return kernel_target_alignment(rows, labels, "centered", num_classes=num_classes)
 
 
-def _probe_alignments(model: nn.Module, modules: list[nn.Module], capture: AttentionCapture, probe: Split,
-                      cfg: PhaseAConfig, device: torch.device, num_classes: int) -> dict[str, list[float]]:
+def _probe_alignments(
+    model: nn.Module,
+    modules: list[nn.Module],
+    capture: AttentionCapture,
+    probe: Split,
+    cfg: PhaseAConfig,
+    device: torch.device,
+    num_classes: int,
+) -> dict[str, list[float]]:
     """Each of ALIGNMENTS per layer on the probe rows (mean over heads for input-kernel), without gradients."""
     rows: list[list[Tensor]] = [[] for _ in modules]
     xs: list[list[Tensor]] = [[] for _ in modules]
@@ -228,14 +263,16 @@ def _probe_alignments(model: nn.Module, modules: list[nn.Module], capture: Atten
                 result[kind].append(float(output_alignment(kind, r, y, num_classes)))
             phi = module.feature_map.kernel_features(torch.cat(x, dim=2))[0]  # (H, n, k*M)
             labels = torch.cat(xy)
-            heads = [float(kernel_target_alignment(p.double(), labels, cfg.alignment, num_classes=num_classes))
-                     for p in phi]
+            heads = [
+                float(kernel_target_alignment(p.double(), labels, cfg.alignment, num_classes=num_classes)) for p in phi
+            ]
             result["input-kernel"].append(sum(heads) / len(heads))
     return result
 
 
-def _pooled_rows(model: nn.Module, capture: AttentionCapture, split: Split, cfg: PhaseAConfig,
-                 device: torch.device) -> list[tuple[Tensor, Tensor]]:
+def _pooled_rows(
+    model: nn.Module, capture: AttentionCapture, split: Split, cfg: PhaseAConfig, device: torch.device
+) -> list[tuple[Tensor, Tensor]]:
     """Each attention layer's mean-pooled outputs of `split`'s rows (n, H*D) float64 and their labels (n,)."""
     rows: list[list[Tensor]] = [[] for _ in capture.outputs]
     ys: list[Tensor] = []
@@ -249,16 +286,18 @@ def _pooled_rows(model: nn.Module, capture: AttentionCapture, split: Split, cfg:
     return [(torch.cat(r), labels) for r in rows]
 
 
-def representation_probes(model: nn.Module, capture: AttentionCapture, fit: Split, score: Split, cfg: PhaseAConfig,
-                          device: torch.device) -> dict[str, list[float]]:
+def representation_probes(
+    model: nn.Module, capture: AttentionCapture, fit: Split, score: Split, cfg: PhaseAConfig, device: torch.device
+) -> dict[str, list[float]]:
     """Per attention layer, what the pooled outputs carry of the labels: a logistic-regression probe fitted on
     `fit`'s rows and scored on `score`'s (accuracy), and on `score`'s rows the mean norm of the pooled outputs
     and the distance between the class means (the largest over pairs of classes)."""
     from sklearn.linear_model import LogisticRegression  # here: every attnbench command would pay its import
 
     out: dict[str, list[float]] = {"probe_accuracy": [], "pooled_norm": [], "class_separation": []}
-    for (x_fit, y_fit), (x, y) in zip(_pooled_rows(model, capture, fit, cfg, device),
-                                      _pooled_rows(model, capture, score, cfg, device)):
+    for (x_fit, y_fit), (x, y) in zip(
+        _pooled_rows(model, capture, fit, cfg, device), _pooled_rows(model, capture, score, cfg, device)
+    ):
         scale = x_fit.std(dim=0).clamp_min(1e-12)
         if y_fit.unique().numel() >= 2:
             probe = LogisticRegression(max_iter=2000).fit((x_fit / scale).numpy(), y_fit.numpy())
@@ -273,30 +312,49 @@ def representation_probes(model: nn.Module, capture: AttentionCapture, fit: Spli
 
 def _distance_sample(modules: list[nn.Module], generator: torch.Generator) -> list[float]:
     """Up to DISTANCE_SAMPLES pairwise particle distances pooled over layers and heads."""
-    distances = torch.cat([torch.pdist(omega).cpu() for m in modules
-                           for omega in m.learning_phase_parameters()[0].detach()])
+    distances = torch.cat(
+        [torch.pdist(omega).cpu() for m in modules for omega in m.learning_phase_parameters()[0].detach()]
+    )
     index = torch.randperm(distances.numel(), generator=generator)[:DISTANCE_SAMPLES]
     return distances[index].tolist()
 
 
-def _resample(modules: list[nn.Module], last: list[tuple[Tensor, Tensor]], cfg: PhaseAConfig,
-              generator: torch.Generator, num_classes: int) -> None:
+def _resample(
+    modules: list[nn.Module],
+    last: list[tuple[Tensor, Tensor]],
+    cfg: PhaseAConfig,
+    generator: torch.Generator,
+    num_classes: int,
+) -> None:
     """Replace each head's particles (and cos2's phases) by cfg.resample drawn from its final configuration,
     with eq. 2.2 potentials on the last batch's inputs."""
     for module, (x, y) in zip(modules, last):
         fmap = module.feature_map
         omega = module.learning_phase_parameters()[0].detach()
         phi = fmap.kernel_features(x, omega)[0]
-        index = torch.stack([resample_index(omega[h], phi[h], y, cfg.resample, cfg, weights=cfg.resample_weights,
-                                            generator=generator, num_classes=num_classes)
-                             for h in range(omega.shape[0])])  # (H, D)
+        index = torch.stack(
+            [
+                resample_index(
+                    omega[h],
+                    phi[h],
+                    y,
+                    cfg.resample,
+                    cfg,
+                    weights=cfg.resample_weights,
+                    generator=generator,
+                    num_classes=num_classes,
+                )
+                for h in range(omega.shape[0])
+            ]
+        )  # (H, D)
         phase = None if getattr(fmap, "phase", None) is None else torch.gather(fmap.phase, 1, index)
         fmap.set_particles(torch.stack([omega[h, index[h]] for h in range(omega.shape[0])]), phase)
 
 
 def _json_config(cfg: PhaseAConfig) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v)
-            for k, v in dataclasses.asdict(cfg).items()}
+    return {
+        k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in dataclasses.asdict(cfg).items()
+    }
 
 
 def _median(values: list[float]) -> float:
@@ -307,10 +365,15 @@ def _median(values: list[float]) -> float:
 def walk_summary(diagnostics: list[list[list[dict[str, float]]]]) -> dict[str, Any]:
     """Medians over steps, layers and heads of the per-step move statistics; drift / noise below 1 is a walk."""
     rows = [row for layer in diagnostics for head in layer for row in head]
-    summary = {key: _median([row[key] for row in rows if key in row])
-               for key in ("drift", "noise", "norm_before_projection", "norm_after_projection", "projected_fraction")}
-    summary["drift_noise_ratio"] = (summary["drift"] / summary["noise"]
-                                    if summary["noise"] > 0 else (math.inf if summary["drift"] > 0 else math.nan))
+    summary = {
+        key: _median([row[key] for row in rows if key in row])
+        for key in ("drift", "noise", "norm_before_projection", "norm_after_projection", "projected_fraction")
+    }
+    summary["drift_noise_ratio"] = (
+        summary["drift"] / summary["noise"]
+        if summary["noise"] > 0
+        else (math.inf if summary["drift"] > 0 else math.nan)
+    )
     summary["drift_below_noise"] = bool(summary["drift_noise_ratio"] < 1)
     first = [head[0] for layer in diagnostics for head in layer if head]
     summary["first_step_norm_before_projection"] = _median([row["norm_before_projection"] for row in first])
@@ -319,18 +382,27 @@ def walk_summary(diagnostics: list[list[list[dict[str, float]]]]) -> dict[str, A
 
 
 @register_learning_phase("coulomb-phase-a", config=PhaseAConfig)
-def run_learning_phase(model: nn.Module, train_split: Split, options: PhaseAConfig | dict[str, Any], *,
-                       device: torch.device | str = "cpu",
-                       seed: int = 0, progress: Progress | None = None, validation: Split | None = None,
-                       phase_b_steps: int | None = None) -> dict[str, Any]:
+def run_learning_phase(
+    model: nn.Module,
+    train_split: Split,
+    options: PhaseAConfig | dict[str, Any],
+    *,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    progress: Progress | None = None,
+    validation: Split | None = None,
+    phase_b_steps: int | None = None,
+) -> dict[str, Any]:
     """Phase A: move every attention's particles (and, by option, LayerNorm and value projections), nothing else;
     returns budget, time, alignments on `validation` (else the first training rows) and walk diagnostics."""
     cfg = options if isinstance(options, PhaseAConfig) else make_options(PhaseAConfig, options or {}, what="phase_a")
     device = torch.device(device)
     modules = particle_modules(model)
     if not modules:
-        raise ConfigError("phase A found no attention with particles (learning_phase_parameters); "
-                          "use an attention such as 'coulomb' or drop phase_a")
+        raise ConfigError(
+            "phase A found no attention with particles (learning_phase_parameters); "
+            "use an attention such as 'coulomb' or drop phase_a"
+        )
     smallest = min(m.learning_phase_parameters()[0].shape[1] for m in modules)
     if cfg.resample is not None and not 1 <= cfg.resample <= smallest:
         raise ConfigError(f"phase_a resample={cfg.resample} must lie in [1, {smallest}] (particles per head)")
@@ -357,8 +429,9 @@ def run_learning_phase(model: nn.Module, train_split: Split, options: PhaseAConf
         before = _probe_alignments(model, modules, capture, probe, cfg, device, num_classes)
         probes_before = representation_probes(model, capture, probe_fit, probe, cfg, device)
         distances_before = _distance_sample(modules, generator)
-        diagnostics, last, steps, stopped = _run_dynamics(model, modules, extra, capture, train_split, cfg, budget,
-                                                          generator, device, num_classes, progress)
+        diagnostics, last, steps, stopped = _run_dynamics(
+            model, modules, extra, capture, train_split, cfg, budget, generator, device, num_classes, progress
+        )
         if cfg.resample is not None:
             _resample(modules, last, cfg, generator, num_classes)
         after = _probe_alignments(model, modules, capture, probe, cfg, device, num_classes)
@@ -368,38 +441,70 @@ def run_learning_phase(model: nn.Module, train_split: Split, options: PhaseAConf
         model.train(was_training)
         for p in model.parameters():
             p.requires_grad_(flags[id(p)])
-    moves = [float((m.learning_phase_parameters()[0].detach()[:, :w.shape[1]] - w).norm() / w.norm())
-             if m.learning_phase_parameters()[0].shape == w.shape else math.nan for m, w in zip(modules, initial)]
+    moves = [
+        float((m.learning_phase_parameters()[0].detach()[:, : w.shape[1]] - w).norm() / w.norm())
+        if m.learning_phase_parameters()[0].shape == w.shape
+        else math.nan
+        for m, w in zip(modules, initial)
+    ]
     objective = cfg.objective
-    return {"seconds": time.perf_counter() - start, "steps": steps, "budget_steps": budget,
-            "stopped_early": stopped, "examples_per_step": cfg.batch_size,
-            "num_particles": [int(m.learning_phase_parameters()[0].shape[1]) for m in modules],
-            "objective": objective, "alignment_kind": objective, "pooling": cfg.pooling, "probe_split": probe_split,
-            "probe_rows": len(probe),
-            "alignment_before": sum(before[objective]) / len(modules),
-            "alignment_after": sum(after[objective]) / len(modules),
-            "validation_alignment": {kind: {"before": sum(before[kind]) / len(modules),
-                                            "after": sum(after[kind]) / len(modules),
-                                            "before_per_layer": before[kind], "after_per_layer": after[kind]}
-                                     for kind in ALIGNMENTS},
-            "representation": {key: {"before": sum(probes_before[key]) / len(modules),
-                                     "after": sum(probes_after[key]) / len(modules),
-                                     "before_per_layer": probes_before[key], "after_per_layer": probes_after[key]}
-                               for key in probes_before},
-            "walk": walk_summary(diagnostics), "relative_move_per_layer": moves,
-            "relative_move": sum(moves) / len(moves),
-            "diagnostics": diagnostics, "distances_before": distances_before,
-            "distances_after": _distance_sample(modules, generator), "config": _json_config(cfg)}
+    return {
+        "seconds": time.perf_counter() - start,
+        "steps": steps,
+        "budget_steps": budget,
+        "stopped_early": stopped,
+        "examples_per_step": cfg.batch_size,
+        "num_particles": [int(m.learning_phase_parameters()[0].shape[1]) for m in modules],
+        "objective": objective,
+        "alignment_kind": objective,
+        "pooling": cfg.pooling,
+        "probe_split": probe_split,
+        "probe_rows": len(probe),
+        "alignment_before": sum(before[objective]) / len(modules),
+        "alignment_after": sum(after[objective]) / len(modules),
+        "validation_alignment": {
+            kind: {
+                "before": sum(before[kind]) / len(modules),
+                "after": sum(after[kind]) / len(modules),
+                "before_per_layer": before[kind],
+                "after_per_layer": after[kind],
+            }
+            for kind in ALIGNMENTS
+        },
+        "representation": {
+            key: {
+                "before": sum(probes_before[key]) / len(modules),
+                "after": sum(probes_after[key]) / len(modules),
+                "before_per_layer": probes_before[key],
+                "after_per_layer": probes_after[key],
+            }
+            for key in probes_before
+        },
+        "walk": walk_summary(diagnostics),
+        "relative_move_per_layer": moves,
+        "relative_move": sum(moves) / len(moves),
+        "diagnostics": diagnostics,
+        "distances_before": distances_before,
+        "distances_after": _distance_sample(modules, generator),
+        "config": _json_config(cfg),
+    }
 
 
-def _output_step(modules: list[nn.Module], params: list[Tensor], extra: list[nn.Parameter], capture: AttentionCapture,
-                 labels: Tensor, cfg: PhaseAConfig, generator: torch.Generator, num_classes: int
-                 ) -> list[tuple[Tensor, list[dict[str, float]]]]:
+def _output_step(
+    modules: list[nn.Module],
+    params: list[Tensor],
+    extra: list[nn.Parameter],
+    capture: AttentionCapture,
+    labels: Tensor,
+    cfg: PhaseAConfig,
+    generator: torch.Generator,
+    num_classes: int,
+) -> list[tuple[Tensor, list[dict[str, float]]]]:
     """One step of every layer on an output objective: each layer's particles down the gradient of its own
     H = -V(pooled outputs) + lambda sum_h W_h (the captured graph), LayerNorm and value parameters (`extra`) down
     the gradient of the sum over layers. Returns each layer's new particles (H, M, d) and per-head rows."""
     results, total = [], 0.0
-    for i, (module, param) in enumerate(zip(modules, params)):
+    for i, (_module, param) in enumerate(zip(modules, params)):
         q, k, mask = capture.inputs[i]
         rows, y = pooled_outputs(capture.outputs[i], mask, labels, cfg.pooling)
         align = output_alignment(cfg.objective, rows, y, num_classes).double()
@@ -409,9 +514,16 @@ def _output_step(modules: list[nn.Module], params: list[Tensor], extra: list[nn.
         total = total + hamiltonian
         new, moved = cfg.move(param.detach(), grad, generator)
         align, energy = align.detach(), energy.detach()
-        head_rows = [{"H": float(-align + cfg.repulsion * energy[h]), "alignment": float(align),
-                      "energy": float(energy[h]), "max_move": float((new[h] - param[h].detach()).norm(dim=-1).max()),
-                      **{key: float(value[h]) for key, value in moved.items()}} for h in range(param.shape[0])]
+        head_rows = [
+            {
+                "H": float(-align + cfg.repulsion * energy[h]),
+                "alignment": float(align),
+                "energy": float(energy[h]),
+                "max_move": float((new[h] - param[h].detach()).norm(dim=-1).max()),
+                **{key: float(value[h]) for key, value in moved.items()},
+            }
+            for h in range(param.shape[0])
+        ]
         results.append((new, head_rows))
     if extra:
         grads = torch.autograd.grad(total, extra, allow_unused=True)
@@ -422,9 +534,19 @@ def _output_step(modules: list[nn.Module], params: list[Tensor], extra: list[nn.
     return results
 
 
-def _run_dynamics(model: nn.Module, modules: list[nn.Module], extra: list[nn.Parameter], capture: AttentionCapture,
-                  train: Split, cfg: PhaseAConfig, budget: int, generator: torch.Generator, device: torch.device,
-                  num_classes: int, progress: Progress | None) -> tuple[list, list[tuple[Tensor, Tensor]], int, bool]:
+def _run_dynamics(
+    model: nn.Module,
+    modules: list[nn.Module],
+    extra: list[nn.Parameter],
+    capture: AttentionCapture,
+    train: Split,
+    cfg: PhaseAConfig,
+    budget: int,
+    generator: torch.Generator,
+    device: torch.device,
+    num_classes: int,
+    progress: Progress | None,
+) -> tuple[list, list[tuple[Tensor, Tensor]], int, bool]:
     """The phase-A loop: one forward pass and one particle step per head per batch, until budget or rest."""
     params = [m.learning_phase_parameters()[0] for m in modules]
     active = [torch.ones(p.shape[0], dtype=torch.bool) for p in params]
@@ -437,11 +559,14 @@ def _run_dynamics(model: nn.Module, modules: list[nn.Module], extra: list[nn.Par
                 continue  # a last batch of one sequence has no pairs to align
             with torch.set_grad_enabled(cfg.objective != "input-kernel"):
                 labels = capture.run(model, batch, device)
-            last = [(x.detach(), y) for x, y in (representations(*inputs, labels, cfg.pooling)
-                                                 for inputs in capture.inputs)]
+            last = [
+                (x.detach(), y) for x, y in (representations(*inputs, labels, cfg.pooling) for inputs in capture.inputs)
+            ]
             if cfg.objective == "input-kernel":
-                steps_taken = [_input_kernel_step(module, param, x, y, cfg, generator, num_classes, on)
-                               for module, param, (x, y), on in zip(modules, params, last, active)]
+                steps_taken = [
+                    _input_kernel_step(module, param, x, y, cfg, generator, num_classes, on)
+                    for module, param, (x, y), on in zip(modules, params, last, active)
+                ]
             else:
                 steps_taken = _output_step(modules, params, extra, capture, labels, cfg, generator, num_classes)
             for i, (param, (new, rows)) in enumerate(zip(params, steps_taken)):
@@ -460,9 +585,16 @@ def _run_dynamics(model: nn.Module, modules: list[nn.Module], extra: list[nn.Par
     return diagnostics, last, steps, not any(a.any() for a in active)
 
 
-def _input_kernel_step(module: nn.Module, param: Tensor, x: Tensor, y: Tensor, cfg: PhaseAConfig,
-                       generator: torch.Generator, num_classes: int, active: Tensor
-                       ) -> tuple[Tensor, list[dict[str, float]]]:
+def _input_kernel_step(
+    module: nn.Module,
+    param: Tensor,
+    x: Tensor,
+    y: Tensor,
+    cfg: PhaseAConfig,
+    generator: torch.Generator,
+    num_classes: int,
+    active: Tensor,
+) -> tuple[Tensor, list[dict[str, float]]]:
     """One eq. 2.2 step of one layer's heads (`particle_step`) on its pooled feature-map inputs x (1, H, n, d)."""
     x = x.detach()
 

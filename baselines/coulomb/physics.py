@@ -19,6 +19,7 @@ sums those averages divide, d/d omega_k (-P A + lambda N(N-1) W) with P = n(n-1)
 examples (A's pairs; W's unordered pairs of particles times 2 over 2): about n^2 / N times the
 alignment force and N times the repulsion of "mean" (`DynamicsConfig.hamiltonian`, `force_factor`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,6 +41,7 @@ MAX_LOG_FLOAT64 = 700.0  # exp(709) is the largest float64; keep a margin for th
 
 # --- alignment -------------------------------------------------------------------------------------
 
+
 def _target_factors(num_classes: int) -> tuple[float, float]:
     """T = a E E^T - b 1 1^T (E one-hot): T_ij = 1 for the same class, -1/(C-1) otherwise; +-1 when C = 2."""
     return num_classes / (num_classes - 1), 1.0 / (num_classes - 1)
@@ -54,8 +56,7 @@ def _one_hot(y: Tensor, num_classes: int | None, dtype: torch.dtype) -> Tensor:
     return nn.functional.one_hot(y.long(), c).to(dtype)
 
 
-def kernel_target_alignment(phi: Tensor, y: Tensor, kind: str = "ustat", *,
-                            num_classes: int | None = None) -> Tensor:
+def kernel_target_alignment(phi: Tensor, y: Tensor, kind: str = "ustat", *, num_classes: int | None = None) -> Tensor:
     """Alignment of K = Phi Phi^T / M with the label kernel T: phi (n, M), y (n,) class indices -> scalar.
 
     ustat: the paper's 1/(n(n-1)) sum_{i != j} T_ij K_ij; normalized: <K, T>_F / (|K|_F |T|_F)
@@ -115,6 +116,7 @@ def particle_alignments(phi: Tensor, y: Tensor, num_particles: int, *, num_class
 
 # --- repulsion ---------------------------------------------------------------------------------------
 
+
 def coulomb_exponent(dim: int, s: float | None) -> float:
     """The Riesz exponent: `s` if given, else Coulomb's d - 2 (which must not be negative)."""
     s = dim - 2 if s is None else s
@@ -144,10 +146,12 @@ def _check_softening(s: float, eps: float) -> None:
         raise ConfigError(f"softening eps={eps} must be >= 0 (0 = none, the paper's)")
     if eps == 0:
         return
-    worst = s / 2 * math.log(1 / eps ** 2) if eps < 1 else 0.0  # log g_s at r = 0
+    worst = s / 2 * math.log(1 / eps**2) if eps < 1 else 0.0  # log g_s at r = 0
     if worst + math.log(max(s, 1.0)) + 2 * math.log(max(1 / eps, 1.0)) > MAX_LOG_FLOAT64:
-        raise ConfigError(f"Riesz exponent s={s} with softening eps={eps} overflows float64 at coincident "
-                          f"particles (eps^-s = e^{worst:.0f}); raise the softening or lower s")
+        raise ConfigError(
+            f"Riesz exponent s={s} with softening eps={eps} overflows float64 at coincident "
+            f"particles (eps^-s = e^{worst:.0f}); raise the softening or lower s"
+        )
 
 
 def riesz_energy(omega: Tensor, s: float | None = 0.0, eps: float = 0.0) -> Tensor:
@@ -181,8 +185,10 @@ def particle_potentials(omega: Tensor, s: float | None = 0.0, eps: float = 0.0) 
 
 # --- dynamics ----------------------------------------------------------------------------------------
 
-def _drift_and_noise(omega: Tensor, grad: Tensor, step: float, beta: float,
-                     generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+
+def _drift_and_noise(
+    omega: Tensor, grad: Tensor, step: float, beta: float, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
     """step * grad and sqrt(2 step / beta) xi (zeros for beta = inf), xi drawn on the CPU from `generator`."""
     if not math.isfinite(beta):
         return step * grad, torch.zeros_like(omega)
@@ -190,8 +196,9 @@ def _drift_and_noise(omega: Tensor, grad: Tensor, step: float, beta: float,
     return step * grad, math.sqrt(2 * step / beta) * xi
 
 
-def langevin_step(omega: Tensor, grad: Tensor, step: float, beta: float, radius: float,
-                  generator: torch.Generator | None = None) -> Tensor:
+def langevin_step(
+    omega: Tensor, grad: Tensor, step: float, beta: float, radius: float, generator: torch.Generator | None = None
+) -> Tensor:
     """One projected Langevin update P(omega - step * grad + sqrt(2 step / beta) xi): (..., M, d) -> same.
 
     `grad` is applied as given (the caller scales by N, see the module docstring); beta = inf gives
@@ -202,8 +209,9 @@ def langevin_step(omega: Tensor, grad: Tensor, step: float, beta: float, radius:
     return project_to_ball(omega - drift + noise, radius)
 
 
-def langevin_move(omega: Tensor, grad: Tensor, step: float, beta: float, radius: float,
-                  generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+def langevin_move(
+    omega: Tensor, grad: Tensor, step: float, beta: float, radius: float, generator: torch.Generator | None = None
+) -> tuple[Tensor, dict[str, Tensor]]:
     """`langevin_step` with what shows whether it is a walk: omega (S, M, d) -> new (S, M, d) and, per system (S,),
     the median over particles of |drift| = |step grad| and |noise| = |sqrt(2 step / beta) xi|, the mean particle
     norm before and after the projection, and the fraction of particles the projection moved."""
@@ -211,11 +219,13 @@ def langevin_move(omega: Tensor, grad: Tensor, step: float, beta: float, radius:
     new = omega - drift + noise
     projected = project_to_ball(new, radius)
     norms = new.norm(dim=-1)
-    stats = {"drift": drift.norm(dim=-1).median(dim=-1).values,
-             "noise": noise.norm(dim=-1).median(dim=-1).values,
-             "norm_before_projection": norms.mean(dim=-1),
-             "norm_after_projection": projected.norm(dim=-1).mean(dim=-1),
-             "projected_fraction": (norms > radius).double().mean(dim=-1)}
+    stats = {
+        "drift": drift.norm(dim=-1).median(dim=-1).values,
+        "noise": noise.norm(dim=-1).median(dim=-1).values,
+        "norm_before_projection": norms.mean(dim=-1),
+        "norm_after_projection": projected.norm(dim=-1).mean(dim=-1),
+        "projected_fraction": (norms > radius).double().mean(dim=-1),
+    }
     return projected, stats
 
 
@@ -231,18 +241,28 @@ class DynamicsConfig:
     step: float = option(2e-3, "Langevin step eta (paper: 2e-3)")
     beta: float = option(50.0, "inverse temperature; inf = no noise (paper: 50)")
     repulsion: float = option(1e-3, "repulsion weight lambda (paper: 1e-3)")
-    riesz_s: float | None = option(0.0, "Riesz exponent s: 0 = log repulsion (paper), s > 0 Riesz, None = Coulomb d - 2")
+    riesz_s: float | None = option(
+        0.0, "Riesz exponent s: 0 = log repulsion (paper), s > 0 Riesz, None = Coulomb d - 2"
+    )
     softening: float = option(0.0, "eps of the softened kernel (r^2 + eps^2)^(-s/2); 0 = none (paper)")
-    grad_clip: float = option(10.0, "clip each particle's force N * dH/domega_k to this norm (paper: 10; per particle is ours)")
+    grad_clip: float = option(
+        10.0, "clip each particle's force N * dH/domega_k to this norm (paper: 10; per particle is ours)"
+    )
     radius: float = option(1.5, "particle norm cap R (paper: 1.5)")
     radius_units: Literal["sqrt_dim", "absolute"] = option(
-        "sqrt_dim", "units of R, softening and repulsion distances: sqrt(d), the typical norm of a Gaussian "
-        "omega (ours; keeps the initial Gaussian particles inside the cap), or absolute (literal paper; the paper suites)")
+        "sqrt_dim",
+        "units of R, softening and repulsion distances: sqrt(d), the typical norm of a Gaussian "
+        "omega (ours; keeps the initial Gaussian particles inside the cap), or absolute (literal paper; the paper suites)",
+    )
     tolerance: float = option(1e-6, "stop when the largest particle move falls below this (paper: 1e-6)")
-    alignment: AlignmentKind = option("ustat", "eq. 2.2 alignment of the feature-map kernel: ustat (paper), normalized, centered")
+    alignment: AlignmentKind = option(
+        "ustat", "eq. 2.2 alignment of the feature-map kernel: ustat (paper), normalized, centered"
+    )
     force: Literal["mean", "sum"] = option(
-        "mean", "force normalisation: mean, N dH/domega_k with A and W the averages of the text (paper); sum, the "
-        "gradient of -n(n-1) A + lambda N(N-1) W, the sums over example pairs and particle pairs (ours)")
+        "mean",
+        "force normalisation: mean, N dH/domega_k with A and W the averages of the text (paper); sum, the "
+        "gradient of -n(n-1) A + lambda N(N-1) W, the sums over example pairs and particle pairs (ours)",
+    )
 
     def __post_init__(self) -> None:
         require(self.step > 0, f"step={self.step} must be positive")
@@ -273,8 +293,9 @@ class DynamicsConfig:
         """What multiplies the gradient of `hamiltonian` to give the force: N (mean field, the paper's), 1 (sum)."""
         return 1.0 if self.force == "sum" else float(particles)
 
-    def move(self, omega: Tensor, grad: Tensor, generator: torch.Generator | None = None
-             ) -> tuple[Tensor, dict[str, Tensor]]:
+    def move(
+        self, omega: Tensor, grad: Tensor, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """One projected Langevin move of systems omega (S, N, d) from the gradient of `hamiltonian`: the force
         (`force_factor` times it) clipped per particle."""
         force = clip_forces(self.force_factor(omega.shape[-2]) * grad, self.grad_clip)
@@ -284,9 +305,16 @@ class DynamicsConfig:
 Features = Callable[[Tensor], Tensor]  # particles (S, M, d) -> features (S, n, k*M), Gram / (k*M) = kernel
 
 
-def particle_step(omega: Tensor, features: Features, labels: Tensor, cfg: DynamicsConfig, *,
-                  generator: torch.Generator | None = None, num_classes: int | None = None,
-                  active: Tensor | None = None) -> tuple[Tensor, list[dict[str, float]]]:
+def particle_step(
+    omega: Tensor,
+    features: Features,
+    labels: Tensor,
+    cfg: DynamicsConfig,
+    *,
+    generator: torch.Generator | None = None,
+    num_classes: int | None = None,
+    active: Tensor | None = None,
+) -> tuple[Tensor, list[dict[str, float]]]:
     """One Langevin step of S independent particle systems omega (S, M, d) on one batch.
 
     Returns the new particles (S, M, d) and per system {H, alignment, energy} at the start of the
@@ -296,8 +324,9 @@ def particle_step(omega: Tensor, features: Features, labels: Tensor, cfg: Dynami
     num, m, d = omega.shape
     w = omega.detach().clone().requires_grad_(True)
     phi = features(w)
-    align = torch.stack([kernel_target_alignment(phi[i], labels, cfg.alignment, num_classes=num_classes)
-                         for i in range(num)])
+    align = torch.stack(
+        [kernel_target_alignment(phi[i], labels, cfg.alignment, num_classes=num_classes) for i in range(num)]
+    )
     energy = cfg.energy(w)
     hamiltonian = -align.double() + cfg.repulsion * energy
     scaled = cfg.hamiltonian(align.double(), energy, labels.shape[0], m)
@@ -307,27 +336,52 @@ def particle_step(omega: Tensor, features: Features, labels: Tensor, cfg: Dynami
         new = torch.where(active.to(new.device)[:, None, None], new, omega.detach())
     moves = (new - omega).norm(dim=-1).amax(dim=-1)
     eye = torch.eye(m, dtype=torch.bool, device=new.device)
-    min_distance = torch.stack([pairwise_squared_distances(new[i]).masked_fill(eye, math.inf).min().sqrt()
-                                for i in range(num)])
+    min_distance = torch.stack(
+        [pairwise_squared_distances(new[i]).masked_fill(eye, math.inf).min().sqrt() for i in range(num)]
+    )
     mean_norm = new.norm(dim=-1).mean(dim=-1)
-    columns = [hamiltonian.detach(), align.detach().double(), energy.detach(), moves.double(),
-               min_distance.double(), mean_norm.double(), *(t.double() for t in moved.values())]
+    columns = [
+        hamiltonian.detach(),
+        align.detach().double(),
+        energy.detach(),
+        moves.double(),
+        min_distance.double(),
+        mean_norm.double(),
+        *(t.double() for t in moved.values()),
+    ]
     keys = ("H", "alignment", "energy", "max_move", "min_distance", "mean_norm", *moved)
     table = torch.stack(columns, dim=1).cpu().tolist()
     return new, [dict(zip(keys, row)) for row in table]
 
 
-def resample_particles(omega: Tensor, phi: Tensor, labels: Tensor, count: int, cfg: DynamicsConfig, *,
-                       weights: Literal["gibbs", "uniform"] = "gibbs", generator: torch.Generator | None = None,
-                       num_classes: int | None = None) -> Tensor:
+def resample_particles(
+    omega: Tensor,
+    phi: Tensor,
+    labels: Tensor,
+    count: int,
+    cfg: DynamicsConfig,
+    *,
+    weights: Literal["gibbs", "uniform"] = "gibbs",
+    generator: torch.Generator | None = None,
+    num_classes: int | None = None,
+) -> Tensor:
     """Draw `count` distinct particles from the final configuration omega (M, d) -> (count, d) (`resample_index`)."""
-    return omega[resample_index(omega, phi, labels, count, cfg, weights=weights, generator=generator,
-                                num_classes=num_classes)]
+    return omega[
+        resample_index(omega, phi, labels, count, cfg, weights=weights, generator=generator, num_classes=num_classes)
+    ]
 
 
-def resample_index(omega: Tensor, phi: Tensor, labels: Tensor, count: int, cfg: DynamicsConfig, *,
-                   weights: Literal["gibbs", "uniform"] = "gibbs", generator: torch.Generator | None = None,
-                   num_classes: int | None = None) -> Tensor:
+def resample_index(
+    omega: Tensor,
+    phi: Tensor,
+    labels: Tensor,
+    count: int,
+    cfg: DynamicsConfig,
+    *,
+    weights: Literal["gibbs", "uniform"] = "gibbs",
+    generator: torch.Generator | None = None,
+    num_classes: int | None = None,
+) -> Tensor:
     """Indices (count,), ascending, of `count` distinct particles drawn from the final configuration omega (M, d).
 
     gibbs: probability proportional to exp(-beta U_k) with the per-particle potential
@@ -340,21 +394,29 @@ def resample_index(omega: Tensor, phi: Tensor, labels: Tensor, count: int, cfg: 
     if weights == "uniform":
         index = torch.randperm(m, generator=generator)[:count]
     else:
-        potential = (-particle_alignments(phi, labels, m, num_classes=num_classes).double()
-                     + cfg.repulsion * particle_potentials(omega / cfg.unit(d), cfg.riesz_s, cfg.softening))
+        potential = -particle_alignments(
+            phi, labels, m, num_classes=num_classes
+        ).double() + cfg.repulsion * particle_potentials(omega / cfg.unit(d), cfg.riesz_s, cfg.softening)
         potential = potential.cpu()
         if math.isfinite(cfg.beta):
             logits = -cfg.beta * potential
-            index = torch.multinomial(torch.softmax(logits - logits.max(), 0), count, replacement=False,
-                                      generator=generator)
+            index = torch.multinomial(
+                torch.softmax(logits - logits.max(), 0), count, replacement=False, generator=generator
+            )
         else:
             index = torch.argsort(potential)[:count]
     return index.sort().values.to(omega.device)
 
 
-def align_particles(omega: Tensor, batches: Iterable[tuple[Features, Tensor]], cfg: DynamicsConfig, *,
-                    max_steps: int, generator: torch.Generator | None = None,
-                    num_classes: int | None = None) -> tuple[Tensor, list[list[dict[str, float]]]]:
+def align_particles(
+    omega: Tensor,
+    batches: Iterable[tuple[Features, Tensor]],
+    cfg: DynamicsConfig,
+    *,
+    max_steps: int,
+    generator: torch.Generator | None = None,
+    num_classes: int | None = None,
+) -> tuple[Tensor, list[list[dict[str, float]]]]:
     """Run the dynamics of S systems omega (S, M, d) over (features, labels) batches (cycled).
 
     Stops after `max_steps` steps or when every system's largest particle move falls below
@@ -367,8 +429,9 @@ def align_particles(omega: Tensor, batches: Iterable[tuple[Features, Tensor]], c
     history: list[list[dict[str, float]]] = [[] for _ in range(omega.shape[0])]
     for step in range(max_steps):
         features, labels = batches[step % len(batches)]
-        omega, diagnostics = particle_step(omega, features, labels, cfg, generator=generator,
-                                           num_classes=num_classes, active=active)
+        omega, diagnostics = particle_step(
+            omega, features, labels, cfg, generator=generator, num_classes=num_classes, active=active
+        )
         for i, row in enumerate(diagnostics):
             if active[i]:
                 history[i].append(row)

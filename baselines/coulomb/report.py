@@ -1,6 +1,7 @@
 """Tables of the synthetic experiment (measurement `kernel`, Appendix F.1): the noise sweep (Figure 1),
 the smallest-sigma comparison with the paper's read-offs, the lambda ablation (Figure 2) and the
 runtime-scaling sweep with fitted exponents beside Table 6. Everything comes from stored cells."""
+
 from __future__ import annotations
 
 import math
@@ -66,14 +67,23 @@ def _sweep_table(rows: pd.DataFrame, metric: str, name: str, title: str, note: s
             s = mean_sd(part.loc[part["sigma"] == sigma, metric])
             column = f"σ={sigma:.0e}"
             text[column], num[column] = mean_sd_text(s), s["mean"]
-            data.append({"method": method, "sigma": sigma, f"{metric}_mean": s["mean"], f"{metric}_std": s["std"],
-                         f"{metric}_n": s["n"], "seconds_mean": part.loc[part["sigma"] == sigma, "seconds"].mean()})
+            data.append(
+                {
+                    "method": method,
+                    "sigma": sigma,
+                    f"{metric}_mean": s["mean"],
+                    f"{metric}_std": s["std"],
+                    f"{metric}_n": s["n"],
+                    "seconds_mean": part.loc[part["sigma"] == sigma, "seconds"].mean(),
+                }
+            )
         text["seconds (mean)"] = fmt(part["seconds"].mean())
         text_rows.append(text)
         numeric.append(num)
     text = pd.DataFrame(text_rows)
-    best = best_mask(pd.DataFrame(numeric), {c: "max" for c in numeric[0]}).reindex(columns=text.columns,
-                                                                                   fill_value=False)
+    best = best_mask(pd.DataFrame(numeric), {c: "max" for c in numeric[0]}).reindex(
+        columns=text.columns, fill_value=False
+    )
     return Table(name, title, pd.DataFrame(data), text, best, [note], key_columns=1)
 
 
@@ -82,9 +92,14 @@ def kernel_table(results: Results) -> Table | None:
     rows = kernel_rows(results, "noise")
     if rows.empty:
         return None
-    return _sweep_table(rows, "accuracy", "kernel_experiment", "Synthetic experiment (Figure 1): test accuracy by σ",
-                        "Mean ± sd over trials; D = 200 features for every random-feature method; linear SVM heads. "
-                        "The CSV also holds seconds; kernel_f1 the F1. Bold: best per σ.")
+    return _sweep_table(
+        rows,
+        "accuracy",
+        "kernel_experiment",
+        "Synthetic experiment (Figure 1): test accuracy by σ",
+        "Mean ± sd over trials; D = 200 features for every random-feature method; linear SVM heads. "
+        "The CSV also holds seconds; kernel_f1 the F1. Bold: best per σ.",
+    )
 
 
 def kernel_f1_table(results: Results) -> Table | None:
@@ -92,8 +107,13 @@ def kernel_f1_table(results: Results) -> Table | None:
     rows = kernel_rows(results, "noise")
     if rows.empty:
         return None
-    return _sweep_table(rows, "f1", "kernel_f1", "Synthetic experiment: test F1 (binary) by σ",
-                        "Mean ± sd over trials. Bold: best per σ.")
+    return _sweep_table(
+        rows,
+        "f1",
+        "kernel_f1",
+        "Synthetic experiment: test F1 (binary) by σ",
+        "Mean ± sd over trials. Bold: best per σ.",
+    )
 
 
 def kernel_paper_table(results: Results) -> Table | None:
@@ -107,27 +127,58 @@ def kernel_paper_table(results: Results) -> Table | None:
     for method in dict.fromkeys(low["method"]):
         acc, f1 = mean_sd(low.loc[low["method"] == method, "accuracy"]), mean_sd(low.loc[low["method"] == method, "f1"])
         ref = paper.get(method, math.nan)
-        data.append({"method": method, "sigma": low["sigma"].min(), "accuracy_mean": acc["mean"],
-                     "accuracy_std": acc["std"], "n": acc["n"], "f1_mean": f1["mean"], "paper_accuracy": ref,
-                     "difference": acc["mean"] - ref})
-        text_rows.append({"method": method, "accuracy (ours)": mean_sd_text(acc), "F1 (ours)": mean_sd_text(f1),
-                          "paper (Figure 1)": fmt(ref), "ours − paper": fmt(acc["mean"] - ref)})
-    best = best_mask(pd.DataFrame([{"accuracy (ours)": d["accuracy_mean"]} for d in data]),
-                     {"accuracy (ours)": "max"})
+        data.append(
+            {
+                "method": method,
+                "sigma": low["sigma"].min(),
+                "accuracy_mean": acc["mean"],
+                "accuracy_std": acc["std"],
+                "n": acc["n"],
+                "f1_mean": f1["mean"],
+                "paper_accuracy": ref,
+                "difference": acc["mean"] - ref,
+            }
+        )
+        text_rows.append(
+            {
+                "method": method,
+                "accuracy (ours)": mean_sd_text(acc),
+                "F1 (ours)": mean_sd_text(f1),
+                "paper (Figure 1)": fmt(ref),
+                "ours − paper": fmt(acc["mean"] - ref),
+            }
+        )
+    best = best_mask(pd.DataFrame([{"accuracy (ours)": d["accuracy_mean"]} for d in data]), {"accuracy (ours)": "max"})
     bayes = bayes_accuracy(results)
     if math.isfinite(bayes):
-        text_rows.append({"method": "Bayes rule 1{l(x) > 0} (expected)", "accuracy (ours)": fmt(bayes),
-                          "F1 (ours)": DASH, "paper (Figure 1)": DASH, "ours − paper": DASH})
+        text_rows.append(
+            {
+                "method": "Bayes rule 1{l(x) > 0} (expected)",
+                "accuracy (ours)": fmt(bayes),
+                "F1 (ours)": DASH,
+                "paper (Figure 1)": DASH,
+                "ours − paper": DASH,
+            }
+        )
         best = pd.concat([best, pd.DataFrame([{"accuracy (ours)": False}])], ignore_index=True)
     text = pd.DataFrame(text_rows)
     best = best.reindex(columns=text.columns, fill_value=False)
     sigma = low["sigma"].min()
-    notes = [f"σ = {sigma:.0e}, mean ± sd over {int(data[0]['n'])} trials. The paper's values are read off its Figure 1 "
-             "(approximate); its Langevin curve is Alg-1 (λ = 0.5). A dash: the paper gives no read-off. "
-             "Last row: the Bayes rule's expected accuracy on these test rows, mean max(p, 1 − p) with "
-             "p = sigmoid(l(x)); with y ~ Bernoulli(p) no method beats it in expectation."]
-    return Table("kernel_paper", "Synthetic experiment at the smallest σ: ours beside the paper's read-offs",
-                 pd.DataFrame(data), text, best, notes, key_columns=1)
+    notes = [
+        f"σ = {sigma:.0e}, mean ± sd over {int(data[0]['n'])} trials. The paper's values are read off its Figure 1 "
+        "(approximate); its Langevin curve is Alg-1 (λ = 0.5). A dash: the paper gives no read-off. "
+        "Last row: the Bayes rule's expected accuracy on these test rows, mean max(p, 1 − p) with "
+        "p = sigmoid(l(x)); with y ~ Bernoulli(p) no method beats it in expectation."
+    ]
+    return Table(
+        "kernel_paper",
+        "Synthetic experiment at the smallest σ: ours beside the paper's read-offs",
+        pd.DataFrame(data),
+        text,
+        best,
+        notes,
+        key_columns=1,
+    )
 
 
 def kernel_ablation_table(results: Results) -> Table | None:
@@ -136,10 +187,15 @@ def kernel_ablation_table(results: Results) -> Table | None:
     if rows.empty:
         return None
     rows = rows.assign(order=rows["method"].str.extract(r"=([-\d.e+]+)$")[0].astype(float)).sort_values(
-        ["order", "trial"], kind="stable")
-    return _sweep_table(rows, "accuracy", "kernel_ablation", "Synthetic experiment (Figure 2): λ ablation, test accuracy by σ",
-                        "Langevin particles only, repulsion weight λ; mean ± sd over the ablation's trials. "
-                        "Bold: best per σ.")
+        ["order", "trial"], kind="stable"
+    )
+    return _sweep_table(
+        rows,
+        "accuracy",
+        "kernel_ablation",
+        "Synthetic experiment (Figure 2): λ ablation, test accuracy by σ",
+        "Langevin particles only, repulsion weight λ; mean ± sd over the ablation's trials. Bold: best per σ.",
+    )
 
 
 def _exponent_text(fit: dict[str, Any] | None) -> str:
@@ -173,20 +229,37 @@ def kernel_scaling_table(results: Results) -> Table | None:
         text["γ (ours)"] = _exponent_text(fit)
         text["γ (paper, Table 6)"] = fmt(paper.get(method, math.nan), 2)
         text_rows.append(text)
-        for d in data[-len(sizes):]:
+        for d in data[-len(sizes) :]:
             d.update(exponent=(fit or {}).get("exponent", math.nan), paper_exponent=paper.get(method, math.nan))
     text = pd.DataFrame(text_rows)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
-    notes = ["Wall seconds of one fit + predict (trial 0, smallest σ) against n; γ from least squares of "
-             "log t on log n over the sizes that ran. The paper fits n = 100 to 20,000 on its own machine; "
-             "its Langevin took 21.6 s at n = 100 and 922 s at n = 20,000.", *dict.fromkeys(reasons)]
-    return Table("kernel_scaling", "Synthetic experiment: runtime scaling t ~ n^γ (Tables 5, 6)",
-                 pd.DataFrame(data), text, best, notes, key_columns=1)
+    notes = [
+        "Wall seconds of one fit + predict (trial 0, smallest σ) against n; γ from least squares of "
+        "log t on log n over the sizes that ran. The paper fits n = 100 to 20,000 on its own machine; "
+        "its Langevin took 21.6 s at n = 100 and 922 s at n = 20,000.",
+        *dict.fromkeys(reasons),
+    ]
+    return Table(
+        "kernel_scaling",
+        "Synthetic experiment: runtime scaling t ~ n^γ (Tables 5, 6)",
+        pd.DataFrame(data),
+        text,
+        best,
+        notes,
+        key_columns=1,
+    )
 
 
-LANGEVIN_DIAGNOSTICS = {"drift_to_noise": "drift / noise", "drift_median": "drift", "noise_norm": "noise",
-                        "clipped_share": "clipped", "on_cap_share": "on |ω| cap", "alignment_before": "A before",
-                        "alignment_after": "A after", "alignment_kept": "A kept (D)"}
+LANGEVIN_DIAGNOSTICS = {
+    "drift_to_noise": "drift / noise",
+    "drift_median": "drift",
+    "noise_norm": "noise",
+    "clipped_share": "clipped",
+    "on_cap_share": "on |ω| cap",
+    "alignment_before": "A before",
+    "alignment_after": "A after",
+    "alignment_kept": "A kept (D)",
+}
 
 
 def kernel_langevin_table(results: Results) -> Table | None:
@@ -200,28 +273,46 @@ def kernel_langevin_table(results: Results) -> Table | None:
         part = rows[rows["method"] == method]
         medians = {k: float(pd.to_numeric(part[k], errors="coerce").median()) for k in LANGEVIN_DIAGNOSTICS}
         data.append({"method": method, "runs": len(part), **medians})
-        text_rows.append({"method": method, "runs": str(len(part)),
-                          **{label: fmt(medians[k]) for k, label in LANGEVIN_DIAGNOSTICS.items()}})
+        text_rows.append(
+            {
+                "method": method,
+                "runs": str(len(part)),
+                **{label: fmt(medians[k]) for k, label in LANGEVIN_DIAGNOSTICS.items()},
+            }
+        )
         if medians["drift_to_noise"] < 1:
             walks.append(method)
     text = pd.DataFrame(text_rows)
-    notes = ["Medians over the noise sweep's runs (every σ and trial). drift: eta |clipped N grad_k H| per particle "
-             "and step (median over particles, then steps); noise: sqrt(2 eta / beta) sqrt(p + 1), the typical "
-             "length of the Langevin kick; clipped: share of drifts cut to grad_clip; on |ω| cap: share of final "
-             "frequencies on the norm cap; A: the u-statistic alignment of the N particles' kernel before and after "
-             "the dynamics, and of the D kept by Gibbs resampling."]
+    notes = [
+        "Medians over the noise sweep's runs (every σ and trial). drift: eta |clipped N grad_k H| per particle "
+        "and step (median over particles, then steps); noise: sqrt(2 eta / beta) sqrt(p + 1), the typical "
+        "length of the Langevin kick; clipped: share of drifts cut to grad_clip; on |ω| cap: share of final "
+        "frequencies on the norm cap; A: the u-statistic alignment of the N particles' kernel before and after "
+        "the dynamics, and of the D kept by Gibbs resampling."
+    ]
     if walks:
-        notes.append(f"Drift below noise for {', '.join(walks)}: the particles' motion is dominated by the "
-                     "Langevin noise (a random walk under the cap), not by the alignment.")
-    return Table("kernel_langevin", "Synthetic experiment: what the Langevin dynamics did", pd.DataFrame(data), text,
-                 pd.DataFrame(False, index=text.index, columns=text.columns), notes, key_columns=1)
+        notes.append(
+            f"Drift below noise for {', '.join(walks)}: the particles' motion is dominated by the "
+            "Langevin noise (a random walk under the cap), not by the alignment."
+        )
+    return Table(
+        "kernel_langevin",
+        "Synthetic experiment: what the Langevin dynamics did",
+        pd.DataFrame(data),
+        text,
+        pd.DataFrame(False, index=text.index, columns=text.columns),
+        notes,
+        key_columns=1,
+    )
 
 
-MECHANISM = {"within-class": ("validation_alignment", "within-class"),
-             "centred KTA": ("validation_alignment", "centered-kta"),
-             "linear probe": ("representation", "probe_accuracy"),
-             "pooled norm": ("representation", "pooled_norm"),
-             "class separation": ("representation", "class_separation")}
+MECHANISM = {
+    "within-class": ("validation_alignment", "within-class"),
+    "centred KTA": ("validation_alignment", "centered-kta"),
+    "linear probe": ("representation", "probe_accuracy"),
+    "pooled norm": ("representation", "pooled_norm"),
+    "class separation": ("representation", "class_separation"),
+}
 SETTINGS = ("objective", "force", "beta", "step", "after_epochs")
 
 
@@ -244,8 +335,14 @@ def phase_a_mechanism_table(results: Results) -> Table | None:
         pa = (cell["details"] or {}).get("phase_a")
         if isinstance(pa, dict):
             config = pa.get("config") or {}
-            recs.append({"task": cell["task"], "label": cell["label"],
-                         **{k: str(config.get(k, DASH)) for k in SETTINGS}, **_mechanism_record(pa)})
+            recs.append(
+                {
+                    "task": cell["task"],
+                    "label": cell["label"],
+                    **{k: str(config.get(k, DASH)) for k in SETTINGS},
+                    **_mechanism_record(pa),
+                }
+            )
     if not recs:
         return None
     frame = pd.DataFrame(recs)
@@ -254,30 +351,59 @@ def phase_a_mechanism_table(results: Results) -> Table | None:
     for (task, label), part in frame.groupby(["task", "label"], sort=True):
         stats = {c: mean_sd(pd.to_numeric(part[c], errors="coerce")) for c in numbers}
         settings = {k: part[k].iloc[0] for k in SETTINGS}
-        data.append({"task": task, "label": label, "seeds": len(part), **settings,
-                     **{f"{c}_{k}": stats[c][k] for c in numbers for k in ("mean", "std")}})
-        row = {"task": task, "label": label, "seeds": str(len(part)),
-               "settings": ", ".join(f"{k} {v}" for k, v in settings.items())}
+        data.append(
+            {
+                "task": task,
+                "label": label,
+                "seeds": len(part),
+                **settings,
+                **{f"{c}_{k}": stats[c][k] for c in numbers for k in ("mean", "std")},
+            }
+        )
+        row = {
+            "task": task,
+            "label": label,
+            "seeds": str(len(part)),
+            "settings": ", ".join(f"{k} {v}" for k, v in settings.items()),
+        }
         for title in MECHANISM:
             row[title] = f"{mean_sd_text(stats[title + ' before'])} → {mean_sd_text(stats[title + ' after'])}"
-        row |= {"relative move": mean_sd_text(stats["relative move"]),
-                "drift / noise": mean_sd_text(stats["drift / noise"])}
+        row |= {
+            "relative move": mean_sd_text(stats["relative move"]),
+            "drift / noise": mean_sd_text(stats["drift / noise"]),
+        }
         text_rows.append(row)
     text = pd.DataFrame(text_rows)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
-    notes = ["Before → after phase A, on held-out rows (mean ± sd over seeds), per row of the suite: the within-class "
-             "alignment (eq. C.4) and centred KTA (App. D) of the mean-pooled attention outputs, a logistic-regression "
-             "probe on them (fitted on training rows), their mean norm and the distance between the class means "
-             "(averages over layers). Relative move: |Omega_after - Omega_before| / |Omega_before|. A rising "
-             "within-class alignment with a flat probe and a growing norm is alignment by the shared part of the "
-             "outputs, not by class separation."]
-    return Table("phase_a_mechanism", "Phase A: what it does to the representation, per setting",
-                 pd.DataFrame(data), text, best, notes, key_columns=2)
+    notes = [
+        "Before → after phase A, on held-out rows (mean ± sd over seeds), per row of the suite: the within-class "
+        "alignment (eq. C.4) and centred KTA (App. D) of the mean-pooled attention outputs, a logistic-regression "
+        "probe on them (fitted on training rows), their mean norm and the distance between the class means "
+        "(averages over layers). Relative move: |Omega_after - Omega_before| / |Omega_before|. A rising "
+        "within-class alignment with a flat probe and a growing norm is alignment by the shared part of the "
+        "outputs, not by class separation."
+    ]
+    return Table(
+        "phase_a_mechanism",
+        "Phase A: what it does to the representation, per setting",
+        pd.DataFrame(data),
+        text,
+        best,
+        notes,
+        key_columns=2,
+    )
 
 
 def kernel_tables(results: Results) -> list[Table | None]:
     """Every table this package adds to a report, in report order: the phase-A study (the attention bracket, the
     mechanism), then the synthetic experiment."""
-    return [attention_bracket_table(results), phase_a_mechanism_table(results),
-            kernel_paper_table(results), kernel_table(results), kernel_f1_table(results),
-            kernel_langevin_table(results), kernel_ablation_table(results), kernel_scaling_table(results)]
+    return [
+        attention_bracket_table(results),
+        phase_a_mechanism_table(results),
+        kernel_paper_table(results),
+        kernel_table(results),
+        kernel_f1_table(results),
+        kernel_langevin_table(results),
+        kernel_ablation_table(results),
+        kernel_scaling_table(results),
+    ]

@@ -10,6 +10,7 @@ training), `recurrent` (the decoding step). Padded positions get beta 0 and key 
 Encoder (causal=False) form, ours: every query reads the memory after the whole sequence was written,
 o_i = S_N^T q_i (the delta rule has no natural two-sided form; this is the state a decoder would hold).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,8 +32,9 @@ class DeltaNetConfig(RecurrentConfig):
     chunk_size: int = option(64, "positions per chunk of the WY training form", minimum=1, maximum=4096)
 
 
-@register_attention("deltanet", config=DeltaNetConfig, causal=True, normalised=False, recurrent_state=True,
-                    positive_features=False)
+@register_attention(
+    "deltanet", config=DeltaNetConfig, causal=True, normalised=False, recurrent_state=True, positive_features=False
+)
 class DeltaNetAttention(RecurrentAttention):
     """The delta rule with a learned write strength beta_t in (0, 1) and L2-normalised keys and queries."""
 

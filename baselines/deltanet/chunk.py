@@ -6,6 +6,7 @@ Then u_t + beta_t sum_{j < t} (k_t . k_j) u_j = beta_t (v_t - S^T k_t): with A =
 (one triangular solve per chunk, batched over all chunks at once). Outputs O = Q S + tril(Q K^T) U (diagonal
 included) and the next state S + K^T U. Only the (Dk, Dv) state runs across chunks.
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,8 +21,9 @@ def _chunks(x: Tensor, c: int) -> Tensor:
     return x.view(*x.shape[:2], x.shape[2] // c, c, *x.shape[3:])
 
 
-def chunk_delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, chunk: int = 64,
-                     initial: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def chunk_delta_rule(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, chunk: int = 64, initial: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Causal: the same outputs (B, H, N, Dv) and last state (B, H, Dk, Dv) as `naive_delta_rule`."""
     b, h, n, dk = k.shape
     qc, kc, vc, bc = _chunks(q, chunk), _chunks(k, chunk), _chunks(v, chunk), _chunks(beta, chunk)[..., None]

@@ -3,14 +3,16 @@
 S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T,  o_t = S_t^T q_t   (Schlag et al. 2021, eq. 20-23 in this
 orientation: S (Dk, Dv) maps keys to values). q, k: (B, H, N, Dk); v: (B, H, N, Dv); beta: (B, H, N).
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
 
-def naive_delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor,
-                     initial: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def naive_delta_rule(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, initial: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """The causal recurrence by a loop over positions -> outputs (B, H, N, Dv) and the last state (B, H, Dk, Dv)."""
     b, h, n, dk = k.shape
     state = k.new_zeros(b, h, dk, v.shape[-1]) if initial is None else initial

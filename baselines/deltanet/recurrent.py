@@ -1,4 +1,5 @@
 """The delta rule one token at a time, for decoding: S = S + beta k (v - S^T k)^T, o = S^T q."""
+
 from __future__ import annotations
 
 import torch

@@ -11,6 +11,7 @@ Renderings (this folder, as fla's ops/gla): `naive` (the token loop, also the en
 and key 0, so they neither write nor decay. The encoder (causal=False) form weights key j by the gates
 between it and the query on either side (`symmetric_decay`); the per-head RMS norm follows (`output_norm`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,9 @@ class GLAConfig(RecurrentConfig):
     gate_temperature: float = option(16.0, "tau: alpha = sigmoid(.)^(1/tau) (paper: 16)", minimum=1e-3)
 
 
-@register_attention("gla", config=GLAConfig, causal=True, normalised=False, recurrent_state=True,
-                    positive_features=False)
+@register_attention(
+    "gla", config=GLAConfig, causal=True, normalised=False, recurrent_state=True, positive_features=False
+)
 class GLAAttention(RecurrentAttention):
     """Gated linear attention: a per-channel, data-dependent decay of the key-value state."""
 

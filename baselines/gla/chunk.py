@@ -6,6 +6,7 @@ Inside a chunk of C positions the recurrence is a masked product with the gates 
 exponents: |b| <= C max|g|, which the callers keep below float32's range (retention's gates are near 1, GLA's
 are floored).
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,8 +20,9 @@ def _chunks(x: Tensor, c: int) -> Tensor:
     return x.view(*x.shape[:2], x.shape[2] // c, c, x.shape[3])
 
 
-def chunk_gated_recurrence(q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor, chunk: int = 64,
-                           initial: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def chunk_gated_recurrence(
+    q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor, chunk: int = 64, initial: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Causal: the same outputs (B, H, N, Dv) and last state (B, H, Dk, Dv) as `naive_gated_recurrence`."""
     b, h, n, dk = q.shape
     qc, kc, vc = _chunks(q, chunk), _chunks(k, chunk), _chunks(v, chunk)

@@ -4,14 +4,16 @@ S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T,  o_t = S_t^T q_t   (GLA, Yang et al. 2
 retention is the case of one scalar g per head). q, k, g: (B, H, N, Dk), g = log of the gate <= 0 (any shape
 that broadcasts: (1, H, 1, 1) for retention); v: (B, H, N, Dv).
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
 
-def naive_gated_recurrence(q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor,
-                           initial: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def naive_gated_recurrence(
+    q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor, initial: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """The causal recurrence by a loop over positions -> outputs (B, H, N, Dv) and the last state (B, H, Dk, Dv)."""
     b, h, n, dk = q.shape
     log_gate = log_gate.expand(b, h, n, dk)

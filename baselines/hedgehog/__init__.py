@@ -9,6 +9,7 @@ paper's eq. 5); W then stays frozen in phase B, as phase-A parameters do.
 Renderings (this folder): `naive` (query by query from the definition), the parallel form (the shared kernel:
 factored, chunked or causal prefix sums, `choose_route`), `recurrent` (the decoding step).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,17 +46,29 @@ class HedgehogFeatureMap(FeatureMap):
 
 @dataclasses.dataclass
 class HedgehogConfig(ShortConvConfig):
-    feature_dim: int | None = option(None, "d': W maps each head's D dimensions to d' (2 d' features); None = D "
-                                           "(the paper's and fla's choice)", minimum=1)
-    eps: float = option(1e-12, "guard added to the normaliser phi(q) . sum_j phi(k_j) (features sum to 1, so "
-                               "the normaliser is of order 1 / d'; ELU's 1e-6 would bias it)")
+    feature_dim: int | None = option(
+        None,
+        "d': W maps each head's D dimensions to d' (2 d' features); None = D (the paper's and fla's choice)",
+        minimum=1,
+    )
+    eps: float = option(
+        1e-12,
+        "guard added to the normaliser phi(q) . sum_j phi(k_j) (features sum to 1, so "
+        "the normaliser is of order 1 / d'; ELU's 1e-6 would bias it)",
+    )
 
     def __post_init__(self) -> None:
         require(self.eps > 0, f"eps={self.eps} must be positive")
 
 
-@register_attention("hedgehog", config=HedgehogConfig, causal=True, recurrent_state=True, normalised=unfiltered,
-                    learning_phase="attnbench.baselines.hedgehog.distillation:distill_hedgehog")
+@register_attention(
+    "hedgehog",
+    config=HedgehogConfig,
+    causal=True,
+    recurrent_state=True,
+    normalised=unfiltered,
+    learning_phase="attnbench.baselines.hedgehog.distillation:distill_hedgehog",
+)
 class HedgehogAttention(RecurrentAttention):
     """Linear attention over a learned softmax feature map, distilled to softmax attention in phase A."""
 
@@ -100,7 +113,7 @@ class HedgehogAttention(RecurrentAttention):
             allowed = allowed & mask[:, None, None, :] & mask[:, None, :, None]
         if self.causal:
             allowed = allowed & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-        teacher = torch.softmax((q @ k.transpose(-2, -1) / d ** 0.5).masked_fill(~allowed, -torch.inf), dim=-1)
+        teacher = torch.softmax((q @ k.transpose(-2, -1) / d**0.5).masked_fill(~allowed, -torch.inf), dim=-1)
         teacher = teacher.nan_to_num(0.0)  # a padded query sees no key
         weights = (self.feature_map(q) @ self.feature_map(k).transpose(-2, -1)) * allowed
         student = weights / (weights.sum(dim=-1, keepdim=True) + self.cfg.eps)

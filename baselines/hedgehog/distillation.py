@@ -10,6 +10,7 @@ initial projections (the paper distils a pretrained Transformer's).
 Options (the suite's `training.phase_a`; names shared with the Coulomb phase where they mean the same):
 epochs / steps_fraction / max_steps (budget), batch_size, step (Adam's learning rate).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,12 +21,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnbench.baselines.coulomb.phase_a import AttentionCapture
 from attnbench.baselines.hedgehog import HedgehogAttention
 from attnbench.errors import ConfigError
-from attnbench.baselines.coulomb.phase_a import AttentionCapture
 from attnbench.options import make_options, option, require
-from attnbench.tasks.base import Split
 from attnbench.progress import Progress
+from attnbench.tasks.base import Split
 
 
 @dataclasses.dataclass
@@ -40,8 +41,10 @@ class DistillationConfig:
 
     def __post_init__(self) -> None:
         require(self.epochs > 0, f"phase_a epochs={self.epochs} must be positive")
-        require(self.steps_fraction is None or 0 < self.steps_fraction < 1,
-                f"phase_a steps_fraction={self.steps_fraction} must lie in (0, 1)")
+        require(
+            self.steps_fraction is None or 0 < self.steps_fraction < 1,
+            f"phase_a steps_fraction={self.steps_fraction} must lie in (0, 1)",
+        )
         require(self.max_steps is None or self.max_steps >= 1, f"phase_a max_steps={self.max_steps} must be >= 1")
         require(self.batch_size >= 1, f"phase_a batch_size={self.batch_size} must be at least 1")
         require(self.step > 0, f"phase_a step={self.step} must be positive")
@@ -61,9 +64,17 @@ def _layer_losses(modules: list[HedgehogAttention], capture: AttentionCapture) -
     return [m.distillation_loss(q.detach(), k.detach(), mask) for m, (q, k, mask) in zip(modules, capture.inputs)]
 
 
-def distill_hedgehog(model: nn.Module, train_split: Split, options: dict, *, device: torch.device | str = "cpu",
-                     seed: int = 0, progress: Progress | None = None, validation: Split | None = None,
-                     phase_b_steps: int | None = None) -> dict[str, Any]:
+def distill_hedgehog(
+    model: nn.Module,
+    train_split: Split,
+    options: dict,
+    *,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    progress: Progress | None = None,
+    validation: Split | None = None,
+    phase_b_steps: int | None = None,
+) -> dict[str, Any]:
     """Phase A for Hedgehog: train every Hedgehog layer's W to match softmax weights, nothing else; returns the
     budget, time and the distillation loss per layer on the first and the last batch."""
     cfg = make_options(DistillationConfig, options or {}, what="phase_a (hedgehog distillation)")
@@ -106,6 +117,13 @@ def distill_hedgehog(model: nn.Module, train_split: Split, options: dict, *, dev
         model.train(was_training)
         for p in model.parameters():
             p.requires_grad_(flags[id(p)])
-    return {"procedure": "hedgehog attention distillation", "seconds": time.perf_counter() - start,
-            "steps": steps, "budget_steps": budget, "examples_per_step": cfg.batch_size,
-            "loss_first_batch": first, "loss_last_batch": last, "config": dataclasses.asdict(cfg)}
+    return {
+        "procedure": "hedgehog attention distillation",
+        "seconds": time.perf_counter() - start,
+        "steps": steps,
+        "budget_steps": budget,
+        "examples_per_step": cfg.batch_size,
+        "loss_first_batch": first,
+        "loss_last_batch": last,
+        "config": dataclasses.asdict(cfg),
+    }

@@ -2,14 +2,16 @@
 
 out_i = sum_j (phi(q_i) . phi(k_j)) v_j / max(sum_j phi(q_i) . phi(k_j), eps), over real keys j (j <= i if causal).
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
 
-def naive_feature_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, causal: bool, mask: Tensor | None = None,
-                            eps: float = 1e-12) -> Tensor:
+def naive_feature_attention(
+    phi_q: Tensor, phi_k: Tensor, v: Tensor, causal: bool, mask: Tensor | None = None, eps: float = 1e-12
+) -> Tensor:
     """phi_q, phi_k (B, H, N, M), v (B, H, N, D), mask (B, N) True = real -> (B, H, N, D)."""
     b, _, n, _ = phi_q.shape
     real = torch.ones(b, n, dtype=torch.bool, device=v.device) if mask is None else mask

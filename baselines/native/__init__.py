@@ -26,6 +26,7 @@ Coulomb particles in phase A), or with ATTNBENCH_NATIVE=0, the PyTorch path runs
 which, and runs record it in their provenance. Both paths compute the same function (tests compare them to
 rounding).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,8 +52,16 @@ SOURCE = Path(__file__).with_name("fused_linear.cpp")
 # The one table of the feature kinds the kernels know: the Python name a NativeSpec carries -> the C++ enumerator.
 # A kind's id is its position; the C++ enum Kind and attnbench_abi() are generated from this table and ABI as
 # compiler definitions (ATTNBENCH_KIND_ENUM, ATTNBENCH_ABI), so the two languages cannot drift.
-KIND_TABLE = (("favor", "FAVOR"), ("elu", "ELU"), ("trig", "TRIG"), ("softmaxfeat", "SOFTMAX"), ("elu-paper", "PELU"),
-              ("softplus", "SOFTPLUS"), ("sigmoid2", "SIGMOID2"), ("cos2", "COS2"))
+KIND_TABLE = (
+    ("favor", "FAVOR"),
+    ("elu", "ELU"),
+    ("trig", "TRIG"),
+    ("softmaxfeat", "SOFTMAX"),
+    ("elu-paper", "PELU"),
+    ("softplus", "SOFTPLUS"),
+    ("sigmoid2", "SIGMOID2"),
+    ("cos2", "COS2"),
+)
 KINDS = {name: index for index, (name, _) in enumerate(KIND_TABLE)}
 PAPER_KINDS = ("softmaxfeat", "elu-paper", "softplus", "sigmoid2", "cos2")  # keys l1-renormalised to sqrt(M)
 VALUE_WIDTHS = (16, 32, 64, 128)
@@ -65,8 +74,16 @@ def generated_definitions() -> tuple[str, ...]:
     return (f"-DATTNBENCH_KIND_ENUM={enum}", f"-DATTNBENCH_ABI={ABI}")
 
 
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-ffp-contract=fast",
-         *generated_definitions())
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-std=c++17",
+    "-shared",
+    "-fPIC",
+    "-pthread",
+    "-ffp-contract=fast",
+    *generated_definitions(),
+)
 
 _LOCK = threading.Lock()
 _LIB: ctypes.CDLL | None = None
@@ -128,8 +145,9 @@ def _cache_dir() -> Path:
 def _build(compiler: str) -> Path:
     """The cached library, built on first use."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, " ".join(FLAGS), platform.machine(),
-                                    _cpu_signature()]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        "\0".join([SOURCE.read_text(), version, " ".join(FLAGS), platform.machine(), _cpu_signature()]).encode()
+    ).hexdigest()[:16]
     target = _cache_dir() / f"fused_linear-{key}.so"
     if verified_entry(target, lambda p: True):  # a bad entry (empty, altered) is set aside and built again
         return target
@@ -148,14 +166,91 @@ def _declare(lib: ctypes.CDLL) -> None:
     p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
     lib.attnbench_abi.restype = i32
     lib.attnbench_attention.restype = i32
-    lib.attnbench_attention.argtypes = [i32, p, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, i32, f32, f32, f32,
-                                        f32, i32, p, p, f32, f32, p, i32]
+    lib.attnbench_attention.argtypes = [
+        i32,
+        p,
+        p,
+        p,
+        p,
+        i64,
+        i64,
+        i64,
+        i32,
+        i32,
+        i32,
+        p,
+        i64,
+        f32,
+        i32,
+        f32,
+        f32,
+        f32,
+        f32,
+        i32,
+        p,
+        p,
+        f32,
+        f32,
+        p,
+        i32,
+    ]
     lib.attnbench_attention_backward.restype = i32
-    lib.attnbench_attention_backward.argtypes = [i32, p, p, p, p, i64, i64, i64, i32, i32, i32, p, i64, f32, f32, f32,
-                                                 f32, i32, p, p, p, p, p, p, f32, f32, p, i32, p]
+    lib.attnbench_attention_backward.argtypes = [
+        i32,
+        p,
+        p,
+        p,
+        p,
+        i64,
+        i64,
+        i64,
+        i32,
+        i32,
+        i32,
+        p,
+        i64,
+        f32,
+        f32,
+        f32,
+        f32,
+        i32,
+        p,
+        p,
+        p,
+        p,
+        p,
+        p,
+        f32,
+        f32,
+        p,
+        i32,
+        p,
+    ]
     lib.attnbench_queries.restype = i32
-    lib.attnbench_queries.argtypes = [i32, p, p, p, p, p, i64, i64, i32, i32, i32, p, i64, i32, f32, i32,
-                                      f32, p, p, p, i32, i64]
+    lib.attnbench_queries.argtypes = [
+        i32,
+        p,
+        p,
+        p,
+        p,
+        p,
+        i64,
+        i64,
+        i32,
+        i32,
+        i32,
+        p,
+        i64,
+        i32,
+        f32,
+        i32,
+        f32,
+        p,
+        p,
+        p,
+        i32,
+        i64,
+    ]
     lib.attnbench_pinv.restype = i32
     lib.attnbench_pinv.argtypes = [p, i64, i32, i32, i32, p, p]
     lib.attnbench_pinv_backward.restype = i32
@@ -256,8 +351,9 @@ def supports(spec: NativeSpec | None, q: Tensor, k: Tensor, v: Tensor) -> bool:
             return False
     elif w.shape[-1] % 16 or w.shape[-2] != d or not w.is_contiguous():
         return False
-    if spec.kind == "cos2" and (spec.phase is None or not spec.phase.is_contiguous()
-                                or tuple(spec.phase.shape) != (w.shape[0], w.shape[-1])):
+    if spec.kind == "cos2" and (
+        spec.phase is None or not spec.phase.is_contiguous() or tuple(spec.phase.shape) != (w.shape[0], w.shape[-1])
+    ):
         return False
     return takes(q, k, v, *([] if w is None else [w]), value_width=v.shape[-1])
 
@@ -275,12 +371,19 @@ def _ptr(t: Tensor | None) -> int | None:
 # the tensors it passes (device, dtype, a dense row-major layout, exact shape) and the widths the kernels assume,
 # raising ValueError before anything runs: no Python call can make them read or write out of bounds.
 
+
 class NativeShapeError(ValueError):
     """A call into the native kernels with a tensor or size they cannot take."""
 
 
-def _expect(kernel: str, name: str, t: Tensor | None, shape: tuple[int, ...], dtype: torch.dtype = torch.float32,
-            optional: bool = False) -> None:
+def _expect(
+    kernel: str,
+    name: str,
+    t: Tensor | None,
+    shape: tuple[int, ...],
+    dtype: torch.dtype = torch.float32,
+    optional: bool = False,
+) -> None:
     """Raise unless t is a contiguous CPU tensor of `dtype` and exactly `shape` (None allowed when `optional`)."""
     if t is None:
         if optional:
@@ -288,12 +391,15 @@ def _expect(kernel: str, name: str, t: Tensor | None, shape: tuple[int, ...], dt
         raise NativeShapeError(f"native.{kernel}: {name} is missing; it must be a {dtype} tensor of shape {shape}")
     if t.device.type != "cpu" or t.dtype != dtype or tuple(t.shape) != tuple(shape) or not t.is_contiguous():
         layout = "contiguous" if t.is_contiguous() else f"strides {t.stride()}"
-        raise NativeShapeError(f"native.{kernel}: {name} must be a contiguous {dtype} CPU tensor of shape "
-                               f"{tuple(shape)}; got {tuple(t.shape)} {t.dtype} on {t.device} ({layout})")
+        raise NativeShapeError(
+            f"native.{kernel}: {name} must be a contiguous {dtype} CPU tensor of shape "
+            f"{tuple(shape)}; got {tuple(t.shape)} {t.dtype} on {t.device} ({layout})"
+        )
 
 
-def _expect_size(kernel: str, what: str, value: int, *, multiple: int = 1, allowed: tuple[int, ...] = (),
-                 at_least: int = 1) -> None:
+def _expect_size(
+    kernel: str, what: str, value: int, *, multiple: int = 1, allowed: tuple[int, ...] = (), at_least: int = 1
+) -> None:
     """Raise unless the size `value` is at least `at_least`, a multiple of `multiple` and (if given) in `allowed`."""
     if value < at_least or value % multiple or (allowed and value not in allowed):
         rule = f"one of {allowed}" if allowed else f"a multiple of {multiple}" if multiple > 1 else f">= {at_least}"
@@ -306,9 +412,11 @@ def _expect_projection(kernel: str, w: Tensor | None, d: int, heads: int, h: int
     if w is None:
         return d, 1
     if w.dim() != 3 or w.shape[0] not in (1, h, heads):
-        raise NativeShapeError(f"native.{kernel}: the projection must be (1, {d}, M), ({h}, {d}, M) or ({heads}, {d}, "
-                               f"M) for {h} heads; got {tuple(w.shape)}: build the attention with num_heads={h}, "
-                               f"or num_heads=1 to share one head's parameters")
+        raise NativeShapeError(
+            f"native.{kernel}: the projection must be (1, {d}, M), ({h}, {d}, M) or ({heads}, {d}, "
+            f"M) for {h} heads; got {tuple(w.shape)}: build the attention with num_heads={h}, "
+            f"or num_heads=1 to share one head's parameters"
+        )
     _expect(kernel, "the projection", w, (w.shape[0], d, w.shape[2]))
     _expect_size(kernel, "its feature count M", w.shape[2], multiple=16)
     return w.shape[2], w.shape[0]
@@ -333,8 +441,17 @@ def _expect_threads(kernel: str, threads: int) -> None:
     _expect_size(kernel, "threads", threads)
 
 
-def attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None, eps: float,
-              threads: int = 1, saved: list[Tensor | None] | None = None, skip_queries: bool = False) -> Tensor:
+def attention(
+    spec: NativeSpec,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    real: Tensor | None,
+    eps: float,
+    threads: int = 1,
+    saved: list[Tensor | None] | None = None,
+    skip_queries: bool = False,
+) -> Tensor:
     """The whole non-causal attention in one call: the key sums, the state finished with the map's scale and
     offset, the query rows; q, k (B, H, N, d), v (B, H, N, Dv) contiguous, `real` (B, N) uint8 or None
     -> (B, H, N, Dv). `saved`: `Attention`'s buffers for the backward (training), or None. Key rows past each
@@ -347,15 +464,39 @@ def attention(spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | 
     out = torch.empty(b, h, n, v.shape[-1])
     _call(
         "attnbench_attention",
-        KINDS[spec.kind], q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, v.shape[-1],
-        w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
-        int(spec.unit_eps is not None), spec.unit_eps or 0.0, spec.scale, spec.offset, eps, threads, out.data_ptr(),
-        None if saved is None else _pointers(saved), spec.floor, spec.bias, _ptr(spec.phase), int(skip_queries))
+        KINDS[spec.kind],
+        q.data_ptr(),
+        k.data_ptr(),
+        v.data_ptr(),
+        _ptr(real),
+        b * h,
+        h,
+        n,
+        d,
+        v.shape[-1],
+        w.shape[-1] if w is not None else d,
+        _ptr(w),
+        w.shape[0] if w is not None else 1,
+        spec.norm_coef,
+        int(spec.unit_eps is not None),
+        spec.unit_eps or 0.0,
+        spec.scale,
+        spec.offset,
+        eps,
+        threads,
+        out.data_ptr(),
+        None if saved is None else _pointers(saved),
+        spec.floor,
+        spec.bias,
+        _ptr(spec.phase),
+        int(skip_queries),
+    )
     return out
 
 
-def _expect_call(kernel: str, spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None,
-                 threads: int) -> tuple[int, int, int, int]:
+def _expect_call(
+    kernel: str, spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None, threads: int
+) -> tuple[int, int, int, int]:
     """The checks of a whole-attention call: q, k (B, H, N, d), v (B, H, N, Dv), the map's kind and projection,
     `real` (B, N) uint8 or None, threads >= 1 -> (B, H, N, d)."""
     if spec.kind not in KINDS:
@@ -373,21 +514,29 @@ def _expect_call(kernel: str, spec: NativeSpec, q: Tensor, k: Tensor, v: Tensor,
     return b, h, n, d
 
 
-def _expect_saved(kernel: str, spec: NativeSpec, saved: list[Tensor | None], heads: int, n: int, d: int,
-                  dv: int) -> None:
+def _expect_saved(
+    kernel: str, spec: NativeSpec, saved: list[Tensor | None], heads: int, n: int, d: int, dv: int
+) -> None:
     """`Attention`'s buffers in struct Saved's order: the state (heads, F, Dv), (heads, F), its offsets (heads, Dv),
     (heads,), favor's log max (heads,), then the kept features (heads, N, F) twice and the keys' row maxima
     (heads, N), those three all given or all None."""
     f = spec.num_features if spec.weights is not None else d
     if len(saved) != 8:
         raise NativeShapeError(f"native.{kernel}: saved must hold 8 buffers (struct Saved); got {len(saved)}")
-    for name, t, shape in (("s_kv", saved[0], (heads, f, dv)), ("s_ksum", saved[1], (heads, f)),
-                           ("off_kv", saved[2], (heads, dv)), ("off_den", saved[3], (heads,))):
+    for name, t, shape in (
+        ("s_kv", saved[0], (heads, f, dv)),
+        ("s_ksum", saved[1], (heads, f)),
+        ("off_kv", saved[2], (heads, dv)),
+        ("off_den", saved[3], (heads,)),
+    ):
         _expect(kernel, f"saved {name}", t, shape)
     _expect(kernel, "saved log_max", saved[4], (heads,), optional=spec.kind != "favor")
     kept = saved[5] is not None
-    for name, t, shape in (("phi_q", saved[5], (heads, n, f)), ("phi_k", saved[6], (heads, n, f)),
-                           ("row_max_k", saved[7], (heads, n))):
+    for name, t, shape in (
+        ("phi_q", saved[5], (heads, n, f)),
+        ("phi_k", saved[6], (heads, n, f)),
+        ("row_max_k", saved[7], (heads, n)),
+    ):
         if kept:
             _expect(kernel, f"saved {name}", t, shape)
         elif t is not None:
@@ -405,8 +554,17 @@ def _pointers(tensors: list[Tensor | None]) -> ctypes.Array:
     return (ctypes.c_void_p * len(tensors))(*(_ptr(t) for t in tensors))
 
 
-def write_queries(spec: NativeSpec, q: Tensor, kv: Tensor, ksum: Tensor, offsets: tuple[Tensor, Tensor] | None,
-                  eps: float, out: Tensor, conv: tuple[Tensor, Tensor] | None = None, threads: int = 1) -> None:
+def write_queries(
+    spec: NativeSpec,
+    q: Tensor,
+    kv: Tensor,
+    ksum: Tensor,
+    offsets: tuple[Tensor, Tensor] | None,
+    eps: float,
+    out: Tensor,
+    conv: tuple[Tensor, Tensor] | None = None,
+    threads: int = 1,
+) -> None:
     """out = (phi_q kv + offset) / guard(phi_q ksum + offset, eps); kv (B*H, F, Dv), ksum
     (B*H, F, 1), offsets (B*H, 1, Dv) and (B*H, 1, 1) or None, all contiguous; out (B, H, N, Dv) contiguous.
     conv: (values (B, H, N, Dv), weight (H, K)), contiguous, whose centred depthwise convolution along the
@@ -430,16 +588,37 @@ def write_queries(spec: NativeSpec, q: Tensor, kv: Tensor, ksum: Tensor, offsets
     if conv is not None:
         _expect(kernel, "the convolved values", conv_v, (b, h, n, dv))
         if conv_w.dim() != 2 or conv_w.shape[0] != h:
-            raise NativeShapeError(f"native.{kernel}: the convolution weight must be ({h}, K) for {h} heads; got "
-                                   f"{tuple(conv_w.shape)}: build the attention with num_heads={h}")
+            raise NativeShapeError(
+                f"native.{kernel}: the convolution weight must be ({h}, K) for {h} heads; got "
+                f"{tuple(conv_w.shape)}: build the attention with num_heads={h}"
+            )
         _expect(kernel, "the convolution weight", conv_w, (h, conv_w.shape[1]))
     _expect_threads(kernel, threads)
     _call(
         "attnbench_queries",
-        KINDS[spec.kind], q.data_ptr(), kv.data_ptr(), ksum.data_ptr(), _ptr(off_kv), _ptr(off_den), b * h, n, d,
-        out.shape[-1], w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1,
-        int(spec.unit_eps is not None), spec.unit_eps or 0.0, threads, eps, out.data_ptr(), _ptr(conv_v),
-        _ptr(conv_w), 0 if conv_w is None else conv_w.shape[-1], h)
+        KINDS[spec.kind],
+        q.data_ptr(),
+        kv.data_ptr(),
+        ksum.data_ptr(),
+        _ptr(off_kv),
+        _ptr(off_den),
+        b * h,
+        n,
+        d,
+        out.shape[-1],
+        w.shape[-1] if w is not None else d,
+        _ptr(w),
+        w.shape[0] if w is not None else 1,
+        int(spec.unit_eps is not None),
+        spec.unit_eps or 0.0,
+        threads,
+        eps,
+        out.data_ptr(),
+        _ptr(conv_v),
+        _ptr(conv_w),
+        0 if conv_w is None else conv_w.shape[-1],
+        h,
+    )
 
 
 def softmax_columns(k: Tensor, weights: Tensor, v: Tensor, real: Tensor | None, threads: int = 1) -> list[Tensor]:
@@ -453,8 +632,24 @@ def softmax_columns(k: Tensor, weights: Tensor, v: Tensor, real: Tensor | None, 
     _expect_threads("softmax_columns", threads)
     dv = v.shape[-1]
     acc, total, top = torch.empty(b * h, m, dv), torch.empty(b * h, m, 1), torch.empty(b * h, m, 1)
-    _call("attnbench_softmax_columns", k.data_ptr(), v.data_ptr(), _ptr(real), b * h, h, n, d, dv, m,
-          weights.data_ptr(), weights.shape[0], threads, acc.data_ptr(), total.data_ptr(), top.data_ptr())
+    _call(
+        "attnbench_softmax_columns",
+        k.data_ptr(),
+        v.data_ptr(),
+        _ptr(real),
+        b * h,
+        h,
+        n,
+        d,
+        dv,
+        m,
+        weights.data_ptr(),
+        weights.shape[0],
+        threads,
+        acc.data_ptr(),
+        total.data_ptr(),
+        top.data_ptr(),
+    )
     return [acc, total, top]
 
 
@@ -467,8 +662,9 @@ def segment_means(q: Tensor, k: Tensor, segments: int, threads: int = 1) -> tupl
         raise NativeShapeError(f"native.segment_means: {segments} segments do not divide the length {n}")
     _expect_threads("segment_means", threads)
     q_means, k_means = torch.empty(b, h, segments, d), torch.empty(b, h, segments, d)
-    library().attnbench_segment_means(q.data_ptr(), k.data_ptr(), b * h, n, d, segments, threads,
-                                      q_means.data_ptr(), k_means.data_ptr())
+    library().attnbench_segment_means(
+        q.data_ptr(), k.data_ptr(), b * h, n, d, segments, threads, q_means.data_ptr(), k_means.data_ptr()
+    )
     return q_means, k_means
 
 
@@ -478,8 +674,18 @@ def sequence_conv(v: Tensor, weight: Tensor, threads: int = 1) -> Tensor:
     b, h, n, dv = _expect_conv("sequence_conv", v, weight.shape[-1] if weight.dim() == 2 else -1, threads)
     _expect("sequence_conv", "the weight", weight, (h, weight.shape[-1] if weight.dim() == 2 else -1))
     out = torch.empty_like(v)
-    _call("attnbench_sequence_conv", v.data_ptr(), weight.data_ptr(), b * h, h, n, dv, weight.shape[-1], threads,
-          out.data_ptr())
+    _call(
+        "attnbench_sequence_conv",
+        v.data_ptr(),
+        weight.data_ptr(),
+        b * h,
+        h,
+        n,
+        dv,
+        weight.shape[-1],
+        threads,
+        out.data_ptr(),
+    )
     return out
 
 
@@ -500,8 +706,7 @@ def sequence_conv_weight_grad(g: Tensor, v: Tensor, size: int, threads: int = 1)
     b, h, n, dv = _expect_conv("sequence_conv_weight_grad", v, size, threads)
     _expect("sequence_conv_weight_grad", "the output gradient", g, (b, h, n, dv))
     dw = torch.empty(b, h, size)
-    _call("attnbench_sequence_conv_weight_grad", g.data_ptr(), v.data_ptr(), b * h, n, dv, size, threads,
-          dw.data_ptr())
+    _call("attnbench_sequence_conv_weight_grad", g.data_ptr(), v.data_ptr(), b * h, n, dv, size, threads, dw.data_ptr())
     return dw.sum(dim=0)
 
 
@@ -543,8 +748,7 @@ class PinvSteps(torch.autograd.Function):
         a, z = a.contiguous(), z0.contiguous().clone()
         _expect("PinvSteps", "a", a, tuple(a.shape))
         _expect("PinvSteps", "z0", z, tuple(a.shape))
-        store = torch.empty(heads, iterations, PinvSteps.STEP_PARTS, size, size) if any(ctx.needs_input_grad) \
-            else None
+        store = torch.empty(heads, iterations, PinvSteps.STEP_PARTS, size, size) if any(ctx.needs_input_grad) else None
         library().attnbench_pinv(a.data_ptr(), heads, size, iterations, threads, z.data_ptr(), _ptr(store))
         ctx.save_for_backward(a, store)
         ctx.iterations, ctx.threads = iterations, threads
@@ -557,8 +761,17 @@ class PinvSteps(torch.autograd.Function):
         g = g.contiguous()
         _expect("PinvSteps.backward", "the output gradient", g, tuple(a.shape))
         da, dz0 = torch.empty_like(a), torch.empty_like(a)
-        library().attnbench_pinv_backward(a.data_ptr(), store.data_ptr(), g.data_ptr(), a.numel() // (size * size),
-                                          size, ctx.iterations, ctx.threads, da.data_ptr(), dz0.data_ptr())
+        library().attnbench_pinv_backward(
+            a.data_ptr(),
+            store.data_ptr(),
+            g.data_ptr(),
+            a.numel() // (size * size),
+            size,
+            ctx.iterations,
+            ctx.threads,
+            da.data_ptr(),
+            dz0.data_ptr(),
+        )
         return da, dz0, None, None
 
 
@@ -568,18 +781,23 @@ class PinvSteps(torch.autograd.Function):
 LANDMARK_EPS = 1e-6  # the query pass's guard (its sums are at least 1, so it never acts)
 
 
-def _expect_landmarks(kernel: str, x: Tensor, land: Tensor, name: str, width: int | None = None,
-                      count: int | None = None) -> None:
+def _expect_landmarks(
+    kernel: str, x: Tensor, land: Tensor, name: str, width: int | None = None, count: int | None = None
+) -> None:
     """land (B, H, L, width or d) beside x (B, H, N, d): the same batch and heads, L (or `count`) a multiple of 16."""
     if x.dim() != 4 or land.dim() != 4:
-        raise NativeShapeError(f"native.{kernel}: {name} and the rows must be 4-d (B, H, ., d); got "
-                               f"{tuple(land.shape)} and {tuple(x.shape)}")
+        raise NativeShapeError(
+            f"native.{kernel}: {name} and the rows must be 4-d (B, H, ., d); got "
+            f"{tuple(land.shape)} and {tuple(x.shape)}"
+        )
     b, h, _, d = x.shape
     size = land.shape[2] if count is None else count
     _expect_size(kernel, f"the number of landmarks in {name}", size, multiple=16)
     if tuple(land.shape) != (b, h, size, d if width is None else width):
-        raise NativeShapeError(f"native.{kernel}: {name} must be ({b}, {h}, {size}, {d if width is None else width}) "
-                               f"beside rows {tuple(x.shape)}; got {tuple(land.shape)}")
+        raise NativeShapeError(
+            f"native.{kernel}: {name} must be ({b}, {h}, {size}, {d if width is None else width}) "
+            f"beside rows {tuple(x.shape)}; got {tuple(land.shape)}"
+        )
 
 
 def _landmark_layout(land: Tensor) -> tuple[Tensor, Tensor]:
@@ -589,8 +807,9 @@ def _landmark_layout(land: Tensor) -> tuple[Tensor, Tensor]:
     return rows, rows.transpose(1, 2).contiguous()
 
 
-def landmark_values(k: Tensor, v: Tensor, q_land: Tensor, real: Tensor | None,
-                    threads: int = 1) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def landmark_values(
+    k: Tensor, v: Tensor, q_land: Tensor, real: Tensor | None, threads: int = 1
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """softmax(q_land k^T) v over the real keys by `softmax_columns` (no (L, N) matrix): k, v (B, H, N, d)
     contiguous float32, q_land (B, H, L, d) already scaled, `real` (B, N) uint8 or None (every sequence with a real
     key) -> the values (B*H, L, Dv), q_land laid out (`_landmark_layout`) and each column's max + log of its total
@@ -601,8 +820,9 @@ def landmark_values(k: Tensor, v: Tensor, q_land: Tensor, real: Tensor | None,
     return acc / total, wt, w, (top + total.log()).squeeze(-1)
 
 
-def landmark_queries(q: Tensor, k_land: Tensor, mixed: Tensor, threads: int = 1,
-                     conv: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def landmark_queries(
+    q: Tensor, k_land: Tensor, mixed: Tensor, threads: int = 1, conv: tuple[Tensor, Tensor] | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """softmax(q k_land^T) mixed by `write_queries` (the favor features of q with k_land as the projection, sums all
     ones), plus `conv`'s convolution where given: q (B, H, N, d) contiguous float32, k_land (B, H, L, d) already
     scaled, mixed (B, H, L, Dv) -> the output (B, H, N, Dv), k_land laid out (`_landmark_layout`) and mixed as
@@ -613,8 +833,9 @@ def landmark_queries(q: Tensor, k_land: Tensor, mixed: Tensor, threads: int = 1,
     wt, w = _landmark_layout(k_land)
     kv = mixed.reshape(b * h, wt.shape[1], -1).contiguous()
     out = torch.empty(b, h, n, kv.shape[-1])
-    write_queries(NativeSpec("favor", w), q, kv, torch.ones(b * h, wt.shape[1], 1), None, LANDMARK_EPS, out, conv,
-                  threads)
+    write_queries(
+        NativeSpec("favor", w), q, kv, torch.ones(b * h, wt.shape[1], 1), None, LANDMARK_EPS, out, conv, threads
+    )
     return out, wt, w, kv
 
 
@@ -642,8 +863,24 @@ class LandmarkValues(torch.autograd.Function):
         dk, dv, d_land = torch.empty_like(k), torch.empty_like(v), torch.empty_like(wt)
         _call(
             "attnbench_landmark_values_backward",
-            k.data_ptr(), v.data_ptr(), _ptr(ctx.real), w.data_ptr(), wt.data_ptr(), offset.data_ptr(), g.data_ptr(),
-            c.data_ptr(), b * h, h, n, d, wt.shape[1], ctx.threads, dk.data_ptr(), dv.data_ptr(), d_land.data_ptr())
+            k.data_ptr(),
+            v.data_ptr(),
+            _ptr(ctx.real),
+            w.data_ptr(),
+            wt.data_ptr(),
+            offset.data_ptr(),
+            g.data_ptr(),
+            c.data_ptr(),
+            b * h,
+            h,
+            n,
+            d,
+            wt.shape[1],
+            ctx.threads,
+            dk.data_ptr(),
+            dv.data_ptr(),
+            d_land.data_ptr(),
+        )
         return dk, dv, d_land.view(b, h, -1, d), None, None
 
 
@@ -669,8 +906,22 @@ class LandmarkQueries(torch.autograd.Function):
         dq, d_mixed, d_land = torch.empty_like(q), torch.empty_like(kv), torch.empty_like(wt)
         _call(
             "attnbench_landmark_queries_backward",
-            q.data_ptr(), w.data_ptr(), wt.data_ptr(), kv.data_ptr(), out.data_ptr(), g.data_ptr(), b * h, n, d,
-            wt.shape[1], ctx.threads, LANDMARK_EPS, dq.data_ptr(), d_mixed.data_ptr(), d_land.data_ptr())
+            q.data_ptr(),
+            w.data_ptr(),
+            wt.data_ptr(),
+            kv.data_ptr(),
+            out.data_ptr(),
+            g.data_ptr(),
+            b * h,
+            n,
+            d,
+            wt.shape[1],
+            ctx.threads,
+            LANDMARK_EPS,
+            dq.data_ptr(),
+            d_mixed.data_ptr(),
+            d_land.data_ptr(),
+        )
         return dq, d_land.view(b, h, -1, d), d_mixed.view(b, h, -1, d), None
 
 
@@ -695,16 +946,32 @@ class Attention(torch.autograd.Function):
     kept from the forward where they fit in KEEP_FEATURES_BYTES, else recomputed block by block."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, weights: Tensor | None, spec: NativeSpec, real: Tensor | None,
-                eps: float, threads: int, skip_queries: bool = False):
+    def forward(
+        ctx,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        weights: Tensor | None,
+        spec: NativeSpec,
+        real: Tensor | None,
+        eps: float,
+        threads: int,
+        skip_queries: bool = False,
+    ):
         b, h, n, _ = q.shape
         heads, f, dv = b * h, spec.num_features if spec.weights is not None else q.shape[-1], v.shape[-1]
         keep = 2 * heads * n * f * 4 <= KEEP_FEATURES_BYTES and spec.kind != "cos2"  # cos2's slope needs u
         # struct Saved's order: s_kv, s_ksum, off_kv, off_den, log_max; phi_q, phi_k, the keys' row maxima
-        saved = [torch.empty(heads, f, dv), torch.empty(heads, f), torch.empty(heads, dv), torch.empty(heads),
-                 torch.empty(heads) if spec.kind == "favor" else None,
-                 torch.empty(heads, n, f) if keep else None, torch.empty(heads, n, f) if keep else None,
-                 torch.empty(heads, n) if keep else None]
+        saved = [
+            torch.empty(heads, f, dv),
+            torch.empty(heads, f),
+            torch.empty(heads, dv),
+            torch.empty(heads),
+            torch.empty(heads) if spec.kind == "favor" else None,
+            torch.empty(heads, n, f) if keep else None,
+            torch.empty(heads, n, f) if keep else None,
+            torch.empty(heads, n) if keep else None,
+        ]
         out = attention(spec, q, k, v, real, eps, threads, saved, skip_queries)
         ctx.spec, ctx.real, ctx.eps, ctx.threads, ctx.saved = spec, real, eps, threads, saved
         ctx.skip_queries = skip_queries
@@ -722,11 +989,36 @@ class Attention(torch.autograd.Function):
         _expect_saved("Attention.backward", spec, ctx.saved, b * h, n, d, v.shape[-1])
         _call(
             "attnbench_attention_backward",
-            KINDS[spec.kind], q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(ctx.real), b * h, h, n, d, v.shape[-1],
-            w.shape[-1] if w is not None else d, _ptr(w), w.shape[0] if w is not None else 1, spec.norm_coef,
-            spec.scale, spec.offset, ctx.eps, ctx.threads, out.data_ptr(), g.data_ptr(),
-            _pointers(ctx.saved), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), spec.floor, spec.bias, _ptr(spec.phase),
-            int(ctx.skip_queries), _ptr(g_wt))
+            KINDS[spec.kind],
+            q.data_ptr(),
+            k.data_ptr(),
+            v.data_ptr(),
+            _ptr(ctx.real),
+            b * h,
+            h,
+            n,
+            d,
+            v.shape[-1],
+            w.shape[-1] if w is not None else d,
+            _ptr(w),
+            w.shape[0] if w is not None else 1,
+            spec.norm_coef,
+            spec.scale,
+            spec.offset,
+            ctx.eps,
+            ctx.threads,
+            out.data_ptr(),
+            g.data_ptr(),
+            _pointers(ctx.saved),
+            dq.data_ptr(),
+            dk.data_ptr(),
+            dv.data_ptr(),
+            spec.floor,
+            spec.bias,
+            _ptr(spec.phase),
+            int(ctx.skip_queries),
+            _ptr(g_wt),
+        )
         return dq, dk, dv, None if g_wt is None else _projection_grad(g_wt, w.shape[0], h), None, None, None, None, None
 
 

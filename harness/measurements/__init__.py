@@ -10,21 +10,32 @@ A measurement is `fn(cell, options, *, device, progress) -> {"metrics", "details
 validated against that dataclass. A measurement that cannot run the cell's (attention, task) pair
 raises `SkipCell(reason)`; any other exception is a failure.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from attnbench.registry import Registry
 from attnbench.progress import Progress
+from attnbench.registry import Registry
 
 ENTRY_POINT_GROUP = "attnbench.measurement"
 
-MEASUREMENTS = Registry("measurement", builtin_modules=[
-    "attnbench.measurements.accuracy", "attnbench.measurements.robustness",
-    "attnbench.measurements.efficiency", "attnbench.measurements.fidelity",
-    "attnbench.baselines.coulomb.measurement", "attnbench.measurements.state", "attnbench.measurements.recall",
-    "attnbench.measurements.language_model", "attnbench.measurements.decode"], entry_point_group=ENTRY_POINT_GROUP)
+MEASUREMENTS = Registry(
+    "measurement",
+    builtin_modules=[
+        "attnbench.measurements.accuracy",
+        "attnbench.measurements.robustness",
+        "attnbench.measurements.efficiency",
+        "attnbench.measurements.fidelity",
+        "attnbench.baselines.coulomb.measurement",
+        "attnbench.measurements.state",
+        "attnbench.measurements.recall",
+        "attnbench.measurements.language_model",
+        "attnbench.measurements.decode",
+    ],
+    entry_point_group=ENTRY_POINT_GROUP,
+)
 
 
 class SkipCell(Exception):
@@ -35,8 +46,9 @@ class SkipCell(Exception):
         self.reason = reason
 
 
-def register_measurement(name: str, *, config: type,
-                         description: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def register_measurement(
+    name: str, *, config: type, description: str | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `fn(cell, options, *, device, progress) -> {"metrics", "details"}` under `name`."""
     return MEASUREMENTS.register(name, config=config, description=description)
 
@@ -53,6 +65,8 @@ def run_cell(cell: dict[str, Any], *, device: str = "cpu", progress: Progress | 
     options = MEASUREMENTS.make_config(spec["name"], **(spec.get("options") or {}))
     result = entry.factory(cell, options, device=device, progress=progress)
     if set(result) != {"metrics", "details"}:
-        raise TypeError(f"measurement {spec['name']!r} returned keys {sorted(result)}; "
-                        f"it must return exactly 'metrics' and 'details'")
+        raise TypeError(
+            f"measurement {spec['name']!r} returned keys {sorted(result)}; "
+            f"it must return exactly 'metrics' and 'details'"
+        )
     return result

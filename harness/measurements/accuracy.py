@@ -4,6 +4,7 @@ Details also hold the metrics on the validation split (what a `sweep:` selects o
 per-example predictions on the evaluated split (`attnbench.predictions`, for paired tests). Cells of
 reference models (attention name "reference", `attnbench.references`) are fitted instead of trained.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,13 +12,13 @@ from typing import Any, Literal
 
 from attnbench.measurements import register_measurement
 from attnbench.measurements.common import attention_runtime, load_cell_task, train_cell_model, train_config
-from attnbench.metrics import classification_metrics, reliability_bins, register_metric
+from attnbench.metrics import classification_metrics, register_metric, reliability_bins
 from attnbench.model import parameter_counts
 from attnbench.options import option, require
 from attnbench.parameter_budget import parameter_rule, softmax_parameter_count
 from attnbench.predictions import encode_predictions
-from attnbench.references import REFERENCE, measure_reference
 from attnbench.progress import Progress
+from attnbench.references import REFERENCE, measure_reference
 from attnbench.train import predict_proba
 
 
@@ -28,26 +29,33 @@ class AccuracyOptions:
     n_bins: int = option(15, "equal-width bins of the ECE and the reliability diagram")
     eval_split: Literal["test", "validation"] = option("test", "split the selected checkpoint is evaluated on")
     parameter_tolerance: float | None = option(
-        None, "LRA's parameter rule: flag a model whose parameter count is not within this fraction of the softmax "
-              "Transformer's (LRA: 0.1); None = not checked")
+        None,
+        "LRA's parameter rule: flag a model whose parameter count is not within this fraction of the softmax "
+        "Transformer's (LRA: 0.1); None = not checked",
+    )
 
     def __post_init__(self) -> None:
         require(self.n_bins >= 1, f"n_bins={self.n_bins} must be at least 1")
-        require(self.parameter_tolerance is None or self.parameter_tolerance >= 0,
-                f"parameter_tolerance={self.parameter_tolerance} must be a non-negative fraction or null")
+        require(
+            self.parameter_tolerance is None or self.parameter_tolerance >= 0,
+            f"parameter_tolerance={self.parameter_tolerance} must be a non-negative fraction or null",
+        )
 
 
-for _name, _direction, _text in (("train_seconds", "min", "wall time of training (phase A and B)"),
-                                 ("phase_a_seconds", "min", "wall time of phase A"),
-                                 ("params_total", None, "parameters of the model"),
-                                 ("params_attention", None, "parameters of the attention layers"),
-                                 ("params_ratio", None, "parameters over the softmax Transformer's (LRA's rule)")):
+for _name, _direction, _text in (
+    ("train_seconds", "min", "wall time of training (phase A and B)"),
+    ("phase_a_seconds", "min", "wall time of phase A"),
+    ("params_total", None, "parameters of the model"),
+    ("params_attention", None, "parameters of the attention layers"),
+    ("params_ratio", None, "parameters over the softmax Transformer's (LRA's rule)"),
+):
     register_metric(_name, _direction, _text)
 
 
 @register_measurement("accuracy", config=AccuracyOptions)
-def measure_accuracy(cell: dict[str, Any], options: AccuracyOptions, *, device: str = "cpu",
-                     progress: Progress | None = None) -> dict[str, Any]:
+def measure_accuracy(
+    cell: dict[str, Any], options: AccuracyOptions, *, device: str = "cpu", progress: Progress | None = None
+) -> dict[str, Any]:
     """Train on the cell's task, evaluate the validation-selected checkpoint: metrics, reliability, history."""
     if cell["attention"]["name"] == REFERENCE:
         return measure_reference(cell, options.n_bins, options.eval_split)
@@ -58,10 +66,16 @@ def measure_accuracy(cell: dict[str, Any], options: AccuracyOptions, *, device: 
     params = parameter_counts(result.model)
     metrics = classification_metrics(probs, split.labels, options.n_bins)
     validation = task["validation"]
-    val_probs = probs if options.eval_split == "validation" else predict_proba(
-        result.model, validation, train_config(cell).eval_batch_size, device)
-    metrics |= {"train_seconds": result.train_seconds, "params_total": float(params["total"]),
-                "params_attention": float(params["attention"])}
+    val_probs = (
+        probs
+        if options.eval_split == "validation"
+        else predict_proba(result.model, validation, train_config(cell).eval_batch_size, device)
+    )
+    metrics |= {
+        "train_seconds": result.train_seconds,
+        "params_total": float(params["total"]),
+        "params_attention": float(params["attention"]),
+    }
     if result.phase_a is not None:
         metrics["phase_a_seconds"] = float(result.phase_a["seconds"])
     rule = None
@@ -69,10 +83,18 @@ def measure_accuracy(cell: dict[str, Any], options: AccuracyOptions, *, device: 
         reference = softmax_parameter_count(result.model.cfg, task, cell["seed"])
         rule = parameter_rule(params["total"], reference, options.parameter_tolerance)
         metrics["params_ratio"] = rule["ratio"]
-    details = {"checkpoint": result.checkpoint, "best_epoch": result.best_epoch, "history": result.history,
-               "eval_split": options.eval_split, "eval_rows": len(split),
-               "reliability": reliability_bins(probs, split.labels, options.n_bins),
-               "phase_a": result.phase_a, "params": params, "attention_runtime": attention_runtime(result.model),
-               "validation": classification_metrics(val_probs, validation.labels, options.n_bins),
-               "predictions": encode_predictions(probs, split.labels), **({"parameter_rule": rule} if rule else {})}
+    details = {
+        "checkpoint": result.checkpoint,
+        "best_epoch": result.best_epoch,
+        "history": result.history,
+        "eval_split": options.eval_split,
+        "eval_rows": len(split),
+        "reliability": reliability_bins(probs, split.labels, options.n_bins),
+        "phase_a": result.phase_a,
+        "params": params,
+        "attention_runtime": attention_runtime(result.model),
+        "validation": classification_metrics(val_probs, validation.labels, options.n_bins),
+        "predictions": encode_predictions(probs, split.labels),
+        **({"parameter_rule": rule} if rule else {}),
+    }
     return {"metrics": metrics, "details": details}

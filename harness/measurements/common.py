@@ -1,4 +1,5 @@
 """What the training-based measurements share: seeding, loading the cell's task, building and training its model."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,19 +43,33 @@ def check_capabilities(attention: str, task: TaskData) -> None:
 
 def model_config(cell: dict[str, Any], task: TaskData) -> ModelConfig:
     """ModelConfig from the cell's overrides; vocabulary, classes, length, padding and segments from the task."""
-    sizes = {"vocab_size": task.vocab_size, "num_classes": task.num_classes, "max_length": task.max_length,
-             "pad_id": task.pad_id, "num_segments": 2 if task.pair else 1}
+    sizes = {
+        "vocab_size": task.vocab_size,
+        "num_classes": task.num_classes,
+        "max_length": task.max_length,
+        "pad_id": task.pad_id,
+        "num_segments": 2 if task.pair else 1,
+    }
     config = make_options(ModelConfig, {**(cell.get("model") or {}), **sizes}, what="model")
     if config.kind != "encoder":
-        raise SkipCell(f"this measurement trains the encoder classifier, and the model kind is {config.kind!r}; "
-                       f"decoders go with the recall, lm, state and decode measurements")
+        raise SkipCell(
+            f"this measurement trains the encoder classifier, and the model kind is {config.kind!r}; "
+            f"decoders go with the recall, lm, state and decode measurements"
+        )
     record_what_ran("model", dataclasses.asdict(config))
     return config
 
 
-def train_cell_model(cell: dict[str, Any], task: TaskData, *, device: str, progress: Progress | None = None,
-                     attention: str | None = None, attention_options: dict[str, Any] | None = None,
-                     training: dict[str, Any] | None = None) -> TrainResult:
+def train_cell_model(
+    cell: dict[str, Any],
+    task: TaskData,
+    *,
+    device: str,
+    progress: Progress | None = None,
+    attention: str | None = None,
+    attention_options: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+) -> TrainResult:
     """Train the cell's classifier (or one with another attention / options / training) with the cell seed."""
     name = attention or cell["attention"]["name"]
     options = (cell["attention"].get("options") or {}) if attention_options is None else attention_options
@@ -62,8 +77,9 @@ def train_cell_model(cell: dict[str, Any], task: TaskData, *, device: str, progr
     seed = cell["seed"]
     seed_everything(seed)
     model = build_classifier(model_config(cell, task), task, name, options, seed=seed)
-    return train_classifier(model, task, train_config(cell, **(training or {})), seed=seed, device=device,
-                            progress=progress)
+    return train_classifier(
+        model, task, train_config(cell, **(training or {})), seed=seed, device=device, progress=progress
+    )
 
 
 def train_config(cell: dict[str, Any], **overrides: Any) -> TrainConfig:

@@ -7,6 +7,7 @@ dominant term; minimum bytes are reading q, k, v and writing the output once (pl
 that must be read). Training (forward + backward) is counted as 3x the forward FLOPs and 2x the
 forward bytes (gradients of the inputs are written and the output gradient read).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -66,8 +67,9 @@ def forward_cost(module: nn.Module, name: str, batch: int, heads: int, n: int, d
     return None
 
 
-def point_cost(module: nn.Module, name: str, batch: int, heads: int, n: int, d: int, mode: str,
-               dtype: torch.dtype) -> dict[str, Any] | None:
+def point_cost(
+    module: nn.Module, name: str, batch: int, heads: int, n: int, d: int, mode: str, dtype: torch.dtype
+) -> dict[str, Any] | None:
     """FLOPs and minimum bytes of a forward or training call in `dtype`; None when no formula is known."""
     cost = forward_cost(module, name, batch, heads, n, d)
     if cost is None:

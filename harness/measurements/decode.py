@@ -7,6 +7,7 @@ The model is untrained (cost does not depend on the weights); batch 1, float32, 
 A linear attention's step costs the same at every L while softmax's grows with its cache: where the two
 curves cross is measured here, not assumed.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,19 +18,20 @@ from typing import Any
 import torch
 
 from attnbench.baselines.linear_kernel import torch_threads
-from attnbench.runtime import seed_everything
 from attnbench.decoder import TransformerDecoder
 from attnbench.decoder_training import decoder_config
 from attnbench.measurements import register_measurement
 from attnbench.measurements.common import load_cell_task
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
-from attnbench.recurrence import state_bytes
 from attnbench.progress import Progress
+from attnbench.recurrence import state_bytes
+from attnbench.runtime import seed_everything
 
 for _pattern, _direction, _text in (
-        ("prefill_tokens_per_s@*", "max", "prompt tokens per second of the parallel prefill at that context length"),
-        ("decode_ms_per_token@*", "min", "median milliseconds of one decoding step at that context length")):
+    ("prefill_tokens_per_s@*", "max", "prompt tokens per second of the parallel prefill at that context length"),
+    ("decode_ms_per_token@*", "min", "median milliseconds of one decoding step at that context length"),
+):
     register_metric(_pattern, _direction, _text)
 
 
@@ -43,8 +45,10 @@ class DecodeOptions:
     threads: int = option(1, "torch threads while decoding (one token's work is small)")
 
     def __post_init__(self) -> None:
-        require(bool(self.context_lengths) and all(n >= 1 for n in self.context_lengths),
-                f"context_lengths={self.context_lengths} must be a non-empty list of positive lengths")
+        require(
+            bool(self.context_lengths) and all(n >= 1 for n in self.context_lengths),
+            f"context_lengths={self.context_lengths} must be a non-empty list of positive lengths",
+        )
         require(self.steps >= 1 and self.warmup >= 0, f"steps={self.steps} must be >= 1 and warmup >= 0")
         require(self.threads >= 1, f"threads={self.threads} must be at least 1")
 
@@ -65,19 +69,33 @@ def decode_row(model: TransformerDecoder, length: int, options: DecodeOptions, d
             token = logits_t.argmax(-1)
             if i >= options.warmup:
                 times.append(time.perf_counter() - start)
-    return {"context_length": length, "prefill_seconds": prefill_s, "prefill_tokens_per_s": length / prefill_s,
-            "decode_ms_per_token": 1e3 * statistics.median(times), "state_bytes": bytes_per_layer}
+    return {
+        "context_length": length,
+        "prefill_seconds": prefill_s,
+        "prefill_tokens_per_s": length / prefill_s,
+        "decode_ms_per_token": 1e3 * statistics.median(times),
+        "state_bytes": bytes_per_layer,
+    }
 
 
 @register_measurement("decode", config=DecodeOptions)
-def measure_decode(cell: dict[str, Any], options: DecodeOptions, *, device: str = "cpu",
-                   progress: Progress | None = None) -> dict[str, Any]:
+def measure_decode(
+    cell: dict[str, Any], options: DecodeOptions, *, device: str = "cpu", progress: Progress | None = None
+) -> dict[str, Any]:
     """Prefill throughput and per-token decoding latency at each context length, with the state bytes."""
     task = load_cell_task(cell)
     seed_everything(cell["seed"])
     longest = max(options.context_lengths) + options.warmup + options.steps + 1
-    model = TransformerDecoder(decoder_config(cell, task, max_length=longest), cell["attention"]["name"],
-                               cell["attention"].get("options") or {}, seed=cell["seed"]).to(device).eval()
+    model = (
+        TransformerDecoder(
+            decoder_config(cell, task, max_length=longest),
+            cell["attention"]["name"],
+            cell["attention"].get("options") or {},
+            seed=cell["seed"],
+        )
+        .to(device)
+        .eval()
+    )
     rows = []
     for i, length in enumerate(sorted(options.context_lengths)):
         rows.append(decode_row(model, length, options, device))
@@ -86,7 +104,12 @@ def measure_decode(cell: dict[str, Any], options: DecodeOptions, *, device: str 
     metrics = {}
     for row in rows:
         n = row["context_length"]
-        metrics |= {f"prefill_tokens_per_s@{n}": row["prefill_tokens_per_s"],
-                    f"decode_ms_per_token@{n}": row["decode_ms_per_token"], f"state_bytes@{n}": float(row["state_bytes"])}
-    return {"metrics": metrics, "details": {"rows": rows, "batch_size": 1, "dtype": "float32",
-                                            "threads": options.threads}}
+        metrics |= {
+            f"prefill_tokens_per_s@{n}": row["prefill_tokens_per_s"],
+            f"decode_ms_per_token@{n}": row["decode_ms_per_token"],
+            f"state_bytes@{n}": float(row["state_bytes"]),
+        }
+    return {
+        "metrics": metrics,
+        "details": {"rows": rows, "batch_size": 1, "dtype": "float32", "threads": options.threads},
+    }

@@ -22,6 +22,7 @@ that it has no time, ratio or rank. Small calls (below `single_thread_flops`) ru
 run their small operations: a call too small to gain from threads otherwise meets torch's thread pool at a barrier,
 and stalls whenever another process holds one of its cores.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,15 +34,29 @@ import torch
 
 from attnbench.errors import ConfigError, UserError
 from attnbench.measurements import register_measurement
-from attnbench.metrics import register_metric
 from attnbench.measurements.common import attention_label
 from attnbench.measurements.cost import point_cost
+from attnbench.metrics import register_metric
 from attnbench.options import option, require
-from attnbench.registry import ATTENTIONS, build_attention
-from attnbench.timing import (OOM_ERRORS, busy_machine, call_seconds, cpu_snapshot, machine_load, measure_machine,
-                            others_cores, pair_ratios, peak_memory, quartiles, retain_freed_memory, time_alternating,
-                            time_repeated, time_unstarved, torch_threads)
 from attnbench.progress import Progress
+from attnbench.registry import ATTENTIONS, build_attention
+from attnbench.timing import (
+    OOM_ERRORS,
+    busy_machine,
+    call_seconds,
+    cpu_snapshot,
+    machine_load,
+    measure_machine,
+    others_cores,
+    pair_ratios,
+    peak_memory,
+    quartiles,
+    retain_freed_memory,
+    time_alternating,
+    time_repeated,
+    time_unstarved,
+    torch_threads,
+)
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 Mode = Literal["forward", "train"]
@@ -66,53 +81,81 @@ class EfficiencyOptions:
     min_time_s: float = option(0.3, "time each point for at least this long")
     min_repeats: int = option(3, "and at least this many calls")
     max_repeats: int = option(50, "but at most this many calls")
-    rounds: int = option(1, "time the points in this many interleaved passes (each a share of min_time_s and the "
-                            "repeats; calls pooled), so that a shared machine's slow spells fall on every length "
-                            "and mode alike instead of on whichever point they overlap")
+    rounds: int = option(
+        1,
+        "time the points in this many interleaved passes (each a share of min_time_s and the "
+        "repeats; calls pooled), so that a shared machine's slow spells fall on every length "
+        "and mode alike instead of on whichever point they overlap",
+    )
     point_budget_s: float = option(60.0, "per-point budget: one call longer than this is a time-out")
-    memory: bool = option(True, "measure peak memory (CPU: one subprocess per point, which also keeps a point "
-                                "that does not fit from killing the run; False runs every point in-process)")
+    memory: bool = option(
+        True,
+        "measure peak memory (CPU: one subprocess per point, which also keeps a point "
+        "that does not fit from killing the run; False runs every point in-process)",
+    )
     length_caps: dict = option({}, "largest N per attention name or label, e.g. {softmax: 8192}; longer: skipped")
     matmul_size: int | None = option(None, "matrix size of the machine's matmul-rate probe (None: 2048 CPU, 8192 CUDA)")
     copy_mb: int = option(256, "tensor size (MiB) of the machine's copy-bandwidth probe")
     allocator: Literal["retain", "system"] = option(
-        "retain", "retain: glibc malloc keeps freed memory for reuse in the timing process (as jemalloc / tcmalloc "
-                  "do; see attnbench.timing.retain_freed_memory), so calls do not fault in fresh pages for every large "
-                  "tensor; system: the allocator as it is. Applies to every attention alike; peak memory is "
-                  "measured in fresh subprocesses either way")
-    paired: dict = option({}, "per attention label or name, another attention (a name, or {name, options, label}) "
-                              "timed call by call in alternation with it at every point (A B, then B A): rows get "
-                              "its median time and the median over pairs of its time / this time, a comparison "
-                              "that a shared machine's slow spells cannot tilt (cells timed minutes apart can be); "
-                              "the row's own times then come from the alternated calls too")
-    probe_each_point: bool = option(True, "probe the matmul rate and copy bandwidth again right before and after "
-                                          "each timed pass, its roofline bound from the better of the two (median "
-                                          "over passes; a shared machine's speed drifts during a run); False: the "
-                                          "run's one probe")
-    starved_tolerance: float = option(0.10, "refuse a timed pass whose threads waited for a core more than this share "
-                                            "of their runnable time (the kernel's scheduler counters; a busy machine)")
+        "retain",
+        "retain: glibc malloc keeps freed memory for reuse in the timing process (as jemalloc / tcmalloc "
+        "do; see attnbench.timing.retain_freed_memory), so calls do not fault in fresh pages for every large "
+        "tensor; system: the allocator as it is. Applies to every attention alike; peak memory is "
+        "measured in fresh subprocesses either way",
+    )
+    paired: dict = option(
+        {},
+        "per attention label or name, another attention (a name, or {name, options, label}) "
+        "timed call by call in alternation with it at every point (A B, then B A): rows get "
+        "its median time and the median over pairs of its time / this time, a comparison "
+        "that a shared machine's slow spells cannot tilt (cells timed minutes apart can be); "
+        "the row's own times then come from the alternated calls too",
+    )
+    probe_each_point: bool = option(
+        True,
+        "probe the matmul rate and copy bandwidth again right before and after "
+        "each timed pass, its roofline bound from the better of the two (median "
+        "over passes; a shared machine's speed drifts during a run); False: the "
+        "run's one probe",
+    )
+    starved_tolerance: float = option(
+        0.10,
+        "refuse a timed pass whose threads waited for a core more than this share "
+        "of their runnable time (the kernel's scheduler counters; a busy machine)",
+    )
     starved_tries: int = option(3, "tries of a starved pass (1 s apart) before the point is recorded as not measured")
-    single_thread_flops: float = option(2e7, "calls below this many counted FLOPs (without a count: whose warm-up call "
-                                             "took under 1 ms) run on one thread; 0: never")
-    load_probe_s: float = option(0.02, "seconds a thread spins after each timed pass to probe its share of a core "
-                                       "(with the other processes' CPU use during the pass and the load average: "
-                                       "how busy the machine was; 0: no spinning probe)")
+    single_thread_flops: float = option(
+        2e7,
+        "calls below this many counted FLOPs (without a count: whose warm-up call "
+        "took under 1 ms) run on one thread; 0: never",
+    )
+    load_probe_s: float = option(
+        0.02,
+        "seconds a thread spins after each timed pass to probe its share of a core "
+        "(with the other processes' CPU use during the pass and the load average: "
+        "how busy the machine was; 0: no spinning probe)",
+    )
 
     def __post_init__(self) -> None:
         for name in ("seq_lens", "batch_sizes", "heads", "modes"):
             require(len(getattr(self, name)) > 0, f"{name} is empty; give at least one value")
         require(self.threads >= 1, f"threads={self.threads} must be at least 1")
-        require(self.min_repeats >= 1 and self.max_repeats >= self.min_repeats,
-                f"need 1 <= min_repeats ({self.min_repeats}) <= max_repeats ({self.max_repeats})")
+        require(
+            self.min_repeats >= 1 and self.max_repeats >= self.min_repeats,
+            f"need 1 <= min_repeats ({self.min_repeats}) <= max_repeats ({self.max_repeats})",
+        )
         require(self.rounds >= 1, f"rounds={self.rounds} must be at least 1")
         require(self.load_probe_s >= 0, f"load_probe_s={self.load_probe_s} must be 0 or more")
         require(0 < self.starved_tolerance < 1, f"starved_tolerance={self.starved_tolerance} must lie in (0, 1)")
         require(self.starved_tries >= 1, f"starved_tries={self.starved_tries} must be at least 1")
         for label, other in self.paired.items():
             spec = _paired_spec(other)
-            require(isinstance(spec, dict) and isinstance(spec.get("name"), str)
-                    and set(spec) <= {"name", "options", "label"},
-                    f"paired[{label!r}]={other!r} must be an attention name or {{name, options, label}}")
+            require(
+                isinstance(spec, dict)
+                and isinstance(spec.get("name"), str)
+                and set(spec) <= {"name", "options", "label"},
+                f"paired[{label!r}]={other!r} must be an attention name or {{name, options, label}}",
+            )
             try:  # an unknown name or option fails when the suite loads, not minutes into the run
                 ATTENTIONS.make_config(spec["name"], **(spec.get("options") or {}))
             except UserError as err:
@@ -124,20 +167,32 @@ def _paired_spec(other: Any) -> Any:
     return {"name": other} if isinstance(other, str) else other
 
 
-def attention_call(name: str, options: dict[str, Any], batch: int, heads: int, n: int, d: int, mode: str,
-                   dtype: str, device: str, seed: int) -> Callable[[], Any]:
+def attention_call(
+    name: str,
+    options: dict[str, Any],
+    batch: int,
+    heads: int,
+    n: int,
+    d: int,
+    mode: str,
+    dtype: str,
+    device: str,
+    seed: int,
+) -> Callable[[], Any]:
     """Build the attention and its random inputs; return the call to time (module-level: picklable)."""
     module = build_attention(name, head_dim=d, num_heads=heads, max_length=n, seed=seed, **options)
     module = module.to(device=device, dtype=DTYPES[dtype])
     generator = torch.Generator(device=device).manual_seed(seed)
-    q, k, v = (torch.randn(batch, heads, n, d, generator=generator, device=device, dtype=DTYPES[dtype])
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, heads, n, d, generator=generator, device=device, dtype=DTYPES[dtype]) for _ in range(3)
+    )
     if mode == "forward":
         module.eval()
 
         def forward() -> Any:
             with torch.no_grad():
                 return module(q, k, v)
+
         forward.module = module  # what ran is read off it (`kernel_routes`)
         return forward
     module.train()
@@ -152,6 +207,7 @@ def attention_call(name: str, options: dict[str, Any], batch: int, heads: int, n
         for t in (q, k, v):
             t.grad = None
         module(q, k, v).backward(grad_out)
+
     train_step.module = module
     return train_step
 
@@ -172,19 +228,53 @@ class Point:
         return self.row["status"] == "ok"
 
 
-def _new_point(cell: dict[str, Any], options: EfficiencyOptions, n: int, b: int, h: int, mode: str, device: str,
-               machine: dict[str, Any]) -> Point:
+def _new_point(
+    cell: dict[str, Any],
+    options: EfficiencyOptions,
+    n: int,
+    b: int,
+    h: int,
+    mode: str,
+    device: str,
+    machine: dict[str, Any],
+) -> Point:
     name, label = cell["attention"]["name"], attention_label(cell)
     attn_options = cell["attention"].get("options") or {}
     d = options.head_dim
-    row: dict[str, Any] = {"seq_len": n, "batch": b, "heads": h, "head_dim": d, "mode": mode, "dtype": options.dtype,
-                           "status": "ok", "reason": None, "median_ms": None, "q25_ms": None, "q75_ms": None,
-                           "min_ms": None, "repeats": 0, "tokens_per_s": None, "peak_mem_bytes": None,
-                           "mem_method": None, "flops": None, "bytes": None, "gflops_per_s": None, "roofline_ms": None,
-                           "roofline_fraction": None}
+    row: dict[str, Any] = {
+        "seq_len": n,
+        "batch": b,
+        "heads": h,
+        "head_dim": d,
+        "mode": mode,
+        "dtype": options.dtype,
+        "status": "ok",
+        "reason": None,
+        "median_ms": None,
+        "q25_ms": None,
+        "q75_ms": None,
+        "min_ms": None,
+        "repeats": 0,
+        "tokens_per_s": None,
+        "peak_mem_bytes": None,
+        "mem_method": None,
+        "flops": None,
+        "bytes": None,
+        "gflops_per_s": None,
+        "roofline_ms": None,
+        "roofline_fraction": None,
+    }
     args = (name, attn_options, b, h, n, d, mode, options.dtype, device, cell["seed"])
-    cost = point_cost(build_attention(name, head_dim=d, num_heads=h, max_length=n, seed=cell["seed"], **attn_options),
-                      name, b, h, n, d, mode, DTYPES[options.dtype])
+    cost = point_cost(
+        build_attention(name, head_dim=d, num_heads=h, max_length=n, seed=cell["seed"], **attn_options),
+        name,
+        b,
+        h,
+        n,
+        d,
+        mode,
+        DTYPES[options.dtype],
+    )
     if cost is not None:
         row |= {"flops": cost["flops"], "bytes": cost["bytes"]}
         row["roofline_ms"] = _bound_s(row, machine) * 1e3
@@ -192,17 +282,24 @@ def _new_point(cell: dict[str, Any], options: EfficiencyOptions, n: int, b: int,
     if cap is not None and n > cap:
         row |= {"status": "skipped", "reason": f"N={n} is above the length cap {cap} for {label} (option length_caps)"}
     elif row["roofline_ms"] is not None and row["roofline_ms"] / 1e3 > options.point_budget_s:
-        row |= {"status": "skipped", "reason": f"its roofline bound {row['roofline_ms'] / 1e3:.3g} s alone exceeds "
-                                               f"the per-point budget {options.point_budget_s:g} s (point_budget_s)"}
+        row |= {
+            "status": "skipped",
+            "reason": f"its roofline bound {row['roofline_ms'] / 1e3:.3g} s alone exceeds "
+            f"the per-point budget {options.point_budget_s:g} s (point_budget_s)",
+        }
     point = Point(row, args)
     other = options.paired.get(label, options.paired.get(name))
     if other is not None:
         spec = _paired_spec(other)
         other_label = spec.get("label") or spec["name"]
-        row |= {"paired_label": other_label, "paired_median_ms": None, "paired_ratio": None,
-                "paired_ratio_q25": None, "paired_ratio_q75": None}
-        point.twin = Point({"status": "ok", "reason": None},
-                           (spec["name"], spec.get("options") or {}, *args[2:]))
+        row |= {
+            "paired_label": other_label,
+            "paired_median_ms": None,
+            "paired_ratio": None,
+            "paired_ratio_q25": None,
+            "paired_ratio_q75": None,
+        }
+        point.twin = Point({"status": "ok", "reason": None}, (spec["name"], spec.get("options") or {}, *args[2:]))
     return point
 
 
@@ -212,8 +309,9 @@ def _fail(point: Point, status: str, reason: str) -> None:
 
 
 def _measure_memory(point: Point, options: EfficiencyOptions, device: str) -> None:
-    reading = peak_memory(attention_call, point.args, device=device, budget_s=options.point_budget_s,
-                          threads=options.threads)
+    reading = peak_memory(
+        attention_call, point.args, device=device, budget_s=options.point_budget_s, threads=options.threads
+    )
     point.row["mem_method"] = reading.method
     if reading.status != "ok":
         _fail(point, reading.status, reading.reason or reading.status)
@@ -248,8 +346,12 @@ def _warm_up(point: Point, options: EfficiencyOptions, device: str) -> None:
             for _ in range(options.warmup):
                 seconds = point.call_s = call_seconds(point.fn, device)
                 if seconds > options.point_budget_s:
-                    _fail(point, "timeout", f"one call took {seconds:.3g} s, over the per-point budget "
-                                            f"{options.point_budget_s:g} s (point_budget_s)")
+                    _fail(
+                        point,
+                        "timeout",
+                        f"one call took {seconds:.3g} s, over the per-point budget "
+                        f"{options.point_budget_s:g} s (point_budget_s)",
+                    )
                     return
     except OOM_ERRORS as err:
         _fail(point, "oom", f"{type(err).__name__}: {err}"[:300])
@@ -258,8 +360,14 @@ def _warm_up(point: Point, options: EfficiencyOptions, device: str) -> None:
 
 def _probe(options: EfficiencyOptions, device: str) -> dict[str, Any]:
     """The machine's rates measured now (short: a few repeats of each probe)."""
-    return measure_machine(device, threads=options.threads, matmul_size=_matmul_size(options, device),
-                           copy_mb=options.copy_mb, min_time_s=0.15, fresh=True)
+    return measure_machine(
+        device,
+        threads=options.threads,
+        matmul_size=_matmul_size(options, device),
+        copy_mb=options.copy_mb,
+        min_time_s=0.15,
+        fresh=True,
+    )
 
 
 def _matmul_size(options: EfficiencyOptions, device: str) -> int:
@@ -274,8 +382,11 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
     call (the probe before it has flushed the caches)."""
     rounds = options.rounds
     rewarm_below_s = 0.25 * options.min_time_s / rounds
-    share = {"min_time_s": options.min_time_s / rounds, "min_repeats": -(-options.min_repeats // rounds),
-             "max_repeats": max(1, options.max_repeats // rounds)}
+    share = {
+        "min_time_s": options.min_time_s / rounds,
+        "min_repeats": -(-options.min_repeats // rounds),
+        "max_repeats": max(1, options.max_repeats // rounds),
+    }
     times: dict[int, list[float]] = {i: [] for i in range(len(points))}
     twin_times: dict[int, list[float]] = {i: [] for i in range(len(points))}
     rates: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
@@ -293,8 +404,11 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
                         for each in [point] + ([twin] if twin is not None else []):
                             if rounds > 1 and each.call_s < rewarm_below_s:  # caches, threads warm after a probe
                                 call_seconds(each.fn, device)
-                        guarded = time_unstarved(lambda p=point, t=twin: _timed_pass(p, t, options, device, share),
-                                                 tolerance=options.starved_tolerance, tries=options.starved_tries)
+                        guarded = time_unstarved(
+                            lambda p=point, t=twin: _timed_pass(p, t, options, device, share),
+                            tolerance=options.starved_tolerance,
+                            tries=options.starved_tries,
+                        )
                     loads[i].append(_load_reading(cpu_before, options))
                     after = _probe(options, device) if options.probe_each_point else None
                 except OOM_ERRORS as err:
@@ -321,39 +435,58 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
             point.row |= _load_summary(loads[i]) | _starvation_summary(shares[i], accepted[i], options)
             if twin_times[i]:
                 q25, median, q75 = quartiles(pair_ratios(times[i], twin_times[i]))
-                point.row |= {"paired_median_ms": float(np.median(twin_times[i])), "paired_ratio": median,
-                              "paired_ratio_q25": q25, "paired_ratio_q75": q75}
+                point.row |= {
+                    "paired_median_ms": float(np.median(twin_times[i])),
+                    "paired_ratio": median,
+                    "paired_ratio_q25": q25,
+                    "paired_ratio_q75": q75,
+                }
             if point.twin is not None:
                 point.twin.fn = None
 
 
-def _timed_pass(point: Point, twin: Point | None, options: EfficiencyOptions, device: str,
-                share: dict[str, Any]) -> tuple[Any, Any]:
+def _timed_pass(
+    point: Point, twin: Point | None, options: EfficiencyOptions, device: str, share: dict[str, Any]
+) -> tuple[Any, Any]:
     """One timed pass of a point (alternated with its twin, if any): (its Timing, the twin's Timing or None)."""
     if twin is None:
         return time_repeated(point.fn, device=device, budget_s=options.point_budget_s, **share), None
     return time_alternating(point.fn, twin.fn, device=device, budget_s=options.point_budget_s, **share)
 
 
-def _starvation_summary(tries: list[float | None], kept: list[float | None],
-                        options: EfficiencyOptions) -> dict[str, Any]:
+def _starvation_summary(
+    tries: list[float | None], kept: list[float | None], options: EfficiencyOptions
+) -> dict[str, Any]:
     """A point's starvation readings: the largest share among the kept tries (accepted point) or the refused
     pass's tries (refused point), how many tries it took, and whether the counters could be read."""
     read = [s for s in kept if s is not None]
-    return {"starved_share": max(read) if read else None, "timing_tries": len(tries),
-            "starvation_checked": any(s is not None for s in tries), "starved_tolerance": options.starved_tolerance}
+    return {
+        "starved_share": max(read) if read else None,
+        "timing_tries": len(tries),
+        "starvation_checked": any(s is not None for s in tries),
+        "starved_tolerance": options.starved_tolerance,
+    }
 
 
 def _finish(point: Point, times: list[float], probes: list[dict[str, Any]], rounds: int) -> None:
     """The point's row from its pooled call times (ms) and the probes next to its passes."""
     row = point.row
     q25, median, q75 = quartiles(times)
-    row |= {"median_ms": median, "q25_ms": q25, "q75_ms": q75, "min_ms": min(times), "repeats": len(times),
-            "rounds": rounds, "tokens_per_s": row["batch"] * row["seq_len"] / (median / 1e3)}
+    row |= {
+        "median_ms": median,
+        "q25_ms": q25,
+        "q75_ms": q75,
+        "min_ms": min(times),
+        "repeats": len(times),
+        "rounds": rounds,
+        "tokens_per_s": row["batch"] * row["seq_len"] / (median / 1e3),
+    }
     if probes:  # per pass the better of the probes before and after it, then the median over passes
         passes = list(zip(probes[::2], probes[1::2]))
-        rates = {key: float(np.median([max(before[key], after[key]) for before, after in passes]))
-                 for key in ("matmul_gflops", "copy_gb_per_s")}
+        rates = {
+            key: float(np.median([max(before[key], after[key]) for before, after in passes]))
+            for key in ("matmul_gflops", "copy_gb_per_s")
+        }
         row |= {"probe_matmul_gflops": rates["matmul_gflops"], "probe_copy_gb_per_s": rates["copy_gb_per_s"]}
         if row["flops"] is not None:
             row["roofline_ms"] = _bound_s(row, rates) * 1e3
@@ -368,8 +501,9 @@ def _finish(point: Point, times: list[float], probes: list[dict[str, Any]], roun
 def _load_reading(cpu_before: Any, options: EfficiencyOptions) -> dict[str, Any]:
     """How busy the machine was during a timed pass that began at `cpu_before` (a `cpu_snapshot`), read now."""
     others = others_cores(cpu_before, cpu_snapshot())
-    load = machine_load(options.load_probe_s) if options.load_probe_s > 0 else {"load_1m": None,
-                                                                                 "cpu_availability": None}
+    load = (
+        machine_load(options.load_probe_s) if options.load_probe_s > 0 else {"load_1m": None, "cpu_availability": None}
+    )
     return {"others_cores": others, "load_1m": load["load_1m"], "cpu_availability": load["cpu_availability"]}
 
 
@@ -412,28 +546,38 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 for _pattern, _direction, _text in (
-        ("*_ms@*", "min", "median time of one call in milliseconds"),
-        ("*_tokens_per_s@*", "max", "tokens processed per second"),
-        ("*_peak_mem_bytes@*", "min", "peak memory of one call in bytes"),
-        ("*_roofline_fraction@*", "max", "roofline bound / measured time"),
-        ("*_paired_ratio@*", "max", "median over alternated pairs of the paired attention's time / this one's")):
+    ("*_ms@*", "min", "median time of one call in milliseconds"),
+    ("*_tokens_per_s@*", "max", "tokens processed per second"),
+    ("*_peak_mem_bytes@*", "min", "peak memory of one call in bytes"),
+    ("*_roofline_fraction@*", "max", "roofline bound / measured time"),
+    ("*_paired_ratio@*", "max", "median over alternated pairs of the paired attention's time / this one's"),
+):
     register_metric(_pattern, _direction, _text)
 
 
 @register_measurement("efficiency", config=EfficiencyOptions)
-def measure_efficiency(cell: dict[str, Any], options: EfficiencyOptions, *, device: str = "cpu",
-                       progress: Progress | None = None) -> dict[str, Any]:
+def measure_efficiency(
+    cell: dict[str, Any], options: EfficiencyOptions, *, device: str = "cpu", progress: Progress | None = None
+) -> dict[str, Any]:
     """Time and peak memory of the attention alone per (N, B, H, mode), against the machine's roofline."""
     threads_before = torch.get_num_threads()
     torch.set_num_threads(options.threads)
     try:
-        allocator = (retain_freed_memory() if options.allocator == "retain" and torch.device(device).type == "cpu"
-                     else {"policy": "system"})
-        machine = measure_machine(device, threads=options.threads, matmul_size=_matmul_size(options, device),
-                                  copy_mb=options.copy_mb) | {"allocator": allocator}
-        points = [_new_point(cell, options, n, b, h, mode, device, machine)
-                  for n in options.seq_lens for b in options.batch_sizes for h in options.heads
-                  for mode in options.modes]
+        allocator = (
+            retain_freed_memory()
+            if options.allocator == "retain" and torch.device(device).type == "cpu"
+            else {"policy": "system"}
+        )
+        machine = measure_machine(
+            device, threads=options.threads, matmul_size=_matmul_size(options, device), copy_mb=options.copy_mb
+        ) | {"allocator": allocator}
+        points = [
+            _new_point(cell, options, n, b, h, mode, device, machine)
+            for n in options.seq_lens
+            for b in options.batch_sizes
+            for h in options.heads
+            for mode in options.modes
+        ]
         for stage in ([_measure_memory] if options.memory else []) + [_warm_up]:
             for i, point in enumerate(points):
                 if point.open:
@@ -444,8 +588,15 @@ def measure_efficiency(cell: dict[str, Any], options: EfficiencyOptions, *, devi
     finally:
         torch.set_num_threads(threads_before)
     rows = [p.row for p in points]
-    return {"metrics": _summary(rows), "details": {"rows": rows, "machine": machine, "notes": _notes(rows),
-                                                   "attention_options": cell["attention"].get("options") or {}}}
+    return {
+        "metrics": _summary(rows),
+        "details": {
+            "rows": rows,
+            "machine": machine,
+            "notes": _notes(rows),
+            "attention_options": cell["attention"].get("options") or {},
+        },
+    }
 
 
 def _notes(rows: list[dict[str, Any]]) -> list[str]:
@@ -457,10 +608,14 @@ def _notes(rows: list[dict[str, Any]]) -> list[str]:
         notes.append(f"not measured (the timed threads were kept off the cores in every try): {', '.join(refused)}")
     busy = [f"{r['mode']}@{r['seq_len']}" for r in rows if r.get("busy")]
     if busy:
-        notes.append(f"measured on a busy machine (other processes on the cores while timed): {', '.join(busy)}; "
-                     f"their times read slower than the code is")
+        notes.append(
+            f"measured on a busy machine (other processes on the cores while timed): {', '.join(busy)}; "
+            f"their times read slower than the code is"
+        )
     above = [f"{r['mode']}@{r['seq_len']}" for r in rows if (r["roofline_fraction"] or 0) > 1]
     if not above:
         return notes
-    return notes + [f"roofline fraction above 1 at {', '.join(above)}: the machine probe under-measured the matmul rate or "
-            f"copy bandwidth (a busy machine while probing, or a small probe: raise matmul_size / copy_mb)"]
+    return notes + [
+        f"roofline fraction above 1 at {', '.join(above)}: the machine probe under-measured the matmul rate or "
+        f"copy bandwidth (a busy machine while probing, or a small probe: raise matmul_size / copy_mb)"
+    ]

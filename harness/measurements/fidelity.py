@@ -13,6 +13,7 @@ Inputs:
   one test batch of a softmax model briefly trained on the cell's task with the cell's model.
 Per feature budget when the attention has a num_features option.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,11 +24,11 @@ import torch
 from torch import Tensor
 
 from attnbench.measurements import SkipCell, register_measurement
-from attnbench.metrics import register_metric
 from attnbench.measurements.common import has_option, load_cell_task, model_config, train_cell_model
+from attnbench.metrics import register_metric
 from attnbench.options import option, require
-from attnbench.registry import build_attention
 from attnbench.progress import Progress
+from attnbench.registry import build_attention
 
 Inputs = Literal["random", "trained"]
 
@@ -36,7 +37,9 @@ Inputs = Literal["random", "trained"]
 class FidelityOptions:
     """Options of the fidelity measurement (defaults cheap; suites scale them)."""
 
-    inputs: list[Inputs] = option(["random", "trained"], "input sources: random Gaussian, captured from a trained model")
+    inputs: list[Inputs] = option(
+        ["random", "trained"], "input sources: random Gaussian, captured from a trained model"
+    )
     seq_lens: list[int] = option([128, 512], "sequence lengths of the random inputs")
     num_features: list[int] = option([], "feature budgets (attentions with num_features); empty = the cell's own")
     batch: int = option(2, "random inputs: batch size")
@@ -79,21 +82,30 @@ def uniform_attention(v: Tensor, key_padding_mask: Tensor | None = None) -> Tens
     return ((v * keep).sum(dim=2, keepdim=True) / keep.sum(dim=2, keepdim=True).clamp_min(1)).expand_as(v)
 
 
-def _approximate(name: str, options: dict[str, Any], q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                 max_length: int, seed: int) -> Tensor:
-    module = build_attention(name, head_dim=q.shape[-1], num_heads=q.shape[1], max_length=max_length, seed=seed,
-                             **options).eval()
+def _approximate(
+    name: str, options: dict[str, Any], q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, max_length: int, seed: int
+) -> Tensor:
+    module = build_attention(
+        name, head_dim=q.shape[-1], num_heads=q.shape[1], max_length=max_length, seed=seed, **options
+    ).eval()
     with torch.no_grad():
         return module(q, k, v, key_padding_mask=mask)
 
 
-def captured_inputs(cell: dict[str, Any], options: FidelityOptions, device: str,
-                    progress: Progress | None) -> tuple[list[tuple[Tensor, Tensor, Tensor, Tensor | None]], int]:
+def captured_inputs(
+    cell: dict[str, Any], options: FidelityOptions, device: str, progress: Progress | None
+) -> tuple[list[tuple[Tensor, Tensor, Tensor, Tensor | None]], int]:
     """(q, k, v, key_padding_mask) of every layer of a briefly trained softmax model on one test batch."""
     task = load_cell_task(cell)
-    model = train_cell_model(cell, task, device=device, progress=progress, attention="softmax", attention_options={},
-                             training={"epochs": options.train_epochs,
-                                       "max_train_examples": options.train_examples}).model
+    model = train_cell_model(
+        cell,
+        task,
+        device=device,
+        progress=progress,
+        attention="softmax",
+        attention_options={},
+        training={"epochs": options.train_epochs, "max_train_examples": options.train_examples},
+    ).model
     captured = []
 
     def hook(module: Any, args: tuple, kwargs: dict) -> None:
@@ -121,8 +133,9 @@ register_metric("rel_error*", "min", "relative error of the attention output aga
 
 
 @register_measurement("fidelity", config=FidelityOptions)
-def measure_fidelity(cell: dict[str, Any], options: FidelityOptions, *, device: str = "cpu",
-                     progress: Progress | None = None) -> dict[str, Any]:
+def measure_fidelity(
+    cell: dict[str, Any], options: FidelityOptions, *, device: str = "cpu", progress: Progress | None = None
+) -> dict[str, Any]:
     """Relative and max error of the cell's attention against exact softmax, per input source, N and budget."""
     name, seed = cell["attention"]["name"], cell["seed"]
     base = cell["attention"].get("options") or {}
@@ -152,8 +165,15 @@ def measure_fidelity(cell: dict[str, Any], options: FidelityOptions, *, device: 
     return {"metrics": metrics, "details": {"rows": rows}}
 
 
-def _row(name: str, options: dict[str, Any], layers: list[tuple[Tensor, Tensor, Tensor, Tensor | None]],
-         max_length: int, seed: int, source: str, budget: int | None) -> dict[str, Any]:
+def _row(
+    name: str,
+    options: dict[str, Any],
+    layers: list[tuple[Tensor, Tensor, Tensor, Tensor | None]],
+    max_length: int,
+    seed: int,
+    source: str,
+    budget: int | None,
+) -> dict[str, Any]:
     """Errors pooled over layers: relative Frobenius error of all layers' outputs together, max over layers; the
     same relative error of uniform attention on the same inputs."""
     diff_sq = exact_sq = max_abs = uniform_sq = from_uniform_sq = 0.0
@@ -165,8 +185,14 @@ def _row(name: str, options: dict[str, Any], layers: list[tuple[Tensor, Tensor, 
         uniform = uniform_attention(v, mask)
         uniform_sq += error_terms(uniform, exact, mask)[0]
         from_uniform_sq += error_terms(approx, uniform, mask)[0]
-    return {"seq_len": layers[0][0].shape[2], "num_features": budget, "inputs": source, "layers": len(layers),
-            "rel_error": math.sqrt(diff_sq / exact_sq), "max_abs_error": max_abs,
-            "uniform_rel_error": math.sqrt(uniform_sq / exact_sq),
-            "from_uniform": math.sqrt(from_uniform_sq / uniform_sq) if uniform_sq > 0 else math.nan,
-            "input_std": float(torch.cat([layer[0].flatten() for layer in layers]).std())}
+    return {
+        "seq_len": layers[0][0].shape[2],
+        "num_features": budget,
+        "inputs": source,
+        "layers": len(layers),
+        "rel_error": math.sqrt(diff_sq / exact_sq),
+        "max_abs_error": max_abs,
+        "uniform_rel_error": math.sqrt(uniform_sq / exact_sq),
+        "from_uniform": math.sqrt(from_uniform_sq / uniform_sq) if uniform_sq > 0 else math.nan,
+        "input_std": float(torch.cat([layer[0].flatten() for layer in layers]).std()),
+    }

@@ -7,6 +7,7 @@ bits per byte at twice the training length (the test text re-cut into blocks of 
 position table is built that long, its second half never trained). Details: bits per byte per position
 bucket (does later context help?), the validation scores a `sweep:` selects on, the training history.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,15 +23,16 @@ from attnbench.measurements.common import attention_runtime, load_cell_task, tra
 from attnbench.metrics import register_metric
 from attnbench.model import parameter_counts
 from attnbench.options import option, require
+from attnbench.progress import Progress
 from attnbench.tasks.byte_lm import byte_blocks
 from attnbench.tasks.sequence import SequenceTaskData
-from attnbench.progress import Progress
 
 for _name, _direction, _text in (
-        ("bits_per_byte", "min", "mean -log2 p(next byte) on held-out text"),
-        ("bits_per_byte_2x", "min", "bits per byte on blocks twice the training length"),
-        ("bits_per_byte_ci95", None, "half-width of the 95% interval of bits_per_byte over blocks"),
-        ("perplexity", "min", "exp of the mean nll per byte")):
+    ("bits_per_byte", "min", "mean -log2 p(next byte) on held-out text"),
+    ("bits_per_byte_2x", "min", "bits per byte on blocks twice the training length"),
+    ("bits_per_byte_ci95", None, "half-width of the 95% interval of bits_per_byte over blocks"),
+    ("perplexity", "min", "exp of the mean nll per byte"),
+):
     register_metric(_name, _direction, _text)
 
 
@@ -50,28 +52,38 @@ def lm_metrics(scores: TokenScores) -> dict[str, float]:
     nll = scores.mean_loss()
     per_row = (scores.loss.nan_to_num(0.0).sum(dim=1) / scores.labelled.sum(dim=1).clamp_min(1)) / math.log(2)
     spread = float(per_row.std()) / math.sqrt(len(per_row)) if len(per_row) > 1 else math.nan
-    return {"nll": nll, "bits_per_byte": nll / math.log(2), "bits_per_byte_ci95": 1.96 * spread,
-            "perplexity": math.exp(nll), "accuracy": scores.accuracy()}
+    return {
+        "nll": nll,
+        "bits_per_byte": nll / math.log(2),
+        "bits_per_byte_ci95": 1.96 * spread,
+        "perplexity": math.exp(nll),
+        "accuracy": scores.accuracy(),
+    }
 
 
 def bits_per_bucket(loss: Tensor, buckets: int) -> list[dict[str, float]]:
     """Bits per byte of positions [start, stop) of each of `buckets` equal ranges of the block's positions."""
     n = loss.shape[1]
     edges = [round(i * n / buckets) for i in range(buckets + 1)]
-    return [{"start": a, "stop": b, "bits_per_byte": float(loss[:, a:b].nanmean()) / math.log(2)}
-            for a, b in itertools.pairwise(edges) if b > a]
+    return [
+        {"start": a, "stop": b, "bits_per_byte": float(loss[:, a:b].nanmean()) / math.log(2)}
+        for a, b in itertools.pairwise(edges)
+        if b > a
+    ]
 
 
 @register_measurement("lm", config=LanguageModelOptions)
-def measure_language_model(cell: dict[str, Any], options: LanguageModelOptions, *, device: str = "cpu",
-                           progress: Progress | None = None) -> dict[str, Any]:
+def measure_language_model(
+    cell: dict[str, Any], options: LanguageModelOptions, *, device: str = "cpu", progress: Progress | None = None
+) -> dict[str, Any]:
     """Train a decoder on the cell's byte_lm task; held-out bits per byte, perplexity, buckets, twice the length."""
     task = load_cell_task(cell)
     if not isinstance(task, SequenceTaskData) or task.raw is None:
         raise SkipCell(f"task {task.name!r} is not a byte-level text task; lm needs byte_lm")
     block = task.max_length
-    result = train_cell_decoder(cell, task, device=device, progress=progress,
-                                max_length=2 * block if options.twice_length else None)
+    result = train_cell_decoder(
+        cell, task, device=device, progress=progress, max_length=2 * block if options.twice_length else None
+    )
     batch = train_config(cell).eval_batch_size
     test = score_tokens(result.model, task["test"], batch, device)
     validation = score_tokens(result.model, task["validation"], batch, device)
@@ -80,10 +92,18 @@ def measure_language_model(cell: dict[str, Any], options: LanguageModelOptions, 
         long = score_tokens(result.model, byte_blocks(task.raw["test"], 2 * block), batch, device)
         metrics["bits_per_byte_2x"] = long.mean_loss() / math.log(2)
     params = parameter_counts(result.model)
-    metrics |= {"train_seconds": result.train_seconds, "params_total": float(params["total"]),
-                "params_attention": float(params["attention"])}
-    details = {"position_buckets": bits_per_bucket(test.loss, options.position_buckets),
-               "validation": lm_metrics(validation), "scored_bytes": int(test.labelled.sum()),
-               "checkpoint": result.checkpoint, "best_epoch": result.best_epoch, "history": result.history,
-               "attention_runtime": attention_runtime(result.model)}
+    metrics |= {
+        "train_seconds": result.train_seconds,
+        "params_total": float(params["total"]),
+        "params_attention": float(params["attention"]),
+    }
+    details = {
+        "position_buckets": bits_per_bucket(test.loss, options.position_buckets),
+        "validation": lm_metrics(validation),
+        "scored_bytes": int(test.labelled.sum()),
+        "checkpoint": result.checkpoint,
+        "best_epoch": result.best_epoch,
+        "history": result.history,
+        "attention_runtime": attention_runtime(result.model),
+    }
     return {"metrics": metrics, "details": details}

@@ -5,6 +5,7 @@ and the decoding state per sequence and layer at the row length (`state_bytes`, 
 so that accuracy can be read against state size. Details: accuracy per query (the k-th question of a row,
 in row order), the validation scores a `sweep:` selects on, and the training history.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,8 +17,8 @@ from attnbench.measurements.common import attention_runtime, load_cell_task, tra
 from attnbench.measurements.state import state_row
 from attnbench.metrics import register_metric
 from attnbench.model import parameter_counts
-from attnbench.tasks.sequence import SequenceTaskData
 from attnbench.progress import Progress
+from attnbench.tasks.sequence import SequenceTaskData
 
 register_metric("num_kv_pairs", None, "key-value pairs per MQAR row")
 
@@ -37,8 +38,9 @@ def accuracy_per_query(scores: TokenScores) -> list[float]:
 
 
 @register_measurement("recall", config=RecallOptions)
-def measure_recall(cell: dict[str, Any], options: RecallOptions, *, device: str = "cpu",
-                   progress: Progress | None = None) -> dict[str, Any]:
+def measure_recall(
+    cell: dict[str, Any], options: RecallOptions, *, device: str = "cpu", progress: Progress | None = None
+) -> dict[str, Any]:
     """Train a decoder on the cell's MQAR task; answer accuracy overall and per query, with the state size."""
     task = load_cell_task(cell)
     if not isinstance(task, SequenceTaskData) or "num_kv_pairs" not in task.info:
@@ -51,11 +53,23 @@ def measure_recall(cell: dict[str, Any], options: RecallOptions, *, device: str 
     cfg = result.model.cfg
     state = state_row(attention, task.max_length, cfg.head_dim, cfg.num_heads)
     params = parameter_counts(result.model)
-    metrics = {"accuracy": test.accuracy(), "nll": test.mean_loss(), "state_bytes": float(state["bytes"]),
-               "num_kv_pairs": float(task.info.get("num_kv_pairs", 0)), "train_seconds": result.train_seconds,
-               "params_total": float(params["total"]), "params_attention": float(params["attention"])}
-    details = {"accuracy_per_query": accuracy_per_query(test), "state": state, "checkpoint": result.checkpoint,
-               "best_epoch": result.best_epoch, "history": result.history,
-               "validation": {"accuracy": validation.accuracy(), "nll": validation.mean_loss()},
-               "answers": int(test.labelled.sum()), "attention_runtime": attention_runtime(result.model)}
+    metrics = {
+        "accuracy": test.accuracy(),
+        "nll": test.mean_loss(),
+        "state_bytes": float(state["bytes"]),
+        "num_kv_pairs": float(task.info.get("num_kv_pairs", 0)),
+        "train_seconds": result.train_seconds,
+        "params_total": float(params["total"]),
+        "params_attention": float(params["attention"]),
+    }
+    details = {
+        "accuracy_per_query": accuracy_per_query(test),
+        "state": state,
+        "checkpoint": result.checkpoint,
+        "best_epoch": result.best_epoch,
+        "history": result.history,
+        "validation": {"accuracy": validation.accuracy(), "nll": validation.mean_loss()},
+        "answers": int(test.labelled.sum()),
+        "attention_runtime": attention_runtime(result.model),
+    }
     return {"metrics": metrics, "details": details}

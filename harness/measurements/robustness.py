@@ -6,6 +6,7 @@ the area of a model that keeps its clean accuracy at every severity, i.e. max se
 accuracy; 1 = no loss, 0.5 = accuracy falling linearly to zero. The metric is the mean over kinds;
 `robustness_auc_<kind>` gives each kind, `label_noise_auc` the same summary over noise rates.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,9 +19,9 @@ from attnbench.measurements import register_measurement
 from attnbench.measurements.common import has_option, load_cell_task, train_cell_model, train_config
 from attnbench.metrics import accuracy, expected_calibration_error, register_metric
 from attnbench.options import option, require
+from attnbench.progress import Progress
 from attnbench.tasks.base import Split, TaskData
 from attnbench.tasks.corruption import corrupt
-from attnbench.progress import Progress
 from attnbench.train import predict_proba
 
 Corruption = Literal["substitute", "delete", "swap", "insert", "mixed"]
@@ -30,8 +31,7 @@ Corruption = Literal["substitute", "delete", "swap", "insert", "mixed"]
 class RobustnessOptions:
     """Options of the robustness measurement (defaults cheap; suites scale them)."""
 
-    corruptions: list[Corruption] = option(["substitute", "delete", "swap", "insert"],
-                                           "test-time corruption kinds")
+    corruptions: list[Corruption] = option(["substitute", "delete", "swap", "insert"], "test-time corruption kinds")
     severities: list[float] = option([0.0, 0.05, 0.1, 0.2, 0.4], "fractions of tokens corrupted")
     label_noise: list[float] = option([], "train-label noise rates; one extra model is trained per rate > 0")
     feature_budgets: list[int] = option([], "num_features values to retrain at (attentions with that option)")
@@ -60,23 +60,24 @@ def normalized_auc(severities: list[float], accuracies: list[float], clean_accur
 
 def _evaluate(model: nn.Module, split: Split, batch_size: int, n_bins: int, device: str) -> dict[str, float]:
     probs = predict_proba(model, split, batch_size, device)
-    return {"accuracy": accuracy(probs, split.labels),
-            "ece": expected_calibration_error(probs, split.labels, n_bins)}
+    return {"accuracy": accuracy(probs, split.labels), "ece": expected_calibration_error(probs, split.labels, n_bins)}
 
 
 for _pattern, _direction, _text in (
-        ("clean_accuracy", "max", "test accuracy without corruption"),
-        ("clean_ece", "min", "test ECE without corruption"),
-        ("robustness_auc*", "max", "normalised area under accuracy vs corruption severity"),
-        ("label_noise_accuracy@*", "max", "test accuracy after training with this label-noise rate"),
-        ("label_noise_auc", "max", "normalised area under accuracy vs label-noise rate"),
-        ("feature_budget_accuracy@*", "max", "test accuracy retrained with this many features")):
+    ("clean_accuracy", "max", "test accuracy without corruption"),
+    ("clean_ece", "min", "test ECE without corruption"),
+    ("robustness_auc*", "max", "normalised area under accuracy vs corruption severity"),
+    ("label_noise_accuracy@*", "max", "test accuracy after training with this label-noise rate"),
+    ("label_noise_auc", "max", "normalised area under accuracy vs label-noise rate"),
+    ("feature_budget_accuracy@*", "max", "test accuracy retrained with this many features"),
+):
     register_metric(_pattern, _direction, _text)
 
 
 @register_measurement("robustness", config=RobustnessOptions)
-def measure_robustness(cell: dict[str, Any], options: RobustnessOptions, *, device: str = "cpu",
-                       progress: Progress | None = None) -> dict[str, Any]:
+def measure_robustness(
+    cell: dict[str, Any], options: RobustnessOptions, *, device: str = "cpu", progress: Progress | None = None
+) -> dict[str, Any]:
     """Accuracy and ECE per (corruption, severity), per label-noise rate and per feature budget."""
     task = load_cell_task(cell)
     batch_size = train_config(cell).eval_batch_size
@@ -89,9 +90,19 @@ def measure_robustness(cell: dict[str, Any], options: RobustnessOptions, *, devi
     for kind in options.corruptions:
         accs = []
         for severity in options.severities:
-            split = test if severity == 0 else corrupt(test, kind=kind, severity=severity,
-                                                        vocab_size=task.vocab_size, seed=cell["seed"],
-                                                        special_ids=task.special_ids, pad_id=task.pad_id)
+            split = (
+                test
+                if severity == 0
+                else corrupt(
+                    test,
+                    kind=kind,
+                    severity=severity,
+                    vocab_size=task.vocab_size,
+                    seed=cell["seed"],
+                    special_ids=task.special_ids,
+                    pad_id=task.pad_id,
+                )
+            )
             result = clean if severity == 0 else _evaluate(model, split, batch_size, options.n_bins, device)
             rows.append({"kind": "corruption", "corruption": kind, "severity": severity, "status": "ok", **result})
             accs.append(result["accuracy"])
@@ -103,13 +114,18 @@ def measure_robustness(cell: dict[str, Any], options: RobustnessOptions, *, devi
         metrics["robustness_auc"] = float(np.mean(aucs))
     rows += _label_noise_rows(cell, options, clean, metrics, batch_size, device, progress)
     rows += _feature_budget_rows(cell, task, options, metrics, batch_size, device, progress)
-    return {"metrics": metrics, "details": {"rows": rows, "test_rows": len(test),
-                                            "severities": options.severities}}
+    return {"metrics": metrics, "details": {"rows": rows, "test_rows": len(test), "severities": options.severities}}
 
 
-def _label_noise_rows(cell: dict[str, Any], options: RobustnessOptions, clean: dict[str, float],
-                      metrics: dict[str, float], batch_size: int, device: str,
-                      progress: Progress | None) -> list[dict[str, Any]]:
+def _label_noise_rows(
+    cell: dict[str, Any],
+    options: RobustnessOptions,
+    clean: dict[str, float],
+    metrics: dict[str, float],
+    batch_size: int,
+    device: str,
+    progress: Progress | None,
+) -> list[dict[str, Any]]:
     """One model per noise rate (train labels flipped by the task's label_noise option), on the clean test split."""
     rows, rates, accs = [], [], []
     for rate in options.label_noise:
@@ -129,8 +145,15 @@ def _label_noise_rows(cell: dict[str, Any], options: RobustnessOptions, clean: d
     return rows
 
 
-def _feature_budget_rows(cell: dict[str, Any], task: TaskData, options: RobustnessOptions, metrics: dict[str, float],
-                         batch_size: int, device: str, progress: Progress | None) -> list[dict[str, Any]]:
+def _feature_budget_rows(
+    cell: dict[str, Any],
+    task: TaskData,
+    options: RobustnessOptions,
+    metrics: dict[str, float],
+    batch_size: int,
+    device: str,
+    progress: Progress | None,
+) -> list[dict[str, Any]]:
     """Retrain at each num_features (same task, seed and settings); skipped rows for attentions without it."""
     name = cell["attention"]["name"]
     base_options = cell["attention"].get("options") or {}
@@ -138,11 +161,19 @@ def _feature_budget_rows(cell: dict[str, Any], task: TaskData, options: Robustne
     for budget in options.feature_budgets:
         row = {"kind": "feature_budget", "num_features": budget, "severity": None}
         if not has_option(name, "num_features"):
-            rows.append(row | {"status": "skipped", "accuracy": None, "ece": None,
-                               "reason": f"attention {name!r} has no num_features option"})
+            rows.append(
+                row
+                | {
+                    "status": "skipped",
+                    "accuracy": None,
+                    "ece": None,
+                    "reason": f"attention {name!r} has no num_features option",
+                }
+            )
             continue
-        model = train_cell_model(cell, task, device=device, progress=progress,
-                                 attention_options={**base_options, "num_features": budget}).model
+        model = train_cell_model(
+            cell, task, device=device, progress=progress, attention_options={**base_options, "num_features": budget}
+        ).model
         result = _evaluate(model, task["test"], batch_size, options.n_bins, device)
         rows.append(row | {"status": "ok", **result})
         metrics[f"feature_budget_accuracy@{budget}"] = result["accuracy"]

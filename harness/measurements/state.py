@@ -4,6 +4,7 @@ Softmax keeps its KV cache (growing with the context); a feature map its M x D s
 Each attention's `state_size(context_length, dtype)` formula is reported beside the bytes of the tensors its
 `prefill_state` (else `step`) actually carries for one sequence, and the two must agree.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,14 +13,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnbench.runtime import seed_everything
 from attnbench.decoder import require_causal_form
 from attnbench.measurements import register_measurement
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
+from attnbench.progress import Progress
 from attnbench.recurrence import state_bytes, step_through
 from attnbench.registry import build_attention
-from attnbench.progress import Progress
+from attnbench.runtime import seed_everything
 
 register_metric("state_bytes*", "min", "bytes of one sequence's decoding state per layer (KV cache or recurrent state)")
 
@@ -31,8 +32,10 @@ class StateOptions:
     context_lengths: list[int] = option([256, 1024, 4096, 16384], "context lengths the state is measured at")
 
     def __post_init__(self) -> None:
-        require(bool(self.context_lengths) and all(n >= 1 for n in self.context_lengths),
-                f"context_lengths={self.context_lengths} must be a non-empty list of positive lengths")
+        require(
+            bool(self.context_lengths) and all(n >= 1 for n in self.context_lengths),
+            f"context_lengths={self.context_lengths} must be a non-empty list of positive lengths",
+        )
 
 
 def carried_state(attention: nn.Module, context_length: int, head_dim: int, heads: int) -> Any:
@@ -49,14 +52,17 @@ def state_row(attention: nn.Module, context_length: int, head_dim: int, heads: i
     carried = state_bytes(carried_state(attention, context_length, head_dim, heads))
     formula = attention.state_size(context_length) if hasattr(attention, "state_size") else None  # None: unknown
     if formula is not None and formula != carried:
-        raise AssertionError(f"{type(attention).__name__}.state_size({context_length}) = {formula} bytes, but its "
-                             f"state carries {carried}")
+        raise AssertionError(
+            f"{type(attention).__name__}.state_size({context_length}) = {formula} bytes, but its "
+            f"state carries {carried}"
+        )
     return {"context_length": context_length, "bytes": carried, "formula_bytes": formula}
 
 
 @register_measurement("state", config=StateOptions)
-def measure_state(cell: dict[str, Any], options: StateOptions, *, device: str = "cpu",
-                  progress: Progress | None = None) -> dict[str, Any]:
+def measure_state(
+    cell: dict[str, Any], options: StateOptions, *, device: str = "cpu", progress: Progress | None = None
+) -> dict[str, Any]:
     """Bytes of the decoding state per sequence and layer at each context length (no training)."""
     name = cell["attention"]["name"]
     require_causal_form(name)
@@ -64,8 +70,17 @@ def measure_state(cell: dict[str, Any], options: StateOptions, *, device: str = 
     heads = model.get("num_heads", 2)
     head_dim = model.get("d_model", 128) // heads
     seed_everything(cell["seed"])
-    attention = build_attention(name, head_dim=head_dim, num_heads=heads, max_length=max(options.context_lengths),
-                                seed=cell["seed"], causal=True, **(cell["attention"].get("options") or {})).eval()
+    attention = build_attention(
+        name,
+        head_dim=head_dim,
+        num_heads=heads,
+        max_length=max(options.context_lengths),
+        seed=cell["seed"],
+        causal=True,
+        **(cell["attention"].get("options") or {}),
+    ).eval()
     rows = [state_row(attention, n, head_dim, heads) for n in options.context_lengths]
-    return {"metrics": {f"state_bytes@{row['context_length']}": float(row["bytes"]) for row in rows},
-            "details": {"rows": rows, "heads": heads, "head_dim": head_dim, "dtype": "float32"}}
+    return {
+        "metrics": {f"state_bytes@{row['context_length']}": float(row["bytes"]) for row in rows},
+        "details": {"rows": rows, "heads": heads, "head_dim": head_dim, "dtype": "float32"},
+    }

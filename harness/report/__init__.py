@@ -13,6 +13,7 @@ A report is written like a cell: into a fresh folder beside its place, then swap
     tables/NAME.{md,csv,tex}
     plots/NAME.{png,svg}
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,8 @@ from attnbench.report.causal import causal_plots
 from attnbench.report.formats import to_markdown, write_table
 from attnbench.report.html import cell_counts, provenance_value, render_page
 from attnbench.report.load import Results, load_runs, run_provenance
-from attnbench.report.plots import all_plots
 from attnbench.report.measurement_tables import efficiency_frame, not_measured_points
+from attnbench.report.plots import all_plots
 from attnbench.report.table import Table
 from attnbench.report.tables import all_tables, headline_summary
 
@@ -41,8 +42,9 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, stale: bool = Fa
     `out_dir` (default RUN_DIR/report, or RUN_DIR/report-stale); returns that folder."""
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / ("report-stale" if stale else "report")
-    title = f"attnbench report: {run_dir.resolve().name}" + (" (stale cells: not in the suite as it stands)"
-                                                               if stale else "")
+    title = f"attnbench report: {run_dir.resolve().name}" + (
+        " (stale cells: not in the suite as it stands)" if stale else ""
+    )
     return _write(load_runs([run_dir], stale=stale), out_dir, title)
 
 
@@ -73,19 +75,24 @@ def _refuse_foreign(out_dir: Path) -> None:
         raise UserError(f"cannot write the report into {out_dir}: it is a file; give a folder path")
     foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in REPORT_ENTRIES) if out_dir.is_dir() else []
     if foreign:
-        raise UserError(f"{out_dir} holds files that are not part of a report ({', '.join(foreign[:3])}); "
-                        f"a report replaces its folder whole: give a new or empty folder")
+        raise UserError(
+            f"{out_dir} holds files that are not part of a report ({', '.join(foreign[:3])}); "
+            f"a report replaces its folder whole: give a new or empty folder"
+        )
 
 
-def _markdown(title: str, tables: list[Table], plot_names: list[str], provenance: list[dict],
-              summary: list[str]) -> str:
+def _markdown(
+    title: str, tables: list[Table], plot_names: list[str], provenance: list[dict], summary: list[str]
+) -> str:
     lines = [f"# {title}", "", f"Built from stored cell results only. Cells: {cell_counts(provenance)}.", ""]
     lines += [f"- {s}" for s in summary] + ([""] if summary else [])
     lines += [to_markdown(t) for t in tables]
     lines += ["## Plots", ""] + [f"![{n}](plots/{n}.png)" for n in plot_names] + ["", "## Provenance", ""]
     for run in provenance:
-        lines.append(f"- **{run['run']}**: " + "; ".join(
-            f"{k}: {provenance_value(k, v)}" for k, v in run.items() if k not in ("run", "packages")))
+        lines.append(
+            f"- **{run['run']}**: "
+            + "; ".join(f"{k}: {provenance_value(k, v)}" for k, v in run.items() if k not in ("run", "packages"))
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -96,16 +103,19 @@ def _write(results: Results, out_dir: Path, title: str) -> Path:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         fresh = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
     except OSError as err:
-        raise UserError(f"cannot write the report {out_dir}: {err.strerror or err}; give --out a folder you can "
-                        f"write") from None
+        raise UserError(
+            f"cannot write the report {out_dir}: {err.strerror or err}; give --out a folder you can write"
+        ) from None
     try:
         _write_into(results, fresh, title)
         _swap_in(fresh, out_dir)
     except OSError as err:
         shutil.rmtree(fresh, ignore_errors=True)
-        raise UserError(f"cannot write the report {out_dir}: {err.strerror or err}"
-                        + (f" ({err.filename})" if err.filename else "")
-                        + "; the previous report is left as it was; free space or fix permissions and rerun") from None
+        raise UserError(
+            f"cannot write the report {out_dir}: {err.strerror or err}"
+            + (f" ({err.filename})" if err.filename else "")
+            + "; the previous report is left as it was; free space or fix permissions and rerun"
+        ) from None
     except BaseException:
         shutil.rmtree(fresh, ignore_errors=True)
         raise
@@ -123,12 +133,16 @@ def _write_into(results: Results, out_dir: Path, title: str) -> None:
     eff = efficiency_frame(results)
     refused = not_measured_points(eff)
     if refused:
-        summary.append(f"Efficiency: {len(refused)} point(s) not measured (timed threads kept off the cores by other "
-                       f"work), left out of every ratio, rank and the Pareto front: {', '.join(refused)}.")
-    plots = all_plots(results, leaderboard.data if leaderboard is not None else pd.DataFrame(),
-                      eff, out_dir / "plots") + causal_plots(results, out_dir / "plots")
+        summary.append(
+            f"Efficiency: {len(refused)} point(s) not measured (timed threads kept off the cores by other "
+            f"work), left out of every ratio, rank and the Pareto front: {', '.join(refused)}."
+        )
+    plots = all_plots(
+        results, leaderboard.data if leaderboard is not None else pd.DataFrame(), eff, out_dir / "plots"
+    ) + causal_plots(results, out_dir / "plots")
     provenance = run_provenance(results)
     (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=1), encoding="utf-8")
-    (out_dir / "report.md").write_text(_markdown(title, tables, [p.name for p in plots], provenance, summary),
-                                       encoding="utf-8")
+    (out_dir / "report.md").write_text(
+        _markdown(title, tables, [p.name for p in plots], provenance, summary), encoding="utf-8"
+    )
     (out_dir / "index.html").write_text(render_page(title, tables, plots, provenance, summary), encoding="utf-8")

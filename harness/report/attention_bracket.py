@@ -6,14 +6,15 @@ attention". Detectably: the 95% t-interval of softmax - uniform over shared seed
 none) and the per-example test (exact McNemar per seed, combined as `combine_p_values`) gives p < 0.05 (where the cells
 stored their predictions).
 """
+
 from __future__ import annotations
 
 import math
 
 import pandas as pd
 
-from attnbench.report.comparisons import combine_p_values, mean_difference_interval, per_example_p
 from attnbench.predictions import decode_predictions
+from attnbench.report.comparisons import combine_p_values, mean_difference_interval, per_example_p
 from attnbench.report.load import Results
 from attnbench.report.table import DASH, Table, fmt
 
@@ -32,23 +33,34 @@ def bracket_row(task: str, floor: pd.DataFrame, softmax: pd.DataFrame) -> dict[s
     seeds = sorted(set(a) & set(b))
     if not seeds:
         return None
-    interval = mean_difference_interval([a[s]["metrics"]["accuracy"] for s in seeds],
-                                        [b[s]["metrics"]["accuracy"] for s in seeds])
+    interval = mean_difference_interval(
+        [a[s]["metrics"]["accuracy"] for s in seeds], [b[s]["metrics"]["accuracy"] for s in seeds]
+    )
     p_seeds = []
     for s in seeds:
         stored = [(c["details"] or {}).get("predictions") for c in (a[s], b[s])]
         p_seeds.append(per_example_p("accuracy", *map(decode_predictions, stored)) if all(stored) else math.nan)
     p_value = combine_p_values(p_seeds)
     has_interval = math.isfinite(interval["ci_low"])  # one seed: none, the per-example test alone
-    detectable = ((interval["ci_low"] > 0 or interval["ci_high"] < 0) if has_interval else p_value < ALPHA) \
-        and not p_value >= ALPHA  # without stored predictions (p nan), the interval alone
-    return {"task": task, "seeds": len(seeds), "softmax": float(pd.Series([a[s]["metrics"]["accuracy"]
-                                                                          for s in seeds]).mean()),
-            "uniform": float(pd.Series([b[s]["metrics"]["accuracy"] for s in seeds]).mean()),
-            "mean_diff": interval["mean"], "ci_low": interval["ci_low"], "ci_high": interval["ci_high"],
-            "p_value": p_value, "exercises_attention": detectable,
-            "verdict": "softmax above the floor: kernels can be compared here" if detectable and interval["mean"] > 0
-            else "softmax below the floor" if detectable else NOT_EXERCISED}
+    detectable = (
+        (interval["ci_low"] > 0 or interval["ci_high"] < 0) if has_interval else p_value < ALPHA
+    ) and not p_value >= ALPHA  # without stored predictions (p nan), the interval alone
+    return {
+        "task": task,
+        "seeds": len(seeds),
+        "softmax": float(pd.Series([a[s]["metrics"]["accuracy"] for s in seeds]).mean()),
+        "uniform": float(pd.Series([b[s]["metrics"]["accuracy"] for s in seeds]).mean()),
+        "mean_diff": interval["mean"],
+        "ci_low": interval["ci_low"],
+        "ci_high": interval["ci_high"],
+        "p_value": p_value,
+        "exercises_attention": detectable,
+        "verdict": "softmax above the floor: kernels can be compared here"
+        if detectable and interval["mean"] > 0
+        else "softmax below the floor"
+        if detectable
+        else NOT_EXERCISED,
+    }
 
 
 def attention_bracket_table(results: Results) -> Table | None:
@@ -64,16 +76,35 @@ def attention_bracket_table(results: Results) -> Table | None:
     if not rows:
         return None
     data = pd.DataFrame(rows)
-    text = pd.DataFrame([{"task": r.task, "seeds": str(r.seeds), "softmax": fmt(r.softmax), "uniform": fmt(r.uniform),
-                          "softmax − uniform [95% CI]": fmt(r.mean_diff) + (
-                              f" [{fmt(r.ci_low)}, {fmt(r.ci_high)}]" if math.isfinite(r.ci_low) else ""),
-                          "p (examples)": fmt(r.p_value) if math.isfinite(r.p_value) else DASH,
-                          "verdict": r.verdict} for r in data.itertuples()])
+    text = pd.DataFrame(
+        [
+            {
+                "task": r.task,
+                "seeds": str(r.seeds),
+                "softmax": fmt(r.softmax),
+                "uniform": fmt(r.uniform),
+                "softmax − uniform [95% CI]": fmt(r.mean_diff)
+                + (f" [{fmt(r.ci_low)}, {fmt(r.ci_high)}]" if math.isfinite(r.ci_low) else ""),
+                "p (examples)": fmt(r.p_value) if math.isfinite(r.p_value) else DASH,
+                "verdict": r.verdict,
+            }
+            for r in data.itertuples()
+        ]
+    )
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
-    notes = ["Test accuracy of softmax attention and of the uniform floor (the mean of the values over the real "
-             "tokens: no kernel at all), mean over shared seeds; their per-seed difference with its 95% t-interval "
-             "and the exact McNemar test over the test examples, combined across seeds. Where they do not differ "
-             f"detectably (interval holding 0 or p ≥ {ALPHA}), {NOT_EXERCISED}: no kernel comparison on it can show "
-             "a gain, and a null there says little about the kernel."]
-    return Table("attention_bracket", "Does the task exercise attention? Softmax against the uniform floor",
-                 data, text, best, notes, key_columns=1)
+    notes = [
+        "Test accuracy of softmax attention and of the uniform floor (the mean of the values over the real "
+        "tokens: no kernel at all), mean over shared seeds; their per-seed difference with its 95% t-interval "
+        "and the exact McNemar test over the test examples, combined across seeds. Where they do not differ "
+        f"detectably (interval holding 0 or p ≥ {ALPHA}), {NOT_EXERCISED}: no kernel comparison on it can show "
+        "a gain, and a null there says little about the kernel."
+    ]
+    return Table(
+        "attention_bracket",
+        "Does the task exercise attention? Softmax against the uniform floor",
+        data,
+        text,
+        best,
+        notes,
+        key_columns=1,
+    )

@@ -8,6 +8,7 @@
   context length, and the shortest measured context at which each label's step is faster than softmax's.
 The bits-per-byte table with intervals is the generic per-task table of the `lm` measurement.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,9 +27,17 @@ SOFTMAX = "softmax"
 def recall_points(results: Results) -> pd.DataFrame:
     """One row per ok recall cell: label, attention, num_kv_pairs, seed, accuracy, state_bytes."""
     cells = results.of("recall")
-    rows = [{"label": c["label"], "attention": c["attention"], "seed": c["seed"],
-             "num_kv_pairs": c["metrics"].get("num_kv_pairs"), "accuracy": c["metrics"].get("accuracy"),
-             "state_bytes": c["metrics"].get("state_bytes")} for _, c in cells.iterrows()]
+    rows = [
+        {
+            "label": c["label"],
+            "attention": c["attention"],
+            "seed": c["seed"],
+            "num_kv_pairs": c["metrics"].get("num_kv_pairs"),
+            "accuracy": c["metrics"].get("accuracy"),
+            "state_bytes": c["metrics"].get("state_bytes"),
+        }
+        for _, c in cells.iterrows()
+    ]
     return pd.DataFrame(rows, columns=["label", "attention", "seed", "num_kv_pairs", "accuracy", "state_bytes"])
 
 
@@ -50,9 +59,13 @@ def recall_table(results: Results) -> Table | None:
     data, text = pd.DataFrame(data), pd.DataFrame(text)
     best = best_mask(data[[f"kv {int(p)}" for p in pairs]], {f"kv {int(p)}": "max" for p in pairs})
     best = best.reindex(columns=text.columns, fill_value=False)
-    notes = [("MQAR answer accuracy on the test split (mean ± std over seeds, [95% t-interval] from 3) at each "
-              "number of key-value pairs; state bytes: the decoding state per sequence and layer at the row length "
-              "(softmax: its KV cache; a feature map: features x head_dim plus the normaliser).")]
+    notes = [
+        (
+            "MQAR answer accuracy on the test split (mean ± std over seeds, [95% t-interval] from 3) at each "
+            "number of key-value pairs; state bytes: the decoding state per sequence and layer at the row length "
+            "(softmax: its KV cache; a feature map: features x head_dim plus the normaliser)."
+        )
+    ]
     return Table("recall", "Associative recall (MQAR) against state size", data, text, best, notes, key_columns=2)
 
 
@@ -111,19 +124,27 @@ def decode_crossover_table(results: Results) -> Table | None:
     data, text = [], []
     for (label, attention), part in points.groupby(["label", "attention"], sort=True):
         part = part.set_index("context_length")
-        rec = {"label": label, f"ms/token @{shortest}": part["decode_ms_per_token"].get(shortest, np.nan),
-               f"ms/token @{longest}": part["decode_ms_per_token"].get(longest, np.nan),
-               f"state bytes @{longest}": part["state_bytes"].get(longest, np.nan),
-               "faster than softmax from": np.nan if attention == SOFTMAX else crossover(points, label)}
+        rec = {
+            "label": label,
+            f"ms/token @{shortest}": part["decode_ms_per_token"].get(shortest, np.nan),
+            f"ms/token @{longest}": part["decode_ms_per_token"].get(longest, np.nan),
+            f"state bytes @{longest}": part["state_bytes"].get(longest, np.nan),
+            "faster than softmax from": np.nan if attention == SOFTMAX else crossover(points, label),
+        }
         data.append(rec)
-        text.append({k: (v if k == "label" else fmt(v, 0 if "bytes" in k or "from" in k else None))
-                     for k, v in rec.items()})
+        text.append(
+            {k: (v if k == "label" else fmt(v, 0 if "bytes" in k or "from" in k else None)) for k, v in rec.items()}
+        )
     data, text = pd.DataFrame(data), pd.DataFrame(text)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
-    notes = [("Median wall time of one decoding step (batch 1, float32, after a parallel prefill) and the state or "
-              "KV cache bytes per sequence and layer; 'faster than softmax from': the shortest measured context "
-              "length from which on the label's step beat softmax's at every longer one (a dash: not even at the "
-              "longest measured).")]
+    notes = [
+        (
+            "Median wall time of one decoding step (batch 1, float32, after a parallel prefill) and the state or "
+            "KV cache bytes per sequence and layer; 'faster than softmax from': the shortest measured context "
+            "length from which on the label's step beat softmax's at every longer one (a dash: not even at the "
+            "longest measured)."
+        )
+    ]
     return Table("decode_crossover", "Decoding cost against context length", data, text, best, notes)
 
 
@@ -136,10 +157,12 @@ def plot_decode(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
     axes = fig.subplots(1, 2)
     for label, part in points.groupby("label", sort=True):
         part = part.sort_values("context_length")
-        axes[0].plot(part["context_length"], part["decode_ms_per_token"], marker="o", label=label,
-                     color=colors.get(label))
-        axes[1].plot(part["context_length"], part["prefill_tokens_per_s"], marker="o", label=label,
-                     color=colors.get(label))
+        axes[0].plot(
+            part["context_length"], part["decode_ms_per_token"], marker="o", label=label, color=colors.get(label)
+        )
+        axes[1].plot(
+            part["context_length"], part["prefill_tokens_per_s"], marker="o", label=label, color=colors.get(label)
+        )
     for ax, ylabel in zip(axes, ("ms per decoded token", "prefill tokens / s")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

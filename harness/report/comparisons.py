@@ -12,6 +12,7 @@
   dependence (Rüschendorf 1982; Vovk & Wang 2020, "Combining p-values via averaging"); one seed's
   p-value is kept as it is (`combine_p_values`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -78,8 +79,12 @@ def resampled_macro_f1(pred: Predictions, weights: np.ndarray) -> np.ndarray:
     return f1_sum / present
 
 
-RESAMPLED: dict[str, ResampledMetric] = {"accuracy": resampled_accuracy, "nll": resampled_nll,
-                                         "ece": resampled_ece, "macro_f1": resampled_macro_f1}
+RESAMPLED: dict[str, ResampledMetric] = {
+    "accuracy": resampled_accuracy,
+    "nll": resampled_nll,
+    "ece": resampled_ece,
+    "macro_f1": resampled_macro_f1,
+}
 
 
 def bootstrap_weights(n: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -105,12 +110,15 @@ def _resample_chunks(n: int, resamples: int, seed: int) -> Iterator[np.ndarray]:
 def _cached_chunks(n: int, resamples: int, seed: int) -> tuple[np.ndarray, ...]:
     """One seed's weights, kept: every pair and metric of a seed is scored on the same resamples."""
     rng = np.random.default_rng(seed)
-    return tuple(bootstrap_weights(n, min(CHUNK, resamples - start), rng).astype(np.float32)
-                 for start in range(0, resamples, CHUNK))
+    return tuple(
+        bootstrap_weights(n, min(CHUNK, resamples - start), rng).astype(np.float32)
+        for start in range(0, resamples, CHUNK)
+    )
 
 
-def paired_bootstrap_p(a: Predictions, b: Predictions, metric: ResampledMetric, *, resamples: int = 2000,
-                       seed: int = 0) -> float:
+def paired_bootstrap_p(
+    a: Predictions, b: Predictions, metric: ResampledMetric, *, resamples: int = 2000, seed: int = 0
+) -> float:
     """Two-sided paired bootstrap p-value of metric(a) - metric(b) = 0 over the test examples.
 
     Both models are scored on the same resampled rows; the null distribution is the resampled
@@ -129,8 +137,9 @@ def paired_bootstrap_p(a: Predictions, b: Predictions, metric: ResampledMetric, 
     return (1 + extreme) / (1 + resamples)
 
 
-def per_example_p(metric: str, a: Predictions, b: Predictions, *, resamples: int = 2000, seed: int = 0,
-                  n_bins: int = 15) -> float:
+def per_example_p(
+    metric: str, a: Predictions, b: Predictions, *, resamples: int = 2000, seed: int = 0, n_bins: int = 15
+) -> float:
     """The per-seed test: exact McNemar for accuracy, the paired bootstrap for every other metric."""
     if metric == "accuracy":
         if not np.array_equal(a.labels, b.labels):
@@ -151,8 +160,11 @@ def combine_p_values(p_values: Sequence[float]) -> float:
 def default_pairs(labels: Sequence[str]) -> list[tuple[str, str]]:
     """Every kernel-<map> with its vanilla-<map> twin, then every other label with softmax (a, b: a - b)."""
     present = set(labels)
-    pairs = [(lab, "vanilla-" + lab[len("kernel-"):]) for lab in sorted(present)
-             if lab.startswith("kernel-") and "vanilla-" + lab[len("kernel-"):] in present]
+    pairs = [
+        (lab, "vanilla-" + lab[len("kernel-") :])
+        for lab in sorted(present)
+        if lab.startswith("kernel-") and "vanilla-" + lab[len("kernel-") :] in present
+    ]
     if "softmax" in present:
         pairs += [(lab, "softmax") for lab in sorted(present) if lab != "softmax"]
     return pairs

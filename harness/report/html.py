@@ -1,4 +1,5 @@
 """A self-contained HTML report page: sortable tables, embedded PNG plots, provenance; no network needed."""
+
 from __future__ import annotations
 
 import base64
@@ -69,8 +70,10 @@ def _e(text: Any) -> str:
 
 def table_html(table: Table) -> str:
     """One sortable <table>, best cells bold, with its notes below."""
-    head = "".join(f'<th class="{"key" if i < table.key_columns else "num"}">{_e(c)}</th>'
-                   for i, c in enumerate(table.text.columns))
+    head = "".join(
+        f'<th class="{"key" if i < table.key_columns else "num"}">{_e(c)}</th>'
+        for i, c in enumerate(table.text.columns)
+    )
     rows = []
     for r, values in enumerate(table.text.itertuples(index=False)):
         cells = []
@@ -80,17 +83,21 @@ def table_html(table: Table) -> str:
             cells.append(f'<td class="{" ".join(classes)}">{inner}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
     notes = "".join(f'<p class="note">{_e(n)}</p>' for n in table.notes)
-    return (f'<h2 id="{_e(table.name)}">{_e(table.title)}</h2>\n<div class="scroll">'
-            f'<table class="sortable" id="table-{_e(table.name)}"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>{notes}'
-            f'<p class="note">Files: tables/{_e(table.name)}.csv, .md, .tex</p>')
+    return (
+        f'<h2 id="{_e(table.name)}">{_e(table.title)}</h2>\n<div class="scroll">'
+        f'<table class="sortable" id="table-{_e(table.name)}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>{notes}"
+        f'<p class="note">Files: tables/{_e(table.name)}.csv, .md, .tex</p>'
+    )
 
 
 def plot_html(plot: Plot) -> str:
     """A figure with the PNG embedded as base64 and a link to the SVG beside the page."""
     data = base64.b64encode(plot.png.read_bytes()).decode("ascii")
-    return (f'<figure id="plot-{_e(plot.name)}"><img alt="{_e(plot.title)}" src="data:image/png;base64,{data}">'
-            f'<figcaption>{_e(plot.title)} (<a href="plots/{_e(plot.svg.name)}">SVG</a>)</figcaption></figure>')
+    return (
+        f'<figure id="plot-{_e(plot.name)}"><img alt="{_e(plot.title)}" src="data:image/png;base64,{data}">'
+        f'<figcaption>{_e(plot.title)} (<a href="plots/{_e(plot.svg.name)}">SVG</a>)</figcaption></figure>'
+    )
 
 
 def provenance_value(key: str, value: Any) -> str:
@@ -114,8 +121,10 @@ def provenance_html(provenance: list[dict[str, Any]]) -> str:
     """One table per run: where, when and with what the results were produced, and the cell counts."""
     parts = []
     for run in provenance:
-        rows = "".join(f'<tr><th class="key">{_e(key)}</th><td class="key">{_e(provenance_value(key, value))}</td></tr>'
-                       for key, value in run.items())
+        rows = "".join(
+            f'<tr><th class="key">{_e(key)}</th><td class="key">{_e(provenance_value(key, value))}</td></tr>'
+            for key, value in run.items()
+        )
         parts.append(f'<h3>Run {_e(run["run"])}</h3><table class="provenance">{rows}</table>')
     return '<h2 id="provenance">Provenance</h2>' + "".join(parts)
 
@@ -130,28 +139,45 @@ def cell_counts(provenance: list[dict[str, Any]]) -> str:
     unchosen = totals.pop("unchosen sweep trials", 0)
     text = f"{files} result files: " + ", ".join(f"{n} {status}" for status, n in totals.items())
     if unchosen:
-        text += (f"; {unchosen} of them are sweep trials not chosen on validation, shown only in the sweep table "
-                 "(every other table shows each label's chosen trial)")
+        text += (
+            f"; {unchosen} of them are sweep trials not chosen on validation, shown only in the sweep table "
+            "(every other table shows each label's chosen trial)"
+        )
     return text
 
 
-def render_page(title: str, tables: list[Table], plots: list[Plot], provenance: list[dict[str, Any]],
-                summary_lines: list[str] | None = None) -> str:
+def render_page(
+    title: str,
+    tables: list[Table],
+    plots: list[Plot],
+    provenance: list[dict[str, Any]],
+    summary_lines: list[str] | None = None,
+) -> str:
     """The whole page as one string: inline CSS and JS, images as data URIs."""
     nav = " ".join(f'<a href="#{_e(t.name)}">{_e(t.title)}</a>' for t in tables)
     nav += ' <a href="#plots">Plots</a> <a href="#provenance">Provenance</a>'
     summary = cell_counts(provenance)
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>",
-        f"<h1>{_e(title)}</h1>",
-        f'<p>Built from stored cell results only (nothing re-run). Cells: {_e(summary)}. '
-        "Click a column header to sort; missing values (—) stay last.</p>",
-        *([f'<ul class="summary">{"".join(f"<li>{_e(s)}</li>" for s in summary_lines)}</ul>']
-          if summary_lines else []),
-        f"<nav>{nav}</nav>",
-        *[table_html(t) for t in tables],
-        '<h2 id="plots">Plots</h2>', *([plot_html(p) for p in plots] or ["<p>No plots: no plottable results.</p>"]),
-        provenance_html(provenance),
-        f"<script>{SORT_SCRIPT}</script>", "</body></html>", ""])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>",
+            f"<h1>{_e(title)}</h1>",
+            f"<p>Built from stored cell results only (nothing re-run). Cells: {_e(summary)}. "
+            "Click a column header to sort; missing values (—) stay last.</p>",
+            *(
+                [f'<ul class="summary">{"".join(f"<li>{_e(s)}</li>" for s in summary_lines)}</ul>']
+                if summary_lines
+                else []
+            ),
+            f"<nav>{nav}</nav>",
+            *[table_html(t) for t in tables],
+            '<h2 id="plots">Plots</h2>',
+            *([plot_html(p) for p in plots] or ["<p>No plots: no plottable results.</p>"]),
+            provenance_html(provenance),
+            f"<script>{SORT_SCRIPT}</script>",
+            "</body></html>",
+            "",
+        ]
+    )

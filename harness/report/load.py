@@ -3,6 +3,7 @@
 Failed, skipped and unreadable cells are kept (with their reasons) so that reports can list them;
 only "ok" cells contribute numbers.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,12 +15,24 @@ import pandas as pd
 
 from attnbench.errors import UserError
 from attnbench.measurements import measurement_names
+from attnbench.names import REFERENCE
 from attnbench.report.sweep import select_trials
 from attnbench.store import read_result
-from attnbench.names import REFERENCE
 
-CELL_COLUMNS = ["run", "cell_id", "suite", "measurement", "task", "label", "attention", "seed",
-                "status", "reason", "file", "trial"]
+CELL_COLUMNS = [
+    "run",
+    "cell_id",
+    "suite",
+    "measurement",
+    "task",
+    "label",
+    "attention",
+    "seed",
+    "status",
+    "reason",
+    "file",
+    "trial",
+]
 
 
 @dataclasses.dataclass
@@ -86,8 +99,9 @@ def load_runs(run_dirs: list[Path], *, stale: bool = False) -> Results:
     if len(runs) > 1:
         cells["label"] = _tag_clashing_labels(cells)
     everything = cells.reset_index(drop=True)
-    cells, sweep = select_trials(everything,
-                                 {run.tag: (run.config.get("sweep") or {}).get("select_seeds") for run in runs})
+    cells, sweep = select_trials(
+        everything, {run.tag: (run.config.get("sweep") or {}).get("select_seeds") for run in runs}
+    )
     kept = set(zip(cells["run"], cells["file"]))
     unchosen = everything[[key not in kept for key in zip(everything["run"], everything["file"])]]
     return Results(cells=cells, runs=runs, sweep=sweep, unchosen=unchosen.reset_index(drop=True))
@@ -104,14 +118,18 @@ def _in_plan(rows: list[dict[str, Any]], runs: list[RunInfo], stale: bool) -> li
             kept.append(row)
         elif outside:
             run = next(r for r in runs if r.tag == row["run"])
-            run.left_out.append(f"{row['task']}/{row['label']}/s{row['seed']}/{row['measurement']}"
-                                + (f"/t{row['trial']}" if row["trial"] is not None else ""))
+            run.left_out.append(
+                f"{row['task']}/{row['label']}/s{row['seed']}/{row['measurement']}"
+                + (f"/t{row['trial']}" if row["trial"] is not None else "")
+            )
     if stale:
         for run in runs:
             run.not_run = []  # the plan's missing cells belong to the other report
     if stale and not kept:
-        raise UserError(f"{', '.join(str(r.path) for r in runs)}: every stored cell belongs to the suite as it "
-                        f"stands; there are no stale cells to report")
+        raise UserError(
+            f"{', '.join(str(r.path) for r in runs)}: every stored cell belongs to the suite as it "
+            f"stands; there are no stale cells to report"
+        )
     return kept
 
 
@@ -128,8 +146,9 @@ def _run_tags(paths: list[Path]) -> list[str]:
 def _read_run(run: RunInfo) -> list[dict[str, Any]]:
     cell_dir = run.path / "cells"
     if not cell_dir.is_dir():
-        raise UserError(f"no cell results folder {cell_dir}; pass a run folder written by "
-                        "`attnbench run` (it holds cells/*.json)")
+        raise UserError(
+            f"no cell results folder {cell_dir}; pass a run folder written by `attnbench run` (it holds cells/*.json)"
+        )
     files = sorted(cell_dir.glob("*.json"))
     if not files:
         raise UserError(f"{cell_dir} holds no *.json cell results; run the suite first")
@@ -152,34 +171,56 @@ def _read_plan(run: RunInfo, present: set[str]) -> None:
 
 def _read_cell(tag: str, path: Path) -> dict[str, Any]:
     """One row for CELL_COLUMNS; a file that cannot be read becomes status 'unreadable' with a reason."""
-    base = {"run": tag, "cell_id": path.stem, "file": str(path), "suite": None, "measurement": None,
-            "task": None, "label": None, "attention": None, "seed": None, "metrics": {}, "details": {},
-            "provenance": {}, "task_options": {}, "trial": None, "sweep": None}
+    base = {
+        "run": tag,
+        "cell_id": path.stem,
+        "file": str(path),
+        "suite": None,
+        "measurement": None,
+        "task": None,
+        "label": None,
+        "attention": None,
+        "seed": None,
+        "metrics": {},
+        "details": {},
+        "provenance": {},
+        "task_options": {},
+        "trial": None,
+        "sweep": None,
+    }
     data, problem = read_result(path, path.stem)
     if data is None:
-        return {**base, "status": "unreadable",
-                "reason": f"{problem}; the next `attnbench run` sets the file aside and runs its cell again"}
+        return {
+            **base,
+            "status": "unreadable",
+            "reason": f"{problem}; the next `attnbench run` sets the file aside and runs its cell again",
+        }
     cell = data["cell"]
     task = cell.get("task") or {}
     attention = cell.get("attention") or {}
     status = data["status"]
-    return {**base,
-            "cell_id": data.get("cell_id", path.stem),
-            "suite": cell.get("suite"),
-            "measurement": (cell.get("measurement") or {}).get("name"),
-            "task": task.get("label") or task.get("name"),
-            "task_options": task.get("options") or {},
-            "label": data.get("label") or attention.get("label") or attention.get("name"),
-            "attention": attention.get("name"),
-            "seed": cell.get("seed"),
-            "status": status,
-            "reason": data.get("reason"),
-            "metrics": {k: float(v) for k, v in (data.get("metrics") or {}).items()
-                        if isinstance(v, (int, float)) and not isinstance(v, bool)},
-            "details": data.get("details") or {},
-            "provenance": data.get("provenance") or {},
-            "trial": (cell.get("sweep") or {}).get("trial"),
-            "sweep": cell.get("sweep")}
+    return {
+        **base,
+        "cell_id": data.get("cell_id", path.stem),
+        "suite": cell.get("suite"),
+        "measurement": (cell.get("measurement") or {}).get("name"),
+        "task": task.get("label") or task.get("name"),
+        "task_options": task.get("options") or {},
+        "label": data.get("label") or attention.get("label") or attention.get("name"),
+        "attention": attention.get("name"),
+        "seed": cell.get("seed"),
+        "status": status,
+        "reason": data.get("reason"),
+        "metrics": {
+            k: float(v)
+            for k, v in (data.get("metrics") or {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        },
+        "details": data.get("details") or {},
+        "provenance": data.get("provenance") or {},
+        "trial": (cell.get("sweep") or {}).get("trial"),
+        "sweep": cell.get("sweep"),
+    }
 
 
 def _task_keys(cells: pd.DataFrame) -> pd.Series:
@@ -201,8 +242,10 @@ def _tag_clashing_labels(cells: pd.DataFrame) -> pd.Series:
     seen = cells.dropna(subset=["label"]).fillna({"task": "-", "measurement": "-"})
     runs_per = seen.groupby(["label", "measurement", "task"])["run"].nunique()
     clashing = {label for (label, _, _), n in runs_per.items() if n > 1}
-    return pd.Series([f"{label} [{run}]" if label in clashing else label
-                      for label, run in zip(cells["label"], cells["run"])], index=cells.index)
+    return pd.Series(
+        [f"{label} [{run}]" if label in clashing else label for label, run in zip(cells["label"], cells["run"])],
+        index=cells.index,
+    )
 
 
 def detail_rows(results: Results, measurement: str) -> pd.DataFrame:
@@ -210,17 +253,27 @@ def detail_rows(results: Results, measurement: str) -> pd.DataFrame:
     out = []
     for _, cell in results.of(measurement).iterrows():
         for row in cell["details"].get("rows") or []:
-            out.append({"run": cell["run"], "task": cell["task"], "label": cell["label"],
-                        "attention": cell["attention"], "seed": cell["seed"], "cell_id": cell["cell_id"],
-                        **row})
+            out.append(
+                {
+                    "run": cell["run"],
+                    "task": cell["task"],
+                    "label": cell["label"],
+                    "attention": cell["attention"],
+                    "seed": cell["seed"],
+                    "cell_id": cell["cell_id"],
+                    **row,
+                }
+            )
     return pd.DataFrame(out)
 
 
 def metric_frame(results: Results, measurement: str) -> pd.DataFrame:
     """Long frame of the ok cells' flat metrics: run, task, label, seed, metric, value."""
-    rows = [{"run": c["run"], "task": c["task"], "label": c["label"], "seed": c["seed"],
-             "metric": name, "value": value}
-            for _, c in results.of(measurement).iterrows() for name, value in c["metrics"].items()]
+    rows = [
+        {"run": c["run"], "task": c["task"], "label": c["label"], "seed": c["seed"], "metric": name, "value": value}
+        for _, c in results.of(measurement).iterrows()
+        for name, value in c["metrics"].items()
+    ]
     return pd.DataFrame(rows, columns=["run", "task", "label", "seed", "metric", "value"])
 
 
@@ -246,13 +299,17 @@ def _machine_probe(cells: pd.DataFrame) -> dict[str, Any] | None:
         return f"{min(values):.1f}–{max(values):.1f}" if values else "n/a"
 
     first = machines[0]
-    return {"device": first.get("device"), "threads": first.get("threads"),
-            "matmul_gflops_at_cell_start": span([m["matmul_gflops"] for m in machines]),
-            "copy_gb_per_s_at_cell_start": span([m["copy_gb_per_s"] for m in machines]),
-            "matmul_gflops_around_points": span([r["probe_matmul_gflops"] for r in points]),
-            "copy_gb_per_s_around_points": span([r["probe_copy_gb_per_s"] for r in points]),
-            "method": first.get("method"), "matmul_size": first.get("matmul_size"),
-            "allocator": (first.get("allocator") or {}).get("policy", "system")}
+    return {
+        "device": first.get("device"),
+        "threads": first.get("threads"),
+        "matmul_gflops_at_cell_start": span([m["matmul_gflops"] for m in machines]),
+        "copy_gb_per_s_at_cell_start": span([m["copy_gb_per_s"] for m in machines]),
+        "matmul_gflops_around_points": span([r["probe_matmul_gflops"] for r in points]),
+        "copy_gb_per_s_around_points": span([r["probe_copy_gb_per_s"] for r in points]),
+        "method": first.get("method"),
+        "matmul_size": first.get("matmul_size"),
+        "allocator": (first.get("allocator") or {}).get("policy", "system"),
+    }
 
 
 def run_provenance(results: Results) -> list[dict[str, Any]]:
@@ -263,37 +320,66 @@ def run_provenance(results: Results) -> list[dict[str, Any]]:
         prov = [p for p in cells["provenance"] if p]
 
         def values(key: str) -> list[str]:
-            return sorted({str(p[key]) for p in prov if p.get(key) not in (None, "")})
+            return sorted({str(p[key]) for p in prov if p.get(key) not in (None, "")})  # noqa: B023
 
         packages = sorted({f"{k} {v}" for p in prov for k, v in (p.get("packages") or {}).items()})
-        unchosen = (results.unchosen[results.unchosen["run"] == run.tag] if results.unchosen is not None
-                    else cells.iloc[:0])
+        unchosen = (
+            results.unchosen[results.unchosen["run"] == run.tag] if results.unchosen is not None else cells.iloc[:0]
+        )
         counts = pd.concat([cells["status"], unchosen["status"]]).value_counts().to_dict()
         reasons = cells[cells["status"] != "ok"].groupby(["status", "reason"], dropna=False).size()
-        out.append({
-            "run": run.tag, "path": str(run.path),
-            "suite": sorted({str(s) for s in cells["suite"].dropna()} | ({run.suite} if run.suite else set())),
-            "git_commit": values("git_commit"), "git_dirty": values("git_dirty"),
-            "attnbench_version": values("attnbench_version"), "python": values("python"), "torch": values("torch"),
-            "packages": packages, "platform": values("platform"), "machine": values("machine"), "cpu": values("cpu"),
-            "device": values("device"), "threads": values("threads"), "native_kernels": values("native_kernels"),
-            "hostname": values("hostname"),
-            "command": values("command"), "seeds": sorted({int(s) for s in cells["seed"].dropna()}),
-            "started_at": min(values("started_at"), default=None),
-            "finished_at": max(values("finished_at"), default=None),
-            "cells": {"result files": len(cells) + len(unchosen)}
-            | {status: int(counts.get(status, 0)) for status in ("ok", "failed", "skipped", "unreadable")}
-            | {"not run": len(run.not_run), "unchosen sweep trials": len(unchosen), "left out": len(run.left_out)},
-            "not_run_cell_ids": run.not_run,
-            "left_out_cells": run.left_out,
-            "machine_probe": _machine_probe(cells),
-            "reasons": [{"status": s, "reason": r if isinstance(r, str) else "no reason given", "count": int(n)}
-                        for (s, r), n in reasons.items()]})
+        out.append(
+            {
+                "run": run.tag,
+                "path": str(run.path),
+                "suite": sorted({str(s) for s in cells["suite"].dropna()} | ({run.suite} if run.suite else set())),
+                "git_commit": values("git_commit"),
+                "git_dirty": values("git_dirty"),
+                "attnbench_version": values("attnbench_version"),
+                "python": values("python"),
+                "torch": values("torch"),
+                "packages": packages,
+                "platform": values("platform"),
+                "machine": values("machine"),
+                "cpu": values("cpu"),
+                "device": values("device"),
+                "threads": values("threads"),
+                "native_kernels": values("native_kernels"),
+                "hostname": values("hostname"),
+                "command": values("command"),
+                "seeds": sorted({int(s) for s in cells["seed"].dropna()}),
+                "started_at": min(values("started_at"), default=None),
+                "finished_at": max(values("finished_at"), default=None),
+                "cells": {"result files": len(cells) + len(unchosen)}
+                | {status: int(counts.get(status, 0)) for status in ("ok", "failed", "skipped", "unreadable")}
+                | {"not run": len(run.not_run), "unchosen sweep trials": len(unchosen), "left out": len(run.left_out)},
+                "not_run_cell_ids": run.not_run,
+                "left_out_cells": run.left_out,
+                "machine_probe": _machine_probe(cells),
+                "reasons": [
+                    {"status": s, "reason": r if isinstance(r, str) else "no reason given", "count": int(n)}
+                    for (s, r), n in reasons.items()
+                ],
+            }
+        )
     return out
 
 
-RESULT_COLUMNS = ["run", "cell_id", "measurement", "task", "label", "attention", "seed", "status", "reason",
-                  "metric", "value", "trial", "chosen"]
+RESULT_COLUMNS = [
+    "run",
+    "cell_id",
+    "measurement",
+    "task",
+    "label",
+    "attention",
+    "seed",
+    "status",
+    "reason",
+    "metric",
+    "value",
+    "trial",
+    "chosen",
+]
 
 
 def load_results(run_dir: str | Path) -> pd.DataFrame:
@@ -309,11 +395,13 @@ def load_results(run_dir: str | Path) -> pd.DataFrame:
         for _, c in cells.iterrows():
             base = {k: c[k] for k in RESULT_COLUMNS if k in c.index} | {"chosen": chosen}
             metrics = c["metrics"] if isinstance(c["metrics"], dict) else {}
-            rows += [base | {"metric": m, "value": v} for m, v in metrics.items()] or \
-                [base | {"metric": None, "value": float("nan")}]
+            rows += [base | {"metric": m, "value": v} for m, v in metrics.items()] or [
+                base | {"metric": None, "value": float("nan")}
+            ]
     frame = pd.DataFrame(rows, columns=RESULT_COLUMNS)
     frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce").astype("Int64")
     frame["trial"] = pd.to_numeric(frame["trial"], errors="coerce").astype("Int64")
     frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
-    return frame.sort_values(["measurement", "task", "label", "seed", "metric"], na_position="last",
-                             kind="stable").reset_index(drop=True)
+    return frame.sort_values(
+        ["measurement", "task", "label", "seed", "metric"], na_position="last", kind="stable"
+    ).reset_index(drop=True)

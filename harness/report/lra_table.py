@@ -7,6 +7,7 @@ a task when the 95% t-interval of the per-seed accuracy difference excludes 0 an
 the verdict rule of the paired comparisons (`attnbench.report.paired`), applied to every pair.
 A cell whose model breaks LRA's parameter rule (accuracy option parameter_tolerance) is flagged.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -16,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnbench.report.comparisons import combine_p_values, mean_difference_interval, per_example_p
 from attnbench.predictions import Predictions, decode_predictions
+from attnbench.report.comparisons import combine_p_values, mean_difference_interval, per_example_p
 from attnbench.report.load import Results
 from attnbench.report.stats import summarize
 from attnbench.report.table import DASH, Table, fmt
@@ -44,8 +45,9 @@ def separates(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, Any]:
     """Accuracy cells of two labels on one task (one row per seed) -> the paired interval, p and the verdict."""
     by_seed = [{int(c["seed"]): c for _, c in part.iterrows()} for part in (a, b)]
     seeds = sorted(set(by_seed[0]) & set(by_seed[1]))
-    interval = mean_difference_interval([by_seed[0][s]["metrics"]["accuracy"] for s in seeds],
-                                        [by_seed[1][s]["metrics"]["accuracy"] for s in seeds])
+    interval = mean_difference_interval(
+        [by_seed[0][s]["metrics"]["accuracy"] for s in seeds], [by_seed[1][s]["metrics"]["accuracy"] for s in seeds]
+    )
     p_seeds = []
     for s in seeds:
         pa, pb = _predictions(by_seed[0][s]), _predictions(by_seed[1][s])
@@ -55,9 +57,14 @@ def separates(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, Any]:
             p_seeds.append(math.nan)
     p_value = combine_p_values(p_seeds)
     excludes_zero = math.isfinite(interval["ci_low"]) and not interval["ci_low"] <= 0.0 <= interval["ci_high"]
-    return {"seeds": len(seeds), "mean_diff": interval["mean"], "ci_low": interval["ci_low"],
-            "ci_high": interval["ci_high"], "p_value": p_value,
-            "separated": bool(excludes_zero and math.isfinite(p_value) and p_value < ALPHA)}
+    return {
+        "seeds": len(seeds),
+        "mean_diff": interval["mean"],
+        "ci_low": interval["ci_low"],
+        "ci_high": interval["ci_high"],
+        "p_value": p_value,
+        "separated": bool(excludes_zero and math.isfinite(p_value) and p_value < ALPHA),
+    }
 
 
 def _tasks(cells: pd.DataFrame) -> list[str]:
@@ -94,10 +101,23 @@ def lra_tables(results: Results) -> list[Table]:
         for task in tasks:
             part = cells[(cells["task"] == task) & (cells["label"] == lab)]
             s = summarize([m["accuracy"] for m in part["metrics"]], interval_from=2)
-            row |= {f"{task}:mean": s["mean"], f"{task}:ci_low": s["ci_low"], f"{task}:ci_high": s["ci_high"],
-                    f"{task}:n": s["n"], f"{task}:breaks_parameter_rule": _breaks_rule(part)}
-            shown = DASH if s["n"] == 0 else fmt(100 * s["mean"], 1) + (
-                f" [{fmt(100 * s['ci_low'], 1)}, {fmt(100 * s['ci_high'], 1)}]" if math.isfinite(s["ci_low"]) else "")
+            row |= {
+                f"{task}:mean": s["mean"],
+                f"{task}:ci_low": s["ci_low"],
+                f"{task}:ci_high": s["ci_high"],
+                f"{task}:n": s["n"],
+                f"{task}:breaks_parameter_rule": _breaks_rule(part),
+            }
+            shown = (
+                DASH
+                if s["n"] == 0
+                else fmt(100 * s["mean"], 1)
+                + (
+                    f" [{fmt(100 * s['ci_low'], 1)}, {fmt(100 * s['ci_high'], 1)}]"
+                    if math.isfinite(s["ci_low"])
+                    else ""
+                )
+            )
             if row[f"{task}:breaks_parameter_rule"]:
                 shown += FLAG
                 flagged.append(f"{lab} × {task}")
@@ -119,25 +139,47 @@ def lra_tables(results: Results) -> list[Table]:
         column = data[f"{task}:mean" if task != "average" else "average"]
         if column.notna().any():
             best.loc[int(column.idxmax()), task] = True
-    notes = ["Test accuracy in %, mean over seeds [95% Student-t interval over seeds]; average: the mean of the "
-             "task means (a dash where a task is missing). Columns in LRA's order (ListOps, Text, Retrieval, Image, "
-             "Pathfinder); bold: best in column.",
-             "pairs separated: of all attention pairs on the task, how many have a paired 95% interval of the "
-             "per-seed accuracy difference that excludes 0 and a per-example test (exact McNemar per seed, "
-             f"combined across seeds) with p < {ALPHA}. The pairs are listed in the table lra_pairs."]
+    notes = [
+        "Test accuracy in %, mean over seeds [95% Student-t interval over seeds]; average: the mean of the "
+        "task means (a dash where a task is missing). Columns in LRA's order (ListOps, Text, Retrieval, Image, "
+        "Pathfinder); bold: best in column.",
+        "pairs separated: of all attention pairs on the task, how many have a paired 95% interval of the "
+        "per-seed accuracy difference that excludes 0 and a per-example test (exact McNemar per seed, "
+        f"combined across seeds) with p < {ALPHA}. The pairs are listed in the table lra_pairs.",
+    ]
     if flagged:
-        notes.append(f"{FLAG.strip()}: the model breaks LRA's parameter rule (parameters not within the "
-                     "tolerance of the softmax Transformer's): " + "; ".join(flagged) + ".")
+        notes.append(
+            f"{FLAG.strip()}: the model breaks LRA's parameter rule (parameters not within the "
+            "tolerance of the softmax Transformer's): " + "; ".join(flagged) + "."
+        )
     tables = [Table("lra", "Long Range Arena: test accuracy per task", data, text, best, notes)]
     if len(pairs):
-        shown = pd.DataFrame([{"task": r.task, "a": r.a, "b": r.b, "seeds": str(r.seeds),
-                               "a − b [95% CI]": fmt(r.mean_diff) + (f" [{fmt(r.ci_low)}, {fmt(r.ci_high)}]"
-                                                                      if math.isfinite(r.ci_low) else ""),
-                               "p (examples)": fmt(r.p_value) if math.isfinite(r.p_value) else DASH,
-                               "separated": "yes" if r.separated else "no"} for r in pairs.itertuples()])
+        shown = pd.DataFrame(
+            [
+                {
+                    "task": r.task,
+                    "a": r.a,
+                    "b": r.b,
+                    "seeds": str(r.seeds),
+                    "a − b [95% CI]": fmt(r.mean_diff)
+                    + (f" [{fmt(r.ci_low)}, {fmt(r.ci_high)}]" if math.isfinite(r.ci_low) else ""),
+                    "p (examples)": fmt(r.p_value) if math.isfinite(r.p_value) else DASH,
+                    "separated": "yes" if r.separated else "no",
+                }
+                for r in pairs.itertuples()
+            ]
+        )
         marks = pd.DataFrame(False, index=shown.index, columns=shown.columns)
         marks["separated"] = pairs["separated"].to_numpy()
-        tables.append(Table("lra_pairs", "Long Range Arena: which attention pairs each task separates", pairs, shown,
-                            marks, ["Every pair of attentions on every LRA task; the rule as in the table lra."],
-                            key_columns=3))
+        tables.append(
+            Table(
+                "lra_pairs",
+                "Long Range Arena: which attention pairs each task separates",
+                pairs,
+                shown,
+                marks,
+                ["Every pair of attentions on every LRA task; the rule as in the table lra."],
+                key_columns=3,
+            )
+        )
     return tables

@@ -6,6 +6,7 @@ the stored metrics, its 95% t-interval, and a test over the test examples (exact
 accuracy, paired bootstrap otherwise, on the stored per-example predictions) per seed, combined
 across seeds as `attnbench.report.comparisons.combine_p_values` says.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from attnbench.report.comparisons import combine_p_values, default_pairs, mean_difference_interval, per_example_p
 from attnbench.metrics import metric_direction
 from attnbench.predictions import Predictions, decode_predictions
+from attnbench.report.comparisons import combine_p_values, default_pairs, mean_difference_interval, per_example_p
 from attnbench.report.load import Results, RunInfo
 from attnbench.report.table import DASH, Table, fmt
 
@@ -49,8 +50,11 @@ def verdict(interval: dict[str, float], direction: str | None, p_value: float) -
     if interval["ci_low"] <= 0.0 <= interval["ci_high"]:
         return "no detectable difference"
     a_higher = interval["mean"] > 0
-    side = ("a higher" if a_higher else "b higher") if direction is None else (
-        "a better" if a_higher == (direction == "max") else "b better")
+    side = (
+        ("a higher" if a_higher else "b higher")
+        if direction is None
+        else ("a better" if a_higher == (direction == "max") else "b better")
+    )
     if math.isfinite(p_value) and p_value >= ALPHA:
         return f"{side} across seeds, not across examples (p ≥ {ALPHA})"
     return side
@@ -73,28 +77,39 @@ class PredictionCache:
         return self.cache[key]
 
 
-def paired_difference(a_cells: dict[int, pd.Series], b_cells: dict[int, pd.Series], metric: str,
-                      cache: PredictionCache) -> dict[str, Any] | None:
+def paired_difference(
+    a_cells: dict[int, pd.Series], b_cells: dict[int, pd.Series], metric: str, cache: PredictionCache
+) -> dict[str, Any] | None:
     """a - b on `metric` over the seeds both have: mean [95% t-interval], per-seed per-example p-values and
     their combination, and the verdict; None where no seed has the metric for both."""
-    have = sorted(s for s in set(a_cells) & set(b_cells)
-                  if metric in a_cells[s]["metrics"] and metric in b_cells[s]["metrics"])
+    have = sorted(
+        s for s in set(a_cells) & set(b_cells) if metric in a_cells[s]["metrics"] and metric in b_cells[s]["metrics"]
+    )
     if not have:
         return None
-    interval = mean_difference_interval([a_cells[s]["metrics"][metric] for s in have],
-                                        [b_cells[s]["metrics"][metric] for s in have])
+    interval = mean_difference_interval(
+        [a_cells[s]["metrics"][metric] for s in have], [b_cells[s]["metrics"][metric] for s in have]
+    )
     p_seeds = []
     for s in have:
         pa, pb = cache.get(a_cells[s]), cache.get(b_cells[s])
         n_bins = len((a_cells[s]["details"] or {}).get("reliability") or []) or 15
         try:
-            p_seeds.append(per_example_p(metric, pa, pb, resamples=RESAMPLES, seed=s, n_bins=n_bins)
-                           if pa is not None and pb is not None else math.nan)
+            p_seeds.append(
+                per_example_p(metric, pa, pb, resamples=RESAMPLES, seed=s, n_bins=n_bins)
+                if pa is not None and pb is not None
+                else math.nan
+            )
         except ValueError:  # scored on different rows: no per-example test
             p_seeds.append(math.nan)
     p_value = combine_p_values(p_seeds)
-    return {"seeds": have, "interval": interval, "p_value": p_value, "p_seeds": p_seeds,
-            "verdict": verdict(interval, metric_direction(metric), p_value)}
+    return {
+        "seeds": have,
+        "interval": interval,
+        "p_value": p_value,
+        "p_seeds": p_seeds,
+        "verdict": verdict(interval, metric_direction(metric), p_value),
+    }
 
 
 def cells_by_seed(part: pd.DataFrame, label: str) -> dict[int, pd.Series]:
@@ -102,8 +117,9 @@ def cells_by_seed(part: pd.DataFrame, label: str) -> dict[int, pd.Series]:
     return {int(c["seed"]): c for _, c in part[part["label"] == label].iterrows()}
 
 
-def _pair_rows(run: RunInfo, part: pd.DataFrame, task: str, a: str, b: str,
-               cache: PredictionCache) -> list[dict[str, Any]]:
+def _pair_rows(
+    run: RunInfo, part: pd.DataFrame, task: str, a: str, b: str, cache: PredictionCache
+) -> list[dict[str, Any]]:
     """One row per headline metric for labels a, b on a task of one run (empty if they share no seed)."""
     a_cells, b_cells = cells_by_seed(part, a), cells_by_seed(part, b)
     rows = []
@@ -112,10 +128,23 @@ def _pair_rows(run: RunInfo, part: pd.DataFrame, task: str, a: str, b: str,
         if found is None:
             continue
         interval = found["interval"]
-        rows.append({"run": run.tag, "task": task, "a": a, "b": b, "metric": metric, "seeds": len(found["seeds"]),
-                     "mean_diff": interval["mean"], "std_diff": interval["std"], "ci_low": interval["ci_low"],
-                     "ci_high": interval["ci_high"], "p_value": found["p_value"],
-                     "p_per_seed": " ".join(f"{p:.3g}" for p in found["p_seeds"]), "verdict": found["verdict"]})
+        rows.append(
+            {
+                "run": run.tag,
+                "task": task,
+                "a": a,
+                "b": b,
+                "metric": metric,
+                "seeds": len(found["seeds"]),
+                "mean_diff": interval["mean"],
+                "std_diff": interval["std"],
+                "ci_low": interval["ci_low"],
+                "ci_high": interval["ci_high"],
+                "p_value": found["p_value"],
+                "p_per_seed": " ".join(f"{p:.3g}" for p in found["p_seeds"]),
+                "verdict": found["verdict"],
+            }
+        )
     return rows
 
 
@@ -136,24 +165,45 @@ def paired_comparison_table(results: Results) -> Table | None:
         return None
     data = pd.DataFrame(rows)
     many_runs = data["run"].nunique() > 1
-    text = pd.DataFrame([({"run": r.run} if many_runs else {}) | {  # verdict early: in view on a narrow page
-        "task": r.task, "a": r.a, "b": r.b, "metric": r.metric, "verdict": r.verdict,
-        "a − b [95% CI]": fmt(r.mean_diff) + (f" [{fmt(r.ci_low)}, {fmt(r.ci_high)}]"
-                                               if math.isfinite(r.ci_low) else ""),
-        "p (examples)": fmt(r.p_value) if math.isfinite(r.p_value) else DASH, "seeds": str(r.seeds),
-        "p per seed": r.p_per_seed or DASH} for r in data.itertuples()])
+    text = pd.DataFrame(
+        [
+            ({"run": r.run} if many_runs else {})
+            | {  # verdict early: in view on a narrow page
+                "task": r.task,
+                "a": r.a,
+                "b": r.b,
+                "metric": r.metric,
+                "verdict": r.verdict,
+                "a − b [95% CI]": fmt(r.mean_diff)
+                + (f" [{fmt(r.ci_low)}, {fmt(r.ci_high)}]" if math.isfinite(r.ci_low) else ""),
+                "p (examples)": fmt(r.p_value) if math.isfinite(r.p_value) else DASH,
+                "seeds": str(r.seeds),
+                "p per seed": r.p_per_seed or DASH,
+            }
+            for r in data.itertuples()
+        ]
+    )
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     best["verdict"] = [v in ("a better", "b better", "a higher", "b higher") for v in data["verdict"]]
-    notes = ["a − b: mean over the seeds both have of the per-seed difference of the test metric, with its 95% "
-             "Student-t interval over the seeds (2 or more); 'no detectable difference' where the interval holds 0, else the "
-             "better side (direction as each metric declares; for NLL and ECE lower is better). It measures the gap "
-             "against the spread from training seeds; where that excludes 0 but p (examples) ≥ 0.05, the verdict "
-             "says so (a gap steady across seeds, within the sampling noise of the test set).",
-             f"p (examples): per seed, a test over the test examples of the same gap, exact McNemar for accuracy and "
-             f"a paired bootstrap ({RESAMPLES} resamples, both models scored on the same resampled rows, shifted to "
-             "the null) for macro-F1, NLL and ECE; combined across seeds as min(1, 2 × mean of the per-seed "
-             "p-values), valid when the seeds share the test examples (Vovk & Wang 2020); one seed: its own.",
-             "Pairs: the suite's comparisons: (default: every kernel-<map> with its vanilla-<map> twin, every "
-             "other label with softmax)."]
-    return Table("paired", "Paired comparisons (a − b on the same seeds and test examples)", data, text, best,
-                 notes, key_columns=5 if many_runs else 4)
+    notes = [
+        "a − b: mean over the seeds both have of the per-seed difference of the test metric, with its 95% "
+        "Student-t interval over the seeds (2 or more); 'no detectable difference' where the interval holds 0, else the "
+        "better side (direction as each metric declares; for NLL and ECE lower is better). It measures the gap "
+        "against the spread from training seeds; where that excludes 0 but p (examples) ≥ 0.05, the verdict "
+        "says so (a gap steady across seeds, within the sampling noise of the test set).",
+        f"p (examples): per seed, a test over the test examples of the same gap, exact McNemar for accuracy and "
+        f"a paired bootstrap ({RESAMPLES} resamples, both models scored on the same resampled rows, shifted to "
+        "the null) for macro-F1, NLL and ECE; combined across seeds as min(1, 2 × mean of the per-seed "
+        "p-values), valid when the seeds share the test examples (Vovk & Wang 2020); one seed: its own.",
+        "Pairs: the suite's comparisons: (default: every kernel-<map> with its vanilla-<map> twin, every "
+        "other label with softmax).",
+    ]
+    return Table(
+        "paired",
+        "Paired comparisons (a − b on the same seeds and test examples)",
+        data,
+        text,
+        best,
+        notes,
+        key_columns=5 if many_runs else 4,
+    )

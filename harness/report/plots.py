@@ -2,6 +2,7 @@
 
 Every plot colours an attention label the same way (`label_colors`, keyed by the sorted labels).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,12 +19,17 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
+from attnbench.baselines.coulomb.report import (
+    kernel_ablation_table,
+    kernel_f1_table,
+    kernel_scaling_table,
+    kernel_table,
+)
 from attnbench.report.load import Results, metric_frame
-from attnbench.baselines.coulomb.report import kernel_ablation_table, kernel_f1_table, kernel_scaling_table, kernel_table
 from attnbench.report.measurement_tables import robustness_rows
 from attnbench.report.table import finite, slug
 
-MIB = 2.0 ** 20
+MIB = 2.0**20
 
 
 @dataclasses.dataclass
@@ -74,8 +80,14 @@ def _legend_outside(fig: Figure, axes: Any, extra: list[Line2D] | None = None) -
     for handle in extra or []:
         entries[handle.get_label()] = handle
     if entries:
-        fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncols=min(4, len(entries)),
-                   fontsize="small", frameon=False)
+        fig.legend(
+            list(entries.values()),
+            list(entries),
+            loc="outside lower center",
+            ncols=min(4, len(entries)),
+            fontsize="small",
+            frameon=False,
+        )
 
 
 def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot]:
@@ -86,8 +98,10 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
     plots = []
     shape = ["mode", "batch", "heads", "head_dim"]  # one panel per mode and tensor shape
     panels = list(eff.groupby(shape, dropna=False, sort=True))
-    for column, name, ylabel, scale in (("median_ms", "time_vs_length", "time per call (ms)", 1.0),
-                                        ("peak_mem_bytes", "memory_vs_length", "peak memory (MiB)", 1 / MIB)):
+    for column, name, ylabel, scale in (
+        ("median_ms", "time_vs_length", "time per call (ms)", 1.0),
+        ("peak_mem_bytes", "memory_vs_length", "peak memory (MiB)", 1 / MIB),
+    ):
         if eff[column].notna().sum() == 0:
             continue
         fig = _figure(4.2 * len(panels) + 1.0, 4.0)
@@ -102,13 +116,29 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
                 busy = ok[ok["busy"] == True] if column == "median_ms" and "busy" in ok else ok.iloc[:0]  # noqa: E712
                 if not busy.empty:
                     busy_seen = True
-                    ax.scatter(busy["seq_len"], busy[column] * scale, marker="o", s=70, facecolors="none",
-                               edgecolors="red", linewidths=1.2, zorder=6)
+                    ax.scatter(
+                        busy["seq_len"],
+                        busy[column] * scale,
+                        marker="o",
+                        s=70,
+                        facecolors="none",
+                        edgecolors="red",
+                        linewidths=1.2,
+                        zorder=6,
+                    )
                 bad = rows[rows["status"].isin(["oom", "timeout"])]
                 if not bad.empty:
                     failed_seen = True
-                    ax.scatter(bad["seq_len"], np.full(len(bad), 0.96), marker="x", s=60, color=colors[label],
-                               transform=top, clip_on=False, zorder=5)
+                    ax.scatter(
+                        bad["seq_len"],
+                        np.full(len(bad), 0.96),
+                        marker="x",
+                        s=60,
+                        color=colors[label],
+                        transform=top,
+                        clip_on=False,
+                        zorder=5,
+                    )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             if part["status"].isin(["oom", "timeout"]).any():  # head-room: x markers at the top sit above lines
@@ -119,10 +149,26 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
             dims = ", ".join(f"{k}={v:g}" for k, v in (("B", batch), ("H", heads), ("d", head_dim)) if pd.notna(v))
             ax.set_title(f"{mode} pass" + (f" ({dims})" if dims else ""), fontsize="medium")
             ax.grid(True, which="both", alpha=0.3)
-        extra = [Line2D([], [], color="black", marker="x", linestyle="none", label="OOM / timeout (top edge)")] \
-            if failed_seen else []
-        extra += [Line2D([], [], color="red", marker="o", markerfacecolor="none", linestyle="none",
-                         label="timed on a busy machine")] if busy_seen else []
+        extra = (
+            [Line2D([], [], color="black", marker="x", linestyle="none", label="OOM / timeout (top edge)")]
+            if failed_seen
+            else []
+        )
+        extra += (
+            [
+                Line2D(
+                    [],
+                    [],
+                    color="red",
+                    marker="o",
+                    markerfacecolor="none",
+                    linestyle="none",
+                    label="timed on a busy machine",
+                )
+            ]
+            if busy_seen
+            else []
+        )
         title = ("Time" if column == "median_ms" else "Peak memory") + " vs sequence length"
         fig.suptitle(title)
         _legend_outside(fig, axes, extra)
@@ -158,8 +204,15 @@ def plot_reliability(results: Results, colors: dict, out_dir: Path) -> list[Plot
             bins = _pooled_bins([d.get("reliability") or [] for d in part[part["label"] == label]["details"]])
             ax.plot([0, 1], [0, 1], "--", color="gray", lw=1)
             if not bins.empty:
-                ax.bar((bins["lower"] + bins["upper"]) / 2, bins["accuracy"], width=bins["upper"] - bins["lower"],
-                       color=colors[label], edgecolor="black", lw=0.4, alpha=0.85)
+                ax.bar(
+                    (bins["lower"] + bins["upper"]) / 2,
+                    bins["accuracy"],
+                    width=bins["upper"] - bins["lower"],
+                    color=colors[label],
+                    edgecolor="black",
+                    lw=0.4,
+                    alpha=0.85,
+                )
             ece = metrics[(metrics["task"] == task) & (metrics["label"] == label) & (metrics["metric"] == "ece")]
             ece_text = f" (ECE {ece['value'].mean():.3f})" if len(ece) else ""
             ax.set_title(f"{label}{ece_text}", fontsize="small")
@@ -167,7 +220,7 @@ def plot_reliability(results: Results, colors: dict, out_dir: Path) -> list[Plot
             ax.set_ylim(0, 1)
             ax.set_xlabel("confidence")
             ax.set_ylabel("accuracy")
-        for ax in axes[len(labels):]:
+        for ax in axes[len(labels) :]:
             ax.set_visible(False)
         title = f"Reliability diagrams, task {task} (dashed: perfect calibration)"
         fig.suptitle(title)
@@ -190,8 +243,14 @@ def plot_robustness(results: Results, colors: dict, out_dir: Path) -> list[Plot]
             for label, lab_rows in part[part["group"] == group].groupby("label", sort=True):
                 stats = lab_rows.groupby("level")["accuracy"].agg(["mean", "std"]).reset_index()
                 ax.plot(stats["level"], stats["mean"], marker="o", ms=3, color=colors[label], label=label)
-                ax.fill_between(stats["level"], stats["mean"] - stats["std"].fillna(0),
-                                stats["mean"] + stats["std"].fillna(0), color=colors[label], alpha=0.15, lw=0)
+                ax.fill_between(
+                    stats["level"],
+                    stats["mean"] - stats["std"].fillna(0),
+                    stats["mean"] + stats["std"].fillna(0),
+                    color=colors[label],
+                    alpha=0.15,
+                    lw=0,
+                )
             if group == "feature_budget":
                 ax.set_xscale("log", base=2)
             ax.set_title(group, fontsize="medium")
@@ -215,8 +274,9 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return points.loc[keep].sort_values(x)
 
 
-def plot_accuracy_vs_throughput(leaderboard: pd.DataFrame, eff: pd.DataFrame, colors: dict,
-                                out_dir: Path) -> list[Plot]:
+def plot_accuracy_vs_throughput(
+    leaderboard: pd.DataFrame, eff: pd.DataFrame, colors: dict, out_dir: Path
+) -> list[Plot]:
     """Mean accuracy over tasks vs forward tokens/s at one common length; Pareto front marked."""
     if eff.empty or leaderboard.empty:
         return []
@@ -236,8 +296,15 @@ def plot_accuracy_vs_throughput(leaderboard: pd.DataFrame, eff: pd.DataFrame, co
     for r in points.itertuples():
         ax.scatter(r.throughput, r.accuracy, color=colors[r.label], s=40, label=r.label, zorder=3)
     ax.plot(front["throughput"], front["accuracy"], "-", color="black", lw=1, zorder=2)
-    ax.scatter(front["throughput"], front["accuracy"], s=140, facecolors="none", edgecolors="black", zorder=4,
-               label="Pareto front")
+    ax.scatter(
+        front["throughput"],
+        front["accuracy"],
+        s=140,
+        facecolors="none",
+        edgecolors="black",
+        zorder=4,
+        label="Pareto front",
+    )
     ax.set_xscale("log")
     ax.set_xlabel(f"forward throughput at length {int(length)} (tokens/s)")
     ax.set_ylabel("mean accuracy over tasks")
@@ -330,8 +397,13 @@ def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
         measured = (pa.get("validation_alignment") or {}).get(objective) or {}
         if series and all(finite(measured.get(k)) for k in ("before", "after")):
             last = max(len(steps) for steps in series) - 1
-            axes[1].plot([0, last], [measured["before"], measured["after"]], "D", color="crimson",
-                         label=f"{pa.get('probe_split', 'train')} rows before / after (table)")
+            axes[1].plot(
+                [0, last],
+                [measured["before"], measured["after"]],
+                "D",
+                color="crimson",
+                label=f"{pa.get('probe_split', 'train')} rows before / after (table)",
+            )
         for panel in axes[:2]:  # below the panel: over the curves it hid the data and the neighbour's labels
             if panel.get_legend_handles_labels()[0]:
                 panel.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
@@ -429,6 +501,11 @@ def _plot_kernel_scaling(data: pd.DataFrame, out_dir: Path) -> Plot:
 def all_plots(results: Results, leaderboard: pd.DataFrame, eff: pd.DataFrame, out_dir: Path) -> list[Plot]:
     """Every plot the results support, coloured by one label palette, written as PNG and SVG."""
     colors = label_colors(results.labels())
-    return [*plot_efficiency(eff, colors, out_dir), *plot_accuracy_vs_throughput(leaderboard, eff, colors, out_dir),
-            *plot_reliability(results, colors, out_dir), *plot_robustness(results, colors, out_dir),
-            *plot_coulomb(results, colors, out_dir), *plot_kernel_experiment(results, out_dir)]
+    return [
+        *plot_efficiency(eff, colors, out_dir),
+        *plot_accuracy_vs_throughput(leaderboard, eff, colors, out_dir),
+        *plot_reliability(results, colors, out_dir),
+        *plot_robustness(results, colors, out_dir),
+        *plot_coulomb(results, colors, out_dir),
+        *plot_kernel_experiment(results, out_dir),
+    ]

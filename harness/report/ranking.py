@@ -12,6 +12,7 @@ At chance: a label whose accuracy is not above the majority class of the test la
 one-sided binomial test (per seed, combined across seeds as `combine_p_values`) is marked and left
 out of the ranking; its other metrics are still shown.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -79,8 +80,9 @@ def _better_first(standings: list[Standing], direction: str) -> list[Standing]:
     return sorted(standings, key=lambda s: (round(-s.mean if direction == "max" else s.mean, 12), s.label))
 
 
-def task_standings(part: pd.DataFrame, labels: list[str], cache: PredictionCache,
-                   metric: str = RANK_METRIC) -> dict[str, Standing]:
+def task_standings(
+    part: pd.DataFrame, labels: list[str], cache: PredictionCache, metric: str = RANK_METRIC
+) -> dict[str, Standing]:
     """Group ranks of `labels` on one task; `part` holds that task's ok cells (label, seed, metrics, details)."""
     direction = metric_direction(metric) or "max"
     cells = {lab: cells_by_seed(part, lab) for lab in labels}
@@ -124,9 +126,11 @@ def task_standings(part: pd.DataFrame, labels: list[str], cache: PredictionCache
 
 def ranking_note(metric: str = RANK_METRIC) -> str:
     """The footnote every grouped ranking carries."""
-    return (f"Rank: by mean {metric} over seeds, in groups: a label whose paired difference with its group's best "
-            "is not detectable (95% t-interval over shared seeds holds 0, or the per-example test, exact McNemar, "
-            f"gives p ≥ {ALPHA}) shares the group's ranks (e.g. 1–4). Bold: the top group, not a point estimate. "
-            "With one seed, or without the seeds most labels share, no rank is claimed. "
-            f"At chance: accuracy not above the majority class of the test labels (exact one-sided binomial test, "
-            f"per seed, combined as min(1, 2 × mean), p ≥ {ALPHA}); shown, not ranked.")
+    return (
+        f"Rank: by mean {metric} over seeds, in groups: a label whose paired difference with its group's best "
+        "is not detectable (95% t-interval over shared seeds holds 0, or the per-example test, exact McNemar, "
+        f"gives p ≥ {ALPHA}) shares the group's ranks (e.g. 1–4). Bold: the top group, not a point estimate. "
+        "With one seed, or without the seeds most labels share, no rank is claimed. "
+        f"At chance: accuracy not above the majority class of the test labels (exact one-sided binomial test, "
+        f"per seed, combined as min(1, 2 × mean), p ≥ {ALPHA}); shown, not ranked."
+    )

@@ -1,6 +1,7 @@
 """Statistics for tables: mean, std, 95% t-interval over seeds, and direction-aware ranks.
 
 Directions come from the metric declarations (`attnbench.metrics.metric_direction`), never from names."""
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@
 Missing values are NaN in `data` and a dash in `text`; they are left out of every average and rank,
 never counted as zero.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -64,8 +65,7 @@ def fmt_summary(s: dict[str, float], rank_value: float = float("nan"), row_n: in
     return text
 
 
-def best_mask(values: pd.DataFrame, directions: dict[str, str | None],
-               groups: pd.Series | None = None) -> pd.DataFrame:
+def best_mask(values: pd.DataFrame, directions: dict[str, str | None], groups: pd.Series | None = None) -> pd.DataFrame:
     """True where a column's value is the best of its column (within each group, if given)."""
     mask = pd.DataFrame(False, index=values.index, columns=values.columns)
     keys = groups if groups is not None else pd.Series(0, index=values.index)
@@ -87,5 +87,6 @@ def slug(name: str) -> str:
 
 def group_keys(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
     """One string key per row from the given columns (missing values included), for grouping best marks."""
-    return pd.Series(["|".join(str(v) for v in row) for row in frame[columns].itertuples(index=False)],
-                     index=frame.index)
+    return pd.Series(
+        ["|".join(str(v) for v in row) for row in frame[columns].itertuples(index=False)], index=frame.index
+    )

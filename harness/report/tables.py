@@ -1,5 +1,6 @@
 """Accuracy tables from stored cell results: one per task, the leaderboard across tasks, and the list
 of cells without results; `all_tables` gathers every table the results support, in report order."""
+
 from __future__ import annotations
 
 import math
@@ -9,12 +10,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from attnbench.baselines.coulomb.report import kernel_tables
 from attnbench.report.causal import decode_crossover_table, recall_table
 from attnbench.report.load import Results, metric_frame, not_ok
-from attnbench.baselines.coulomb.report import kernel_tables
 from attnbench.report.lra_table import lra_tables
-from attnbench.report.measurement_tables import (coulomb_table, efficiency_table, fidelity_table,
-                                               paired_table, robustness_tables)
+from attnbench.report.measurement_tables import (
+    coulomb_table,
+    efficiency_table,
+    fidelity_table,
+    paired_table,
+    robustness_tables,
+)
 from attnbench.report.paired import PredictionCache, paired_comparison_table
 from attnbench.report.published import published_table
 from attnbench.report.ranking import RANK_METRIC, Standing, ranking_note, task_standings
@@ -23,14 +29,28 @@ from attnbench.report.sweep import sweep_table
 from attnbench.report.table import DASH, Table, finite, fmt, fmt_summary, slug
 
 HEADLINE = ("accuracy", "macro_f1", "ece")
-METRIC_ORDER = ("accuracy", "macro_f1", "ece", "mcc", "balanced_accuracy", "roc_auc", "pr_auc", "nll",
-                "brier", "ece_equal_mass", "train_seconds", "phase_a_seconds")
+METRIC_ORDER = (
+    "accuracy",
+    "macro_f1",
+    "ece",
+    "mcc",
+    "balanced_accuracy",
+    "roc_auc",
+    "pr_auc",
+    "nll",
+    "brier",
+    "ece_equal_mass",
+    "train_seconds",
+    "phase_a_seconds",
+)
 NOT_METRICS = ("params_total", "params_attention")  # shown as parameter counts, not ranked
 BUILTIN_MEASUREMENTS = ("accuracy", "robustness", "efficiency", "fidelity", "kernel")
 
 
-REFERENCE_NOTE = ("(reference): an attention-free reference model (majority class; TF-IDF + logistic regression "
-                  "with C chosen on validation) on the same splits; shown for scale, not ranked, never bold.")
+REFERENCE_NOTE = (
+    "(reference): an attention-free reference model (majority class; TF-IDF + logistic regression "
+    "with C chosen on validation) on the same splits; shown for scale, not ranked, never bold."
+)
 
 
 def shown_label(label: str, references: set[str]) -> str:
@@ -69,48 +89,80 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     cells = results.cells[(results.cells["measurement"] == measurement) & (results.cells["task"] == task)]
     labels = sorted(set(cells["label"].dropna()))
     metrics = _ordered_metrics(set(frame["metric"]))
-    stats = {(lab, m): summarize(frame[(frame["label"] == lab) & (frame["metric"] == m)]["value"])
-             for lab in labels for m in metrics}
+    stats = {
+        (lab, m): summarize(frame[(frame["label"] == lab) & (frame["metric"] == m)]["value"])
+        for lab in labels
+        for m in metrics
+    }
     means = pd.DataFrame({m: [stats[(lab, m)]["mean"] for lab in labels] for m in metrics}, index=labels)
     references = results.reference_labels()
     ranked = means.drop(index=[lab for lab in labels if lab in references])
-    standings = (_accuracy_standings(results, task, list(ranked.index), PredictionCache())
-                 if measurement == "accuracy" and RANK_METRIC in metrics else {})
+    standings = (
+        _accuracy_standings(results, task, list(ranked.index), PredictionCache())
+        if measurement == "accuracy" and RANK_METRIC in metrics
+        else {}
+    )
     if standings:
         ranks = pd.DataFrame(np.nan, index=labels, columns=metrics)
         ranks.loc[list(standings), RANK_METRIC] = [s.low if s.low is not None else np.nan for s in standings.values()]
     else:
-        ranks = pd.DataFrame({m: rank(ranked[m], metric_direction(m)) if metric_direction(m) else np.nan
-                              for m in metrics}, index=ranked.index).reindex(labels)
+        ranks = pd.DataFrame(
+            {m: rank(ranked[m], metric_direction(m)) if metric_direction(m) else np.nan for m in metrics},
+            index=ranked.index,
+        ).reindex(labels)
     first = RANK_METRIC if RANK_METRIC in ranks else (metrics[0] if metrics else None)
     first_rank = ranks[first] if first else pd.Series(np.nan, index=labels)
     first_mean = means[first] if first else pd.Series(np.nan, index=labels)
     sign = -1.0 if first is None or metric_direction(first) != "min" else 1.0
-    order = sorted(labels, key=lambda lab: (first_rank[lab] if finite(first_rank[lab]) else math.inf,
-                                            lab in references,
-                                            round(sign * first_mean[lab], 12) if finite(first_mean[lab]) else math.inf,
-                                            lab))
+    order = sorted(
+        labels,
+        key=lambda lab: (
+            first_rank[lab] if finite(first_rank[lab]) else math.inf,
+            lab in references,
+            round(sign * first_mean[lab], 12) if finite(first_mean[lab]) else math.inf,
+            lab,
+        ),
+    )
     seeds = {lab: int(frame[frame["label"] == lab]["seed"].nunique()) for lab in labels}
-    params = {(lab, kind): summarize(frame[(frame["label"] == lab) & (frame["metric"] == kind)]["value"])["mean"]
-              for lab in labels for kind in NOT_METRICS}
+    params = {
+        (lab, kind): summarize(frame[(frame["label"] == lab) & (frame["metric"] == kind)]["value"])["mean"]
+        for lab in labels
+        for kind in NOT_METRICS
+    }
     data_rows, text_rows = [], []
     for lab in order:
         standing = standings.get(lab)
-        row = {"label": lab, "reference": lab in references, "seeds": seeds[lab],
-               "at_chance": bool(standing and standing.at_chance),
-               **{kind: params[(lab, kind)] for kind in NOT_METRICS}}
+        row = {
+            "label": lab,
+            "reference": lab in references,
+            "seeds": seeds[lab],
+            "at_chance": bool(standing and standing.at_chance),
+            **{kind: params[(lab, kind)] for kind in NOT_METRICS},
+        }
         shown = shown_label(lab, references) + (" (at chance)" if row["at_chance"] else "")
-        text = {"label": shown, "seeds": str(seeds[lab]),
-                "params": fmt(params[(lab, "params_total")], 0),
-                "attention params": fmt(params[(lab, "params_attention")], 0)}
+        text = {
+            "label": shown,
+            "seeds": str(seeds[lab]),
+            "params": fmt(params[(lab, "params_total")], 0),
+            "attention params": fmt(params[(lab, "params_attention")], 0),
+        }
         for m in metrics:
             s = stats[(lab, m)]
-            row.update({f"{m}_mean": s["mean"], f"{m}_std": s["std"], f"{m}_n": s["n"],
-                        f"{m}_ci_low": s["ci_low"], f"{m}_ci_high": s["ci_high"], f"{m}_rank": ranks.at[lab, m]})
+            row.update(
+                {
+                    f"{m}_mean": s["mean"],
+                    f"{m}_std": s["std"],
+                    f"{m}_n": s["n"],
+                    f"{m}_ci_low": s["ci_low"],
+                    f"{m}_ci_high": s["ci_high"],
+                    f"{m}_rank": ranks.at[lab, m],
+                }
+            )
             text[m] = fmt_summary(s, ranks.at[lab, m] if not standings else np.nan, seeds[lab])
         if standing is not None:
-            row.update({f"{RANK_METRIC}_rank_high": standing.high, "rank": standing.rank_text,
-                        "chance_p": standing.chance_p})
+            row.update(
+                {f"{RANK_METRIC}_rank_high": standing.high, "rank": standing.rank_text, "chance_p": standing.chance_p}
+            )
             if text[RANK_METRIC] != DASH:
                 text[RANK_METRIC] += f" ({standing.rank_text})"
         data_rows.append(row)
@@ -123,18 +175,27 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     else:
         for m in metrics:
             best[m] = [ranks.at[lab, m] == 1 and ranked[m].nunique() > 1 for lab in order]  # no mark if all tie
-        notes = ["Cells: mean ± sample std over seeds, [95% t-interval] where n ≥ 3, (rank of the mean; 1 = best, "
-                 "direction-aware). Bold: best in column. n shown where a metric has fewer seeds than the row."]
+        notes = [
+            "Cells: mean ± sample std over seeds, [95% t-interval] where n ≥ 3, (rank of the mean; 1 = best, "
+            "direction-aware). Bold: best in column. n shown where a metric has fewer seeds than the row."
+        ]
     if references:
         notes.append(REFERENCE_NOTE)
     for lab in labels:
         if seeds[lab] < cells[cells["label"] == lab]["seed"].nunique():
             notes.append(f"{lab}: some seeds have no result ({_problem_text(results, measurement, task, lab)}).")
     if measurement == "accuracy":
-        return Table(f"task_{slug(task)}", f"Task {task}: metrics per attention", pd.DataFrame(data_rows),
-                     text, best, notes)
-    return Table(f"{slug(measurement)}_{slug(task)}", f"Measurement {measurement} on {task}: metrics per attention",
-                 pd.DataFrame(data_rows), text, best, notes)
+        return Table(
+            f"task_{slug(task)}", f"Task {task}: metrics per attention", pd.DataFrame(data_rows), text, best, notes
+        )
+    return Table(
+        f"{slug(measurement)}_{slug(task)}",
+        f"Measurement {measurement} on {task}: metrics per attention",
+        pd.DataFrame(data_rows),
+        text,
+        best,
+        notes,
+    )
 
 
 def _top_group_marks(standings: dict[str, Standing], order: list[str]) -> list[bool]:
@@ -147,14 +208,19 @@ def _top_group_marks(standings: dict[str, Standing], order: list[str]) -> list[b
 def _grouped_note(standings: Iterable[Standing]) -> str:
     """Cells, ranks and bold of a task table whose accuracy is ranked in groups; at-chance labels named."""
     standings = list(standings)
-    note = ("Cells: mean ± sample std over seeds, [95% t-interval] where n ≥ 3; n shown where a metric has fewer "
-            "seeds than the row. Only accuracy is ranked (other metrics: see the paired table). " + ranking_note())
+    note = (
+        "Cells: mean ± sample std over seeds, [95% t-interval] where n ≥ 3; n shown where a metric has fewer "
+        "seeds than the row. Only accuracy is ranked (other metrics: see the paired table). " + ranking_note()
+    )
     chance = [s.label for s in standings if s.at_chance]
     if chance:
         note += " At chance here: " + ", ".join(chance) + "."
     if standings and all(s.low is None for s in standings):
-        note += " No ranking is supported on this task (" + "; ".join(
-            sorted({s.why_unranked or "" for s in standings})) + ")."
+        note += (
+            " No ranking is supported on this task ("
+            + "; ".join(sorted({s.why_unranked or "" for s in standings}))
+            + ")."
+        )
     return note
 
 
@@ -168,28 +234,42 @@ def leaderboard_table(results: Results) -> Table:
     tasks = sorted(set(cells["task"].dropna()))
     labels = sorted(set(cells["label"].dropna()))
     references = results.reference_labels()
-    per = {(t, lab, m): summarize(frame[(frame["task"] == t) & (frame["label"] == lab)
-                                        & (frame["metric"] == m)]["value"])
-           for t in tasks for lab in labels for m in HEADLINE}
+    per = {
+        (t, lab, m): summarize(frame[(frame["task"] == t) & (frame["label"] == lab) & (frame["metric"] == m)]["value"])
+        for t in tasks
+        for lab in labels
+        for m in HEADLINE
+    }
     cache = PredictionCache()
-    standings = {t: _accuracy_standings(results, t, [lab for lab in labels if lab not in references
-                                                     and per[(t, lab, "accuracy")]["n"] > 0], cache)
-                 for t in tasks}
+    standings = {
+        t: _accuracy_standings(
+            results, t, [lab for lab in labels if lab not in references and per[(t, lab, "accuracy")]["n"] > 0], cache
+        )
+        for t in tasks
+    }
     rows, text_rows, missing = [], [], []
     for lab in labels:
         present = [t for t in tasks if per[(t, lab, "accuracy")]["n"] > 0]
         missing += [f"{lab} × {t} ({_problem_text(results, 'accuracy', t, lab)})" for t in tasks if t not in present]
         mine = [standings[t][lab] for t in present if lab in standings[t]]
         ranked = [s for s in mine if s.low is not None]
-        row = {"label": lab, "reference": lab in references, "tasks": len(present),
-               "ranked_tasks": len(ranked), "top_group_tasks": sum(s.top for s in ranked),
-               "at_chance_tasks": sum(s.at_chance for s in mine),
-               "avg_rank": float(np.mean([(s.low + s.high) / 2 for s in ranked])) if ranked else np.nan}
+        row = {
+            "label": lab,
+            "reference": lab in references,
+            "tasks": len(present),
+            "ranked_tasks": len(ranked),
+            "top_group_tasks": sum(s.top for s in ranked),
+            "at_chance_tasks": sum(s.at_chance for s in mine),
+            "avg_rank": float(np.mean([(s.low + s.high) / 2 for s in ranked])) if ranked else np.nan,
+        }
         for m in HEADLINE:
             vals = [per[(t, lab, m)]["mean"] for t in present if per[(t, lab, m)]["n"] > 0]
             row[f"{m}_mean"] = float(np.mean(vals)) if vals else np.nan
-        text = {"label": shown_label(lab, references), "tasks": f"{len(present)}/{len(tasks)}",
-                "top group": (f"{row['top_group_tasks']} of {len(ranked)}" if ranked else DASH)}
+        text = {
+            "label": shown_label(lab, references),
+            "tasks": f"{len(present)}/{len(tasks)}",
+            "top group": (f"{row['top_group_tasks']} of {len(ranked)}" if ranked else DASH),
+        }
         for t in tasks:
             s = standings[t].get(lab)
             row[f"{t}:accuracy_mean"] = per[(t, lab, "accuracy")]["mean"]
@@ -204,8 +284,9 @@ def leaderboard_table(results: Results) -> Table:
     data = pd.DataFrame(rows)
     if len(data):
         data["_order_top"], data["_order_mean"] = -data["top_group_tasks"], -data["accuracy_mean"].round(12)
-        order = data.sort_values(["reference", "_order_top", "avg_rank", "_order_mean", "label"],
-                                 na_position="last").index  # within a tied group: by mean, for reading only
+        order = data.sort_values(
+            ["reference", "_order_top", "avg_rank", "_order_mean", "label"], na_position="last"
+        ).index  # within a tied group: by mean, for reading only
         data = data.drop(columns=["_order_top", "_order_mean"])
     else:
         order = data.index
@@ -214,22 +295,29 @@ def leaderboard_table(results: Results) -> Table:
     for t in tasks:
         marks = _top_group_marks(standings[t], list(data["label"]))
         best[f"{t} accuracy"] = marks
-    notes = ["Each task is ranked on its own (labels are compared only with labels measured on the same task and "
-             "seeds); there is no average over tasks of different scales. tasks: how many tasks the label has; "
-             "top group: on how many of its ranked tasks it is in the top group. Per-task cells: mean ± std over "
-             "seeds (rank group). " + ranking_note()]
+    notes = [
+        "Each task is ranked on its own (labels are compared only with labels measured on the same task and "
+        "seeds); there is no average over tasks of different scales. tasks: how many tasks the label has; "
+        "top group: on how many of its ranked tasks it is in the top group. Per-task cells: mean ± std over "
+        "seeds (rank group). " + ranking_note()
+    ]
     chance = sorted({f"{lab} on {t}" for t in tasks for lab, s in standings[t].items() if s.at_chance})
     if chance:
         notes.append("At chance (shown, not ranked): " + "; ".join(chance) + ".")
     unranked = [t for t in tasks if standings[t] and all(s.low is None for s in standings[t].values())]
     if unranked:
-        notes.append("No ranking is supported on " + ", ".join(unranked) + " (one seed, no shared seeds, or every "
-                     "label at chance).")
+        notes.append(
+            "No ranking is supported on " + ", ".join(unranked) + " (one seed, no shared seeds, or every "
+            "label at chance)."
+        )
     if references:
         notes.append(REFERENCE_NOTE)
     if missing:
-        notes.append("Missing (shown as —, left out of every average and rank, never counted as zero): "
-                     + "; ".join(missing) + ".")
+        notes.append(
+            "Missing (shown as —, left out of every average and rank, never counted as zero): "
+            + "; ".join(missing)
+            + "."
+        )
     return Table("leaderboard", "Leaderboard across tasks", data, text, best, notes)
 
 
@@ -263,9 +351,15 @@ def problems_table(results: Results) -> Table | None:
     shown = bad.assign(file=[Path(f).name for f in bad["file"]])
     text = shown.astype(object).where(shown.notna(), DASH).astype(str)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
-    return Table("cells_not_ok", "Cells without results (failed, skipped, unreadable)", bad, text, best,
-                 ["These cells are left out of every table above; their reasons are as recorded."],
-                 key_columns=len(text.columns))
+    return Table(
+        "cells_not_ok",
+        "Cells without results (failed, skipped, unreadable)",
+        bad,
+        text,
+        best,
+        ["These cells are left out of every table above; their reasons are as recorded."],
+        key_columns=len(text.columns),
+    )
 
 
 def all_tables(results: Results) -> list[Table]:
@@ -275,11 +369,19 @@ def all_tables(results: Results) -> list[Table]:
     tables += [task_table(results, t) for t in tasks]
     tables += lra_tables(results)
     tables += [paired_comparison_table(results), published_table(results), sweep_table(results.sweep)]
-    tables += [*robustness_tables(results), efficiency_table(results), paired_table(results),
-               fidelity_table(results), coulomb_table(results), *kernel_tables(results), recall_table(results),
-               decode_crossover_table(results)]
+    tables += [
+        *robustness_tables(results),
+        efficiency_table(results),
+        paired_table(results),
+        fidelity_table(results),
+        coulomb_table(results),
+        *kernel_tables(results),
+        recall_table(results),
+        decode_crossover_table(results),
+    ]
     other = results.ok[~results.ok["measurement"].isin(BUILTIN_MEASUREMENTS)]  # plug-in measurements
-    tables += [task_table(results, str(task), str(m))
-               for (m, task), _ in other.groupby(["measurement", "task"], sort=True)]
+    tables += [
+        task_table(results, str(task), str(m)) for (m, task), _ in other.groupby(["measurement", "task"], sort=True)
+    ]
     tables.append(problems_table(results))
     return [t for t in tables if t is not None]

@@ -10,6 +10,7 @@ Contract (suites, measurements and tests rely on it):
 Every task's options are a dataclass deriving from `TaskConfig` (seed, label_noise); `load_task`
 validates them, builds the task and then flips `label_noise` of the TRAIN labels (seeded).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,12 +26,22 @@ from attnbench.tasks.base import Split, TaskData
 
 ENTRY_POINT_GROUP = "attnbench.task"
 
-TASKS = Registry("task", builtin_modules=["attnbench.tasks.listops", "attnbench.tasks.recall",
-                                          "attnbench.tasks.nonlinear", "attnbench.tasks.sentence",
-                                          "attnbench.tasks.mqar", "attnbench.tasks.byte_lm",
-                                          "attnbench.tasks.pathfinder", "attnbench.tasks.pixels",
-                                          "attnbench.tasks.byte_text", "attnbench.tasks.byte_retrieval"],
-                 entry_point_group=ENTRY_POINT_GROUP)
+TASKS = Registry(
+    "task",
+    builtin_modules=[
+        "attnbench.tasks.listops",
+        "attnbench.tasks.recall",
+        "attnbench.tasks.nonlinear",
+        "attnbench.tasks.sentence",
+        "attnbench.tasks.mqar",
+        "attnbench.tasks.byte_lm",
+        "attnbench.tasks.pathfinder",
+        "attnbench.tasks.pixels",
+        "attnbench.tasks.byte_text",
+        "attnbench.tasks.byte_retrieval",
+    ],
+    entry_point_group=ENTRY_POINT_GROUP,
+)
 
 
 @dataclasses.dataclass
@@ -73,8 +84,9 @@ def _absolute(value: Any, base: Path) -> Any:
     return value
 
 
-def register_task(name: str, *, config: type = TaskConfig,
-                  description: str | None = None) -> Callable[[Callable[..., TaskData]], Callable[..., TaskData]]:
+def register_task(
+    name: str, *, config: type = TaskConfig, description: str | None = None
+) -> Callable[[Callable[..., TaskData]], Callable[..., TaskData]]:
     """Register `fn(cfg) -> TaskData` under `name`; `config` must derive from TaskConfig."""
     if not issubclass(config, TaskConfig):
         raise TypeError(f"task {name!r}: config {config.__name__} must subclass attnbench.tasks.TaskConfig")

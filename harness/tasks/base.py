@@ -1,4 +1,5 @@
 """What every task produces: tokenised, padded splits the shared classifier consumes."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,14 @@ class Split:
         return self.input_ids.shape[0]
 
     @classmethod
-    def from_rows(cls, rows: Sequence[Sequence[int]], labels: Sequence[int], width: int, pad_id: int = 0,
-                  segments: Sequence[Sequence[int]] | None = None) -> "Split":
+    def from_rows(
+        cls,
+        rows: Sequence[Sequence[int]],
+        labels: Sequence[int],
+        width: int,
+        pad_id: int = 0,
+        segments: Sequence[Sequence[int]] | None = None,
+    ) -> "Split":
         """Right-pad token rows (each at most `width` long) into a Split of shape (N, width)."""
         lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
         if len(rows) and int(lengths.max()) > width:
@@ -55,7 +62,7 @@ class Split:
         """Yield (input_ids, attention_mask, segment_ids, labels) batches, trimmed to the longest real row."""
         order = torch.randperm(len(self), generator=generator) if shuffle else torch.arange(len(self))
         for start in range(0, len(self), batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             mask = self.attention_mask[idx]
             width = max(int(mask.sum(dim=1).max()), 1)
             seg = None if self.segment_ids is None else self.segment_ids[idx, :width]
@@ -84,7 +91,20 @@ class TaskData:
         """What a cell ran on (JSON-able, for its provenance): sizes, class names, class counts and split
         sizes, plus the task's own info (source, files, tokenizer, rows dropped for bad data)."""
         names = self.info.get("label_names", list(range(self.num_classes)))
-        splits = {name: {"size": len(split), "class_counts": torch.bincount(split.labels, minlength=self.num_classes)
-                         .tolist()} for name, split in self.splits.items()}
-        return {**self.info, "task": self.name, "num_classes": self.num_classes, "vocab_size": self.vocab_size,
-                "max_length": self.max_length, "pair": self.pair, "label_names": names, "splits": splits}
+        splits = {
+            name: {
+                "size": len(split),
+                "class_counts": torch.bincount(split.labels, minlength=self.num_classes).tolist(),
+            }
+            for name, split in self.splits.items()
+        }
+        return {
+            **self.info,
+            "task": self.name,
+            "num_classes": self.num_classes,
+            "vocab_size": self.vocab_size,
+            "max_length": self.max_length,
+            "pair": self.pair,
+            "label_names": names,
+            "splits": splits,
+        }

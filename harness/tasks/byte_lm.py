@@ -12,15 +12,16 @@ each predicted from the bytes before it in its block (a window of block_size + 1
 block_size), so every byte of a split after its first is scored exactly once; the tail short of a block is
 left out. Training rows are the same blocks of the train split.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import sys
 from pathlib import Path
+from pydoc_data.topics import topics
 
 import torch
-from pydoc_data.topics import topics
 
 from attnbench.errors import UserError
 from attnbench.options import option, require
@@ -43,10 +44,13 @@ class ByteLmConfig(TaskConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         no_label_noise(self.label_noise, "byte_lm")
-        require(0 < self.validation_fraction < 1 and 0 < self.test_fraction < 1
-                and self.validation_fraction + self.test_fraction < 1,
-                f"validation_fraction={self.validation_fraction} and test_fraction={self.test_fraction} must be in "
-                f"(0, 1) and leave bytes for training")
+        require(
+            0 < self.validation_fraction < 1
+            and 0 < self.test_fraction < 1
+            and self.validation_fraction + self.test_fraction < 1,
+            f"validation_fraction={self.validation_fraction} and test_fraction={self.test_fraction} must be in "
+            f"(0, 1) and leave bytes for training",
+        )
 
     def check_inputs(self) -> None:
         if self.path is not None and not Path(self.path).exists():
@@ -74,9 +78,10 @@ def byte_blocks(data: bytes, block_size: int) -> TokenSplit:
     them in the row -> inputs, labels (R, block_size)."""
     rows = (len(data) - 1) // block_size
     if rows < 1:
-        raise UserError(f"{len(data)} bytes make no block of block_size={block_size}; use a smaller block_size "
-                        f"or more text")
-    seq = torch.frombuffer(bytearray(data[:rows * block_size + 1]), dtype=torch.uint8).long()
+        raise UserError(
+            f"{len(data)} bytes make no block of block_size={block_size}; use a smaller block_size or more text"
+        )
+    seq = torch.frombuffer(bytearray(data[: rows * block_size + 1]), dtype=torch.uint8).long()
     inputs = seq[:-1].view(rows, block_size)
     labels = seq[1:].view(rows, block_size)
     return TokenSplit(inputs, torch.ones_like(inputs, dtype=torch.bool), labels)
@@ -87,14 +92,19 @@ def byte_lm(cfg: ByteLmConfig) -> SequenceTaskData:
     """Byte-level language modelling: next-byte prediction on a text corpus, non-overlapping evaluation blocks."""
     data, source = read_corpus(cfg.path)
     if cfg.max_bytes is not None:
-        data = data[:cfg.max_bytes]
+        data = data[: cfg.max_bytes]
     n = len(data)
     test_start = n - int(n * cfg.test_fraction)
     val_start = test_start - int(n * cfg.validation_fraction)
     raw = {"train": data[:val_start], "validation": data[val_start:test_start], "test": data[test_start:]}
     splits = {name: byte_blocks(part, cfg.block_size) for name, part in raw.items()}
-    info = {"source": source, "corpus_sha256": hashlib.sha256(data).hexdigest(), "corpus_bytes": n,
-            "split_bytes": {name: len(part) for name, part in raw.items()},
-            "protocol": f"non-overlapping blocks of {cfg.block_size} bytes, each byte after a split's first scored once"}
-    return SequenceTaskData("byte_lm", splits, num_classes=VOCAB, vocab_size=VOCAB, max_length=cfg.block_size,
-                            pad_id=0, info=info, raw=raw)
+    info = {
+        "source": source,
+        "corpus_sha256": hashlib.sha256(data).hexdigest(),
+        "corpus_bytes": n,
+        "split_bytes": {name: len(part) for name, part in raw.items()},
+        "protocol": f"non-overlapping blocks of {cfg.block_size} bytes, each byte after a split's first scored once",
+    }
+    return SequenceTaskData(
+        "byte_lm", splits, num_classes=VOCAB, vocab_size=VOCAB, max_length=cfg.block_size, pad_id=0, info=info, raw=raw
+    )

@@ -16,6 +16,7 @@ Sources (`layout`):
   document itself (1) or of another document (0), the model must tell a copy from a stranger: document
   matching by content, the easier task on a small corpus (the CPU suite's choice).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,18 +39,23 @@ class ByteRetrievalConfig(ByteTextConfig):
     """Options of byte-level matching: the byte options, per document, plus where the pairs come from."""
 
     layout: Literal["pairs", "corpus"] = option(
-        "pairs", "pairs: two text columns and a 0/1 label per row; corpus: one text column (and a class) per row, "
-                 "paired by pairs_from_corpus")
+        "pairs",
+        "pairs: two text columns and a 0/1 label per row; corpus: one text column (and a class) per row, "
+        "paired by pairs_from_corpus",
+    )
     pairing: Literal["class", "near-duplicate"] = option(
-        "class", "layout corpus: label 1 = same class (class), or = an edited copy of the same document "
-                 "(near-duplicate)")
+        "class",
+        "layout corpus: label 1 = same class (class), or = an edited copy of the same document (near-duplicate)",
+    )
     edit_rate: float = option(0.1, "near-duplicate: share of the partner's bytes deleted, swapped or replaced")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         wanted = 2 if self.layout == "pairs" else 1
-        require(len(self.text_columns) == wanted, f"text_columns={self.text_columns} must name {wanted} column(s) "
-                                                  f"for layout: {self.layout}")
+        require(
+            len(self.text_columns) == wanted,
+            f"text_columns={self.text_columns} must name {wanted} column(s) for layout: {self.layout}",
+        )
         require(0.0 <= self.edit_rate < 0.5, f"edit_rate={self.edit_rate} must lie in [0, 0.5)")
 
 
@@ -72,8 +78,9 @@ def edited_copy(text: str, rate: float, rng: np.random.Generator) -> str:
     return "".join(out) or text
 
 
-def pairs_from_corpus(texts: list[str], labels: list[int], seed: int, pairing: str = "class",
-                      edit_rate: float = 0.1) -> tuple[list[str], list[str], list[int]]:
+def pairs_from_corpus(
+    texts: list[str], labels: list[int], seed: int, pairing: str = "class", edit_rate: float = 0.1
+) -> tuple[list[str], list[str], list[int]]:
     """Pair each document with a partner, label 1 with probability 1/2: class pairing, a partner of its own class
     (1) or another (0); near-duplicate pairing, an edited copy of itself (1) or of another document (0).
 
@@ -118,24 +125,45 @@ def byte_retrieval(cfg: ByteRetrievalConfig) -> TaskData:
     """Byte-level two-tower document matching (LRA Retrieval); pair files, or pairs built from a corpus."""
     rows, labels, info = labelled_splits(cfg, "byte_retrieval")
     if cfg.layout == "corpus":
-        built = {s: pairs_from_corpus(rows[s].texts, labels[s], cfg.split_seed + k, cfg.pairing, cfg.edit_rate)
-                 for k, s in enumerate(SPLITS)}
+        built = {
+            s: pairs_from_corpus(rows[s].texts, labels[s], cfg.split_seed + k, cfg.pairing, cfg.edit_rate)
+            for k, s in enumerate(SPLITS)
+        }
         rows = {s: TextRows(a, b, y) for s, (a, b, y) in built.items()}
         labels = {s: list(rows[s].labels) for s in SPLITS}
-        meaning = ("both documents share the corpus class" if cfg.pairing == "class" else
-                   f"the second is an edited copy (edit_rate {cfg.edit_rate}) of the first")
-        info = {**info, "corpus_label_names": info["label_names"], "label_names": ["different", "same"],
-                "pairs": f"built by pairs_from_corpus ({cfg.pairing}): label 1 when {meaning}"}
+        meaning = (
+            "both documents share the corpus class"
+            if cfg.pairing == "class"
+            else f"the second is an edited copy (edit_rate {cfg.edit_rate}) of the first"
+        )
+        info = {
+            **info,
+            "corpus_label_names": info["label_names"],
+            "label_names": ["different", "same"],
+            "pairs": f"built by pairs_from_corpus ({cfg.pairing}): label 1 when {meaning}",
+        }
     elif sorted(set(labels["train"])) != [0, 1]:
         raise UserError(f"byte_retrieval: the pair labels are {info['label_names']}; matching needs two classes")
     splits = {}
     for s in SPLITS:
         encoded = [pair_row(a, b, cfg.length) for a, b in zip(rows[s].texts, rows[s].pairs)]
-        splits[s] = Split.from_rows([ids for ids, _ in encoded], labels[s], 2 * cfg.length, PAD_ID,
-                                    segments=[seg for _, seg in encoded])
-    return TaskData("byte_retrieval", splits, num_classes=2, vocab_size=BYTE_VOCAB, max_length=2 * cfg.length,
-                    pad_id=PAD_ID,
-                    info={**info, "preset": cfg.preset, "architecture": TWO_TOWER, "document_length": cfg.length,
-                          "tokenizer": "bytes (0 [PAD], 1 [CLS], 2 + byte) per document"},
-                    special_ids=(PAD_ID, CLS_ID),
-                    texts={s: [f"{a}\n{b}" for a, b in zip(rows[s].texts, rows[s].pairs)] for s in SPLITS})
+        splits[s] = Split.from_rows(
+            [ids for ids, _ in encoded], labels[s], 2 * cfg.length, PAD_ID, segments=[seg for _, seg in encoded]
+        )
+    return TaskData(
+        "byte_retrieval",
+        splits,
+        num_classes=2,
+        vocab_size=BYTE_VOCAB,
+        max_length=2 * cfg.length,
+        pad_id=PAD_ID,
+        info={
+            **info,
+            "preset": cfg.preset,
+            "architecture": TWO_TOWER,
+            "document_length": cfg.length,
+            "tokenizer": "bytes (0 [PAD], 1 [CLS], 2 + byte) per document",
+        },
+        special_ids=(PAD_ID, CLS_ID),
+        texts={s: [f"{a}\n{b}" for a, b in zip(rows[s].texts, rows[s].pairs)] for s in SPLITS},
+    )

@@ -6,6 +6,7 @@ substituted, deleted or inserted, or s*n/2 adjacent pairs swapped (so about s*n 
 markers) are never touched and swaps stay within a segment, so pairs keep their layout. Rows that
 grow past the width lose their last non-special tokens (pairs: the longer segment first).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -20,16 +21,27 @@ KINDS = ("substitute", "delete", "swap", "insert", "mixed")
 BASIC = KINDS[:4]
 
 
-def corrupt(split: Split, kind: str, severity: float, vocab_size: int, seed: int,
-            special_ids: Sequence[int] = (0,), pad_id: int = 0) -> Split:
+def corrupt(
+    split: Split,
+    kind: str,
+    severity: float,
+    vocab_size: int,
+    seed: int,
+    special_ids: Sequence[int] = (0,),
+    pad_id: int = 0,
+) -> Split:
     """A corrupted copy of `split` (same width and labels); severity 0 returns an identical copy."""
     if kind not in KINDS:
         raise ConfigError(f"unknown corruption {kind!r}; choose one of: {', '.join(KINDS)}")
     if not 0.0 <= severity <= 1.0:
         raise ConfigError(f"corruption severity={severity} must lie in [0, 1]")
     if severity == 0:
-        return Split(split.input_ids.clone(), split.attention_mask.clone(), split.labels.clone(),
-                     None if split.segment_ids is None else split.segment_ids.clone())
+        return Split(
+            split.input_ids.clone(),
+            split.attention_mask.clone(),
+            split.labels.clone(),
+            None if split.segment_ids is None else split.segment_ids.clone(),
+        )
     if kind == "mixed":
         for step, basic in enumerate(BASIC):
             split = corrupt(split, basic, severity / len(BASIC), vocab_size, 4 * seed + step, special_ids, pad_id)
@@ -37,8 +49,10 @@ def corrupt(split: Split, kind: str, severity: float, vocab_size: int, seed: int
     specials = set(int(i) for i in special_ids)
     real_tokens = np.array([t for t in range(vocab_size) if t not in specials])
     if len(real_tokens) < 2:
-        raise ConfigError(f"vocab_size={vocab_size} with special ids {sorted(specials)} leaves fewer than 2 "
-                          f"ordinary tokens to draw from")
+        raise ConfigError(
+            f"vocab_size={vocab_size} with special ids {sorted(specials)} leaves fewer than 2 "
+            f"ordinary tokens to draw from"
+        )
     rng = np.random.default_rng([seed, KINDS.index(kind)])
     ids, mask = split.input_ids.numpy(), split.attention_mask.numpy()
     segs = None if split.segment_ids is None else split.segment_ids.numpy()
@@ -70,8 +84,15 @@ def _other_tokens(old: list[int], real_tokens: np.ndarray, rng: np.random.Genera
     return real_tokens[index].tolist()
 
 
-def _corrupt_row(tokens: list[int], seg: list[int], kind: str, severity: float, rng: np.random.Generator,
-                 specials: set[int], real_tokens: np.ndarray) -> tuple[list[int], list[int]]:
+def _corrupt_row(
+    tokens: list[int],
+    seg: list[int],
+    kind: str,
+    severity: float,
+    rng: np.random.Generator,
+    specials: set[int],
+    real_tokens: np.ndarray,
+) -> tuple[list[int], list[int]]:
     editable = [i for i, t in enumerate(tokens) if t not in specials]
     n = len(editable)
     if n == 0:
@@ -100,8 +121,9 @@ def _corrupt_row(tokens: list[int], seg: list[int], kind: str, severity: float, 
     return out_tokens, out_seg
 
 
-def _swap(tokens: list[int], seg: list[int], editable: list[int], count: int,
-          rng: np.random.Generator) -> tuple[list[int], list[int]]:
+def _swap(
+    tokens: list[int], seg: list[int], editable: list[int], count: int, rng: np.random.Generator
+) -> tuple[list[int], list[int]]:
     """Swap `count` disjoint adjacent pairs of ordinary tokens within one segment."""
     allowed = set(editable)
     starts = [i for i in editable if i + 1 in allowed and seg[i] == seg[i + 1]]

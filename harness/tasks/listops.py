@@ -10,6 +10,7 @@ values). Expressions outside [min_length, max_length] tokens are rejected. Print
 google-research/long-range-arena, lra_benchmarks/data/listops.py); `preset: cpu` (the default) keeps the
 options as given. The cell's provenance names the preset that ran.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,21 +42,27 @@ class ListOpsConfig(SyntheticConfig):
     num_classes: int = option(10, "values are the digits 0..num_classes-1; SM is the sum modulo num_classes")
     operators: list[Operator] = option(list(OPERATORS), "operators used")
     operator_probability: float = option(0.25, "probability that a node above max_depth is an operator (LRA: 0.25)")
-    preset: Literal["cpu", "lra"] = option("cpu", "cpu: the options as given; lra: LRA's sizes (lengths 500-2000, "
-                                                  "depth 10, 10 arguments, 96k/2k/2k), which then may not be given")
+    preset: Literal["cpu", "lra"] = option(
+        "cpu",
+        "cpu: the options as given; lra: LRA's sizes (lengths 500-2000, "
+        "depth 10, 10 arguments, 96k/2k/2k), which then may not be given",
+    )
 
     def __post_init__(self) -> None:
         if self.preset == "lra":
             self._apply_lra_preset()
         super().__post_init__()
-        require(1 <= self.min_length <= self.max_length,
-                f"min_length={self.min_length} and max_length={self.max_length} need 1 <= min <= max")
+        require(
+            1 <= self.min_length <= self.max_length,
+            f"min_length={self.min_length} and max_length={self.max_length} need 1 <= min <= max",
+        )
         require(self.max_depth >= 2, f"max_depth={self.max_depth} must be at least 2 to allow an operator")
         require(self.max_args >= 2, f"max_args={self.max_args} must be at least 2")
         require(2 <= self.num_classes <= 100, f"num_classes={self.num_classes} must lie in [2, 100]")
         require(len(self.operators) >= 1, "operators is empty; give at least one of MAX, MIN, MED, SM")
-        require(0 < self.operator_probability < 1,
-                f"operator_probability={self.operator_probability} must lie in (0, 1)")
+        require(
+            0 < self.operator_probability < 1, f"operator_probability={self.operator_probability} must lie in (0, 1)"
+        )
 
     def _apply_lra_preset(self) -> None:
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
@@ -66,8 +73,15 @@ class ListOpsConfig(SyntheticConfig):
             setattr(self, name, value)
 
 
-LRA_PRESET = {"min_length": 500, "max_length": 2000, "max_depth": 10, "max_args": 10, "num_train": 96_000,
-              "num_validation": 2_000, "num_test": 2_000}
+LRA_PRESET = {
+    "min_length": 500,
+    "max_length": 2000,
+    "max_depth": 10,
+    "max_args": 10,
+    "num_train": 96_000,
+    "num_validation": 2_000,
+    "num_test": 2_000,
+}
 
 
 def vocabulary(num_classes: int, operators: tuple[str, ...] = OPERATORS) -> list[str]:
@@ -148,8 +162,18 @@ def listops(cfg: ListOpsConfig) -> TaskData:
     """ListOps: classify the value (0-9) of a nested MAX/MIN/MED/SM expression (LRA generator)."""
     splits = balanced_splits(ListOpsSampler(cfg), cfg.num_classes, cfg, cfg.max_length, "listops")
     vocab = vocabulary(cfg.num_classes)
-    return TaskData("listops", splits, num_classes=cfg.num_classes, vocab_size=len(vocab),
-                    max_length=cfg.max_length, pad_id=PAD_ID,
-                    info={"source": "generated (LRA ListOps semantics)", "preset": cfg.preset, "vocabulary": vocab,
-                          "splits": split_info(splits)},
-                    special_ids=(PAD_ID,))
+    return TaskData(
+        "listops",
+        splits,
+        num_classes=cfg.num_classes,
+        vocab_size=len(vocab),
+        max_length=cfg.max_length,
+        pad_id=PAD_ID,
+        info={
+            "source": "generated (LRA ListOps semantics)",
+            "preset": cfg.preset,
+            "vocabulary": vocab,
+            "splits": split_info(splits),
+        },
+        special_ids=(PAD_ID,),
+    )

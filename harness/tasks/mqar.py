@@ -8,6 +8,7 @@ the value paired with that key (the next token to predict); every other position
 positions of the query region hold random tokens from the whole vocabulary (Zoology's
 `random_non_queries`). The decoder is scored on the labelled positions only.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +27,7 @@ class MqarConfig(TaskConfig):
 
     num_kv_pairs: int = option(8, "key-value pairs per row (each key is queried once)", minimum=1)
     seq_len: int = option(64, "tokens per row (even, at least 4 num_kv_pairs)", minimum=4)
-    vocab_size: int = option(8192, "token vocabulary: keys below vocab/2, values above (more than seq_len)",
-                             minimum=8)
+    vocab_size: int = option(8192, "token vocabulary: keys below vocab/2, values above (more than seq_len)", minimum=8)
     power_a: float = option(0.01, "power-law exponent of the query gaps: p(g) ~ g^(power_a - 1)")
     num_train: int = option(20000, "training rows", minimum=1)
     num_validation: int = option(1000, "validation rows", minimum=1)
@@ -38,24 +38,31 @@ class MqarConfig(TaskConfig):
         no_label_noise(self.label_noise, "mqar")
         require(self.seq_len % 2 == 0, f"seq_len={self.seq_len} must be even")
         require(self.vocab_size > self.seq_len, f"vocab_size={self.vocab_size} must exceed seq_len={self.seq_len}")
-        require(4 * self.num_kv_pairs <= self.seq_len,
-                f"num_kv_pairs={self.num_kv_pairs} needs seq_len >= {4 * self.num_kv_pairs}; raise seq_len")
-        require(self.num_kv_pairs < self.vocab_size // 2, f"num_kv_pairs={self.num_kv_pairs} distinct keys need "
-                                                          f"vocab_size above {2 * self.num_kv_pairs}")
+        require(
+            4 * self.num_kv_pairs <= self.seq_len,
+            f"num_kv_pairs={self.num_kv_pairs} needs seq_len >= {4 * self.num_kv_pairs}; raise seq_len",
+        )
+        require(
+            self.num_kv_pairs < self.vocab_size // 2,
+            f"num_kv_pairs={self.num_kv_pairs} distinct keys need vocab_size above {2 * self.num_kv_pairs}",
+        )
         require(self.power_a > 0, f"power_a={self.power_a} must be positive")
 
 
-def multiquery_ar(num_examples: int, seq_len: int, vocab_size: int, num_kv_pairs: int, power_a: float,
-                  seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def multiquery_ar(
+    num_examples: int, seq_len: int, vocab_size: int, num_kv_pairs: int, power_a: float, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """MQAR rows as Zoology's `multiquery_ar` makes them -> (inputs (N, seq_len), labels (N, seq_len), -100 =
     no label). Seeded by `seed` alone (numpy's Generator)."""
     rng = np.random.default_rng(seed)
     context = 2 * num_kv_pairs
     key_vocab = vocab_size // 2
-    keys = np.stack([rng.choice(np.arange(1, key_vocab), size=num_kv_pairs, replace=False)
-                     for _ in range(num_examples)])
-    values = np.stack([rng.choice(np.arange(key_vocab, vocab_size), size=num_kv_pairs, replace=False)
-                       for _ in range(num_examples)])
+    keys = np.stack(
+        [rng.choice(np.arange(1, key_vocab), size=num_kv_pairs, replace=False) for _ in range(num_examples)]
+    )
+    values = np.stack(
+        [rng.choice(np.arange(key_vocab, vocab_size), size=num_kv_pairs, replace=False) for _ in range(num_examples)]
+    )
     kvs = np.zeros((num_examples, context), dtype=np.int64)
     kvs[:, 0::2], kvs[:, 1::2] = keys, values
     space = (seq_len - context) // 2
@@ -77,12 +84,28 @@ def multiquery_ar(num_examples: int, seq_len: int, vocab_size: int, num_kv_pairs
 def mqar(cfg: MqarConfig) -> SequenceTaskData:
     """Multi-query associative recall (Zoology): recall the value of each queried key, answers only labelled."""
     splits = {}
-    for i, (split, size) in enumerate((("train", cfg.num_train), ("validation", cfg.num_validation),
-                                       ("test", cfg.num_test))):
-        inputs, labels = multiquery_ar(size, cfg.seq_len, cfg.vocab_size, cfg.num_kv_pairs, cfg.power_a,
-                                       seed=int(np.random.SeedSequence([cfg.seed, i]).generate_state(1)[0]))
+    for i, (split, size) in enumerate(
+        (("train", cfg.num_train), ("validation", cfg.num_validation), ("test", cfg.num_test))
+    ):
+        inputs, labels = multiquery_ar(
+            size,
+            cfg.seq_len,
+            cfg.vocab_size,
+            cfg.num_kv_pairs,
+            cfg.power_a,
+            seed=int(np.random.SeedSequence([cfg.seed, i]).generate_state(1)[0]),
+        )
         splits[split] = TokenSplit(inputs, torch.ones_like(inputs, dtype=torch.bool), labels)
-    return SequenceTaskData("mqar", splits, num_classes=cfg.vocab_size, vocab_size=cfg.vocab_size,
-                            max_length=cfg.seq_len, pad_id=0,
-                            info={"source": "generated (MQAR as Zoology's multiquery_ar, random non-queries)",
-                                  "num_kv_pairs": cfg.num_kv_pairs, "power_a": cfg.power_a})
+    return SequenceTaskData(
+        "mqar",
+        splits,
+        num_classes=cfg.vocab_size,
+        vocab_size=cfg.vocab_size,
+        max_length=cfg.seq_len,
+        pad_id=0,
+        info={
+            "source": "generated (MQAR as Zoology's multiquery_ar, random non-queries)",
+            "num_kv_pairs": cfg.num_kv_pairs,
+            "power_a": cfg.power_a,
+        },
+    )

@@ -9,6 +9,7 @@ bin of s (C equal-mass bins). The second term is a softmax-kernel interaction be
 tokens: only attention provides it in the shared classifier, and the sharper it is, the more an
 attention's kernel approximation matters. `noise` is the label-noise sigma.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,10 @@ class NonlinearConfig(SyntheticConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(2 <= self.min_length <= self.max_length,
-                f"min_length={self.min_length} and max_length={self.max_length} need 2 <= min <= max")
+        require(
+            2 <= self.min_length <= self.max_length,
+            f"min_length={self.min_length} and max_length={self.max_length} need 2 <= min <= max",
+        )
         require(self.num_tokens >= 2, f"num_tokens={self.num_tokens} must be at least 2")
         require(self.num_features >= 1, f"num_features={self.num_features} must be at least 1")
         require(self.num_classes >= 2, f"num_classes={self.num_classes} must be at least 2")
@@ -110,8 +113,17 @@ def nonlinear_tokens(cfg: NonlinearConfig) -> TaskData:
     """Noisy nonlinear token task: quantile class of sine and cross-token interaction terms plus noise."""
     sampler = NonlinearSampler(cfg)
     splits = balanced_splits(sampler, cfg.num_classes, cfg, cfg.max_length, "nonlinear_tokens")
-    return TaskData("nonlinear_tokens", splits, num_classes=cfg.num_classes, vocab_size=cfg.num_tokens + 1,
-                    max_length=cfg.max_length, pad_id=PAD_ID,
-                    info={"source": "generated (noisy nonlinear token task)",
-                          "thresholds": sampler.thresholds.tolist(), "splits": split_info(splits)},
-                    special_ids=(PAD_ID,))
+    return TaskData(
+        "nonlinear_tokens",
+        splits,
+        num_classes=cfg.num_classes,
+        vocab_size=cfg.num_tokens + 1,
+        max_length=cfg.max_length,
+        pad_id=PAD_ID,
+        info={
+            "source": "generated (noisy nonlinear token task)",
+            "thresholds": sampler.thresholds.tolist(),
+            "splits": split_info(splits),
+        },
+        special_ids=(PAD_ID,),
+    )

@@ -9,6 +9,7 @@ which these rows never need). LRA's levels are resolution 32 (Pathfinder), 128 (
 curv_contour_length 6, 9, 14; the segment length in pixels scales with the resolution (our choice:
 LRA's archive images were drawn by the original generator at 300 pixels and resized).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,8 +45,10 @@ class PathfinderConfig(SyntheticConfig):
         require(self.resolution in RESOLUTIONS, f"resolution={self.resolution} must be one of {RESOLUTIONS}")
         require(2 <= self.contour_length <= 40, f"contour_length={self.contour_length} must lie in [2, 40]")
         require(0 <= self.num_distractors <= 50, f"num_distractors={self.num_distractors} must lie in [0, 50]")
-        require(self.distractor_length is None or self.distractor_length >= 1,
-                f"distractor_length={self.distractor_length} must be at least 1 or null")
+        require(
+            self.distractor_length is None or self.distractor_length >= 1,
+            f"distractor_length={self.distractor_length} must be at least 1 or null",
+        )
         require(0 <= self.curvature <= math.pi, f"curvature={self.curvature} must lie in [0, pi]")
         require(1 <= self.margin <= 4, f"margin={self.margin} must lie in [1, 4]")
 
@@ -74,12 +77,13 @@ def _grow(mask: np.ndarray, steps: int) -> np.ndarray:
         out = np.zeros_like(out)
         for dr in (0, 1, 2):
             for dc in (0, 1, 2):
-                out |= padded[dr:dr + mask.shape[0], dc:dc + mask.shape[1]]
+                out |= padded[dr : dr + mask.shape[0], dc : dc + mask.shape[1]]
     return out
 
 
-def _trace(rng: np.random.Generator, resolution: int, segments: int, step: int,
-           curvature: float) -> list[tuple[int, int]] | None:
+def _trace(
+    rng: np.random.Generator, resolution: int, segments: int, step: int, curvature: float
+) -> list[tuple[int, int]] | None:
     """An 8-connected pixel path of `segments * step` unit steps with a random start, heading and turns; None if it
     leaves the image."""
     row, col = rng.uniform(1, resolution - 1, size=2)
@@ -97,8 +101,9 @@ def _trace(rng: np.random.Generator, resolution: int, segments: int, step: int,
     return path
 
 
-def _place(rng: np.random.Generator, occupied: np.ndarray, segments: int, cfg: PathfinderConfig
-           ) -> list[tuple[int, int]] | None:
+def _place(
+    rng: np.random.Generator, occupied: np.ndarray, segments: int, cfg: PathfinderConfig
+) -> list[tuple[int, int]] | None:
     """A contour path whose pixels keep `margin` pixels from every occupied pixel; None after MAX_TRIES."""
     keep_out = _grow(occupied, cfg.margin)
     for _ in range(MAX_TRIES):
@@ -152,11 +157,21 @@ class PathfinderSampler:
 @register_task("pathfinder", config=PathfinderConfig)
 def pathfinder(cfg: PathfinderConfig) -> TaskData:
     """Pathfinder: are the two marked dots connected by a dashed contour? resolution**2 grey-level tokens."""
-    width = cfg.resolution ** 2
+    width = cfg.resolution**2
     splits = balanced_splits(PathfinderSampler(cfg), 2, cfg, width, "pathfinder")
-    return TaskData("pathfinder", splits, num_classes=2, vocab_size=PIXEL_LEVELS + 1, max_length=width,
-                    pad_id=PAD_ID,
-                    info={"source": "generated (Pathfinder, Linsley et al. 2018, as in LRA; attnbench generator)",
-                          "label_names": ["disconnected", "connected"], "resolution": cfg.resolution,
-                          "tokens": "grey levels 0-255 row by row; id 256 = padding", "splits": split_info(splits)},
-                    special_ids=(PAD_ID,))
+    return TaskData(
+        "pathfinder",
+        splits,
+        num_classes=2,
+        vocab_size=PIXEL_LEVELS + 1,
+        max_length=width,
+        pad_id=PAD_ID,
+        info={
+            "source": "generated (Pathfinder, Linsley et al. 2018, as in LRA; attnbench generator)",
+            "label_names": ["disconnected", "connected"],
+            "resolution": cfg.resolution,
+            "tokens": "grey levels 0-255 row by row; id 256 = padding",
+            "splits": split_info(splits),
+        },
+        special_ids=(PAD_ID,),
+    )

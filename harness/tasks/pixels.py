@@ -6,6 +6,7 @@ and its 10k test), or `digits`, scikit-learn's bundled 8x8 handwritten digits (1
 levels scaled to 0-255), offline, optionally enlarged `upscale` times per side (nearest neighbour) for
 longer sequences. Tokens are the grey levels 0-255 row by row; id 256 is padding (never needed).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,10 @@ GREY_WEIGHTS = np.array([0.2989, 0.5870, 0.1140])
 class PixelsConfig(TaskConfig):
     """Which images, how large, and how they are split."""
 
-    source: Literal["digits", "cifar10"] = option("digits", "digits: scikit-learn's bundled 8x8 digits (offline); "
-                                                            "cifar10: the hub's CIFAR-10 in grey (LRA's Image)")
+    source: Literal["digits", "cifar10"] = option(
+        "digits",
+        "digits: scikit-learn's bundled 8x8 digits (offline); cifar10: the hub's CIFAR-10 in grey (LRA's Image)",
+    )
     upscale: int = option(1, "enlarge each side this many times (nearest neighbour): digits at 4 -> 1,024 tokens")
     validation_fraction: float = option(0.1, "share of the training images held out for validation")
     test_fraction: float = option(0.2, "share of the images held out for test where the source has no test split")
@@ -60,10 +63,16 @@ def _cifar10() -> dict[str, tuple[np.ndarray, np.ndarray]]:
             loaded = datasets.load_dataset("uoft-cs/cifar10")
     except Exception as err:  # offline or the hub unreachable
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"task 'pixels': loading cifar10 from the hub failed ({reason}); use source: digits offline") \
-            from None
-    return {s: (grey_levels(np.stack([np.asarray(im.convert("RGB")) for im in loaded[s]["img"]])),
-                np.asarray(loaded[s]["label"], dtype=np.int64)) for s in ("train", "test")}
+        raise UserError(
+            f"task 'pixels': loading cifar10 from the hub failed ({reason}); use source: digits offline"
+        ) from None
+    return {
+        s: (
+            grey_levels(np.stack([np.asarray(im.convert("RGB")) for im in loaded[s]["img"]])),
+            np.asarray(loaded[s]["label"], dtype=np.int64),
+        )
+        for s in ("train", "test")
+    }
 
 
 def _carve(images: np.ndarray, labels: np.ndarray, fraction: float, rng: np.random.Generator):
@@ -84,7 +93,7 @@ def pixels(cfg: PixelsConfig) -> TaskData:
         train, test = _carve(*_digits(), cfg.test_fraction, rng)
     train, validation = _carve(*train, cfg.validation_fraction, rng)
     if cfg.max_train_examples is not None and cfg.max_train_examples < len(train[1]):
-        keep = np.sort(rng.permutation(len(train[1]))[:cfg.max_train_examples])
+        keep = np.sort(rng.permutation(len(train[1]))[: cfg.max_train_examples])
         train = (train[0][keep], train[1][keep])
     parts = {"train": train, "validation": validation, "test": test}
     side = parts["train"][0].shape[1] * cfg.upscale
@@ -93,10 +102,18 @@ def pixels(cfg: PixelsConfig) -> TaskData:
         images, labels = parts[s]
         images = images.repeat(cfg.upscale, axis=1).repeat(cfg.upscale, axis=2)
         splits[s] = Split.from_rows(images.reshape(len(images), -1).tolist(), labels.tolist(), side * side, PAD_ID)
-    return TaskData("pixels", splits, num_classes=10, vocab_size=PIXEL_LEVELS + 1, max_length=side * side,
-                    pad_id=PAD_ID,
-                    info={"source": "hub uoft-cs/cifar10 (grey)" if cfg.source == "cifar10"
-                          else "scikit-learn load_digits (bundled)", "image_side": side,
-                          "tokens": "grey levels 0-255 row by row; id 256 = padding",
-                          "splits": {s: {"size": len(sp)} for s, sp in splits.items()}},
-                    special_ids=(PAD_ID,))
+    return TaskData(
+        "pixels",
+        splits,
+        num_classes=10,
+        vocab_size=PIXEL_LEVELS + 1,
+        max_length=side * side,
+        pad_id=PAD_ID,
+        info={
+            "source": "hub uoft-cs/cifar10 (grey)" if cfg.source == "cifar10" else "scikit-learn load_digits (bundled)",
+            "image_side": side,
+            "tokens": "grey levels 0-255 row by row; id 256 = padding",
+            "splits": {s: {"size": len(sp)} for s, sp in splits.items()},
+        },
+        special_ids=(PAD_ID,),
+    )

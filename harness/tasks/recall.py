@@ -10,6 +10,7 @@ Keys in a row are distinct and q is one of them. The values of a row are spread 
 classes (distinct when num_classes >= num_pairs), so counting values gives no shortcut. Retrieving
 one value among many is a known weak spot of linear attention, so variants separate here.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,8 +30,11 @@ PAD_ID, QUERY_ID = 0, 1
 class RecallConfig(SyntheticConfig):
     """Options of the associative-recall generator."""
 
-    num_train: int = option(20000, "training examples (defaults: with 5 epochs of a 2-layer d_model=64 encoder, "
-                                   "softmax reaches ~0.8 test accuracy, ELU linear attention stays near chance)")
+    num_train: int = option(
+        20000,
+        "training examples (defaults: with 5 epochs of a 2-layer d_model=64 encoder, "
+        "softmax reaches ~0.8 test accuracy, ELU linear attention stays near chance)",
+    )
     num_pairs: int = option(8, "key-value pairs per row")
     num_keys: int = option(8, "size of the key vocabulary")
     num_classes: int = option(4, "number of distinct values (= number of classes)")
@@ -39,8 +43,10 @@ class RecallConfig(SyntheticConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.num_pairs >= 1, f"num_pairs={self.num_pairs} must be at least 1")
-        require(self.num_keys >= self.num_pairs,
-                f"num_keys={self.num_keys} is below num_pairs={self.num_pairs}; keys in a row are distinct")
+        require(
+            self.num_keys >= self.num_pairs,
+            f"num_keys={self.num_keys} is below num_pairs={self.num_pairs}; keys in a row are distinct",
+        )
         require(self.num_classes >= 2, f"num_classes={self.num_classes} must be at least 2")
 
     @property
@@ -98,8 +104,18 @@ class RecallSampler:
 def associative_recall(cfg: RecallConfig) -> TaskData:
     """Associative recall: read key-value pairs, answer the value of the queried key."""
     splits = balanced_splits(RecallSampler(cfg), cfg.num_classes, cfg, cfg.length, "associative_recall")
-    return TaskData("associative_recall", splits, num_classes=cfg.num_classes, vocab_size=vocab_size(cfg),
-                    max_length=cfg.length, pad_id=PAD_ID,
-                    info={"source": f"generated (associative recall, {cfg.layout} layout)", "query_id": QUERY_ID,
-                          "key_ids": [key_id(0), key_id(cfg.num_keys - 1)], "splits": split_info(splits)},
-                    special_ids=(PAD_ID, QUERY_ID))
+    return TaskData(
+        "associative_recall",
+        splits,
+        num_classes=cfg.num_classes,
+        vocab_size=vocab_size(cfg),
+        max_length=cfg.length,
+        pad_id=PAD_ID,
+        info={
+            "source": f"generated (associative recall, {cfg.layout} layout)",
+            "query_id": QUERY_ID,
+            "key_ids": [key_id(0), key_id(cfg.num_keys - 1)],
+            "splits": split_info(splits),
+        },
+        special_ids=(PAD_ID, QUERY_ID),
+    )

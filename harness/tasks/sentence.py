@@ -6,6 +6,7 @@ Splits without labels (GLUE's test, label -1) are replaced: the hub's labelled v
 becomes the test split and a validation split is carved from train (seeded by split_seed; recorded
 in TaskData.info). Texts are tokenised by `attnbench.tasks.tokenizer`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,20 +32,25 @@ class TextTaskConfig(TaskConfig):
     """Tokenisation and split options shared by every sentence task."""
 
     max_length: int = option(128, "tokens per row incl. [CLS]/[SEP]; longer texts are truncated", maximum=65536)
-    tokenizer: str = option(LOCAL, "'wordpiece' (trained on the training split, cached), a hub name such as "
-                                    "'bert-base-uncased' (needs the network), or a tokenizer.json path")
-    vocab_size: int = option(8000, "vocabulary size of the locally trained WordPiece tokenizer",
-                             maximum=1_000_000)
+    tokenizer: str = option(
+        LOCAL,
+        "'wordpiece' (trained on the training split, cached), a hub name such as "
+        "'bert-base-uncased' (needs the network), or a tokenizer.json path",
+    )
+    vocab_size: int = option(8000, "vocabulary size of the locally trained WordPiece tokenizer", maximum=1_000_000)
     cache_dir: str | None = option(None, "tokenizer cache folder (default $ATTNBENCH_CACHE or ~/.cache/attnbench)")
     data_dir: str | None = option(None, f"folder of local data files (default ${DATA_ENV})")
     max_train_examples: int | None = option(None, "keep this many training rows (seeded sample; None = all)")
     max_eval_examples: int | None = option(None, "keep this many validation and test rows each (None = all)")
     validation_fraction: float = option(0.1, "share of train carved out as validation when it is missing")
     test_fraction: float = option(0.1, "share of train carved out as test when it is missing (text task)")
-    split_seed: int = option(0, "seed of carving and sampling rows (kept fixed across training seeds)", minimum=0,
-                             maximum=2**32 - 1)
-    bad_rows: Literal["drop", "fail"] = option("drop", "rows with a null or empty text or a null label: drop them "
-                                                       "(counted in the cell's provenance) or fail the cell")
+    split_seed: int = option(
+        0, "seed of carving and sampling rows (kept fixed across training seeds)", minimum=0, maximum=2**32 - 1
+    )
+    bad_rows: Literal["drop", "fail"] = option(
+        "drop",
+        "rows with a null or empty text or a null label: drop them (counted in the cell's provenance) or fail the cell",
+    )
 
     path_options: ClassVar[tuple[str, ...]] = ("data_dir", "cache_dir")
 
@@ -64,8 +70,11 @@ class TextTaskConfig(TaskConfig):
 class TextFilesConfig(TextTaskConfig):
     """Options of the generic local text task (csv / jsonl / parquet / tsv files)."""
 
-    files: dict = option({}, "files by split, e.g. {train: data/train.csv, test: data/test.csv}; train is "
-                             "required; relative paths are taken from data_dir, else the suite file's folder")
+    files: dict = option(
+        {},
+        "files by split, e.g. {train: data/train.csv, test: data/test.csv}; train is "
+        "required; relative paths are taken from data_dir, else the suite file's folder",
+    )
     text_columns: list[str] = option(["text"], "one text column, or two for sentence pairs")
     label_column: str = option("label", "label column (integers or strings; ids follow their sorted order)")
     format: Literal["auto", "csv", "tsv", "json", "parquet"] = option("auto", "file format; auto = by suffix")
@@ -73,12 +82,16 @@ class TextFilesConfig(TextTaskConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require("train" in self.files, f"files={self.files!r} has no 'train' entry; give at least "
-                                       f"files: {{train: path/to/train.csv}}")
+        require(
+            "train" in self.files,
+            f"files={self.files!r} has no 'train' entry; give at least files: {{train: path/to/train.csv}}",
+        )
         unknown = sorted(set(self.files) - set(SPLITS))
         require(not unknown, f"files has unknown split(s) {unknown}; use train, validation, test")
-        require(len(self.text_columns) in (1, 2),
-                f"text_columns={self.text_columns} must name one column, or two for sentence pairs")
+        require(
+            len(self.text_columns) in (1, 2),
+            f"text_columns={self.text_columns} must name one column, or two for sentence pairs",
+        )
 
     path_options: ClassVar[tuple[str, ...]] = ("data_dir", "cache_dir", "files")
 
@@ -96,13 +109,16 @@ class TextFilesConfig(TextTaskConfig):
 
     def check_inputs(self) -> None:
         """Every file exists, its format is known and its header holds the text and label columns."""
-        for split, given in self.files.items():
+        for _split, given in self.files.items():
             path = _resolve(str(given), self)
             fmt = _format(path, self.format)
             if fmt != "parquet":
                 check_encoding(path, self.encoding)
-            check_columns(f"text task file {str(path)!r}", (*self.text_columns, self.label_column),
-                          file_columns(path, fmt, self.encoding))
+            check_columns(
+                f"text task file {str(path)!r}",
+                (*self.text_columns, self.label_column),
+                file_columns(path, fmt, self.encoding),
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,12 +151,20 @@ class HubTaskConfig(TextTaskConfig):
         spec = HUB_DATASETS[self.dataset]
         folder = local_folder(spec, self)
         if folder is None and (self.data_dir is not None or hub_offline()):
-            raise missing_local_files(spec, self, "the Hugging Face Hub is offline (HF_HUB_OFFLINE / "
-                                                  "HF_DATASETS_OFFLINE)" if self.data_dir is None else None)
+            raise missing_local_files(
+                spec,
+                self,
+                "the Hugging Face Hub is offline (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)"
+                if self.data_dir is None
+                else None,
+            )
         for split in SPLITS if folder is not None else ():
             if (folder / f"{split}.jsonl").is_file():
-                check_columns(f"task {spec.name!r} file {str(folder / f'{split}.jsonl')!r}",
-                              (*spec.text_columns, spec.label_column), file_columns(folder / f"{split}.jsonl", "json"))
+                check_columns(
+                    f"task {spec.name!r} file {str(folder / f'{split}.jsonl')!r}",
+                    (*spec.text_columns, spec.label_column),
+                    file_columns(folder / f"{split}.jsonl", "json"),
+                )
 
 
 @dataclasses.dataclass
@@ -155,8 +179,11 @@ class TextRows:
         return len(self.labels)
 
     def take(self, index: np.ndarray) -> "TextRows":
-        return TextRows([self.texts[i] for i in index], None if self.pairs is None else [self.pairs[i] for i in index],
-                        [self.labels[i] for i in index])
+        return TextRows(
+            [self.texts[i] for i in index],
+            None if self.pairs is None else [self.pairs[i] for i in index],
+            [self.labels[i] for i in index],
+        )
 
 
 @contextlib.contextmanager
@@ -184,14 +211,18 @@ def expected_files_hint(spec: HubDataset, directory: Path | None) -> str:
     folder = f"{directory}/{spec.name}/" if directory else f"DIR/{spec.name}/ (DIR a folder of your choice)"
     columns = ", ".join((*spec.text_columns, spec.label_column))
     where = directory if directory else "DIR"
-    return (f"put train.jsonl, validation.jsonl and test.jsonl (JSON lines with columns {columns}) in {folder} "
-            f"and set {DATA_ENV}={where} (or the task option data_dir: {where})")
+    return (
+        f"put train.jsonl, validation.jsonl and test.jsonl (JSON lines with columns {columns}) in {folder} "
+        f"and set {DATA_ENV}={where} (or the task option data_dir: {where})"
+    )
 
 
 def hub_offline() -> bool:
     """Whether the environment tells Hugging Face libraries not to reach the hub."""
-    return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-               for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+        for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def local_folder(spec: HubDataset, cfg: TextTaskConfig) -> Path | None:
@@ -225,14 +256,16 @@ def load_hub_rows(spec: HubDataset, cfg: TextTaskConfig) -> tuple[dict[str, Text
                 loaded = datasets.load_dataset(spec.hub_path, spec.hub_config)
         except Exception as err:  # offline, hub unreachable, or dataset moved
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise missing_local_files(spec, cfg, f"loading {spec.hub_path} from the Hugging Face Hub failed "
-                                                 f"({reason})") from None
+            raise missing_local_files(
+                spec, cfg, f"loading {spec.hub_path} from the Hugging Face Hub failed ({reason})"
+            ) from None
         source = {"source": f"hub {spec.hub_path}" + (f"/{spec.hub_config}" if spec.hub_config else "")}
     rows, problems = {}, {}
     for split in SPLITS:
         if split in loaded:
-            rows[split], problems[split] = dataset_rows(loaded[split], spec.text_columns, spec.label_column,
-                                                        f"task {spec.name!r}", unlabelled=(None, -1))
+            rows[split], problems[split] = dataset_rows(
+                loaded[split], spec.text_columns, spec.label_column, f"task {spec.name!r}", unlabelled=(None, -1)
+            )
     return rows, {**source, "data_problems": problems}
 
 
@@ -240,8 +273,10 @@ def check_columns(what: str, wanted: tuple[str, ...], columns: list[str] | None)
     """Raise a UserError naming the wanted columns that `columns` lacks (None: columns unknown, no check)."""
     missing = [c for c in wanted if columns is not None and c not in columns]
     if missing:
-        raise UserError(f"{what}: column(s) {missing} not in the data; its columns are {columns}; "
-                        f"name the right ones with text_columns / label_column")
+        raise UserError(
+            f"{what}: column(s) {missing} not in the data; its columns are {columns}; "
+            f"name the right ones with text_columns / label_column"
+        )
 
 
 def check_encoding(path: Path, encoding: str) -> None:
@@ -251,8 +286,9 @@ def check_encoding(path: Path, encoding: str) -> None:
     try:
         codecs.lookup(encoding)
     except LookupError:
-        raise UserError(f"text task: encoding {encoding!r} is not a known text encoding; give e.g. utf-8, latin-1 "
-                        f"or cp1252") from None
+        raise UserError(
+            f"text task: encoding {encoding!r} is not a known text encoding; give e.g. utf-8, latin-1 or cp1252"
+        ) from None
     try:
         data = path.read_bytes()
     except OSError as err:
@@ -261,9 +297,11 @@ def check_encoding(path: Path, encoding: str) -> None:
         data.decode(encoding)
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
-        raise UserError(f"text task file {str(path)!r}: byte {err.start} (line {line}, {data[err.start:err.start + 1]!r}) "
-                        f"is not {encoding} ({err.reason}); set the task option encoding to the file's encoding, "
-                        f"e.g. encoding: latin-1") from None
+        raise UserError(
+            f"text task file {str(path)!r}: byte {err.start} (line {line}, {data[err.start : err.start + 1]!r}) "
+            f"is not {encoding} ({err.reason}); set the task option encoding to the file's encoding, "
+            f"e.g. encoding: latin-1"
+        ) from None
 
 
 def file_columns(path: Path, fmt: str, encoding: str = "utf-8") -> list[str] | None:
@@ -275,14 +313,16 @@ def file_columns(path: Path, fmt: str, encoding: str = "utf-8") -> list[str] | N
     try:
         if fmt == "parquet":
             import pyarrow.parquet
+
             return list(pyarrow.parquet.read_schema(path).names)
         with open(path, newline="", encoding=encoding) as f:
             if fmt in ("csv", "tsv"):
                 return next(csv.reader(f, delimiter="\t" if fmt == "tsv" else ","), [])
             first = next((line for line in f if line.strip()), "")
     except (OSError, UnicodeDecodeError, csv.Error, ValueError) as err:
-        raise UserError(f"cannot read the header of {str(path)!r} ({type(err).__name__}: {err}); "
-                        f"check the file and its format") from None
+        raise UserError(
+            f"cannot read the header of {str(path)!r} ({type(err).__name__}: {err}); check the file and its format"
+        ) from None
     try:
         row = json.loads(first)
     except ValueError:
@@ -293,8 +333,13 @@ def file_columns(path: Path, fmt: str, encoding: str = "utf-8") -> list[str] | N
 ROW_PROBLEMS = ("null_text", "empty_text", "null_label")  # dropped rows; "unlabelled" rows are expected (GLUE test)
 
 
-def dataset_rows(dataset: Any, text_columns: tuple[str, ...] | list[str], label_column: str, what: str,
-                 unlabelled: tuple[Any, ...] = (None,)) -> tuple[TextRows, dict[str, int]]:
+def dataset_rows(
+    dataset: Any,
+    text_columns: tuple[str, ...] | list[str],
+    label_column: str,
+    what: str,
+    unlabelled: tuple[Any, ...] = (None,),
+) -> tuple[TextRows, dict[str, int]]:
     """Texts and labels of one `datasets.Dataset` without the rows that have a null or empty text, a null
     label or a label in `unlabelled`; and how many rows were dropped for each reason."""
     check_columns(what, (*text_columns, label_column), list(dataset.column_names))
@@ -304,9 +349,17 @@ def dataset_rows(dataset: Any, text_columns: tuple[str, ...] | list[str], label_
     keep = []
     for i, row in enumerate(zip(*columns)):
         texts, label = row[:-1], row[-1]
-        problem = ("null_text" if any(t is None for t in texts) else
-                   "empty_text" if any(not str(t).strip() for t in texts) else
-                   "null_label" if label is None else "unlabelled" if label in unlabelled else None)
+        problem = (
+            "null_text"
+            if any(t is None for t in texts)
+            else "empty_text"
+            if any(not str(t).strip() for t in texts)
+            else "null_label"
+            if label is None
+            else "unlabelled"
+            if label in unlabelled
+            else None
+        )
         counts[problem or "kept"] += 1
         if problem is None:
             keep.append(i)
@@ -323,12 +376,15 @@ def refuse_bad_rows(name: str, problems: dict[str, dict[str, int]], cfg: TextTas
     if cfg.bad_rows == "fail" and bad:
         split, kinds = next(iter(bad.items()))
         listed = ", ".join(f"{count} {kind.replace('_', ' ')}" for kind, count in kinds.items())
-        raise UserError(f"task {name!r}: the {split} split has {sum(kinds.values())} bad rows of "
-                        f"{problems[split]['rows']} ({listed}); fix the data or set bad_rows: drop")
+        raise UserError(
+            f"task {name!r}: the {split} split has {sum(kinds.values())} bad rows of "
+            f"{problems[split]['rows']} ({listed}); fix the data or set bad_rows: drop"
+        )
 
 
-def complete_splits(rows: dict[str, TextRows], cfg: TextTaskConfig,
-                    validation_as_test: bool) -> tuple[dict[str, TextRows], dict]:
+def complete_splits(
+    rows: dict[str, TextRows], cfg: TextTaskConfig, validation_as_test: bool
+) -> tuple[dict[str, TextRows], dict]:
     """Fill missing or unlabelled splits deterministically; cap sizes; say what was done.
 
     validation_as_test: a missing test split is the validation split (hub tasks), else carved from train.
@@ -350,8 +406,11 @@ def complete_splits(rows: dict[str, TextRows], cfg: TextTaskConfig,
         rows[split] = rows["train"].take(order[:count])
         rows["train"] = rows["train"].take(np.sort(order[count:]))
         notes[split] = f"carved from train: {count} rows (fraction {fraction}, split_seed {cfg.split_seed})"
-    for split, cap in (("train", cfg.max_train_examples), ("validation", cfg.max_eval_examples),
-                       ("test", cfg.max_eval_examples)):
+    for split, cap in (
+        ("train", cfg.max_train_examples),
+        ("validation", cfg.max_eval_examples),
+        ("test", cfg.max_eval_examples),
+    ):
         if cap is not None and cap < len(rows[split]):
             rows[split] = rows[split].take(np.sort(rng.permutation(len(rows[split]))[:cap]))
             notes[split] = "; ".join(filter(None, [notes.get(split), f"sampled {cap} rows"]))
@@ -367,14 +426,17 @@ def label_ids(rows: dict[str, TextRows], names: list[Any] | None) -> tuple[dict[
     for split, r in rows.items():
         unknown = sorted({str(v) for v in r.labels if v not in index})
         if unknown:
-            raise UserError(f"{split} split has label(s) {unknown[:5]} that are not among the classes {names[:20]}; "
-                            f"every label must also occur in train")
+            raise UserError(
+                f"{split} split has label(s) {unknown[:5]} that are not among the classes {names[:20]}; "
+                f"every label must also occur in train"
+            )
         out[split] = [index[v] for v in r.labels]
     return out, names
 
 
-def build_text_task(name: str, rows: dict[str, TextRows], cfg: TextTaskConfig, label_names: list[Any] | None,
-                    info: dict) -> TaskData:
+def build_text_task(
+    name: str, rows: dict[str, TextRows], cfg: TextTaskConfig, label_names: list[Any] | None, info: dict
+) -> TaskData:
     """Tokenise completed splits into a TaskData (tokenizer trained on train texts).
 
     label_names None: a local `text` task (classes from the training labels, missing splits carved
@@ -389,13 +451,31 @@ def build_text_task(name: str, rows: dict[str, TextRows], cfg: TextTaskConfig, l
     encoder = build_encoder(cfg.tokenizer, train.texts + (train.pairs or []), cfg.vocab_size, cfg.cache_dir)
     splits = {s: encoder.encode(rows[s].texts, labels[s], cfg.max_length, rows[s].pairs) for s in SPLITS}
     pair = train.pairs is not None
-    info = {**info, "label_names": names, "carved": notes, "tokenizer": encoder.description,
-            "splits": {s: {"size": len(sp), "class_counts": np.bincount(sp.labels.numpy(), minlength=len(names)).tolist()}
-                       for s, sp in splits.items()}}
-    return TaskData(name, splits, num_classes=len(names), vocab_size=encoder.vocab_size, max_length=cfg.max_length,
-                    pad_id=encoder.pad_id, pair=pair, info=info, special_ids=encoder.special_ids,
-                    texts={s: rows[s].texts if rows[s].pairs is None
-                           else [f"{a}\n{b}" for a, b in zip(rows[s].texts, rows[s].pairs)] for s in SPLITS})
+    info = {
+        **info,
+        "label_names": names,
+        "carved": notes,
+        "tokenizer": encoder.description,
+        "splits": {
+            s: {"size": len(sp), "class_counts": np.bincount(sp.labels.numpy(), minlength=len(names)).tolist()}
+            for s, sp in splits.items()
+        },
+    }
+    return TaskData(
+        name,
+        splits,
+        num_classes=len(names),
+        vocab_size=encoder.vocab_size,
+        max_length=cfg.max_length,
+        pad_id=encoder.pad_id,
+        pair=pair,
+        info=info,
+        special_ids=encoder.special_ids,
+        texts={
+            s: rows[s].texts if rows[s].pairs is None else [f"{a}\n{b}" for a, b in zip(rows[s].texts, rows[s].pairs)]
+            for s in SPLITS
+        },
+    )
 
 
 def _hub_task(name: str) -> Callable[[TextTaskConfig], TaskData]:
@@ -413,18 +493,30 @@ def _hub_task(name: str) -> Callable[[TextTaskConfig], TaskData]:
 
 def _hub_config(name: str) -> type:
     """The options dataclass of hub data set `name` (HubTaskConfig with its `dataset` set)."""
-    return dataclasses.make_dataclass(f"HubTaskConfig_{name}", [], bases=(HubTaskConfig,),
-                                      namespace={"dataset": name, "__doc__": HubTaskConfig.__doc__})
+    return dataclasses.make_dataclass(
+        f"HubTaskConfig_{name}",
+        [],
+        bases=(HubTaskConfig,),
+        namespace={"dataset": name, "__doc__": HubTaskConfig.__doc__},
+    )
 
 
-register_task("sst2", config=_hub_config("sst2"),
-              description="SST-2 sentence sentiment (2 classes); hub glue/sst2 or local sst2/*.jsonl")(_hub_task("sst2"))
-register_task("rotten_tomatoes", config=_hub_config("rotten_tomatoes"),
-              description="Rotten Tomatoes review-sentence sentiment (2 classes); hub or local "
-                          "rotten_tomatoes/*.jsonl")(_hub_task("rotten_tomatoes"))
-register_task("qqp", config=_hub_config("qqp"),
-              description="Quora Question Pairs duplicate detection (sentence pairs, 2 classes); hub glue/qqp "
-                          "or local qqp/*.jsonl")(_hub_task("qqp"))
+register_task(
+    "sst2",
+    config=_hub_config("sst2"),
+    description="SST-2 sentence sentiment (2 classes); hub glue/sst2 or local sst2/*.jsonl",
+)(_hub_task("sst2"))
+register_task(
+    "rotten_tomatoes",
+    config=_hub_config("rotten_tomatoes"),
+    description="Rotten Tomatoes review-sentence sentiment (2 classes); hub or local rotten_tomatoes/*.jsonl",
+)(_hub_task("rotten_tomatoes"))
+register_task(
+    "qqp",
+    config=_hub_config("qqp"),
+    description="Quora Question Pairs duplicate detection (sentence pairs, 2 classes); hub glue/qqp "
+    "or local qqp/*.jsonl",
+)(_hub_task("qqp"))
 
 
 def _resolve(path: str, cfg: TextFilesConfig) -> Path:
@@ -432,8 +524,10 @@ def _resolve(path: str, cfg: TextFilesConfig) -> Path:
     if not candidate.is_absolute() and cfg.data_dir:
         candidate = Path(cfg.data_dir).expanduser() / candidate
     if not candidate.is_file():
-        raise UserError(f"text task: file {str(candidate.absolute())!r} does not exist; fix the path in files "
-                        f"(relative paths are taken from data_dir, else the suite file's folder)")
+        raise UserError(
+            f"text task: file {str(candidate.absolute())!r} does not exist; fix the path in files "
+            f"(relative paths are taken from data_dir, else the suite file's folder)"
+        )
     return candidate
 
 
@@ -443,8 +537,10 @@ def _format(path: Path, chosen: str) -> str:
     by_suffix = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
     found = by_suffix.get(path.suffix.lower())
     if found is None:
-        raise UserError(f"text task: cannot tell the format of {str(path)!r} from its suffix; "
-                        f"set format to csv, tsv, json or parquet")
+        raise UserError(
+            f"text task: cannot tell the format of {str(path)!r} from its suffix; "
+            f"set format to csv, tsv, json or parquet"
+        )
     return found
 
 
@@ -454,11 +550,16 @@ def text_files(cfg: TextFilesConfig) -> TaskData:
     rows, problems = {}, {}
     for split, given in cfg.files.items():
         path = _resolve(str(given), cfg)
-        rows[split], problems[split] = dataset_rows(read_text_file(path, split, cfg), cfg.text_columns,
-                                                    cfg.label_column, f"text task file {str(path)!r}")
+        rows[split], problems[split] = dataset_rows(
+            read_text_file(path, split, cfg), cfg.text_columns, cfg.label_column, f"text task file {str(path)!r}"
+        )
     rows = normalise_labels(rows)
-    info = {"source": "local files", "files": {s: str(_resolve(str(p), cfg)) for s, p in cfg.files.items()},
-            "columns": {"text": list(cfg.text_columns), "label": cfg.label_column}, "data_problems": problems}
+    info = {
+        "source": "local files",
+        "files": {s: str(_resolve(str(p), cfg)) for s, p in cfg.files.items()},
+        "columns": {"text": list(cfg.text_columns), "label": cfg.label_column},
+        "data_problems": problems,
+    }
     return build_text_task("text", rows, cfg, None, info)
 
 
@@ -479,14 +580,17 @@ def read_text_file(path: Path, split: str, cfg: TextFilesConfig) -> Any:
         while cause.__cause__ is not None or cause.__context__ is not None:
             cause = cause.__cause__ or cause.__context__
         text = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-        raise UserError(f"text task file {str(path)!r}: cannot be read as {fmt} ({type(cause).__name__}: {text}); "
-                        f"check the file, or set the task options format (csv, tsv, json, parquet) and "
-                        f"encoding") from None
+        raise UserError(
+            f"text task file {str(path)!r}: cannot be read as {fmt} ({type(cause).__name__}: {text}); "
+            f"check the file, or set the task options format (csv, tsv, json, parquet) and "
+            f"encoding"
+        ) from None
 
 
 def normalise_labels(rows: dict[str, TextRows]) -> dict[str, TextRows]:
     """One rule for the labels of every split: all integers (1, '1', 1.0) become ints, all names become stripped
     strings; a mix of the two (0/1 beside 'pos'/'neg') is a UserError naming both kinds and where they are."""
+
     def as_int(label: Any) -> int | None:
         if isinstance(label, bool):
             return None
@@ -502,8 +606,10 @@ def normalise_labels(rows: dict[str, TextRows]) -> dict[str, TextRows]:
     if any(numbers.values()) and any(names.values()):
         where_numbers = next(s for s, v in numbers.items() if v)
         where_names = next(s for s, v in names.items() if v)
-        raise UserError(f"text task: the labels mix numbers ({', '.join(numbers[where_numbers][:5])} in "
-                        f"{where_numbers}) with names ({', '.join(repr(n) for n in names[where_names][:5])} in "
-                        f"{where_names}); use one kind of label in every split")
+        raise UserError(
+            f"text task: the labels mix numbers ({', '.join(numbers[where_numbers][:5])} in "
+            f"{where_numbers}) with names ({', '.join(repr(n) for n in names[where_names][:5])} in "
+            f"{where_names}); use one kind of label in every split"
+        )
     convert = (lambda v: as_int(v)) if any(numbers.values()) else (lambda v: str(v).strip())
     return {split: TextRows(r.texts, r.pairs, [convert(v) for v in r.labels]) for split, r in rows.items()}

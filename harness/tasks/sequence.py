@@ -4,6 +4,7 @@ A `TokenSplit` is a `Split` whose labels are (N, L): the token each position sho
 position carries no label (as torch's CrossEntropyLoss ignores it). `SequenceTaskData` holds such splits;
 its `num_classes` is the vocabulary the head predicts over.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,7 +32,7 @@ class TokenSplit(Split):
         """Yield (input_ids, attention_mask, None, labels) batches of whole rows, labels (b, L)."""
         order = torch.randperm(len(self), generator=generator) if shuffle else torch.arange(len(self))
         for start in range(0, len(self), batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             yield self.input_ids[idx], self.attention_mask[idx], None, self.labels[idx]
 
     def labelled(self) -> int:
@@ -47,13 +48,22 @@ class SequenceTaskData(TaskData):
 
     def summary(self) -> dict:
         """Sizes per split (rows, row length, labelled positions) and the task's own info (source, hashes)."""
-        splits = {name: {"size": len(split), "length": int(split.input_ids.shape[1]), "labelled": split.labelled()}
-                  for name, split in self.splits.items()}
-        return {**self.info, "task": self.name, "vocab_size": self.vocab_size, "max_length": self.max_length,
-                "splits": splits}
+        splits = {
+            name: {"size": len(split), "length": int(split.input_ids.shape[1]), "labelled": split.labelled()}
+            for name, split in self.splits.items()
+        }
+        return {
+            **self.info,
+            "task": self.name,
+            "vocab_size": self.vocab_size,
+            "max_length": self.max_length,
+            "splits": splits,
+        }
 
 
 def no_label_noise(label_noise: float, task: str) -> None:
     """Causal tasks have no class labels to flip: refuse label_noise."""
-    require(label_noise == 0.0, f"label_noise={label_noise}: task {task!r} labels positions, not rows, so it has "
-                                f"no label noise; leave it at 0")
+    require(
+        label_noise == 0.0,
+        f"label_noise={label_noise}: task {task!r} labels positions, not rows, so it has no label noise; leave it at 0",
+    )

@@ -1,4 +1,5 @@
 """Shared machinery of the generated tasks: class-balanced, de-duplicated, disjoint splits."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,7 @@ def class_quotas(size: int, num_classes: int) -> list[int]:
     return [size // num_classes + (1 if c < size % num_classes else 0) for c in range(num_classes)]
 
 
-def balanced_splits(sample: Sampler, num_classes: int, cfg: SyntheticConfig, width: int,
-                    task: str) -> dict[str, Split]:
+def balanced_splits(sample: Sampler, num_classes: int, cfg: SyntheticConfig, width: int, task: str) -> dict[str, Split]:
     """Draw unique examples until every split holds its per-class quota; rows shuffled, seeded.
 
     A token sequence appears at most once over all splits, so train/validation/test are disjoint.
@@ -54,9 +54,11 @@ def balanced_splits(sample: Sampler, num_classes: int, cfg: SyntheticConfig, wid
         draws += 1
         if draws > cfg.max_draws:
             short = {s: [c for c in range(num_classes) if need[s][c]] for s in SPLITS if any(need[s])}
-            raise UserError(f"task {task!r}: after {cfg.max_draws} draws the classes {short} (by split) are "
-                            f"still short of examples; lower num_train/num_validation/num_test, widen the "
-                            f"length range, or raise max_draws")
+            raise UserError(
+                f"task {task!r}: after {cfg.max_draws} draws the classes {short} (by split) are "
+                f"still short of examples; lower num_train/num_validation/num_test, widen the "
+                f"length range, or raise max_draws"
+            )
         example = sample(rng)
         if example is None or example[0] in seen:
             continue
@@ -78,5 +80,4 @@ def balanced_splits(sample: Sampler, num_classes: int, cfg: SyntheticConfig, wid
 
 def split_info(splits: dict[str, Split]) -> dict:
     """Sizes and per-class counts of each split, for TaskData.info."""
-    return {s: {"size": len(sp), "class_counts": np.bincount(sp.labels.numpy()).tolist()}
-            for s, sp in splits.items()}
+    return {s: {"size": len(sp), "class_counts": np.bincount(sp.labels.numpy()).tolist()} for s, sp in splits.items()}

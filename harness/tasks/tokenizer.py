@@ -4,6 +4,7 @@ Rows are [CLS] a [SEP] for single texts and [CLS] a [SEP] b [SEP] for pairs (seg
 [CLS] a [SEP], 1 for b [SEP]), truncated to max_length (pairs: the longer side first, as BERT),
 then right-padded with [PAD].
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,13 @@ LOCAL = "wordpiece"
 
 def wordpiece_key(texts: Sequence[str], vocab_size: int, lowercase: bool) -> str:
     """Hash of the training texts and every setting that changes the trained vocabulary."""
-    settings = {"kind": LOCAL, "vocab_size": vocab_size, "lowercase": lowercase,
-                "special_tokens": SPECIAL_TOKENS, "tokenizers": tokenizers.__version__}
+    settings = {
+        "kind": LOCAL,
+        "vocab_size": vocab_size,
+        "lowercase": lowercase,
+        "special_tokens": SPECIAL_TOKENS,
+        "tokenizers": tokenizers.__version__,
+    }
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for text in texts:
         digest.update(text.encode("utf-8") + b"\0")
@@ -37,14 +43,14 @@ def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool = Tru
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                        show_progress=False)
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False)
     tok.train_from_iterator(texts, trainer, length=len(texts))
     return tok
 
 
-def cached_wordpiece(texts: Sequence[str], vocab_size: int, cache_dir: str | None = None,
-                     lowercase: bool = True) -> tuple[Tokenizer, Path, bool]:
+def cached_wordpiece(
+    texts: Sequence[str], vocab_size: int, cache_dir: str | None = None, lowercase: bool = True
+) -> tuple[Tokenizer, Path, bool]:
     """Load the tokenizer trained on exactly these texts and settings, or train and store it.
 
     Returns (tokenizer, cache file, whether it was trained now).
@@ -79,9 +85,11 @@ def pretrained_tokenizer(name: str) -> Tokenizer:
     try:
         return Tokenizer.from_pretrained(name)
     except Exception as err:  # offline, unknown repository, or no tokenizer.json in it
-        raise UserError(f"tokenizer {name!r} could not be loaded from the Hugging Face Hub ({err}); connect to "
-                        f"the network (and unset HF_HUB_OFFLINE), give the path of a local tokenizer.json, "
-                        f"or use tokenizer: {LOCAL} to train one on the training split") from None
+        raise UserError(
+            f"tokenizer {name!r} could not be loaded from the Hugging Face Hub ({err}); connect to "
+            f"the network (and unset HF_HUB_OFFLINE), give the path of a local tokenizer.json, "
+            f"or use tokenizer: {LOCAL} to train one on the training split"
+        ) from None
 
 
 class TextEncoder:
@@ -99,8 +107,10 @@ class TextEncoder:
     def _id(self, token: str) -> int:
         found = self.tokenizer.token_to_id(token)
         if found is None:
-            raise UserError(f"tokenizer {self.description.get('name')!r} has no {token} token; "
-                            f"use a BERT-style (WordPiece) tokenizer")
+            raise UserError(
+                f"tokenizer {self.description.get('name')!r} has no {token} token; "
+                f"use a BERT-style (WordPiece) tokenizer"
+            )
         return found
 
     @property
@@ -111,14 +121,15 @@ class TextEncoder:
         """Token ids of each text, without special tokens or truncation."""
         return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
-    def encode(self, texts: Sequence[str], labels: Sequence[int], max_length: int,
-               pairs: Sequence[str] | None = None) -> Split:
+    def encode(
+        self, texts: Sequence[str], labels: Sequence[int], max_length: int, pairs: Sequence[str] | None = None
+    ) -> Split:
         """Split of shape (N, max_length): [CLS] a [SEP] (b [SEP]), truncated and right-padded."""
         if max_length < (5 if pairs is not None else 3):
             raise UserError(f"max_length={max_length} leaves no room for text after [CLS]/[SEP]; use at least 8")
         first = self.pieces(texts)
         if pairs is None:
-            rows = [[self.cls_id] + a[:max_length - 2] + [self.sep_id] for a in first]
+            rows = [[self.cls_id] + a[: max_length - 2] + [self.sep_id] for a in first]
             return Split.from_rows(rows, labels, max_length, self.pad_id)
         rows, segments = [], []
         for a, b in zip(first, self.pieces(pairs)):
@@ -139,11 +150,18 @@ def truncate_pair(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
     return len_a, len_b
 
 
-def build_encoder(name: str, train_texts: Sequence[str], vocab_size: int,
-                  cache_dir: str | None = None) -> TextEncoder:
+def build_encoder(name: str, train_texts: Sequence[str], vocab_size: int, cache_dir: str | None = None) -> TextEncoder:
     """The encoder for option tokenizer=`name`: 'wordpiece' (trained on train_texts, cached) or a hub name."""
     if name != LOCAL:
         return TextEncoder(pretrained_tokenizer(name), {"name": name, "source": "pretrained"})
     tok, path, trained = cached_wordpiece(train_texts, vocab_size, cache_dir)
-    return TextEncoder(tok, {"name": LOCAL, "source": "trained on the training split", "vocab_size": vocab_size,
-                             "cache_file": str(path), "cache_hit": not trained})
+    return TextEncoder(
+        tok,
+        {
+            "name": LOCAL,
+            "source": "trained on the training split",
+            "vocab_size": vocab_size,
+            "cache_file": str(path),
+            "cache_hit": not trained,
+        },
+    )
