@@ -17,6 +17,7 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
+from attnbench.baselines import masks
 from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for
 from attnbench.errors import ConfigError
 from attnbench.options import option
@@ -52,6 +53,10 @@ class HeadRMSNorm(nn.Module):
 class RecurrentAttention(nn.Module):
     """Base of a state-space attention: subclasses give `parallel`, `naive`, `core_state` and `core_step`."""
 
+    # A padded token leaves the state as it was (the decays and gates skip it); where it takes a position, as in
+    # BASED's window, `core_step` takes `real_t` (B,) instead and keeps the slot empty.
+    padding_takes_positions = False
+
     def __init__(self, cfg: ShortConvConfig):
         super().__init__()
         self.cfg, self.causal = cfg, cfg.causal
@@ -83,6 +88,7 @@ class RecurrentAttention(nn.Module):
 
     def _run(self, core, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         check_heads(type(self).__name__, self.cfg.num_heads, q.shape[1])
+        mask = masks.key_padding_mask(mask, k)
         if self.short_conv is not None:
             q, k, v = self.short_conv(q, k, v, mask)
         out = core(q, k, v, mask)
@@ -101,13 +107,32 @@ class RecurrentAttention(nn.Module):
             state["conv"] = self.short_conv.init_state(batch_size, heads, self.cfg.head_dim, dtype, device)
         return state
 
-    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State) -> tuple[Tensor, State]:
-        """One token: q_t, k_t, v_t (B, H, D) -> out_t (B, H, D) and the state after it."""
+    def step(
+        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State, key_padding_mask: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """One token: q_t, k_t, v_t (B, H, D) -> out_t (B, H, D) and the state after it; `key_padding_mask` (B,)
+        False = a padded token, which reads the state but leaves it as it was (the given state is never changed)."""
+        if key_padding_mask is not None and self.padding_takes_positions:
+            return self._step(q_t, k_t, v_t, state, key_padding_mask.to(torch.bool))
+        new = self._step(q_t, k_t, v_t, state)
+        if key_padding_mask is None:
+            return new
+        out, after = new
+        real = key_padding_mask.to(torch.bool)
+        return out, {
+            name: torch.where(real.view(-1, *([1] * (t.dim() - 1))), t, state[name]) for name, t in after.items()
+        }
+
+    def _step(
+        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State, real_t: Tensor | None = None
+    ) -> tuple[Tensor, State]:
         new: State = {}
         if self.short_conv is not None:
             (q_t, k_t, v_t), new["conv"] = self.short_conv.step(q_t, k_t, v_t, state["conv"])
         core = {name[5:]: t for name, t in state.items() if name.startswith("core.")}
-        out, core = self.core_step(q_t, k_t, v_t, core)
+        out, core = (
+            self.core_step(q_t, k_t, v_t, core) if real_t is None else self.core_step(q_t, k_t, v_t, core, real_t)
+        )
         new.update({f"core.{name}": t for name, t in core.items()})
         return (out if self.output_norm is None else self.output_norm(out, per_position=False)), new
 

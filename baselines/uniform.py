@@ -11,6 +11,8 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
+from attnbench.baselines import masks
+from attnbench.errors import ConfigError
 from attnbench.registry import AttentionConfig, register_attention
 
 
@@ -30,6 +32,7 @@ class UniformAttention(nn.Module):
         self.cfg = cfg
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        key_padding_mask = masks.key_padding_mask(key_padding_mask, v)
         b, _, n, _ = v.shape
         real = (torch.ones(b, n, dtype=torch.bool, device=v.device) if key_padding_mask is None else key_padding_mask)[
             :, None, :, None
@@ -38,3 +41,25 @@ class UniformAttention(nn.Module):
         if self.cfg.causal:
             return values.cumsum(dim=2) / counts.cumsum(dim=2).clamp_min(1.0)
         return (values.sum(dim=2, keepdim=True) / counts.sum(dim=2, keepdim=True).clamp_min(1.0)).expand_as(v)
+
+    def init_state(self, batch_size: int) -> dict[str, Tensor]:
+        """The running sum of the real values (B, H, D) and their count (B, 1, 1), zero before the first token."""
+        if not self.cfg.causal:
+            raise ConfigError(
+                "uniform was built with causal=False, so it has no recurrent step; build it with causal=True"
+            )
+        heads, dim = self.cfg.num_heads, self.cfg.head_dim
+        return {"sum": torch.zeros(batch_size, heads, dim), "count": torch.zeros(batch_size, 1, 1)}
+
+    def step(
+        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: dict[str, Tensor], key_padding_mask: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """One token: the mean of the real values so far (B, H, D); a padded token (mask False) adds nothing."""
+        real = (
+            torch.ones(v_t.shape[0], 1, 1, dtype=v_t.dtype)
+            if key_padding_mask is None
+            else (key_padding_mask.to(v_t.dtype).view(-1, 1, 1))
+        )
+        total = state["sum"].to(v_t) + v_t * real
+        count = state["count"].to(v_t) + real
+        return total / count.clamp_min(1.0), {"sum": total, "count": count}

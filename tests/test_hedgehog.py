@@ -1,5 +1,6 @@
 """Hedgehog: its feature map and attention by hand, and its distillation phase through the registry."""
 
+import dataclasses
 import math
 
 import torch
@@ -63,7 +64,8 @@ def test_distillation_is_the_declared_learning_phase_and_lowers_the_loss():
         attention_capabilities("hedgehog").learning_phase
         == "attnbench.baselines.hedgehog.distillation:distill_hedgehog"
     )
-    assert learning_procedure(model) is distillation.distill_hedgehog
+    procedure = learning_procedure(model)
+    assert procedure.factory is distillation.distill_hedgehog and procedure.config is distillation.DistillationConfig
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     result = distillation.distill_hedgehog(model, task["train"], {"max_steps": 30, "batch_size": 32, "step": 0.05})
     moved = [n for n, p in model.named_parameters() if not torch.equal(p, before[n])]
@@ -81,6 +83,7 @@ def test_phase_b_leaves_the_distilled_maps_alone(monkeypatch):
         return result
 
     distillation_procedure = distillation.distill_hedgehog
+    spy.__attnbench_entry__ = dataclasses.replace(distillation_procedure.__attnbench_entry__, factory=spy)
     monkeypatch.setattr(distillation, "distill_hedgehog", spy)
     result = train_classifier(
         model, toy_task(), TrainConfig(epochs=1, batch_size=32, lr=1e-3, phase_a={"max_steps": 3, "batch_size": 32})

@@ -11,7 +11,7 @@ def test_commit_inside_the_checkout_matches_git():
         ["git", "rev-parse", "HEAD"],
         capture_output=True,
         text=True,
-        cwd=provenance.Path(provenance.harness.__file__).parents[1],
+        cwd=provenance.Path(provenance.attnbench.__file__).parents[1],
     ).stdout.strip()
     commit, dirty = provenance.git_state()
     assert commit == expected and isinstance(dirty, bool)

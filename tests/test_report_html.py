@@ -68,6 +68,9 @@ def test_report_folder_layout(report: Path) -> None:
         "kernel_ablation",
         "kernel_scaling",
         "cells_not_ok",
+        "lra",  # listops is an LRA task: the LRA-style table and the pairs each task separates
+        "lra_pairs",
+        "phase_a_mechanism",  # the fixture's coulomb cells carry phase-A diagnostics
     } == tables
     for stem in tables:
         assert (report / "tables" / f"{stem}.md").exists() and (report / "tables" / f"{stem}.tex").exists()

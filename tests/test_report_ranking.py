@@ -135,7 +135,8 @@ def test_report_page_states_the_summary(ranked_run: Path) -> None:
 def test_leaderboard_command_prints_the_summary(
     ranked_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    (ranked_run / "run.json").write_text(json.dumps({"schema": 1, "suite": "t", "cell_ids": []}))
+    planned = sorted(p.stem for p in (ranked_run / "cells").glob("*.json"))
+    (ranked_run / "run.json").write_text(json.dumps({"schema": 1, "suite": "t", "cell_ids": planned}))
     assert main(["leaderboard", str(ranked_run), "--out", str(tmp_path / "board")]) == 0
     printed = capsys.readouterr().out
     assert "Summary:" in printed and "- t1: at chance (accuracy not above the majority class): majority-ish." in printed

@@ -69,6 +69,10 @@ class BasedAttention(RecurrentAttention):
             batch_size, heads, self.cfg.feature_dim, self.cfg.head_dim, self.cfg.window, dtype, device
         )
 
-    def core_step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State) -> tuple[Tensor, State]:
+    padding_takes_positions = True  # the window counts positions, padded ones included (chunk.window_part)
+
+    def core_step(
+        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State, real_t: Tensor | None = None
+    ) -> tuple[Tensor, State]:
         q, k = (x[:, :, None] @ w for x, w in ((q_t, self.project_q), (k_t, self.project_k)))
-        return based_step(q[:, :, 0], k[:, :, 0], v_t, state, self.cfg.window, self.feature_map)
+        return based_step(q[:, :, 0], k[:, :, 0], v_t, state, self.cfg.window, self.feature_map, real_t)

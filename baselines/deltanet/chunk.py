@@ -1,4 +1,4 @@
-"""The delta rule in chunks through the WY representation (Yang et al., NeurIPS 2024, sec. 3), for training.
+"""The delta rule in chunks through the WY representation (Yang et al., NeurIPS 2024, §3), for training.
 
 Within a chunk starting from state S, write u_t = beta_t (v_t - S_{t-1}^T k_t), so S_t = S + sum_{j <= t} k_j u_j^T.
 Then u_t + beta_t sum_{j < t} (k_t . k_j) u_j = beta_t (v_t - S^T k_t): with A = tril(diag(beta) K K^T, -1),

@@ -1,4 +1,4 @@
-"""The gated linear recurrence in chunks (GLA's chunkwise form, Yang et al. 2024 sec. 3.3), for training.
+"""The gated linear recurrence in chunks (GLA's chunkwise form, Yang et al. 2024, §3.3), for training.
 
 Inside a chunk of C positions the recurrence is a masked product with the gates folded into q and k
 (q_i exp(b_i), k_j exp(-b_j), b the cumulative log gate from the chunk's start); across chunks a state

@@ -1,4 +1,4 @@
-"""Hedgehog's learning phase: attention distillation (Zhang et al., ICLR 2024, sec. 4.2 and eq. 5).
+"""Hedgehog's learning phase: attention distillation (Zhang et al., ICLR 2024, §4.2 and their eq. 5).
 
 The procedure the `hedgehog` registry entry names (`Capabilities.learning_phase`); the training loop runs it
 before phase B. Every weight but the feature maps' W is frozen and the model runs in evaluation mode; each
@@ -26,6 +26,7 @@ from attnbench.baselines.hedgehog import HedgehogAttention
 from attnbench.errors import ConfigError
 from attnbench.options import make_options, option, require
 from attnbench.progress import Progress
+from attnbench.registry import register_learning_phase
 from attnbench.tasks.base import Split
 
 
@@ -64,10 +65,11 @@ def _layer_losses(modules: list[HedgehogAttention], capture: AttentionCapture) -
     return [m.distillation_loss(q.detach(), k.detach(), mask) for m, (q, k, mask) in zip(modules, capture.inputs)]
 
 
+@register_learning_phase("hedgehog-distillation", config=DistillationConfig)
 def distill_hedgehog(
     model: nn.Module,
     train_split: Split,
-    options: dict,
+    options: DistillationConfig | dict[str, Any],
     *,
     device: torch.device | str = "cpu",
     seed: int = 0,
@@ -77,7 +79,11 @@ def distill_hedgehog(
 ) -> dict[str, Any]:
     """Phase A for Hedgehog: train every Hedgehog layer's W to match softmax weights, nothing else; returns the
     budget, time and the distillation loss per layer on the first and the last batch."""
-    cfg = make_options(DistillationConfig, options or {}, what="phase_a (hedgehog distillation)")
+    cfg = (
+        options
+        if isinstance(options, DistillationConfig)
+        else make_options(DistillationConfig, options or {}, what="phase_a (hedgehog distillation)")
+    )
     modules = [m for m in model.modules() if isinstance(m, HedgehogAttention)]
     if not modules:
         raise ConfigError("hedgehog distillation found no hedgehog attention in the model; drop phase_a")

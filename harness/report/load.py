@@ -324,7 +324,9 @@ def run_provenance(results: Results) -> list[dict[str, Any]]:
 
         packages = sorted({f"{k} {v}" for p in prov for k, v in (p.get("packages") or {}).items()})
         unchosen = (
-            results.unchosen[results.unchosen["run"] == run.tag] if results.unchosen is not None else cells.iloc[:0]
+            results.unchosen[results.unchosen["run"] == run.tag]
+            if results.unchosen is not None and "run" in results.unchosen
+            else cells.iloc[:0]
         )
         counts = pd.concat([cells["status"], unchosen["status"]]).value_counts().to_dict()
         reasons = cells[cells["status"] != "ok"].groupby(["status", "reason"], dropna=False).size()
