@@ -20,6 +20,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from attnbench.errors import ConfigError
 from attnbench.metrics import log_loss
 from attnbench.options import make_options, option, require
 from attnbench.progress import Progress, epoch_phase
@@ -103,6 +104,18 @@ def learning_phase_parameters(model: nn.Module) -> list[nn.Parameter]:
         if callable(getter) and module is not model:
             params.extend(getter())
     return params
+
+
+def learning_phase_steps(cfg: Any, train_rows: int, phase_b_steps: int | None) -> int:
+    """A learning phase's step budget from its config's max_steps, steps_fraction, epochs and batch_size: max_steps,
+    else the steps_fraction of all steps (A + B), else epochs x batches per epoch."""
+    if cfg.max_steps is not None:
+        return cfg.max_steps
+    if cfg.steps_fraction is not None:
+        if phase_b_steps is None:
+            raise ConfigError("phase_a steps_fraction needs the phase-B step count; give max_steps or epochs")
+        return max(1, math.ceil(cfg.steps_fraction / (1 - cfg.steps_fraction) * phase_b_steps))
+    return max(1, math.ceil(cfg.epochs * math.ceil(train_rows / cfg.batch_size)))
 
 
 def learning_procedure(model: nn.Module) -> Entry | None:

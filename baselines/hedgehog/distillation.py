@@ -14,7 +14,6 @@ epochs / steps_fraction / max_steps (budget), batch_size, step (Adam's learning 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import Any
 
@@ -28,6 +27,7 @@ from attnbench.options import make_options, option, require
 from attnbench.progress import Progress
 from attnbench.registry import register_learning_phase
 from attnbench.tasks.base import Split
+from attnbench.train import learning_phase_steps
 
 
 @dataclasses.dataclass
@@ -52,13 +52,7 @@ class DistillationConfig:
 
     def budget(self, train_rows: int, phase_b_steps: int | None) -> int:
         """Distillation steps: max_steps, else the steps_fraction of A + B, else epochs x batches per epoch."""
-        if self.max_steps is not None:
-            return self.max_steps
-        if self.steps_fraction is not None:
-            if phase_b_steps is None:
-                raise ConfigError("phase_a steps_fraction needs the phase-B step count; give max_steps or epochs")
-            return max(1, math.ceil(self.steps_fraction / (1 - self.steps_fraction) * phase_b_steps))
-        return max(1, math.ceil(self.epochs * math.ceil(train_rows / self.batch_size)))
+        return learning_phase_steps(self, train_rows, phase_b_steps)
 
 
 def _layer_losses(modules: list[HedgehogAttention], capture: AttentionCapture) -> list[torch.Tensor]:
