@@ -171,33 +171,30 @@ def not_measured_points(eff: pd.DataFrame) -> list[str]:
     return [f"{r.label} {r.mode}@{int(r.seq_len)}" for r in part.itertuples()]
 
 
+# an efficiency point's numbers, averaged over the seeds of its ok rows
+AVERAGED_COLUMNS = (
+    "median_ms",
+    "q25_ms",
+    "q75_ms",
+    "min_ms",
+    "rounds",
+    "tokens_per_s",
+    "peak_mem_bytes",
+    "roofline_fraction",
+    "gflops_per_s",
+    "roofline_ms",
+    "others_cores",
+    "cpu_availability",
+    "load_1m",
+)
+
+
 def efficiency_frame(results: Results) -> pd.DataFrame:
     """Efficiency rows averaged over seeds, with speed/memory ratios against softmax in the same run."""
     rows = detail_rows(results, "efficiency")
     if rows.empty:
         return rows
-    for col in (
-        "median_ms",
-        "q25_ms",
-        "q75_ms",
-        "min_ms",
-        "rounds",
-        "tokens_per_s",
-        "peak_mem_bytes",
-        "roofline_fraction",
-        "gflops_per_s",
-        "roofline_ms",
-        "batch",
-        "heads",
-        "head_dim",
-        "reason",
-        "mode",
-        "busy",
-        "others_cores",
-        "cpu_availability",
-        "load_1m",
-        "starvation_checked",
-    ):
+    for col in (*AVERAGED_COLUMNS, "batch", "heads", "head_dim", "reason", "mode", "busy", "starvation_checked"):
         if col not in rows:
             rows[col] = np.nan
     rows = _refuse_unchecked_busy(rows)
@@ -212,21 +209,7 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
         rec["status"] = "ok" if bad.empty else str(bad["status"].iloc[0])
         reasons = [str(r) for r in bad["reason"] if isinstance(r, str)]
         rec["reason"] = reasons[0] if reasons else None
-        for col in (
-            "median_ms",
-            "q25_ms",
-            "q75_ms",
-            "min_ms",
-            "rounds",
-            "tokens_per_s",
-            "peak_mem_bytes",
-            "roofline_fraction",
-            "gflops_per_s",
-            "roofline_ms",
-            "others_cores",
-            "cpu_availability",
-            "load_1m",
-        ):
+        for col in AVERAGED_COLUMNS:
             rec[col] = float(pd.to_numeric(ok[col], errors="coerce").mean()) if not ok.empty else np.nan
         rec["busy"] = bool((ok["busy"] == True).any())  # noqa: E712 - True, not merely present, in any seed's row
         rec["repeats_seeds"] = len(ok)
