@@ -53,8 +53,11 @@ class TransformerDecoder(nn.Module):
         self.capabilities = attention_entry(attention).capabilities
         torch.manual_seed(seed)
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        nn.init.normal_(self.token_embedding.weight, std=0.02)  # GPT-2's: a tied head starts near uniform
         self.position_embedding = nn.Embedding(cfg.max_length, cfg.d_model)
+        # GPT-2's scale for both (a tied head starts near uniform); positions at torch's default N(0, 1) would
+        # drown the tokens 50:1 in the residual stream, and the model learns next to nothing for hundreds of steps
+        nn.init.normal_(self.token_embedding.weight, std=0.02)
+        nn.init.normal_(self.position_embedding.weight, std=0.02)
         self.embedding_dropout = make_dropout(cfg)
         self.layers = nn.ModuleList(
             EncoderLayer(cfg, attention, self.attention_options, seed=seed * 1000 + i) for i in range(cfg.num_layers)
