@@ -677,6 +677,8 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
         state = {"kv": like.new_zeros(batch_size, heads, m, dim), "ksum": like.new_zeros(batch_size, heads, m)}
         if self.feature_map.causal_anchor:
             state["anchor"] = like.new_full((batch_size, heads, 1, 1), -math.inf)
+        if self.short_conv is not None:
+            state["conv"] = self.short_conv.init_state(batch_size, heads, dim, like.dtype, like.device)
         return state
 
     def step(
@@ -686,8 +688,12 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
         state (the given one is left unchanged); `key_padding_mask` (B,) False = a padded token, which reads
         the state but adds nothing to it. Equals `forward` with causal=True at that position."""
         self._require_causal("step")
-        phi_q = self.feature_map.forward_queries(q_t[:, :, None])  # (B, H, 1, M)
         mask = None if key_padding_mask is None else key_padding_mask[:, None]
+        conv = {}
+        if self.short_conv is not None:  # a padded token enters the filter's window as 0, as in `forward`
+            keep = 1.0 if mask is None else mask.to(q_t.dtype)[:, :, None]
+            (q_t, k_t, v_t), conv["conv"] = self.short_conv.step(q_t * keep, k_t * keep, v_t * keep, state["conv"])
+        phi_q = self.feature_map.forward_queries(q_t[:, :, None])  # (B, H, 1, M)
         chunk, anchor = self.feature_map.causal_key_chunk(k_t[:, :, None], mask, state.get("anchor"))
         phi_k = chunk.materialise()
         if mask is not None:
@@ -697,11 +703,24 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
         num = (phi_q @ kv)[:, :, 0]
         den = (phi_q[:, :, 0] * ksum).sum(dim=-1, keepdim=True)
         new = {"kv": kv, "ksum": ksum} if anchor is None else {"kv": kv, "ksum": ksum, "anchor": anchor}
-        return num / _guard(den, self.eps), new
+        return num / _guard(den, self.eps), {**new, **conv}
 
-    def prefill_state(self, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> dict[str, Tensor]:
-        """The state after keys k (B, H, N, D) and values v in one pass, as `step` would leave it after N tokens."""
+    def prefill_state(
+        self, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None, q: Tensor | None = None
+    ) -> dict[str, Tensor]:
+        """The state after keys k (B, H, N, D) and values v in one pass, as `step` would leave it after N tokens;
+        with `short_conv`, the queries q too (the filter's window holds the last inputs of all three)."""
         self._require_causal("prefill_state")
+        if self.short_conv is not None:
+            if q is None:
+                raise ValueError("an attention with short_conv needs the queries q to prefill its filter window")
+            window = self.short_conv.window(q, k, v, key_padding_mask)
+            _, k, v = self.short_conv(q, k, v, key_padding_mask)
+            return {**self._prefill_sums(k, v, key_padding_mask), "conv": window}
+        return self._prefill_sums(k, v, key_padding_mask)
+
+    def _prefill_sums(self, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> dict[str, Tensor]:
+        """kv, ksum (and the anchor) after keys k (B, H, N, D) and values v, already filtered."""
         chunk, anchor = self.feature_map.causal_key_chunk(k, key_padding_mask)
         phi_k = chunk.materialise()
         if key_padding_mask is not None:
@@ -711,7 +730,7 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
 
     def state_size(self, context_length: int, dtype: torch.dtype = torch.float32) -> int | None:
         """Bytes of one sequence's recurrent state (`init_state`), whatever the context length: per head
-        M x D (kv) + M (the normaliser ksum), + 1 (favor's anchor) elements; None for an attention that keeps no
+        M x D (kv) + M (the normaliser ksum), + 1 (favor's anchor) elements, plus the short_conv window; None for an attention that keeps no
         config `cfg` saying its heads and head_dim."""
         built = _built_heads(self)
         if built is None:
@@ -719,7 +738,8 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
         heads, dim = built
         m = feature_count(self.feature_map, torch.zeros(1, heads, 1, dim))
         per_head = m * dim + m + (1 if self.feature_map.causal_anchor else 0)
-        return heads * per_head * torch.empty((), dtype=dtype).element_size()
+        window = 0 if self.short_conv is None else self.short_conv.state_bytes(heads, dim, dtype)
+        return heads * per_head * torch.empty((), dtype=dtype).element_size() + window
 
     def _require_causal(self, what: str) -> None:
         if not self.causal:

@@ -111,29 +111,25 @@ class RecurrentAttention(nn.Module):
         self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State, key_padding_mask: Tensor | None = None
     ) -> tuple[Tensor, State]:
         """One token: q_t, k_t, v_t (B, H, D) -> out_t (B, H, D) and the state after it; `key_padding_mask` (B,)
-        False = a padded token, which reads the state but leaves it as it was (the given state is never changed)."""
-        if key_padding_mask is not None and self.padding_takes_positions:
-            return self._step(q_t, k_t, v_t, state, key_padding_mask.to(torch.bool))
-        new = self._step(q_t, k_t, v_t, state)
-        if key_padding_mask is None:
-            return new
-        out, after = new
-        real = key_padding_mask.to(torch.bool)
-        return out, {
-            name: torch.where(real.view(-1, *([1] * (t.dim() - 1))), t, state[name]) for name, t in after.items()
-        }
-
-    def _step(
-        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State, real_t: Tensor | None = None
-    ) -> tuple[Tensor, State]:
+        False = a padded token, which reads the core state but leaves it as it was, and enters the short
+        convolution's window as 0, as in the parallel form (the given state is never changed)."""
+        real = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
         new: State = {}
         if self.short_conv is not None:
+            if real is not None:
+                keep = real.to(q_t.dtype)[:, None, None]
+                q_t, k_t, v_t = q_t * keep, k_t * keep, v_t * keep
             (q_t, k_t, v_t), new["conv"] = self.short_conv.step(q_t, k_t, v_t, state["conv"])
         core = {name[5:]: t for name, t in state.items() if name.startswith("core.")}
-        out, core = (
-            self.core_step(q_t, k_t, v_t, core) if real_t is None else self.core_step(q_t, k_t, v_t, core, real_t)
-        )
-        new.update({f"core.{name}": t for name, t in core.items()})
+        if real is not None and self.padding_takes_positions:
+            out, after = self.core_step(q_t, k_t, v_t, core, real)
+        else:
+            out, after = self.core_step(q_t, k_t, v_t, core)
+            if real is not None:
+                after = {
+                    name: torch.where(real.view(-1, *([1] * (t.dim() - 1))), t, core[name]) for name, t in after.items()
+                }
+        new.update({f"core.{name}": t for name, t in after.items()})
         return (out if self.output_norm is None else self.output_norm(out, per_position=False)), new
 
 

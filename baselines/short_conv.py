@@ -65,6 +65,19 @@ class ShortConvolution(nn.Module):
         """The last K - 1 inputs of each stream, zeros at the start: (3, B, H, K - 1, D)."""
         return torch.zeros(len(STREAMS), batch_size, heads, self.kernel_size - 1, head_dim, dtype=dtype, device=device)
 
+    def state_bytes(self, heads: int, head_dim: int, dtype: torch.dtype) -> int:
+        """Bytes of one sequence's window (`init_state`): the last K - 1 inputs of q, k and v."""
+        return len(STREAMS) * heads * (self.kernel_size - 1) * head_dim * torch.empty((), dtype=dtype).element_size()
+
+    def window(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """The state `step` holds after q, k, v (B, H, N, D): their last K - 1 inputs (padded ones as 0, zeros
+        before the start), (3, B, H, K - 1, D)."""
+        x = torch.stack([q, k, v])
+        if key_padding_mask is not None:
+            x = x * key_padding_mask[None, :, None, :, None].to(x.dtype)
+        tail = x[:, :, :, max(0, x.shape[3] - (self.kernel_size - 1)) :]
+        return nn.functional.pad(tail, (0, 0, self.kernel_size - 1 - tail.shape[3], 0))
+
     def step(
         self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Tensor
     ) -> tuple[tuple[Tensor, Tensor, Tensor], Tensor]:

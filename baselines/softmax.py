@@ -11,8 +11,9 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnbench.baselines.masks import key_padding_mask as padding_mask
+from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option
-from attnbench.registry import AttentionConfig, register_attention
+from attnbench.registry import register_attention
 
 BACKENDS = {
     "math": SDPBackend.MATH,
@@ -24,7 +25,7 @@ BACKEND_NAMES = {backend: name for name, backend in BACKENDS.items()}
 
 
 @dataclasses.dataclass
-class SoftmaxConfig(AttentionConfig):
+class SoftmaxConfig(ShortConvConfig):
     backend: Literal["auto", "math", "flash", "efficient", "cudnn"] = option(
         "auto", "scaled_dot_product_attention backend; auto lets torch choose (the choice is recorded)"
     )
@@ -39,13 +40,15 @@ def _auto_backend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: 
     return BACKEND_NAMES.get(choice, choice.name.lower())
 
 
-@register_attention("softmax", config=SoftmaxConfig, causal=True)
+@register_attention("softmax", config=SoftmaxConfig, causal=True, normalised=unfiltered)
 class SoftmaxAttention(nn.Module):
-    """Exact softmax(QK^T / sqrt(d)) V, O(n^2) time and (math backend) memory."""
+    """Exact softmax(QK^T / sqrt(d)) V, O(n^2) time and (math backend) memory; with `short_conv`, on q, k, v
+    filtered first (as Zoology's recall models put a short convolution before every mixer)."""
 
     def __init__(self, cfg: SoftmaxConfig):
         super().__init__()
         self.cfg = cfg
+        self.short_conv = short_conv_for(cfg)
         self.last_backend: str | None = None  # the backend that ran last, recorded with results
 
     @property
@@ -55,6 +58,8 @@ class SoftmaxAttention(nn.Module):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         key_padding_mask = padding_mask(key_padding_mask, k)
+        if self.short_conv is not None:
+            q, k, v = self.short_conv(q, k, v, key_padding_mask)
         mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
         causal = self.cfg.causal
         if causal and mask is not None:  # SDPA takes a mask or is_causal, not both: combine them
@@ -73,7 +78,10 @@ class SoftmaxAttention(nn.Module):
         token), in float32 on the CPU until the first `step` brings its inputs' dtype and device."""
         heads, dim = self.cfg.num_heads, self.cfg.head_dim
         empty = torch.zeros(batch_size, heads, 0, dim)
-        return {"keys": empty, "values": empty.clone(), "real": torch.zeros(batch_size, 0, dtype=torch.bool)}
+        state = {"keys": empty, "values": empty.clone(), "real": torch.zeros(batch_size, 0, dtype=torch.bool)}
+        if self.short_conv is not None:
+            state["conv"] = self.short_conv.init_state(batch_size, heads, dim, empty.dtype, empty.device)
+        return state
 
     def step(
         self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: dict[str, Tensor], key_padding_mask: Tensor | None = None
@@ -88,6 +96,12 @@ class SoftmaxAttention(nn.Module):
             if key_padding_mask is None
             else key_padding_mask[:, None].to(q_t.device)
         )
+        conv = {}
+        if self.short_conv is not None:
+            keep = real_t.to(q_t.dtype)[:, :, None]  # a padded token enters the filter as 0, as in `forward`
+            (q_t, k_t, v_t), conv["conv"] = self.short_conv.step(
+                q_t * keep, k_t * keep, v_t * keep, state["conv"].to(q_t)
+            )
         cache = state["keys"]
         grow = cache.shape[2] > 0  # an empty cache takes the heads, dtype and device of the first token
         keys = torch.cat([cache.to(k_t), k_t[:, :, None]], dim=2) if grow else k_t[:, :, None]
@@ -96,19 +110,29 @@ class SoftmaxAttention(nn.Module):
         scores = (keys @ q_t[..., None])[..., 0] / math.sqrt(q_t.shape[-1])  # (B, H, T)
         weights = torch.softmax(scores.masked_fill(~real[:, None], -math.inf), dim=-1).nan_to_num(0.0)
         out = (weights[:, :, None] @ values)[:, :, 0]
-        return out, {"keys": keys, "values": values, "real": real}
+        return out, {"keys": keys, "values": values, "real": real, **conv}
 
     def state_size(self, context_length: int, dtype: torch.dtype = torch.float32) -> int:
         """Bytes of one sequence's KV cache after `context_length` tokens: per position H x D keys and as many
-        values, plus one bool (real or padded)."""
+        values, plus one bool (real or padded); with `short_conv`, its window too."""
         h, d = self.cfg.num_heads, self.cfg.head_dim
-        return context_length * (2 * h * d * torch.empty((), dtype=dtype).element_size() + 1)
+        window = 0 if self.short_conv is None else self.short_conv.state_bytes(h, d, dtype)
+        return context_length * (2 * h * d * torch.empty((), dtype=dtype).element_size() + 1) + window
 
-    def prefill_state(self, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> dict[str, Tensor]:
-        """The cache after keys k (B, H, N, D) and values v, as `step` would leave it after N tokens."""
+    def prefill_state(
+        self, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None, q: Tensor | None = None
+    ) -> dict[str, Tensor]:
+        """The cache after keys k (B, H, N, D) and values v, as `step` would leave it after N tokens; with
+        `short_conv`, the queries q too (the filter's window holds the last inputs of all three)."""
         real = (
             torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device)
             if key_padding_mask is None
             else key_padding_mask.to(k.device)
         )
-        return {"keys": k, "values": v, "real": real}
+        if self.short_conv is None:
+            return {"keys": k, "values": v, "real": real}
+        if q is None:
+            raise ValueError("softmax with short_conv needs the queries q to prefill its filter window")
+        window = self.short_conv.window(q, k, v, real)
+        _, k, v = self.short_conv(q, k, v, real)
+        return {"keys": k, "values": v, "real": real, "conv": window}

@@ -113,7 +113,7 @@ class TransformerDecoder(nn.Module):
     @torch.no_grad()
     def prefill(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> tuple[Tensor, dict[str, Any]]:
         """The parallel forward over a prompt, and the state `step` would have after it: (logits (B, N, V), state).
-        Each layer's state comes from its attention's `prefill_state(k, v, mask)` where it has one, else by
+        Each layer's state comes from its attention's `prefill_state(k, v, mask, q=q)` where it has one, else by
         stepping through the keys the forward saw."""
         seen: list[tuple] = []
         hooks = [
@@ -131,7 +131,7 @@ class TransformerDecoder(nn.Module):
         for attn, (q, k, v), kwargs in seen:
             mask = kwargs.get("key_padding_mask")
             if hasattr(attn, "prefill_state"):
-                layers.append(attn.prefill_state(k, v, mask))
+                layers.append(attn.prefill_state(k, v, mask, q=q))
             else:
                 layers.append(step_through(attn, q, k, v, mask)[1])
         return logits, {"position": input_ids.shape[1], "layers": layers}

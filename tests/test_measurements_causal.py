@@ -24,10 +24,15 @@ STATE_CASES = [  # (name, options, bytes per sequence at context T, by hand)
     ("performer", {"num_features": 16}, lambda t: H * (16 * D + 16 + 1) * 4),  # + favor's anchor
     ("rfa", {"num_features": 8}, lambda t: H * (16 * D + 16) * 4),  # sin and cos: 2 x 8 features
     ("random-features", {"feature_map": "softplus", "num_features": 12}, lambda t: H * (12 * D + 12) * 4),
+    # short_conv 3 adds its window: the last 2 inputs of q, k and v, H x D each
+    ("softmax", {"short_conv": 3}, lambda t: t * (2 * H * D * 4 + 1) + 3 * 2 * H * D * 4),
+    ("elu-linear", {"short_conv": 3}, lambda t: H * (D * D + D) * 4 + 3 * 2 * H * D * 4),
 ]
 
 
-@pytest.mark.parametrize("name, options, by_hand", STATE_CASES, ids=[c[0] for c in STATE_CASES])
+@pytest.mark.parametrize(
+    "name, options, by_hand", STATE_CASES, ids=[c[0] + ("-conv" if c[1].get("short_conv") else "") for c in STATE_CASES]
+)
 def test_state_formula_matches_the_tensors_step_carries(name, options, by_hand):
     attn = build_attention(name, head_dim=D, num_heads=H, causal=True, **options).eval()
     for t in (1, 7, 50):

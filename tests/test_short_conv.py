@@ -5,6 +5,7 @@ import torch
 
 from attnbench.baselines.short_conv import ShortConvolution
 from attnbench.errors import ConfigError
+from attnbench.recurrence import step_through
 from attnbench.registry import build_attention
 
 
@@ -77,3 +78,26 @@ def test_the_shared_kernel_filters_q_k_v_before_its_map():
         torch.testing.assert_close(
             attn(q, k, v, key_padding_mask=mask), plain(*attn.short_conv(q, k, v, mask), key_padding_mask=mask)
         )
+
+
+@pytest.mark.parametrize("name", ["softmax", *FEATURE_MAP_ATTENTIONS])
+def test_the_recurrent_step_filters_as_the_parallel_form(name):
+    """With short_conv, stepping token by token equals the causal forward (float64, padding at both ends and
+    a hole), and `prefill_state` (given the queries) equals the state the steps leave."""
+    attn = build_attention(name, head_dim=4, num_heads=2, short_conv=3, causal=True).double()
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 2, 12, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    mask[0, 9:] = False
+    mask[1, :3] = False
+    mask[1, 6] = False  # a hole: the filter sees it as 0, the state skips it
+    with torch.no_grad():
+        parallel = attn(q, k, v, key_padding_mask=mask)
+        stepped, state = step_through(attn, q, k, v, mask)
+        real = mask[:, None, :, None].expand_as(parallel)
+        torch.testing.assert_close(stepped[real], parallel[real], rtol=1e-10, atol=1e-10)
+        if hasattr(attn, "prefill_state"):
+            prefilled = attn.prefill_state(k, v, mask, q=q)
+            assert sorted(prefilled) == sorted(state)
+            for key in state:
+                torch.testing.assert_close(prefilled[key].to(state[key]), state[key], rtol=1e-10, atol=1e-10)

@@ -43,7 +43,7 @@ def carried_state(attention: nn.Module, context_length: int, head_dim: int, head
     k, v = (torch.randn(1, heads, context_length, head_dim) for _ in range(2))
     with torch.no_grad():
         if hasattr(attention, "prefill_state"):
-            return attention.prefill_state(k, v)
+            return attention.prefill_state(k, v, q=k)
         return step_through(attention, k, k, v)[1]
 
 
