@@ -13,7 +13,8 @@ from report_fixture import make_fake_run
 
 from attnbench.report.load import load_runs
 from attnbench.report.measurement_tables import efficiency_frame
-from attnbench.report.plots import all_plots, label_colors, pareto_front
+from attnbench.report.plot import label_colors
+from attnbench.report.plots import all_plots, pareto_front
 from attnbench.report.tables import leaderboard_table
 
 LABELS = ("softmax", "kernel-favor", "performer-256")

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.report.load import Results, detail_rows
-from attnbench.report.plots import Plot, _figure, _legend_outside, _save, label_colors
+from attnbench.report.plot import Plot, label_colors, legend_below, new_figure, save_plot
 from attnbench.report.stats import summarize
 from attnbench.report.table import Table, best_mask, fmt, fmt_summary
 
@@ -77,7 +77,7 @@ def plot_recall_vs_state(results: Results, colors: dict, out_dir: Path) -> list[
     means = points.groupby(["num_kv_pairs", "attention", "label"], as_index=False)[["accuracy", "state_bytes"]].mean()
     pairs = sorted(means["num_kv_pairs"].unique())
     family_colors = {name: colors.get(name, None) for name in sorted(means["attention"].unique())}
-    fig = _figure(3.2 * len(pairs), 3.2)
+    fig = new_figure(3.2 * len(pairs), 3.2)
     axes = np.atleast_1d(fig.subplots(1, len(pairs), sharey=True))
     for ax, p in zip(axes, pairs):
         for family, part in means[means["num_kv_pairs"] == p].groupby("attention", sort=True):
@@ -88,8 +88,8 @@ def plot_recall_vs_state(results: Results, colors: dict, out_dir: Path) -> list[
         ax.set_xlabel("state bytes per sequence and layer")
         ax.axhline(0.9, color="grey", linewidth=0.5, linestyle=":")
     axes[0].set_ylabel("MQAR accuracy")
-    _legend_outside(fig, axes)
-    return [_save(fig, out_dir, "recall_vs_state", "MQAR accuracy against state size (Zoology Figure 2)")]
+    legend_below(fig, axes)
+    return [save_plot(fig, out_dir, "recall_vs_state", "MQAR accuracy against state size (Zoology Figure 2)")]
 
 
 def decode_points(results: Results) -> pd.DataFrame:
@@ -153,7 +153,7 @@ def plot_decode(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
     points = decode_points(results)
     if points.empty:
         return []
-    fig = _figure(7.5, 3.3)
+    fig = new_figure(7.5, 3.3)
     axes = fig.subplots(1, 2)
     for label, part in points.groupby("label", sort=True):
         part = part.sort_values("context_length")
@@ -168,8 +168,10 @@ def plot_decode(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
         ax.set_yscale("log")
         ax.set_xlabel("context length")
         ax.set_ylabel(ylabel)
-    _legend_outside(fig, axes)
-    return [_save(fig, out_dir, "decode_crossover", "Decoding latency and prefill throughput against context length")]
+    legend_below(fig, axes)
+    return [
+        save_plot(fig, out_dir, "decode_crossover", "Decoding latency and prefill throughput against context length")
+    ]
 
 
 def causal_plots(results: Results, out_dir: Path) -> list[Plot]:

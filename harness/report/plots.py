@@ -1,21 +1,13 @@
-"""Plots from stored cell results (matplotlib, Agg canvas, no pyplot state): PNG and SVG each.
-
-Every plot colours an attention label the same way (`label_colors`, keyed by the sorted labels).
-"""
+"""Plots from stored cell results, drawn with the shared helpers of `attnbench.report.plot`: PNG and SVG each."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps, rc_context
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
@@ -27,67 +19,10 @@ from attnbench.baselines.coulomb.report import (
 )
 from attnbench.report.load import Results, metric_frame
 from attnbench.report.measurement_tables import robustness_rows
+from attnbench.report.plot import Plot, label_colors, legend_below, new_figure, save_plot
 from attnbench.report.table import finite, slug
 
 MIB = 2.0**20
-
-
-@dataclasses.dataclass
-class Plot:
-    """A written plot: its name, a caption, and the PNG and SVG files."""
-
-    name: str
-    title: str
-    png: Path
-    svg: Path
-
-
-def label_colors(labels: Iterable[str]) -> dict[str, tuple[float, ...]]:
-    """One colour per label, assigned in sorted order (tab10, tab20, then evenly spaced hues)."""
-    labels = sorted(set(labels))
-    if len(labels) <= 10:
-        palette = [colormaps["tab10"](i) for i in range(10)]
-    elif len(labels) <= 20:
-        palette = [colormaps["tab20"](i) for i in range(20)]
-    else:
-        palette = [colormaps["hsv"](i / len(labels)) for i in range(len(labels))]
-    return {label: palette[i] for i, label in enumerate(labels)}
-
-
-def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _save(fig: Figure, out_dir: Path, name: str, title: str) -> Plot:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
-    # tight: the saved canvas grows to hold a suptitle or an outside legend wider than the panels (no clipping)
-    fig.savefig(png, dpi=110, bbox_inches="tight", pad_inches=0.1)
-    fig.set_layout_engine("none")  # keep the layout just computed; the SVG has the same size in inches
-    with rc_context({"svg.fonttype": "none"}):  # text stays text: searchable, editable for a paper
-        fig.savefig(svg, bbox_inches="tight", pad_inches=0.1)
-    return Plot(name, title, png, svg)
-
-
-def _legend_outside(fig: Figure, axes: Any, extra: list[Line2D] | None = None) -> None:
-    """One legend below the figure for the labels of all panels (each label once), plus extra entries."""
-    entries: dict[str, Any] = {}
-    for ax in np.atleast_1d(axes):
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            entries.setdefault(label, handle)
-    for handle in extra or []:
-        entries[handle.get_label()] = handle
-    if entries:
-        fig.legend(
-            list(entries.values()),
-            list(entries),
-            loc="outside lower center",
-            ncols=min(4, len(entries)),
-            fontsize="small",
-            frameon=False,
-        )
 
 
 def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot]:
@@ -104,7 +39,7 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
     ):
         if eff[column].notna().sum() == 0:
             continue
-        fig = _figure(4.2 * len(panels) + 1.0, 4.0)
+        fig = new_figure(4.2 * len(panels) + 1.0, 4.0)
         axes = fig.subplots(1, len(panels), squeeze=False)[0]
         failed_seen = busy_seen = False
         for ax, ((mode, batch, heads, head_dim), part) in zip(axes, panels):
@@ -171,8 +106,8 @@ def plot_efficiency(eff: pd.DataFrame, colors: dict, out_dir: Path) -> list[Plot
         )
         title = ("Time" if column == "median_ms" else "Peak memory") + " vs sequence length"
         fig.suptitle(title)
-        _legend_outside(fig, axes, extra)
-        plots.append(_save(fig, out_dir, name, title))
+        legend_below(fig, axes, extra)
+        plots.append(save_plot(fig, out_dir, name, title))
     return plots
 
 
@@ -198,7 +133,7 @@ def plot_reliability(results: Results, colors: dict, out_dir: Path) -> list[Plot
             continue
         ncols = min(3, len(labels))
         nrows = math.ceil(len(labels) / ncols)
-        fig = _figure(3.0 * ncols, 3.0 * nrows)
+        fig = new_figure(3.0 * ncols, 3.0 * nrows)
         axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
         for ax, label in zip(axes, labels):
             bins = _pooled_bins([d.get("reliability") or [] for d in part[part["label"] == label]["details"]])
@@ -224,7 +159,7 @@ def plot_reliability(results: Results, colors: dict, out_dir: Path) -> list[Plot
             ax.set_visible(False)
         title = f"Reliability diagrams, task {task} (dashed: perfect calibration)"
         fig.suptitle(title)
-        plots.append(_save(fig, out_dir, f"reliability_{slug(task)}", title))
+        plots.append(save_plot(fig, out_dir, f"reliability_{slug(task)}", title))
     return plots
 
 
@@ -237,7 +172,7 @@ def plot_robustness(results: Results, colors: dict, out_dir: Path) -> list[Plot]
     plots = []
     for task, part in rows.groupby("task", sort=True):
         groups = sorted(part["group"].unique())
-        fig = _figure(3.6 * len(groups) + 1.0, 3.8)
+        fig = new_figure(3.6 * len(groups) + 1.0, 3.8)
         axes = fig.subplots(1, len(groups), squeeze=False, sharey=True)[0]
         for ax, group in zip(axes, groups):
             for label, lab_rows in part[part["group"] == group].groupby("label", sort=True):
@@ -259,8 +194,8 @@ def plot_robustness(results: Results, colors: dict, out_dir: Path) -> list[Plot]
         axes[0].set_ylabel("accuracy")
         title = f"Accuracy vs corruption severity, task {task} (band: ± std over seeds)"
         fig.suptitle(title)
-        _legend_outside(fig, axes)
-        plots.append(_save(fig, out_dir, f"robustness_{slug(task)}", title))
+        legend_below(fig, axes)
+        plots.append(save_plot(fig, out_dir, f"robustness_{slug(task)}", title))
     return plots
 
 
@@ -291,7 +226,7 @@ def plot_accuracy_vs_throughput(
     acc = leaderboard.set_index("label")["accuracy_mean"]
     points = pd.DataFrame({"label": at.index, "throughput": at.values, "accuracy": acc.reindex(at.index).values})
     front = pareto_front(points, "throughput", "accuracy")
-    fig = _figure(6.5, 4.2)
+    fig = new_figure(6.5, 4.2)
     ax = fig.subplots()
     for r in points.itertuples():
         ax.scatter(r.throughput, r.accuracy, color=colors[r.label], s=40, label=r.label, zorder=3)
@@ -311,8 +246,8 @@ def plot_accuracy_vs_throughput(
     ax.grid(True, which="both", alpha=0.3)
     title = "Accuracy vs throughput (Pareto front circled)"
     ax.set_title(title)
-    _legend_outside(fig, ax)
-    return [_save(fig, out_dir, "accuracy_vs_throughput", title)]
+    legend_below(fig, ax)
+    return [save_plot(fig, out_dir, "accuracy_vs_throughput", title)]
 
 
 def _step_series(diagnostics: Any) -> list[list[dict]]:
@@ -390,7 +325,7 @@ def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
         done.add((cell["task"], cell["label"]))
         color = colors[cell["label"]]
         objective = pa.get("objective", pa.get("alignment_kind", "alignment"))
-        fig = _figure(13, 3.8)
+        fig = new_figure(13, 3.8)
         axes = fig.subplots(1, 4)
         _step_panel(axes[0], series, "H", color, "Hamiltonian H\n(training batch)")
         _step_panel(axes[1], series, "alignment", color, f"{objective} alignment\n(training batch)")
@@ -429,7 +364,7 @@ def plot_coulomb(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
         ax.set_ylabel("density")
         title = f"Coulomb phase A, {cell['label']} on {cell['task']} (seed {cell['seed']}; thin lines: layers/heads)"
         fig.suptitle(title)
-        plots.append(_save(fig, out_dir, f"coulomb_{slug(cell['task'])}_{slug(cell['label'])}", title))
+        plots.append(save_plot(fig, out_dir, f"coulomb_{slug(cell['task'])}_{slug(cell['label'])}", title))
     return plots
 
 
@@ -453,25 +388,25 @@ def plot_kernel_experiment(results: Results, out_dir: Path) -> list[Plot]:
     if accuracy is not None and f1 is not None:
         data = accuracy.data.merge(f1.data[["method", "sigma", "f1_mean", "f1_std"]], on=["method", "sigma"])
         colors = label_colors(data["method"])
-        fig = _figure(11.0, 4.6)
+        fig = new_figure(11.0, 4.6)
         axes = fig.subplots(1, 2)
         for ax, metric, name in zip(axes, ("accuracy", "f1"), ("test accuracy", "test F1")):
             _kernel_bands(ax, data, metric, colors)
             ax.set_ylabel(name)
         title = "Synthetic experiment (Figure 1): accuracy and F1 vs σ (band: ± 1 sd over trials)"
         fig.suptitle(title)
-        _legend_outside(fig, axes)
-        plots.append(_save(fig, out_dir, "kernel_experiment", title))
+        legend_below(fig, axes)
+        plots.append(save_plot(fig, out_dir, "kernel_experiment", title))
     ablation = kernel_ablation_table(results)
     if ablation is not None:
-        fig = _figure(7.0, 4.6)
+        fig = new_figure(7.0, 4.6)
         ax = fig.subplots()
         _kernel_bands(ax, ablation.data, "accuracy", label_colors(ablation.data["method"]))
         ax.set_ylabel("test accuracy")
         title = "Synthetic experiment (Figure 2): λ ablation of the Langevin particles (band: ± 1 sd)"
         ax.set_title(title, fontsize="medium")
-        _legend_outside(fig, ax)
-        plots.append(_save(fig, out_dir, "kernel_ablation", title))
+        legend_below(fig, ax)
+        plots.append(save_plot(fig, out_dir, "kernel_ablation", title))
     scaling = kernel_scaling_table(results)
     if scaling is not None:
         plots.append(_plot_kernel_scaling(scaling.data, out_dir))
@@ -481,7 +416,7 @@ def plot_kernel_experiment(results: Results, out_dir: Path) -> list[Plot]:
 def _plot_kernel_scaling(data: pd.DataFrame, out_dir: Path) -> Plot:
     """Wall seconds against n (log-log), one line per method, the fitted exponent in the legend."""
     colors = label_colors(data["method"])
-    fig = _figure(7.0, 4.6)
+    fig = new_figure(7.0, 4.6)
     ax = fig.subplots()
     for method, part in data.dropna(subset=["seconds"]).groupby("method", sort=False):
         gamma, paper = part["exponent"].iloc[0], part["paper_exponent"].iloc[0]
@@ -494,8 +429,8 @@ def _plot_kernel_scaling(data: pd.DataFrame, out_dir: Path) -> Plot:
     ax.grid(True, alpha=0.3, which="both")
     title = "Synthetic experiment: runtime scaling t ~ n^γ (Table 6)"
     ax.set_title(title, fontsize="medium")
-    _legend_outside(fig, ax)
-    return _save(fig, out_dir, "kernel_scaling", title)
+    legend_below(fig, ax)
+    return save_plot(fig, out_dir, "kernel_scaling", title)
 
 
 def all_plots(results: Results, leaderboard: pd.DataFrame, eff: pd.DataFrame, out_dir: Path) -> list[Plot]:
