@@ -1,6 +1,6 @@
-"""The public surface of attnbench, in one place: the registries, option and error types, the feature-map base
-class, running a suite and loading its results. `attnbench.NAME` reads from here (lazily: `import attnbench`
-alone stays light); everything else is internal and may move.
+"""The public surface of attnbench, in one place: the registries (report sections too), option and error types,
+the feature-map base class, running a suite and loading its results. `attnbench.NAME` reads from here (lazily:
+`import attnbench` alone stays light); everything else is internal and may move.
 
     import attnbench
     attnbench.attention_names("*linear*")
@@ -28,6 +28,9 @@ from attnbench.registry import (
 )
 from attnbench.report import write_leaderboard, write_report
 from attnbench.report.load import load_results
+from attnbench.report.plot import Plot
+from attnbench.report.sections import ReportContext, register_report_section
+from attnbench.report.table import Table
 from attnbench.suite import Suite, load_suite, suite_names
 from attnbench.tasks import load_task, register_task, task_names
 
@@ -37,9 +40,12 @@ __all__ = [
     "ConfigError",
     "FeatureMap",
     "LinearKernelAttention",
+    "Plot",
+    "ReportContext",
     "RunOptions",
     "RunSummary",
     "Suite",
+    "Table",
     "UnknownNameError",
     "UserError",
     "attention_entry",
@@ -53,6 +59,7 @@ __all__ = [
     "register_learning_phase",
     "register_measurement",
     "register_metric",
+    "register_report_section",
     "register_task",
     "require",
     "run_suite",

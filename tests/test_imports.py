@@ -1,12 +1,19 @@
 """The import graph of the package: no cycle, counting function-local imports too (a local import that dodges a
-loop is still a loop), and the public surface importable from `attnbench` itself."""
+loop is still a loop) and the packages' __init__ an import runs on the way; every module importable first in a
+fresh interpreter; the generic report free of plugin code; the public surface importable from `attnbench`."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import networkx as nx
+import pytest
+from processes import HANG_GUARD
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"attnbench": ROOT / "harness", "attnbench.baselines": ROOT / "baselines"}
@@ -41,26 +48,95 @@ def imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     return names
 
 
+def ancestors(module: str) -> list[str]:
+    """The packages whose __init__ importing `module` runs first: 'a.b.c' -> ['a', 'a.b']."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
 def import_graph() -> nx.DiGraph:
+    """An edge from each module to every module an import in it runs: the one it names (for 'from attnbench.x
+    import f', the longest known prefix) and the packages above that one, whose __init__ runs first; but not the
+    importer's own packages, which are already running when it runs."""
     found = modules()
     graph = nx.DiGraph()
     graph.add_nodes_from(found)
     for module, path in found.items():
+        own = set(ancestors(module))
         for name in imported(ast.parse(path.read_text()), module, path.name == "__init__.py"):
-            target = name if name in found else None
-            if target is None:  # 'from attnbench.x import f': the module is the longest known prefix
-                parts = name.split(".")
-                target = next(
-                    (".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1) if ".".join(parts[:i]) in found), None
-                )
-            if target is not None and target != module and not module.startswith(target + "."):
-                graph.add_edge(module, target)  # a package's own __init__ above its modules is not a loop
+            parts = name.split(".")
+            target = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in found), None)
+            if target is None:
+                continue
+            for runs in [*ancestors(target), target]:
+                if runs in found and runs != module and runs not in own:
+                    graph.add_edge(module, runs)
     return graph
 
 
 def test_the_import_graph_has_no_cycle_counting_function_local_imports():
     cycles = sorted(nx.simple_cycles(import_graph()), key=len)
     assert cycles == [], f"{len(cycles)} import cycles, e.g. {' -> '.join(cycles[0] + cycles[0][:1])}"
+
+
+def test_an_import_runs_the_packages_above_the_module_it_names():
+    graph = import_graph()
+    # report.py imports attnbench.report.table: attnbench/report/__init__ runs first
+    assert graph.has_edge("attnbench.baselines.coulomb.report", "attnbench.report")
+    # a module's own packages are already running: softmax importing attnbench.baselines.masks is no loop
+    assert not graph.has_edge("attnbench.baselines.softmax", "attnbench.baselines")
+
+
+def test_the_generic_report_imports_no_plugin_code():
+    """Plugins (attnbench.baselines.*) register report sections; the report reads the registry, never their code."""
+    edges = [
+        (a, b)
+        for a, b in import_graph().edges
+        if a.startswith("attnbench.report") and b.startswith("attnbench.baselines")
+    ]
+    assert edges == []
+
+
+NEEDS_EXTRA = {"attnbench.baselines.peers": ("performer_pytorch", "nystrom_attention")}  # the extra 'peers'
+FIRST_IMPORT = """
+import importlib, os, sys, traceback
+# the heavy third-party libraries once, in the parent: each child then imports only attnbench's modules, and the
+# one it is given first of them
+import datasets, matplotlib.backends.backend_agg, matplotlib.figure, numpy, pandas, rich.progress, scipy.stats
+import sklearn.base, tokenizers, torch, yaml
+
+failed = []
+for name in sys.argv[1:]:
+    child = os.fork()
+    if child == 0:
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            print(f"--- import {name} first:", file=sys.stderr)
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+    if os.waitpid(child, 0)[1] != 0:
+        failed.append(name)
+sys.exit(f"failed to import first: {', '.join(failed)}" if failed else 0)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks a child per module")
+def test_every_module_imports_first_in_a_fresh_interpreter(children):
+    """A loop through a package's __init__ shows only when a module of it is the first imported: import each one
+    first, in a forked child of one interpreter that holds no attnbench module."""
+    names = sorted(
+        m
+        for m in modules()
+        if not m.endswith("__main__")  # importing it runs the command
+        and all(importlib.util.find_spec(p) for p in NEEDS_EXTRA.get(m, ()))
+    )
+    process = children.start(
+        [sys.executable, "-c", FIRST_IMPORT, *names], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    _, err = process.communicate(timeout=HANG_GUARD)
+    assert process.returncode == 0, err
 
 
 def test_the_public_surface_is_importable_from_attnbench():
@@ -74,6 +150,7 @@ def test_the_public_surface_is_importable_from_attnbench():
         "build_attention",
         "attention_names",
         "register_learning_phase",
+        "register_report_section",
         "FeatureMap",
         "UserError",
         "ConfigError",

@@ -11,10 +11,12 @@ import pandas as pd
 import pytest
 from report_fixture import make_fake_run
 
+from attnbench.report.efficiency import pareto_front
 from attnbench.report.load import load_runs
-from attnbench.report.measurement_tables import efficiency_frame
-from attnbench.report.plots import all_plots, label_colors, pareto_front
-from attnbench.report.tables import leaderboard_table
+from attnbench.report.plot import label_colors
+from attnbench.report.plots import all_plots
+from attnbench.report.sections import report_context
+from attnbench.report.tables import all_tables
 
 LABELS = ("softmax", "kernel-favor", "performer-256")
 
@@ -23,9 +25,7 @@ LABELS = ("softmax", "kernel-favor", "performer-256")
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[list, dict]:
     run = make_fake_run(tmp_path_factory.mktemp("run"), tasks=("sst2",), labels=LABELS)
     results = load_runs([run])
-    plots = all_plots(
-        results, leaderboard_table(results).data, efficiency_frame(results), tmp_path_factory.mktemp("plots")
-    )
+    plots = all_plots(report_context(results, all_tables(results)), tmp_path_factory.mktemp("plots"))
     return plots, label_colors(results.labels())
 
 

@@ -14,18 +14,13 @@ import pytest
 from processes import HANG_GUARD
 from report_fixture import make_fake_run, write_cell
 
-from attnbench.baselines.coulomb.report import (
-    kernel_ablation_table,
-    kernel_langevin_table,
-    kernel_paper_table,
-    kernel_scaling_table,
-    kernel_table,
-)
 from attnbench.errors import UserError
 from attnbench.report import write_leaderboard, write_report
+from attnbench.report.efficiency import efficiency_frame
+from attnbench.report.fidelity import fidelity_table
 from attnbench.report.formats import latex_escape, to_latex, to_markdown, write_table
 from attnbench.report.load import detail_rows, load_runs, run_provenance
-from attnbench.report.measurement_tables import coulomb_table, efficiency_frame, fidelity_table, robustness_tables
+from attnbench.report.robustness import robustness_tables
 from attnbench.report.stats import metric_direction, summarize, t_quantile_975
 from attnbench.report.tables import all_tables, leaderboard_table, task_table
 
@@ -289,7 +284,7 @@ def test_paired_table_lists_the_alternated_timings(tmp_path: Path) -> None:
     assert text["paired / this (q25–q75)"].iloc[0] == "2.40 (2.20–2.60)"
 
 
-def test_robustness_coulomb_kernel_tables_from_fake_run(tmp_path: Path) -> None:
+def test_robustness_tables_from_fake_run(tmp_path: Path) -> None:
     results = load_runs([make_fake_run(tmp_path / "run", tasks=("sst2",), labels=("softmax", "kernel-favor"))])
     raw = detail_rows(results, "robustness")
     rob = robustness_tables(results)[0].data
@@ -302,43 +297,6 @@ def test_robustness_coulomb_kernel_tables_from_fake_run(tmp_path: Path) -> None:
     budget = robustness_tables(results)[1]
     assert budget.name == "robustness_feature_budget" and set(budget.text["label"]) == {"kernel-favor"}
     assert budget.data.set_index("level").at[16, "accuracy_mean"] == pytest.approx(0.79 - 0.05)
-    coulomb = coulomb_table(results)
-    after = [
-        c["details"]["phase_a"]["validation_alignment"]["within-class"]["after"]
-        for _, c in results.of("accuracy").iterrows()
-        if c["label"] == "kernel-favor"
-    ]
-    assert coulomb.data["within-class after_mean"].item() == pytest.approx(np.mean(after))
-    assert coulomb.text["walk?"].item() == "drift below noise: a random walk" and "random walk" in coulomb.notes[1]
-    kern = kernel_table(results)
-    assert {"σ=1e-05", "σ=1e-01", "σ=1e+03"} <= set(kern.text.columns)
-    assert kern.best.any().any()
-    rows = [
-        r
-        for _, c in results.of("kernel").iterrows()
-        for r in c["details"]["rows"]
-        if r["part"] == "noise" and r["method"] == "rff" and r["sigma"] == 1e-5
-    ]
-    at = kern.data[(kern.data["method"] == "rff") & (kern.data["sigma"] == 1e-5)]
-    assert at["accuracy_mean"].item() == pytest.approx(np.mean([r["accuracy"] for r in rows]))
-    assert at["accuracy_std"].item() == pytest.approx(np.std([r["accuracy"] for r in rows], ddof=1))
-    paper = kernel_paper_table(results)
-    rff = paper.data[paper.data["method"] == "rff"]
-    assert rff["paper_accuracy"].item() == 0.56
-    assert rff["difference"].item() == pytest.approx(at["accuracy_mean"].item() - 0.56)
-    assert paper.text["method"].iloc[-1].startswith("Bayes rule") and paper.text["accuracy (ours)"].iloc[-1] == "0.760"
-    assert set(kernel_ablation_table(results).data["method"]) == {"langevin lambda=0", "langevin lambda=1.5"}
-    scaling = kernel_scaling_table(results)
-    mkl = scaling.text[scaling.text["method"] == "mkl"].iloc[0]
-    assert mkl["n=10,000"] == "skipped" and mkl["γ (paper, Table 6)"] == "1.96" and mkl["γ (ours)"] == "—"
-    assert any("scaling_max_rows[mkl]=2000" in note for note in scaling.notes)
-    assert scaling.text[scaling.text["method"] == "rff"]["γ (ours)"].item().startswith("0.80")
-    assert mkl["n=100"] == "—"  # no row at that size: a dash, not "skipped"
-    assert "±" in kern.text["σ=1e-05"].iloc[0] and "[" not in kern.text["σ=1e-05"].iloc[0]
-    langevin = kernel_langevin_table(results)
-    assert set(langevin.text["method"]) == {"langevin lambda=0.5", "langevin lambda=0"}
-    assert langevin.text["drift / noise"].iloc[0] == "0.263"
-    assert any("Drift below noise" in note for note in langevin.notes)
 
 
 def test_failed_skipped_unreadable_cells_are_listed(tmp_path: Path) -> None:

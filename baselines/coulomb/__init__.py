@@ -3,8 +3,9 @@
 It plugs in through the seams any third party uses: the attention `coulomb` (`attention`, attention registry),
 its phase A (`phase_a`, a learning phase with its own config type), the synthetic kernel experiment of
 Appendix F.1 (`kernel_experiment`, `kernel_methods`, `kernel_particles`) as the measurement `kernel`
-(`measurement`), and their report tables and plots (`report`). The physics (alignment, Riesz energy, the
-Langevin step) are plain functions in `physics`. Importing the package registers the attention only.
+(`measurement`), and their report sections, tables and plots (`report`, `plots`). The physics (alignment, Riesz
+energy, the Langevin step) are plain functions in `physics`. Importing the package registers the attention
+only; the measurement and report registries import theirs when first asked.
 """
 
 from attnbench.baselines.coulomb import attention  # noqa: F401

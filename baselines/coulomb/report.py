@@ -1,6 +1,8 @@
-"""Tables of the synthetic experiment (measurement `kernel`, Appendix F.1): the noise sweep (Figure 1),
-the smallest-sigma comparison with the paper's read-offs, the lambda ablation (Figure 2) and the
-runtime-scaling sweep with fitted exponents beside Table 6. Everything comes from stored cells."""
+"""The Coulomb model's report sections, registered through the seam any plugin uses
+(`attnbench.report.sections`): phase A (its diagnostics, the attention bracket, what it does to the
+representation, and a plot per row) and the synthetic experiment (measurement `kernel`, Appendix F.1: the noise
+sweep of Figure 1, the smallest-sigma comparison with the paper's read-offs, the lambda ablation of Figure 2 and
+the runtime-scaling sweep with fitted exponents beside Table 6). Everything comes from stored cells."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from attnbench.baselines.coulomb.plots import plot_coulomb, plot_kernel_experiment
 from attnbench.report.attention_bracket import attention_bracket_table
 from attnbench.report.load import Results, detail_rows
+from attnbench.report.sections import register_report_section
 from attnbench.report.stats import summarize
-from attnbench.report.table import DASH, Table, best_mask, fmt
+from attnbench.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary
 
 
 def kernel_rows(results: Results, part: str) -> pd.DataFrame:
@@ -394,12 +398,121 @@ def phase_a_mechanism_table(results: Results) -> Table | None:
     )
 
 
+COULOMB_ALIGNMENTS = {"within-class": "within-class", "centered-kta": "centred KTA", "input-kernel": "eq. 2.2"}
+
+
+COULOMB_WALK = {
+    "drift": "drift",
+    "noise": "noise",
+    "drift_noise_ratio": "drift / noise",
+    "norm_before_projection": "norm before P",
+    "norm_after_projection": "norm after P",
+}
+
+
+def _phase_a_record(pa: dict) -> dict[str, float]:
+    """The numbers of one cell's phase A the Coulomb table shows (NaN where an older result lacks them)."""
+    walk, measured = pa.get("walk") or {}, pa.get("validation_alignment") or {}
+    record = {key: walk.get(key, np.nan) for key in COULOMB_WALK}
+    for kind in COULOMB_ALIGNMENTS:
+        for when in ("before", "after"):
+            record[f"{kind} {when}"] = (measured.get(kind) or {}).get(when, np.nan)
+    record.update(
+        {
+            "relative_move": pa.get("relative_move", np.nan),
+            "phase_a_seconds": pa.get("seconds"),
+            "steps": pa.get("steps"),
+        }
+    )
+    return {k: float(v) if finite(v) else np.nan for k, v in record.items()}
+
+
+def coulomb_table(results: Results) -> Table | None:
+    """Phase-A diagnostics of learned-kernel cells: whether the particles drift or walk, and the validation
+    alignments before and after (the same three the phase-A plot marks)."""
+    recs = []
+    for _, c in results.of("accuracy").iterrows():
+        pa = c["details"].get("phase_a")
+        if isinstance(pa, dict):
+            recs.append(
+                {
+                    "task": c["task"],
+                    "label": c["label"],
+                    "seed": c["seed"],
+                    "objective": pa.get("objective", pa.get("alignment_kind", DASH)),
+                    "probe": pa.get("probe_split", "train"),
+                    **_phase_a_record(pa),
+                }
+            )
+    if not recs:
+        return None
+    frame = pd.DataFrame(recs)
+    numbers = [c for c in frame.columns if c not in ("task", "label", "seed", "objective", "probe")]
+    data, text_rows, numeric = [], [], []
+    for (task, label), part in frame.groupby(["task", "label"], sort=True):
+        stats = {c: summarize(pd.to_numeric(part[c], errors="coerce")) for c in numbers}
+        ratio = stats["drift_noise_ratio"]["mean"]
+        verdict = (
+            DASH if not finite(ratio) else "drift below noise: a random walk" if ratio < 1 else "drift above noise"
+        )
+        data.append(
+            {
+                "task": task,
+                "label": label,
+                "seeds": len(part),
+                "objective": part["objective"].iloc[0],
+                **{f"{c}_{k}": stats[c][k] for c in numbers for k in ("mean", "std")},
+            }
+        )
+        row = {
+            "task": task,
+            "label": label,
+            "seeds": str(len(part)),
+            "objective": str(part["objective"].iloc[0]),
+            **{title: fmt_summary(stats[key]) for key, title in COULOMB_WALK.items()},
+            "walk?": verdict,
+        }
+        for kind, title in COULOMB_ALIGNMENTS.items():
+            row[f"{title} ({part['probe'].iloc[0]})"] = (
+                f"{fmt_summary(stats[kind + ' before'])} → {fmt_summary(stats[kind + ' after'])}"
+            )
+        row |= {
+            "relative move": fmt_summary(stats["relative_move"]),
+            "phase A s": fmt_summary(stats["phase_a_seconds"]),
+            "steps": fmt(stats["steps"]["mean"], 0),
+        }
+        text_rows.append(row)
+        numeric.append({"drift / noise": ratio})
+    text = pd.DataFrame(text_rows)
+    best = best_mask(pd.DataFrame(numeric), {"drift / noise": "max"}, text["task"])
+    best = best.reindex(columns=text.columns, fill_value=False)
+    walks = [f"{r['label']} on {r['task']}" for r in text_rows if r["walk?"].startswith("drift below")]
+    notes = [
+        "Per phase-A step and particle: drift |eta N grad H| and Langevin noise |sqrt(2 eta / beta) xi| (medians "
+        "over particles, then over steps, layers and heads), their ratio, and the mean particle norm before and "
+        "after the projection P onto the norm cap. Alignments before → after phase A on held-out rows (the "
+        "split in the header): within-class (eq. C.4) and centred kernel-target alignment (App. D) of the "
+        "mean-pooled attention outputs, and the eq. 2.2 u-statistic of the feature-map kernel on the pooled "
+        "inputs; the phase-A plot marks the objective's one (column 'objective') beside its training-batch curve. Relative move: |Omega_after - Omega_before| / "
+        "|Omega_before|. Mean ± std over seeds; bold: largest drift / noise per task."
+    ]
+    if walks:
+        notes.append(
+            "Drift below noise (a random walk: the alignment term barely moves the particles, the noise and "
+            "the projection do): " + "; ".join(walks) + "."
+        )
+    return Table("coulomb", "Coulomb phase A diagnostics", pd.DataFrame(data), text, best, notes, key_columns=2)
+
+
+def phase_a_tables(results: Results) -> list[Table | None]:
+    """The phase-A study: the diagnostics per row, the attention bracket, what phase A does to the representation."""
+    return [coulomb_table(results), attention_bracket_table(results), phase_a_mechanism_table(results)]
+
+
 def kernel_tables(results: Results) -> list[Table | None]:
-    """Every table this package adds to a report, in report order: the phase-A study (the attention bracket, the
-    mechanism), then the synthetic experiment."""
+    """The synthetic experiment: ours beside the paper, Figure 1 (accuracy, F1), the Langevin dynamics, Figure 2,
+    the runtime scaling."""
     return [
-        attention_bracket_table(results),
-        phase_a_mechanism_table(results),
         kernel_paper_table(results),
         kernel_table(results),
         kernel_f1_table(results),
@@ -407,3 +520,9 @@ def kernel_tables(results: Results) -> list[Table | None]:
         kernel_ablation_table(results),
         kernel_scaling_table(results),
     ]
+
+
+register_report_section("coulomb-phase-a", order=70, tables=phase_a_tables, plots=plot_coulomb)
+register_report_section(
+    "kernel-experiment", order=75, tables=kernel_tables, plots=plot_kernel_experiment, measurements=("kernel",)
+)

@@ -1,4 +1,5 @@
-"""Reports built only from stored cell results (never by re-running): tables, plots, an HTML page.
+"""Reports built only from stored cell results (never by re-running): tables, plots, an HTML page, made of the
+registered report sections (`attnbench.report.sections`: each measurement's tables, plots and summary sentences).
 
 Contract with the CLI:
     write_report(run_dir, out_dir=None, stale=False) -> out_dir, default run_dir/"report"
@@ -22,17 +23,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pandas as pd
-
 from attnbench.errors import UserError
-from attnbench.report.causal import causal_plots
 from attnbench.report.formats import to_markdown, write_table
 from attnbench.report.html import cell_counts, provenance_value, render_page
 from attnbench.report.load import Results, load_runs, run_provenance
-from attnbench.report.measurement_tables import efficiency_frame, not_measured_points
 from attnbench.report.plots import all_plots
+from attnbench.report.sections import report_context, report_sections
 from attnbench.report.table import Table
-from attnbench.report.tables import all_tables, headline_summary
+from attnbench.report.tables import all_tables
 
 __all__ = ["write_report", "write_leaderboard"]
 
@@ -128,18 +126,9 @@ def _write_into(results: Results, out_dir: Path, title: str) -> None:
     tables = all_tables(results)
     for table in tables:
         write_table(table, out_dir / "tables")
-    leaderboard = next((t for t in tables if t.name == "leaderboard"), None)
-    summary = headline_summary(leaderboard) if leaderboard is not None else []
-    eff = efficiency_frame(results)
-    refused = not_measured_points(eff)
-    if refused:
-        summary.append(
-            f"Efficiency: {len(refused)} point(s) not measured (timed threads kept off the cores by other "
-            f"work), left out of every ratio, rank and the Pareto front: {', '.join(refused)}."
-        )
-    plots = all_plots(
-        results, leaderboard.data if leaderboard is not None else pd.DataFrame(), eff, out_dir / "plots"
-    ) + causal_plots(results, out_dir / "plots")
+    context = report_context(results, tables)
+    summary = [sentence for section in report_sections() for sentence in section.summary(context)]
+    plots = all_plots(context, out_dir / "plots")
     provenance = run_provenance(results)
     (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=1), encoding="utf-8")
     (out_dir / "report.md").write_text(

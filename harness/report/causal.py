@@ -1,4 +1,5 @@
-"""Report sections of the causal setting: recall against state size, and the decoding crossover.
+"""Report sections of the causal setting: recall against state size (`recall`), and the decoding crossover
+(`decode`); both plots colour labels and attention names alike (`causal_colors`).
 
 - `recall_table`: MQAR answer accuracy per attention label at each num_kv_pairs (mean ± std over seeds, 95%
   t-interval from 3), with the state bytes per sequence and layer.
@@ -6,7 +7,8 @@
   num_kv_pairs, one line per attention family (the registered name) through its labels (widths, features).
 - `decode_crossover_table` and `plot_decode`: per-token decoding latency and prefill throughput against
   context length, and the shortest measured context at which each label's step is faster than softmax's.
-The bits-per-byte table with intervals is the generic per-task table of the `lm` measurement.
+The bits-per-byte table with intervals is the generic per-task table of the `lm` measurement (no section names
+it), as are recall's and decode's metrics per task beside the tables here.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from attnbench.report.load import Results, detail_rows
-from attnbench.report.plots import Plot, _figure, _legend_outside, _save, label_colors
+from attnbench.report.plot import Plot, label_colors, legend_below, new_figure, save_plot
+from attnbench.report.sections import ReportContext, register_report_section
 from attnbench.report.stats import summarize
 from attnbench.report.table import Table, best_mask, fmt, fmt_summary
 
@@ -69,15 +72,21 @@ def recall_table(results: Results) -> Table | None:
     return Table("recall", "Associative recall (MQAR) against state size", data, text, best, notes, key_columns=2)
 
 
-def plot_recall_vs_state(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
+def causal_colors(results: Results) -> dict[str, tuple[float, ...]]:
+    """One colour per label and per attention name (the recall plot draws a line per attention family)."""
+    return label_colors([*results.labels(), *results.cells["attention"].dropna()])
+
+
+def plot_recall_vs_state(context: ReportContext, out_dir: Path) -> list[Plot]:
     """Accuracy against state bytes (log), a panel per num_kv_pairs, a line per attention family."""
-    points = recall_points(results)
+    points = recall_points(context.results)
     if points.empty:
         return []
     means = points.groupby(["num_kv_pairs", "attention", "label"], as_index=False)[["accuracy", "state_bytes"]].mean()
     pairs = sorted(means["num_kv_pairs"].unique())
+    colors = causal_colors(context.results)
     family_colors = {name: colors.get(name, None) for name in sorted(means["attention"].unique())}
-    fig = _figure(3.2 * len(pairs), 3.2)
+    fig = new_figure(3.2 * len(pairs), 3.2)
     axes = np.atleast_1d(fig.subplots(1, len(pairs), sharey=True))
     for ax, p in zip(axes, pairs):
         for family, part in means[means["num_kv_pairs"] == p].groupby("attention", sort=True):
@@ -88,8 +97,8 @@ def plot_recall_vs_state(results: Results, colors: dict, out_dir: Path) -> list[
         ax.set_xlabel("state bytes per sequence and layer")
         ax.axhline(0.9, color="grey", linewidth=0.5, linestyle=":")
     axes[0].set_ylabel("MQAR accuracy")
-    _legend_outside(fig, axes)
-    return [_save(fig, out_dir, "recall_vs_state", "MQAR accuracy against state size (Zoology Figure 2)")]
+    legend_below(fig, axes)
+    return [save_plot(fig, out_dir, "recall_vs_state", "MQAR accuracy against state size (Zoology Figure 2)")]
 
 
 def decode_points(results: Results) -> pd.DataFrame:
@@ -148,12 +157,13 @@ def decode_crossover_table(results: Results) -> Table | None:
     return Table("decode_crossover", "Decoding cost against context length", data, text, best, notes)
 
 
-def plot_decode(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
+def plot_decode(context: ReportContext, out_dir: Path) -> list[Plot]:
     """Decoding ms per token and prefill tokens/s against context length (log-log), a line per label."""
-    points = decode_points(results)
+    points = decode_points(context.results)
     if points.empty:
         return []
-    fig = _figure(7.5, 3.3)
+    colors = causal_colors(context.results)
+    fig = new_figure(7.5, 3.3)
     axes = fig.subplots(1, 2)
     for label, part in points.groupby("label", sort=True):
         part = part.sort_values("context_length")
@@ -168,11 +178,11 @@ def plot_decode(results: Results, colors: dict, out_dir: Path) -> list[Plot]:
         ax.set_yscale("log")
         ax.set_xlabel("context length")
         ax.set_ylabel(ylabel)
-    _legend_outside(fig, axes)
-    return [_save(fig, out_dir, "decode_crossover", "Decoding latency and prefill throughput against context length")]
+    legend_below(fig, axes)
+    return [
+        save_plot(fig, out_dir, "decode_crossover", "Decoding latency and prefill throughput against context length")
+    ]
 
 
-def causal_plots(results: Results, out_dir: Path) -> list[Plot]:
-    """The causal setting's plots, coloured by the report's label palette."""
-    colors = label_colors([*results.labels(), *results.cells["attention"].dropna()])
-    return [*plot_recall_vs_state(results, colors, out_dir), *plot_decode(results, colors, out_dir)]
+register_report_section("recall", order=80, tables=lambda results: [recall_table(results)], plots=plot_recall_vs_state)
+register_report_section("decode", order=90, tables=lambda results: [decode_crossover_table(results)], plots=plot_decode)

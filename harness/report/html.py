@@ -6,7 +6,7 @@ import base64
 import html
 from typing import Any
 
-from attnbench.report.plots import Plot
+from attnbench.report.plot import Plot
 from attnbench.report.table import Table
 
 STYLE = """

@@ -5,7 +5,8 @@ Shown when a run holds accuracy cells of the Long Range Arena tasks (`LRA_TASKS`
 a task when the 95% t-interval of the per-seed accuracy difference excludes 0 and the per-example test
 (exact McNemar per seed, combined across seeds by `attnbench.report.comparisons.combine_p_values`) gives p < 0.05:
 the verdict rule of the paired comparisons (`attnbench.report.paired`), applied to every pair.
-A cell whose model breaks LRA's parameter rule (accuracy option parameter_tolerance) is flagged.
+A cell whose model breaks LRA's parameter rule (accuracy option parameter_tolerance) is flagged. Registered as
+the report section `lra`, after the accuracy tables.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pandas as pd
 from attnbench.predictions import Predictions, decode_predictions
 from attnbench.report.comparisons import combine_p_values, mean_difference_interval, per_example_p
 from attnbench.report.load import Results
+from attnbench.report.sections import register_report_section
 from attnbench.report.stats import summarize
 from attnbench.report.table import DASH, Table, fmt
 
@@ -183,3 +185,6 @@ def lra_tables(results: Results) -> list[Table]:
             )
         )
     return tables
+
+
+register_report_section("lra", order=20, tables=lra_tables)

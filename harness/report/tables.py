@@ -1,5 +1,7 @@
-"""Accuracy tables from stored cell results: one per task, the leaderboard across tasks, and the list
-of cells without results; `all_tables` gathers every table the results support, in report order."""
+"""Accuracy tables from stored cell results: one per task (of any measurement), the leaderboard across tasks, and
+the list of cells without results; `all_tables` gathers every table the results support, in report order: the
+registered sections' (`attnbench.report.sections`), a per-task table for each measurement no section shows in
+full, and the cells without results."""
 
 from __future__ import annotations
 
@@ -10,22 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnbench.baselines.coulomb.report import kernel_tables
-from attnbench.report.causal import decode_crossover_table, recall_table
 from attnbench.report.load import Results, metric_frame, not_ok
-from attnbench.report.lra_table import lra_tables
-from attnbench.report.measurement_tables import (
-    coulomb_table,
-    efficiency_table,
-    fidelity_table,
-    paired_table,
-    robustness_tables,
-)
-from attnbench.report.paired import PredictionCache, paired_comparison_table
-from attnbench.report.published import published_table
+from attnbench.report.paired import PredictionCache
 from attnbench.report.ranking import RANK_METRIC, Standing, ranking_note, task_standings
+from attnbench.report.sections import report_sections
 from attnbench.report.stats import metric_direction, rank, summarize
-from attnbench.report.sweep import sweep_table
 from attnbench.report.table import DASH, Table, finite, fmt, fmt_summary, slug
 
 HEADLINE = ("accuracy", "macro_f1", "ece")
@@ -44,7 +35,6 @@ METRIC_ORDER = (
     "phase_a_seconds",
 )
 NOT_METRICS = ("params_total", "params_attention")  # shown as parameter counts, not ranked
-BUILTIN_MEASUREMENTS = ("accuracy", "robustness", "efficiency", "fidelity", "kernel")
 
 
 REFERENCE_NOTE = (
@@ -363,23 +353,12 @@ def problems_table(results: Results) -> Table | None:
 
 
 def all_tables(results: Results) -> list[Table]:
-    """Every table the results support, in report order."""
-    tasks = sorted(set(results.cells.loc[results.cells["measurement"] == "accuracy", "task"].dropna()))
-    tables: list[Table | None] = [leaderboard_table(results) if tasks else None]
-    tables += [task_table(results, t) for t in tasks]
-    tables += lra_tables(results)
-    tables += [paired_comparison_table(results), published_table(results), sweep_table(results.sweep)]
-    tables += [
-        *robustness_tables(results),
-        efficiency_table(results),
-        paired_table(results),
-        fidelity_table(results),
-        coulomb_table(results),
-        *kernel_tables(results),
-        recall_table(results),
-        decode_crossover_table(results),
-    ]
-    other = results.ok[~results.ok["measurement"].isin(BUILTIN_MEASUREMENTS)]  # plug-in measurements
+    """Every table the results support, in report order: each registered section's, then one per task of every
+    measurement no section shows in full, then the cells without results."""
+    sections = report_sections()
+    tables = [table for section in sections for table in section.tables(results)]
+    shown = {measurement for section in sections for measurement in section.measurements}
+    other = results.ok[~results.ok["measurement"].isin(shown)]
     tables += [
         task_table(results, str(task), str(m)) for (m, task), _ in other.groupby(["measurement", "task"], sort=True)
     ]
