@@ -1,6 +1,6 @@
 """The public surface of attnbench, in one place: the registries, option and error types, the feature-map base
-class, running a suite and loading its results. `attnbench.NAME` reads from here (lazily: `import attnbench`
-alone stays light); everything else is internal and may move.
+class, the cell a measurement is given (`CellSpec`), running a suite and loading its results. `attnbench.NAME`
+reads from here (lazily: `import attnbench` alone stays light); everything else is internal and may move.
 
     import attnbench
     attnbench.attention_names("*linear*")
@@ -12,6 +12,7 @@ alone stays light); everything else is internal and may move.
 from __future__ import annotations
 
 from attnbench.baselines.linear_kernel import FeatureMap, LinearKernelAttention
+from attnbench.cell_spec import CellSpec
 from attnbench.errors import ConfigError, UnknownNameError, UserError
 from attnbench.executor import RunOptions, RunSummary, run_suite
 from attnbench.measurements import register_measurement
@@ -34,6 +35,7 @@ from attnbench.tasks import load_task, register_task, task_names
 __all__ = [
     "AttentionConfig",
     "Capabilities",
+    "CellSpec",
     "ConfigError",
     "FeatureMap",
     "LinearKernelAttention",

@@ -11,11 +11,11 @@ import copy
 import dataclasses
 import math
 import time
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from attnbench.cell_spec import CellSpec
 from attnbench.decoder import IGNORE, TransformerDecoder, token_loss
 from attnbench.measurements import SkipCell
 from attnbench.model import ModelConfig
@@ -60,7 +60,7 @@ def score_tokens(
     return TokenScores(torch.cat(losses), torch.cat(correct), split.labels != IGNORE)
 
 
-def decoder_config(cell: dict[str, Any], task: SequenceTaskData, max_length: int | None = None) -> ModelConfig:
+def decoder_config(cell: CellSpec, task: SequenceTaskData, max_length: int | None = None) -> ModelConfig:
     """The cell's model settings as a decoder: vocabulary and classes from the task, max_length from the task or
     given (e.g. twice the training length for evaluation there)."""
     sizes = {
@@ -70,7 +70,7 @@ def decoder_config(cell: dict[str, Any], task: SequenceTaskData, max_length: int
         "max_length": max_length or task.max_length,
         "pad_id": task.pad_id,
     }
-    config = make_options(ModelConfig, {**(cell.get("model") or {}), **sizes}, what="model")
+    config = make_options(ModelConfig, {**cell.model, **sizes}, what="model")
     record_what_ran("model", dataclasses.asdict(config))
     return config
 
@@ -139,7 +139,7 @@ def train_decoder(
 
 
 def train_cell_decoder(
-    cell: dict[str, Any],
+    cell: CellSpec,
     task: SequenceTaskData,
     *,
     device: str,
@@ -147,15 +147,15 @@ def train_cell_decoder(
     max_length: int | None = None,
 ) -> TrainResult:
     """Train the cell's decoder (its attention and options, the cell seed) on a causal task."""
-    name = cell["attention"]["name"]
+    name = cell.attention.name
     if attention_entry(name).capabilities.learning_phase:
         raise SkipCell(
             f"attention {name!r} has a learning phase (phase A), which is defined for the encoder "
             f"classifier only; a decoder without it would be its Vanilla twin"
         )
-    seed = cell["seed"]
+    seed = cell.seed
     seed_everything(seed)
-    options = cell["attention"].get("options") or {}
+    options = cell.attention.options
     model = TransformerDecoder(decoder_config(cell, task, max_length), name, options, seed=seed)
-    training = make_options(TrainConfig, cell.get("training") or {}, what="training")
+    training = make_options(TrainConfig, cell.training, what="training")
     return train_decoder(model, task, training, seed=seed, device=device, progress=progress)
