@@ -1,6 +1,7 @@
 """The public surface of attnbench, in one place: the registries, option and error types, the feature-map base
-class, the cell a measurement is given (`CellSpec`), running a suite and loading its results. `attnbench.NAME`
-reads from here (lazily: `import attnbench` alone stays light); everything else is internal and may move.
+class, the cell a measurement is given (`CellSpec`), the capture of attention inputs a learning phase trains on
+(`AttentionCapture`), running a suite and loading its results. `attnbench.NAME` reads from here (lazily:
+`import attnbench` alone stays light); everything else is internal and may move.
 
     import attnbench
     attnbench.attention_names("*linear*")
@@ -11,6 +12,7 @@ reads from here (lazily: `import attnbench` alone stays light); everything else 
 
 from __future__ import annotations
 
+from attnbench.attention_capture import AttentionCapture
 from attnbench.baselines.linear_kernel import FeatureMap, LinearKernelAttention
 from attnbench.cell_spec import CellSpec
 from attnbench.errors import ConfigError, UnknownNameError, UserError
@@ -33,6 +35,7 @@ from attnbench.suite import Suite, load_suite, suite_names
 from attnbench.tasks import load_task, register_task, task_names
 
 __all__ = [
+    "AttentionCapture",
     "AttentionConfig",
     "Capabilities",
     "CellSpec",
