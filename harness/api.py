@@ -1,5 +1,6 @@
 """The public surface of attnbench, in one place: the registries (report sections too), option and error types,
-the feature-map base class, running a suite and loading its results. `attnbench.NAME` reads from here (lazily:
+the feature-map base class, the cell a measurement is given (`CellSpec`), the capture of attention inputs a learning
+phase trains on (`AttentionCapture`), running a suite and loading its results. `attnbench.NAME` reads from here (lazily:
 `import attnbench` alone stays light); everything else is internal and may move.
 
     import attnbench
@@ -11,7 +12,9 @@ the feature-map base class, running a suite and loading its results. `attnbench.
 
 from __future__ import annotations
 
+from attnbench.attention_capture import AttentionCapture
 from attnbench.baselines.linear_kernel import FeatureMap, LinearKernelAttention
+from attnbench.cell_spec import CellSpec
 from attnbench.errors import ConfigError, UnknownNameError, UserError
 from attnbench.executor import RunOptions, RunSummary, run_suite
 from attnbench.measurements import register_measurement
@@ -35,8 +38,10 @@ from attnbench.suite import Suite, load_suite, suite_names
 from attnbench.tasks import load_task, register_task, task_names
 
 __all__ = [
+    "AttentionCapture",
     "AttentionConfig",
     "Capabilities",
+    "CellSpec",
     "ConfigError",
     "FeatureMap",
     "LinearKernelAttention",

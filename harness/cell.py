@@ -1,8 +1,8 @@
 """A cell: one (task, attention, seed, measurement) unit of a suite; what it is, how it runs, how it fails.
 
 A cell travels from the suite to an executor, to the store and to the report. `Cell.spec` is the
-JSON mapping the suite expands to (its sha256 `cell_id` names the result file); `Cell.resolved` holds
-every config of the cell with its defaults filled in (provenance). `Cell.run` runs it in this process
+typed spec the suite expands to (attnbench.cell_spec: its id names the result file); `Cell.resolved`
+holds every config of the cell with its defaults filled in (provenance). `Cell.run` runs it in this process
 and always returns a stored record, never an exception: ok, skipped, or failed (an exception, a NaN
 loss, running out of memory, its time limit). A cell whose process dies cannot say so itself; its
 executor records that with `Cell.failed` (`PROCESS_DIED`).
@@ -22,14 +22,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from attnbench.cell_spec import CellSpec
 from attnbench.measurements import SkipCell, run_cell
 from attnbench.model import ModelConfig
 from attnbench.options import make_options
 from attnbench.progress import Progress
 from attnbench.provenance import machine_provenance, now
 from attnbench.runtime import WHAT_RAN, CellTimeout, seed_everything, time_limit
-from attnbench.store import cell_id, result_record
-from attnbench.suite import Suite, cell_name, task_label
+from attnbench.store import result_record
+from attnbench.suite import Suite
 from attnbench.train import NonFiniteLossError
 
 DEFAULT_CELL_TIMEOUT = 6 * 3600.0  # seconds a cell may run when neither the suite nor --cell-timeout says
@@ -56,30 +57,30 @@ def failure_reason(err: BaseException) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-    """One cell: its JSON spec (suite, task, attention, seed, model, training, measurement) and resolved configs."""
+    """One cell: its spec (suite, task, attention, seed, model, training, measurement) and resolved configs."""
 
-    spec: dict[str, Any]
+    spec: CellSpec
     resolved: dict[str, Any]
 
     @classmethod
-    def of(cls, suite: Suite, spec: dict[str, Any]) -> "Cell":
+    def of(cls, suite: Suite, spec: CellSpec) -> Cell:
         """The cell `spec` of `suite`, with every config's defaults filled in from the suite."""
         resolved = {
-            "attention": suite.resolved["attentions"].get(spec["attention"]["label"], {}),
-            "task": suite.resolved["tasks"].get(task_label(spec["task"]), {}),
-            "model": dataclasses.asdict(make_options(ModelConfig, spec["model"], what="model")),
+            "attention": suite.resolved["attentions"].get(spec.attention.label, {}),
+            "task": suite.resolved["tasks"].get(spec.task.label, {}),
+            "model": dataclasses.asdict(make_options(ModelConfig, spec.model, what="model")),
             "training": suite.resolved.get("training", {}),
-            "measurement": suite.resolved["measurements"][spec["measurement"]["name"]],
+            "measurement": suite.resolved["measurements"][spec.measurement.name],
         }
         return cls(spec, resolved)
 
     @property
     def id(self) -> str:
-        return cell_id(self.spec)
+        return self.spec.id
 
     @property
     def name(self) -> str:
-        return cell_name(self.spec)
+        return self.spec.name
 
     def run(
         self, *, device: str, command: str, progress: Progress | None = None, timeout: float | None = None
@@ -91,7 +92,7 @@ class Cell:
         token = WHAT_RAN.set(ran)
         try:
             with time_limit(timeout):
-                seed_everything(self.spec["seed"])
+                seed_everything(self.spec.seed)
                 result = run_cell(self.spec, device=device, progress=progress)
             outcome.update(metrics=result.get("metrics", {}), details=result.get("details", {}))
         except SkipCell as err:
@@ -129,7 +130,7 @@ class Cell:
     def _provenance(self, device: str, command: str, started: str, seconds: float) -> dict[str, Any]:
         provenance = machine_provenance(device, command)
         provenance.update(
-            started_at=started, finished_at=now(), seconds=seconds, seed=self.spec["seed"], config=self.resolved
+            started_at=started, finished_at=now(), seconds=seconds, seed=self.spec.seed, config=self.resolved
         )
         return provenance
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from attnbench.cell_spec import CellSpec
 from attnbench.errors import UserError
 
 LISTABLE = ("attention", "tasks", "measurements", "metrics", "suites")
@@ -605,11 +606,9 @@ def find_cell_files(cell: str, run_dir: Path | None) -> list[Path]:
 
 def _stored_cell_name(path: Path) -> str | None:
     """The name task/label/s<seed>/measurement of a stored cell result, or None for a file that is not one."""
-    from attnbench.suite import cell_name
-
     try:
-        return cell_name(json.loads(path.read_text())["cell"])
-    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return CellSpec.from_json(json.loads(path.read_text())["cell"]).name
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
 
 
@@ -624,12 +623,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _show_cell(path: Path, *, as_json: bool) -> None:
     """Print one stored cell result: its name, status, configuration, metrics and provenance."""
-    from attnbench.suite import cell_name
-
     try:
         record = json.loads(path.read_text())
-        name = cell_name(record["cell"])
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        name = CellSpec.from_json(record["cell"]).name
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
         raise UserError(f"{path} is not a cell result file ({err})") from None
     if as_json:
         print(json.dumps(record, indent=1, sort_keys=True))

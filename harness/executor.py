@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from attnbench.cell import DEFAULT_CELL_TIMEOUT, PROCESS_DIED, Cell, CellSink, Executor, died_before, output_to
+from attnbench.cell_spec import CellSpec
 from attnbench.errors import UserError
 from attnbench.progress import ProgressUI
 from attnbench.provenance import machine_provenance, now, resolve_device
-from attnbench.store import FINISHED, RunStore, cell_id, process_alive
-from attnbench.suite import Suite, cell_name
+from attnbench.store import FINISHED, RunStore, process_alive
+from attnbench.suite import Suite
 from attnbench.suite_keys import chosen_trials
 from attnbench.workers import Split, available_gib, choose_split, machine_facts, running_workers, suite_facts
 
@@ -81,16 +82,14 @@ class RunSummary:
         )
 
 
-def select_cells(
-    suite: Suite, filters: tuple[str, ...], cells: list[dict[str, Any]] | None = None
-) -> list[dict[str, Any]]:
+def select_cells(suite: Suite, filters: tuple[str, ...], cells: list[CellSpec] | None = None) -> list[CellSpec]:
     """The suite's cells (or `cells`) whose name matches any of the glob `filters` (all if none)."""
     cells = suite.cells() if cells is None else cells
     if not filters:
         return cells
-    chosen = [c for c in cells if any(fnmatch.fnmatchcase(cell_name(c), p) for p in filters)]
+    chosen = [c for c in cells if any(fnmatch.fnmatchcase(c.name, p) for p in filters)]
     if not chosen:
-        examples = ", ".join(cell_name(c) for c in cells[:3])
+        examples = ", ".join(c.name for c in cells[:3])
         raise UserError(
             f"--filter {' '.join(filters)!r} matches none of the {len(cells)} cells of suite "
             f"{suite.name!r}; cell names look like: {examples}"
@@ -111,7 +110,7 @@ class RunSink:
         self.store.mark_in_flight(
             cell.id,
             {
-                "cell": cell.spec,
+                "cell": cell.spec.to_json(),
                 "resolved": cell.resolved,
                 "pid": os.getpid(),
                 "host": socket.gethostname(),
@@ -267,9 +266,9 @@ def plan_cells(suite: Suite, store: RunStore, filters: tuple[str, ...]) -> tuple
     the other seeds' cells of each label whose trials at those seeds have finished, on its chosen trial."""
     specs = suite.cells()
     if "select_seeds" in suite.comparison_keys.get("sweep", {}):
-        records = {cell_id(c): store.read_cell(cell_id(c)) for c in specs if "sweep" in c}
+        records = {c.id: store.read_cell(c.id) for c in specs if c.sweep is not None}
         specs = suite.cells(chosen_trials(specs, records, suite.comparison_keys))
-    return [Cell.of(suite, s) for s in select_cells(suite, filters, specs)], [cell_id(s) for s in specs]
+    return [Cell.of(suite, s) for s in select_cells(suite, filters, specs)], [s.id for s in specs]
 
 
 def _run_cells(
@@ -341,8 +340,8 @@ def _record_deaths(store: RunStore, device: str) -> list[str]:
     """Store a failed record for every cell left in flight by a process that died; one note each."""
     notes = []
     for cid, marker in store.in_flight().items():
-        if store.read_cell(cid) is None and "cell" in marker:
-            cell = Cell(marker["cell"], marker.get("resolved", {}))
+        cell = _marked_cell(marker)
+        if store.read_cell(cid) is None and cell is not None:
             where = f"pid {marker.get('pid')} on {marker.get('host')}, started {marker.get('started_at')}"
             reason = (
                 f"{PROCESS_DIED} ({where}): killed (out of memory, SIGKILL) or a crash in native code; "
@@ -361,6 +360,14 @@ def _record_deaths(store: RunStore, device: str) -> list[str]:
             notes.append(f"{cell.name}: {PROCESS_DIED} ({where}); recorded as failed")
         store.clear_in_flight(cid)
     return notes
+
+
+def _marked_cell(marker: dict[str, Any]) -> Cell | None:
+    """The cell an in-flight marker names, or None when the marker (written as its process died) cannot say."""
+    try:
+        return Cell(CellSpec.from_json(marker.get("cell")), marker.get("resolved", {}))
+    except ValueError:
+        return None
 
 
 def _taken_over(holder: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""The vocabulary of cells, shared by the suite, its keys, the references and the report: how a cell is named,
-the label of a task, and the placeholder entries of cells that use no task or no attention."""
+"""The vocabulary of suites, shared by the suite, its keys, the references and the report: the label of a suite's
+task entry, and the placeholder entries of cells that use no task or no attention (a cell's own name and
+labels are attnbench.cell_spec's)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,6 @@ NO_ATTENTION = {"name": "none", "label": "none", "options": {}}
 REFERENCE = "reference"  # the attention name of reference-model cells (attnbench.references), read by the report
 
 
-def cell_name(cell: dict[str, Any]) -> str:
-    """Readable cell name 'task/label/s<seed>/measurement' (+ '/t<trial>' in a sweep), matched by --filter and
-    `exclude`; the task part is the task's label where it has one."""
-    name = f"{task_label(cell['task'])}/{cell['attention']['label']}/s{cell['seed']}/{cell['measurement']['name']}"
-    return name + (f"/t{cell['sweep']['trial']}" if "sweep" in cell else "")
-
-
 def task_label(task: dict[str, Any]) -> str:
-    """A suite task's label: the one given, else its name (one task may appear under several labels)."""
+    """A suite task entry's label: the one given, else its name (one task may appear under several labels)."""
     return task.get("label") or task["name"]

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from attnbench.cell_spec import CellSpec
 from attnbench.errors import UserError
 from attnbench.measurements import SkipCell
 from attnbench.measurements.common import load_cell_task, train_config
@@ -149,16 +150,16 @@ def reference_attention(name: str, options: dict[str, Any] | None = None) -> dic
     return {"name": REFERENCE, "label": name, "options": {"reference": name, **(options or {})}}
 
 
-def measure_reference(cell: dict[str, Any], n_bins: int, eval_split: str) -> dict[str, Any]:
+def measure_reference(cell: CellSpec, n_bins: int, eval_split: str) -> dict[str, Any]:
     """Fit the cell's reference on the task's training split; the accuracy measurement's metrics and details."""
-    options = dict(cell["attention"]["options"])
+    options = dict(cell.attention.options)
     name = options.pop("reference")
     config_cls, fit = REFERENCES[name]
     config = make_options(config_cls, options, what=f"reference {name!r}")
     task = load_cell_task(cell)
     texts, labels = reference_data(task, train_config(cell).max_train_examples)
     start = time.perf_counter()
-    fitted = fit(texts, labels, task.num_classes, config, int(cell["seed"]))
+    fitted = fit(texts, labels, task.num_classes, config, int(cell.seed))
     seconds = time.perf_counter() - start
     probs, y = fitted["probs"][eval_split], labels[eval_split]
     metrics = classification_metrics(probs, y, n_bins) | {

@@ -10,10 +10,10 @@ Layout:  RUN_DIR/run.json              suite name, normalised suite, cell ids, c
                                        schema), set aside with a time stamp, never deleted; their cells run again
          RUN_DIR/pruned/<stamp>/       results of cells no longer in the suite, moved by `attnbench prune`
 
-A cell's id is the first 16 hex digits of the sha256 of its canonical JSON (sorted keys), so the
-same cell always lands in the same file: a rerun cannot duplicate it, and a `kill -9` loses at most
-the cells in flight (a half-written file is never visible: write to a temporary file in the same
-folder, fsync, then os.replace).
+A cell's id (`CellSpec.id`) is the first 16 hex digits of the sha256 of its canonical JSON (sorted
+keys), so the same cell always lands in the same file: a rerun cannot duplicate it, and a `kill -9`
+loses at most the cells in flight (a half-written file is never visible: write to a temporary file in
+the same folder, fsync, then os.replace).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import contextlib
 import datetime
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import socket
@@ -30,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from attnbench.cell_spec import CellSpec
 from attnbench.errors import UserError
 
 SCHEMA = 1
@@ -40,12 +40,6 @@ STATUSES = ("ok", "failed", "skipped")
 def _utc_seconds() -> str:
     """The current UTC time, ISO 8601 to the second (run.json and the lock's times)."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def cell_id(cell: dict[str, Any]) -> str:
-    """First 16 hex digits of sha256 over the cell's canonical JSON (sorted keys, no spaces)."""
-    canonical = json.dumps(cell, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -382,7 +376,7 @@ class RunStore:
 
 
 def result_record(
-    cell: dict[str, Any],
+    cell: CellSpec,
     *,
     status: str,
     reason: str | None = None,
@@ -394,9 +388,9 @@ def result_record(
     """A cell result in the stored schema (DESIGN: 'Cell result JSON')."""
     return {
         "schema": SCHEMA,
-        "cell_id": cell_id(cell),
-        "cell": cell,
-        "label": cell["attention"]["label"],
+        "cell_id": cell.id,
+        "cell": cell.to_json(),
+        "label": cell.attention.label,
         "status": status,
         "reason": reason,
         "error": error,

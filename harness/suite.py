@@ -45,17 +45,11 @@ from typing import Any
 import yaml
 
 import attnbench
+from attnbench.cell_spec import AttentionSpec, CellSpec, MeasurementSpec, TaskSpec
 from attnbench.decoder import require_causal_form
 from attnbench.errors import ConfigError, UserError, closest, unknown_name_message
 from attnbench.model import ModelConfig
-from attnbench.names import (  # noqa: F401
-    MODEL_SET_ATTENTION_OPTIONS,
-    NO_ATTENTION,
-    NO_TASK,
-    TASK_SET_MODEL_OPTIONS,
-    cell_name,
-    task_label,
-)
+from attnbench.names import MODEL_SET_ATTENTION_OPTIONS, NO_ATTENTION, NO_TASK, TASK_SET_MODEL_OPTIONS, task_label
 from attnbench.options import check_option, refuse_missing
 from attnbench.registry import ATTENTIONS, Registry, learning_phase_entry
 from attnbench.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
@@ -205,7 +199,7 @@ class Suite:
             **self.comparison_keys,
         }
 
-    def cells(self, chosen: dict[tuple[str, str], int] | None = None) -> list[dict[str, Any]]:
+    def cells(self, chosen: dict[tuple[str, str], int] | None = None) -> list[CellSpec]:
         """Every cell of the suite, in a stable order (measurement, task, attention, seed); with a sweep's
         `select_seeds`, the other seeds' cells of the labels whose trial is `chosen` (suite_keys.chosen_trials)."""
         cells = []
@@ -216,25 +210,20 @@ class Suite:
             for task in tasks:
                 for attention in attentions + reference_entries(self.comparison_keys, measurement["name"], task):
                     for seed in seeds:
-                        spec = {k: v for k, v in attention.items() if k != "model"}
-                        model = {**self.model, **task.get("model", {}), **attention.get("model", {})}
-                        training = {**self.training, **task.get("training", {})}
-                        task_spec = {k: v for k, v in task.items() if k not in ("model", "training")}
-                        cell = {
-                            "suite": self.name,
-                            "task": _copy(task_spec),
-                            "attention": _copy(spec),
-                            "seed": seed,
-                            "model": _copy(model),
-                            "training": _copy(training),
-                            "measurement": _copy(measurement),
-                        }
-                        if self.task_inputs.get(task_label(task)):
-                            cell["inputs"] = _copy(self.task_inputs[task_label(task)])
+                        cell = CellSpec(
+                            suite=self.name,
+                            task=TaskSpec(task["name"], _copy(task["options"]), task.get("label")),
+                            attention=AttentionSpec(attention["name"], attention["label"], _copy(attention["options"])),
+                            seed=seed,
+                            model=_copy({**self.model, **task.get("model", {}), **attention.get("model", {})}),
+                            training=_copy({**self.training, **task.get("training", {})}),
+                            measurement=MeasurementSpec(measurement["name"], _copy(measurement["options"])),
+                            inputs=_copy(self.task_inputs.get(task_label(task))) or None,
+                        )
                         cells += [
                             c
                             for c in sweep_trials(cell, self.comparison_keys, chosen)
-                            if not any(fnmatch.fnmatchcase(cell_name(c), p) for p in self.exclude)
+                            if not any(fnmatch.fnmatchcase(c.name, p) for p in self.exclude)
                         ]
         return cells
 

@@ -32,13 +32,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from attnbench.cell_spec import CellSpec, SweepSpec
 from attnbench.errors import ConfigError, UserError
 from attnbench.metrics import metric_direction
 from attnbench.model import ModelConfig
-from attnbench.names import REFERENCE, TASK_SET_MODEL_OPTIONS, task_label
+from attnbench.names import REFERENCE, TASK_SET_MODEL_OPTIONS
 from attnbench.options import make_options
 from attnbench.references import reference_attention
-from attnbench.store import FINISHED, cell_id
+from attnbench.store import FINISHED
 from attnbench.tasks import TASKS
 from attnbench.tasks.sentence import TextTaskConfig
 from attnbench.train import TrainConfig
@@ -295,25 +296,25 @@ def _is_text_task(name: str) -> bool:
 
 
 def sweep_trials(
-    cell: dict[str, Any], extras: dict[str, Any], chosen: dict[tuple[str, str], int] | None = None
-) -> list[dict[str, Any]]:
-    """The cell once per sweep trial (training and model overrides, and cell['sweep']); references are not swept.
+    cell: CellSpec, extras: dict[str, Any], chosen: dict[tuple[str, str], int] | None = None
+) -> list[CellSpec]:
+    """The cell once per sweep trial (training and model overrides, and its `sweep`); references are not swept.
     With `select_seeds`, a cell at another seed is the (task label, attention label)'s `chosen` trial only,
     and none while that label's choice is not known."""
     sweep = extras.get("sweep")
-    if not sweep or cell["attention"]["name"] == REFERENCE or cell["measurement"]["name"] not in SWEPT_MEASUREMENTS:
+    if not sweep or cell.attention.name == REFERENCE or cell.measurement.name not in SWEPT_MEASUREMENTS:
         return [cell]
     out = []
     for i, trial in enumerate(sweep["trials"]):
-        if not selects_at(sweep, cell["seed"]) and (chosen or {}).get(sweep_group(cell)) != i:
+        if not selects_at(sweep, cell.seed) and (chosen or {}).get(sweep_group(cell)) != i:
             continue
         out.append(
-            {
-                **cell,
-                "training": {**cell["training"], **trial["training"]},
-                "model": {**cell["model"], **trial["model"]},
-                "sweep": {"trial": i, "values": trial["values"], "metric": sweep["metric"]},
-            }
+            dataclasses.replace(
+                cell,
+                training={**cell.training, **trial["training"]},
+                model={**cell.model, **trial["model"]},
+                sweep=SweepSpec(i, dict(trial["values"]), sweep["metric"]),
+            )
         )
     return out
 
@@ -323,10 +324,9 @@ def selects_at(sweep: dict[str, Any], seed: int) -> bool:
     return "select_seeds" not in sweep or seed in sweep["select_seeds"]
 
 
-def sweep_group(cell: dict[str, Any]) -> tuple[str, str]:
+def sweep_group(cell: CellSpec) -> tuple[str, str]:
     """The (task label, attention label) a trial is chosen for."""
-
-    return (task_label(cell["task"]), cell["attention"]["label"])
+    return (cell.task.label, cell.attention.label)
 
 
 def best_trial(scores: dict[int, list[float]], direction: str, seeds: int) -> int | None:
@@ -341,7 +341,7 @@ def best_trial(scores: dict[int, list[float]], direction: str, seeds: int) -> in
 
 
 def chosen_trials(
-    cells: list[dict[str, Any]], records: dict[str, dict[str, Any] | None], extras: dict[str, Any]
+    cells: list[CellSpec], records: dict[str, dict[str, Any] | None], extras: dict[str, Any]
 ) -> dict[tuple[str, str], int]:
     """Per (task label, attention label): the trial chosen on the selection seeds' validation metric, once
     every trial cell at those seeds has finished (`records`: cell id -> stored record or None)."""
@@ -352,10 +352,10 @@ def chosen_trials(
     groups: dict[tuple[str, str], dict[int, list[float]]] = {}
     waiting = set()
     for cell in cells:
-        if "sweep" not in cell or not selects_at(sweep, cell["seed"]):
+        if cell.sweep is None or not selects_at(sweep, cell.seed):
             continue
-        group, record = sweep_group(cell), records.get(cell_id(cell))
-        scores = groups.setdefault(group, {}).setdefault(cell["sweep"]["trial"], [])
+        group, record = sweep_group(cell), records.get(cell.id)
+        scores = groups.setdefault(group, {}).setdefault(cell.sweep.trial, [])
         if record is None or record.get("status") not in FINISHED + ("failed",):
             waiting.add(group)
             continue

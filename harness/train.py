@@ -1,12 +1,15 @@
-"""The one training loop: optional phase A (the attention's own learning procedure), then phase B with cross-entropy.
+"""The one training loop: optional phase A (the attention's own learning procedure), then phase B.
 
 Phase A is whatever procedure the attention's registry entry names (`Capabilities.learning_phase`,
 "module:function"), called as procedure(model, train, options, device=, seed=, progress=, validation=,
 phase_b_steps=) -> a JSON-able record; the parameters the attention lists in `learning_phase_parameters`
 stay frozen in phase B. Its options are the suite's `training.phase_a` with the attention's own
 (`learning_phase_options`, if it has them) laid over them; a learning-phase config with a field `after_epochs`
-k > 0 runs it after k epochs of phase B instead of before, and only checkpoints after it are then selected. Phase B: AdamW, linear warm-up then cosine decay, gradient clipping; the checkpoint
-evaluated is the one chosen on validation (or the last one), and the result says which.
+k > 0 runs it after k epochs of phase B instead of before, and only checkpoints after it are then selected.
+Phase B: AdamW, linear warm-up then cosine decay, gradient clipping, on the loss of an `Objective`
+(`CLASSIFICATION`: cross-entropy of the classifier; the decoder's, over labelled positions, in
+attnbench.decoder_training); the checkpoint evaluated is the one chosen on validation (or the last one), and
+the result says which.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import copy
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -142,6 +146,31 @@ def make_optimizer(params: list[nn.Parameter], cfg: TrainConfig) -> torch.optim.
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
 
 
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """What the loop trains a model for: the loss of a training batch, and the validation scores of each epoch
+    (`val_accuracy` and the validation loss under `loss_key`, into the history) that choose the checkpoint."""
+
+    batch_loss: Callable[[nn.Module, tuple], Tensor]  # (model, batch (ids, mask, segments, labels) on the device)
+    validate: Callable[[nn.Module, Split, int, torch.device], dict[str, float]]  # (model, split, batch size, device)
+    loss_key: str  # the validation loss's key in `validate`'s scores, chosen on by best-validation-nll
+
+
+def classifier_loss(model: nn.Module, batch: tuple) -> Tensor:
+    """Cross-entropy of the classifier's logits (B, C) against the labels (B,)."""
+    ids, mask, seg, labels = batch
+    return nn.functional.cross_entropy(model(ids, mask, seg), labels)
+
+
+def classifier_scores(model: nn.Module, split: Split, batch_size: int, device: torch.device) -> dict[str, float]:
+    """Validation accuracy and NLL of the classifier's probabilities."""
+    probs = predict_proba(model, split, batch_size, device)
+    return {"val_accuracy": _accuracy(probs, split.labels), "val_nll": log_loss(probs, split.labels)}
+
+
+CLASSIFICATION = Objective(classifier_loss, classifier_scores, "val_nll")
+
+
 def train_classifier(
     model: nn.Module,
     task: TaskData,
@@ -151,7 +180,22 @@ def train_classifier(
     device: torch.device | str = "cpu",
     progress: Progress | None = None,
 ) -> TrainResult:
-    """Train `model` on task['train'], select a checkpoint on task['validation']."""
+    """Train the classifier `model` on task['train'], select a checkpoint on task['validation']."""
+    return train_model(model, task, cfg, CLASSIFICATION, seed=seed, device=device, progress=progress)
+
+
+def train_model(
+    model: nn.Module,
+    task: TaskData,
+    cfg: TrainConfig,
+    objective: Objective,
+    *,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    progress: Progress | None = None,
+) -> TrainResult:
+    """Train `model` for `objective` on task['train'] (with the learning phase its attention declares), select a
+    checkpoint on task['validation']."""
     device = torch.device(device)
     model.to(device)
     train = task["train"]
@@ -206,8 +250,7 @@ def train_classifier(
         model.train()
         losses = []
         for batch in train.batches(cfg.batch_size, shuffle=True, generator=generator):
-            ids, mask, seg, labels = _to(batch, device)
-            loss = nn.functional.cross_entropy(model(ids, mask, seg), labels)
+            loss = objective.batch_loss(model, _to(batch, device))
             if not torch.isfinite(loss):
                 raise NonFiniteLossError(f"training loss became {loss.item()} at epoch {epoch}")
             optimizer.zero_grad(set_to_none=True)
@@ -217,19 +260,11 @@ def train_classifier(
             optimizer.step()
             scheduler.step()
             losses.append(loss.item())
-        val_probs = predict_proba(model, task["validation"], cfg.eval_batch_size, device)
-        val_acc = _accuracy(val_probs, task["validation"].labels)
-        val_nll = log_loss(val_probs, task["validation"].labels)
+        scores = objective.validate(model, task["validation"], cfg.eval_batch_size, device)
         history.append(
-            {
-                "epoch": epoch,
-                "train_loss": sum(losses) / len(losses),
-                "val_accuracy": val_acc,
-                "val_nll": val_nll,
-                "seconds": time.perf_counter() - start,
-            }
+            {"epoch": epoch, "train_loss": sum(losses) / len(losses), **scores, "seconds": time.perf_counter() - start}
         )
-        score = -val_nll if cfg.checkpoint == "best-validation-nll" else val_acc
+        score = -scores[objective.loss_key] if cfg.checkpoint == "best-validation-nll" else scores["val_accuracy"]
         if cfg.checkpoint != "last" and epoch > after and score > best_score:
             best_score, best_epoch, best_state = score, epoch, copy.deepcopy(model.state_dict())
         if progress is not None:  # loss, validation accuracy and seconds: a line per epoch off a terminal

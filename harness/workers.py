@@ -26,8 +26,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from attnbench.cell_spec import CellSpec
 from attnbench.provenance import usable_cores
-from attnbench.suite import Suite, task_label
+from attnbench.suite import Suite
 
 # From benchmarks/workers.py (results/benchmarks/workers.txt and earlier runs), on 2 cores of which another run kept
 # about 1 busy: a worker took 2-3 s from spawn to ready (it imports torch), two at once 4-6 s; four compare-quick
@@ -153,11 +154,11 @@ def timed_measurements(suite: Suite) -> tuple[str, ...]:
     )
 
 
-def cell_tokens(suite: Suite, cell: dict[str, Any]) -> float | None:
+def cell_tokens(suite: Suite, cell: CellSpec) -> float | None:
     """Training tokens of a cell, epochs x training rows x row length, where its task declares its size
     (num_train, max_train_examples, or training.max_train_examples); None when unknown (e.g. no task)."""
-    task = suite.resolved["tasks"].get(task_label(cell["task"]))
-    training = cell.get("training") or {}
+    task = suite.resolved["tasks"].get(cell.task.label)
+    training = cell.training
     if not task or "max_length" not in task:
         return None
     rows = [n for n in (task.get("num_train"), task.get("max_train_examples"), training.get("max_train_examples")) if n]

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from attnbench.cell_spec import CellSpec
 from attnbench.measurements import MEASUREMENTS, SkipCell
 from attnbench.model import ModelConfig, TransformerClassifier
 from attnbench.options import option
@@ -46,7 +47,7 @@ def _split(n: int, length: int, generator: torch.Generator) -> Split:
 
 
 @MEASUREMENTS.register("tiny-train", config=TinyTrainOptions)
-def tiny_train(cell: dict[str, Any], options: TinyTrainOptions, *, device: str, progress: Any) -> dict[str, Any]:
+def tiny_train(cell: CellSpec, options: TinyTrainOptions, *, device: str, progress: Any) -> dict[str, Any]:
     """Train the shared classifier briefly; validation accuracy and mean log-likelihood."""
     if options.skip:
         raise SkipCell(options.skip)
@@ -55,16 +56,16 @@ def tiny_train(cell: dict[str, Any], options: TinyTrainOptions, *, device: str, 
     time.sleep(options.sleep)
     while options.hold_while and os.path.exists(options.hold_while):
         time.sleep(0.1)
-    generator = torch.Generator().manual_seed(cell["seed"])
+    generator = torch.Generator().manual_seed(cell.seed)
     splits = {
         name: _split(n, options.length, generator)
         for name, n in (("train", options.examples), ("validation", 64), ("test", 64))
     }
     task = TaskData("tiny", splits, num_classes=2, vocab_size=9, max_length=options.length)
-    cfg = ModelConfig(**{**cell["model"], "vocab_size": 9, "num_classes": 2, "max_length": options.length})
-    model = TransformerClassifier(cfg, cell["attention"]["name"], cell["attention"]["options"], seed=cell["seed"])
+    cfg = ModelConfig(**{**cell.model, "vocab_size": 9, "num_classes": 2, "max_length": options.length})
+    model = TransformerClassifier(cfg, cell.attention.name, cell.attention.options, seed=cell.seed)
     result = train_classifier(
-        model, task, TrainConfig(**cell["training"]), seed=cell["seed"], device=device, progress=progress
+        model, task, TrainConfig(**cell.training), seed=cell.seed, device=device, progress=progress
     )
     probs = predict_proba(result.model, task["validation"], device=device)
     labels = task["validation"].labels
@@ -88,9 +89,9 @@ class EchoOptions:
 
 
 @MEASUREMENTS.register("echo", config=EchoOptions)
-def echo(cell: dict[str, Any], options: EchoOptions, *, device: str, progress: Any) -> dict[str, Any]:
+def echo(cell: CellSpec, options: EchoOptions, *, device: str, progress: Any) -> dict[str, Any]:
     """Metrics computed from the cell alone (for expansion and store tests)."""
-    return {"metrics": {"scaled_seed": cell["seed"] * options.scale}, "details": {"task": cell["task"]}}
+    return {"metrics": {"scaled_seed": cell.seed * options.scale}, "details": {"task": cell.task.to_json()}}
 
 
 @dataclasses.dataclass
@@ -103,7 +104,7 @@ class SeedOnlyOptions(EchoOptions):
 
 
 @MEASUREMENTS.register("echo-once", config=SeedOnlyOptions)
-def echo_once(cell: dict[str, Any], options: SeedOnlyOptions, *, device: str, progress: Any) -> dict[str, Any]:
+def echo_once(cell: CellSpec, options: SeedOnlyOptions, *, device: str, progress: Any) -> dict[str, Any]:
     """The echo measurement, expanded once per suite."""
     return echo(cell, options, device=device, progress=progress)
 

@@ -6,32 +6,35 @@ import numpy as np
 import pytest
 import torch
 
+from attnbench.cell_spec import CellSpec
 from attnbench.measurements import run_cell
 from attnbench.measurements.common import load_cell_task
 from attnbench.metrics import classification_metrics
 from attnbench.predictions import decode_predictions
 
 
-def tiny_cell(checkpoint: str = "best-validation", epochs: int = 4) -> dict:
-    return {
-        "suite": "test",
-        "task": {
-            "name": "nonlinear_tokens",
-            "options": {
-                "num_train": 96,
-                "num_validation": 32,
-                "num_test": 48,
-                "min_length": 4,
-                "max_length": 16,
-                "num_tokens": 16,
+def tiny_cell(checkpoint: str = "best-validation", epochs: int = 4) -> CellSpec:
+    return CellSpec.from_json(
+        {
+            "suite": "test",
+            "task": {
+                "name": "nonlinear_tokens",
+                "options": {
+                    "num_train": 96,
+                    "num_validation": 32,
+                    "num_test": 48,
+                    "min_length": 4,
+                    "max_length": 16,
+                    "num_tokens": 16,
+                },
             },
-        },
-        "attention": {"name": "softmax", "label": "softmax", "options": {}},
-        "seed": 0,
-        "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32, "dropout": 0.0},
-        "training": {"epochs": epochs, "batch_size": 32, "lr": 3e-3, "checkpoint": checkpoint},
-        "measurement": {"name": "accuracy", "options": {}},
-    }
+            "attention": {"name": "softmax", "label": "softmax", "options": {}},
+            "seed": 0,
+            "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32, "dropout": 0.0},
+            "training": {"epochs": epochs, "batch_size": 32, "lr": 3e-3, "checkpoint": checkpoint},
+            "measurement": {"name": "accuracy", "options": {}},
+        }
+    )
 
 
 def test_predictions_and_validation_metrics_are_stored() -> None:

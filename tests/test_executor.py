@@ -13,10 +13,11 @@ import torch
 import yaml
 from processes import HANG_GUARD, Children, wait_until
 
+from attnbench.cell_spec import CellSpec
 from attnbench.cli import main
 from attnbench.executor import RunOptions, run_suite
-from attnbench.store import RunStore, cell_id
-from attnbench.suite import cell_name, load_suite
+from attnbench.store import RunStore
+from attnbench.suite import load_suite
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))  # fake_cells plugins
@@ -165,11 +166,7 @@ def test_kill_9_mid_run_then_rerun_gives_every_cell_exactly_once(tmp_path, child
     ]
     path = suite_file(tmp_path, ["softmax"], measurements, seeds=[0, 1])
     cells = load_suite(str(path)).cells()
-    held_logs = [
-        tmp_path / "run" / "logs" / f"{cell_id(c)}.log"
-        for c in cells
-        if c["measurement"]["name"] == "fake_cells:sleeper"
-    ]
+    held_logs = [tmp_path / "run" / "logs" / f"{c.id}.log" for c in cells if c.measurement.name == "fake_cells:sleeper"]
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     process = children.start(
@@ -195,12 +192,12 @@ def test_kill_9_mid_run_then_rerun_gives_every_cell_exactly_once(tmp_path, child
 
     hold.unlink()
     assert main(["run", str(path), "--out", str(run_dir), "--quiet"]) == 0
-    expected = {cell_id(c) for c in cells}
+    expected = {c.id for c in cells}
     files = sorted((run_dir / "cells").iterdir())
     assert [p.name for p in files] == sorted(f"{i}.json" for i in expected)  # no temporary files, no extras
     stored = [json.loads(p.read_text()) for p in files]
-    assert all(r["status"] == "ok" and cell_id(r["cell"]) == r["cell_id"] for r in stored)
-    assert sorted(cell_name(r["cell"]) for r in stored) == sorted(cell_name(c) for c in cells)
+    assert all(r["status"] == "ok" and CellSpec.from_json(r["cell"]).id == r["cell_id"] for r in stored)
+    assert sorted(CellSpec.from_json(r["cell"]).name for r in stored) == sorted(c.name for c in cells)
 
 
 def test_failure_reasons_are_one_line_and_say_what_happened():

@@ -19,6 +19,7 @@ from attnbench.baselines.coulomb.kernel_experiment import (
     summarise,
     trial_labels,
 )
+from attnbench.cell_spec import AttentionSpec, CellSpec, MeasurementSpec, TaskSpec
 from attnbench.errors import ConfigError
 from attnbench.options import make_options
 
@@ -131,18 +132,17 @@ def test_kernel_measurement_through_run_cell():
     from attnbench.measurements import measurement_names, run_cell
 
     assert "kernel" in measurement_names()
-    cell = {
-        "suite": "t",
-        "task": {"name": "none", "options": {}},
-        "attention": {"name": "none"},
-        "seed": 42,
-        "model": {},
-        "training": {},
-        "measurement": {
-            "name": "kernel",
-            "options": {**SMALL, "noise_levels": 1, "trials": 1, "ablation_lambdas": [], "scaling_sizes": []},
-        },
-    }
+    cell = CellSpec(
+        suite="t",
+        task=TaskSpec("none", {}),
+        attention=AttentionSpec("none", "none", {}),
+        seed=42,
+        model={},
+        training={},
+        measurement=MeasurementSpec(
+            "kernel", {**SMALL, "noise_levels": 1, "trials": 1, "ablation_lambdas": [], "scaling_sizes": []}
+        ),
+    )
     result = run_cell(cell)
     json.dumps(result, allow_nan=False)
     assert {r["part"] for r in result["details"]["rows"]} == {"noise"}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 from torch import nn
 
+from attnbench.cell_spec import CellSpec, TaskSpec
 from attnbench.measurements import SkipCell, measurement_names, run_cell
 from attnbench.measurements.cost import forward_cost, point_cost
 from attnbench.measurements.fidelity import exact_attention, uniform_attention
@@ -34,26 +36,28 @@ def tiny_cell(
     attention_options: dict | None = None,
     options: dict | None = None,
     seed: int = 0,
-) -> dict:
-    return {
-        "suite": "test",
-        "task": {
-            "name": "nonlinear_tokens",
-            "options": {
-                "num_train": 96,
-                "num_validation": 32,
-                "num_test": 48,
-                "min_length": 4,
-                "max_length": 16,
-                "num_tokens": 16,
+) -> CellSpec:
+    return CellSpec.from_json(
+        {
+            "suite": "test",
+            "task": {
+                "name": "nonlinear_tokens",
+                "options": {
+                    "num_train": 96,
+                    "num_validation": 32,
+                    "num_test": 48,
+                    "min_length": 4,
+                    "max_length": 16,
+                    "num_tokens": 16,
+                },
             },
-        },
-        "attention": {"name": attention, "label": attention, "options": attention_options or {}},
-        "seed": seed,
-        "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32, "dropout": 0.0},
-        "training": {"epochs": 2, "batch_size": 32, "lr": 3e-3},
-        "measurement": {"name": measurement, "options": options or {}},
-    }
+            "attention": {"name": attention, "label": attention, "options": attention_options or {}},
+            "seed": seed,
+            "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32, "dropout": 0.0},
+            "training": {"epochs": 2, "batch_size": 32, "lr": 3e-3},
+            "measurement": {"name": measurement, "options": options or {}},
+        }
+    )
 
 
 @register_attention("test-no-padding", padding_mask=False)
@@ -198,8 +202,9 @@ def _unchecked_starvation(monkeypatch):
 
 
 def test_efficiency_cell_rows_memory_and_roofline():
-    cell = tiny_cell("efficiency", "elu-linear", options=EFFICIENCY_FAST)
-    cell["task"] = {"name": "none", "options": {}}
+    cell = dataclasses.replace(
+        tiny_cell("efficiency", "elu-linear", options=EFFICIENCY_FAST), task=TaskSpec("none", {})
+    )
     result = run_cell(cell)
     rows, machine = result["details"]["rows"], result["details"]["machine"]
     assert {"matmul_gflops", "copy_gb_per_s", "threads", "device"} <= set(machine) and machine["threads"] == 1

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from attnbench.cell_spec import CellSpec
 from attnbench.measurements import SkipCell, run_cell
 from attnbench.predictions import decode_predictions
 from attnbench.references import reference_attention
@@ -23,16 +24,18 @@ needs_data = pytest.mark.skipif(
 )
 
 
-def _cell(task: str, reference: str, cache_dir: str, options: dict | None = None, **task_options) -> dict:
-    return {
-        "suite": "t",
-        "task": {"name": task, "options": {"max_length": 64, "cache_dir": cache_dir, **task_options}},
-        "attention": reference_attention(reference, options),
-        "seed": 0,
-        "model": {},
-        "training": {"max_train_examples": 3000},
-        "measurement": {"name": "accuracy", "options": {}},
-    }
+def _cell(task: str, reference: str, cache_dir: str, options: dict | None = None, **task_options) -> CellSpec:
+    return CellSpec.from_json(
+        {
+            "suite": "t",
+            "task": {"name": task, "options": {"max_length": 64, "cache_dir": cache_dir, **task_options}},
+            "attention": reference_attention(reference, options),
+            "seed": 0,
+            "model": {},
+            "training": {"max_train_examples": 3000},
+            "measurement": {"name": "accuracy", "options": {}},
+        }
+    )
 
 
 def _jsonl_labels(task: str, split: str) -> list[int]:
@@ -72,14 +75,16 @@ def test_majority_predicts_the_training_majority_with_its_frequency(cache_dir: s
 
 
 def test_a_task_without_texts_is_skipped() -> None:
-    cell = {
-        "suite": "t",
-        "task": {"name": "nonlinear_tokens", "options": {"num_train": 32, "num_validation": 16, "num_test": 16}},
-        "attention": reference_attention("majority"),
-        "seed": 0,
-        "model": {},
-        "training": {},
-        "measurement": {"name": "accuracy", "options": {}},
-    }
+    cell = CellSpec.from_json(
+        {
+            "suite": "t",
+            "task": {"name": "nonlinear_tokens", "options": {"num_train": 32, "num_validation": 16, "num_test": 16}},
+            "attention": reference_attention("majority"),
+            "seed": 0,
+            "model": {},
+            "training": {},
+            "measurement": {"name": "accuracy", "options": {}},
+        }
+    )
     with pytest.raises(SkipCell, match="text tasks only"):
         run_cell(cell)

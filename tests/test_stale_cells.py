@@ -88,8 +88,8 @@ def test_a_corrected_data_file_makes_a_new_cell_and_relative_paths_follow_the_su
     monkeypatch.chdir(tmp_path)  # not the suite's folder: the relative path is the suite file's
     first = load_suite("suites/text.yaml")
     [cell] = first.cells()
-    assert cell["task"]["options"]["files"]["train"] == str(data.resolve() / "train.csv")  # recorded resolved
-    assert cell["inputs"] == {
+    assert cell.task.options["files"]["train"] == str(data.resolve() / "train.csv")  # recorded resolved
+    assert cell.inputs == {
         "files.train": "sha256:" + __import__("hashlib").sha256((data / "train.csv").read_bytes()).hexdigest()
     }
     summary = run_suite(first, tmp_path / "run", quiet())
@@ -104,10 +104,10 @@ def test_generated_tasks_keep_their_cell_ids_and_a_new_generator_version_makes_n
     from fake_cells import TinyTaskConfig
 
     [cell] = load_suite(str(echo_suite(tmp_path))).cells()
-    assert "inputs" not in cell  # generated task, first version: the id of every shipped cell is unchanged
+    assert "inputs" not in cell.to_json()  # generated task, first version: the id of every shipped cell is unchanged
     monkeypatch.setattr(TinyTaskConfig, "generator_version", 2)
     [cell] = load_suite(str(echo_suite(tmp_path))).cells()
-    assert cell["inputs"] == {"generator": 2}
+    assert cell.inputs == {"generator": 2}
 
 
 def test_a_resumed_run_keeps_the_first_sittings_threads_or_says_why_not(tmp_path, monkeypatch):

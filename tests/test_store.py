@@ -1,40 +1,28 @@
-"""The results store: content-addressed cell ids, atomic writes, run folders that resume."""
+"""The results store: one file per cell named by its id, atomic writes, run folders that resume."""
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import json
 import os
 
 import pytest
 
+from attnbench.cell_spec import CellSpec
 from attnbench.errors import UserError
-from attnbench.store import RunStore, cell_id, default_run_dir, result_record, write_json_atomic
+from attnbench.store import RunStore, default_run_dir, result_record, write_json_atomic
 
-CELL = {
-    "suite": "smoke",
-    "task": {"name": "listops", "options": {"num_train": 64}},
-    "attention": {"name": "performer", "label": "performer-64", "options": {"num_features": 64}},
-    "seed": 0,
-    "model": {"d_model": 32},
-    "training": {"epochs": 1},
-    "measurement": {"name": "accuracy", "options": {}},
-}
-
-
-def test_cell_id_is_sha256_prefix_of_canonical_json():
-    canonical = (
-        '{"attention":{"label":"performer-64","name":"performer","options":{"num_features":64}},'
-        '"measurement":{"name":"accuracy","options":{}},"model":{"d_model":32},"seed":0,'
-        '"suite":"smoke","task":{"name":"listops","options":{"num_train":64}},"training":{"epochs":1}}'
-    )
-    assert cell_id(CELL) == hashlib.sha256(canonical.encode()).hexdigest()[:16]
-    reordered = dict(reversed(list(CELL.items())))
-    assert cell_id(reordered) == cell_id(CELL)
-    changed = json.loads(json.dumps(CELL))
-    changed["attention"]["options"]["num_features"] = 128
-    assert cell_id(changed) != cell_id(CELL)
-    assert cell_id({**CELL, "seed": 1}) != cell_id(CELL)
+CELL = CellSpec.from_json(
+    {
+        "suite": "smoke",
+        "task": {"name": "listops", "options": {"num_train": 64}},
+        "attention": {"name": "performer", "label": "performer-64", "options": {"num_features": 64}},
+        "seed": 0,
+        "model": {"d_model": 32},
+        "training": {"epochs": 1},
+        "measurement": {"name": "accuracy", "options": {}},
+    }
+)
 
 
 def test_atomic_write_never_leaves_a_partial_file(tmp_path, monkeypatch):
@@ -58,17 +46,17 @@ def test_atomic_write_never_leaves_a_partial_file(tmp_path, monkeypatch):
 
 def test_run_folder_records_and_resumes(tmp_path):
     store = RunStore(tmp_path / "run")
-    store.open({"name": "smoke"}, [cell_id(CELL)], {"git_commit": "abc"})
+    store.open({"name": "smoke"}, [CELL.id], {"git_commit": "abc"})
     created = store.run_info()["created"]
     record = result_record(CELL, status="ok", metrics={"accuracy": 0.5}, details={"x": [1]}, provenance={"seed": 0})
     store.write_cell(record)
-    assert store.status(cell_id(CELL)) == "ok" and store.read_cell(cell_id(CELL)) == record
-    assert record["label"] == "performer-64" and record["cell_id"] == cell_id(CELL)
+    assert store.status(CELL.id) == "ok" and store.read_cell(CELL.id) == record
+    assert record["label"] == "performer-64" and record["cell_id"] == CELL.id
     assert list(store.records()) == [record]
     assert store.status("0" * 16) is None
-    store.open({"name": "smoke"}, [cell_id(CELL)], {})
+    store.open({"name": "smoke"}, [CELL.id], {})
     info = store.run_info()
-    assert info["created"] == created and info["cell_ids"] == [cell_id(CELL)] and info["suite"] == "smoke"
+    assert info["created"] == created and info["cell_ids"] == [CELL.id] and info["suite"] == "smoke"
     with pytest.raises(UserError, match="holds a run of suite 'smoke'"):
         store.open({"name": "other"}, [], {})
     with pytest.raises(UserError, match="not a run folder"):
@@ -89,17 +77,17 @@ def test_unreadable_cell_files_are_set_aside_never_deleted(tmp_path):
     good = result_record(CELL, status="ok", metrics={"accuracy": 0.5})
     store.write_cell(good)
     text = store.cell_path(good["cell_id"]).read_text()
-    other = {**CELL, "seed": 1}
-    store.cell_path(cell_id(other)).write_text(text[: len(text) // 2])  # truncated
+    other = dataclasses.replace(CELL, seed=1)
+    store.cell_path(other.id).write_text(text[: len(text) // 2])  # truncated
     store.cell_path("0" * 16).write_text("")  # empty
     store.cell_path("1" * 16).write_text(text)  # a result, but not of the cell its name says
-    assert store.read_cell(cell_id(other)) is None and [r["cell_id"] for r in store.records()] == [good["cell_id"]]
+    assert store.read_cell(other.id) is None and [r["cell_id"] for r in store.records()] == [good["cell_id"]]
     notes = store.open({"name": "smoke"}, [], {})
     assert len(notes) == 3 and all("was unreadable" in n and "set aside as" in n for n in notes)
     assert "an empty file" in " ".join(notes) and "not valid JSON" in " ".join(notes)
     assert [p.name for p in store.cells_dir.iterdir()] == [f"{good['cell_id']}.json"]
     kept = sorted(p.name.split(".")[0] for p in (tmp_path / "run" / "unreadable").iterdir())
-    assert kept == sorted(["0" * 16, "1" * 16, cell_id(other)])
+    assert kept == sorted(["0" * 16, "1" * 16, other.id])
     assert sorted(len(p.read_text()) for p in (tmp_path / "run" / "unreadable").iterdir()) == sorted(
         [0, len(text), len(text) // 2]
     )  # moved as they were

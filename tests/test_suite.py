@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from attnbench.errors import UserError
-from attnbench.suite import NO_ATTENTION, NO_TASK, cell_name, find_suite, load_suite, suite_names, suites_dir
+from attnbench.suite import NO_ATTENTION, NO_TASK, find_suite, load_suite, suite_names, suites_dir
 
 sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins
 
@@ -112,41 +112,44 @@ def test_expansion_one_cell_per_task_attention_seed_measurement(tmp_path):
     suite = load_suite(str(write(tmp_path)))
     cells = suite.cells()
     labels, seeds = ["softmax", "softmax-math"], [0, 1, 2]
-    per_task = {
-        (c["task"]["name"], c["attention"]["label"], c["seed"])
-        for c in cells
-        if c["measurement"]["name"] == "fake_cells:echo"
-    }
+    per_task = {(c.task.name, c.attention.label, c.seed) for c in cells if c.measurement.name == "fake_cells:echo"}
     assert per_task == set(itertools.product(["fake_cells:tiny_task"], labels, seeds))
-    task_free = [c for c in cells if c["measurement"]["name"] == "fake_cells:tiny_train"]
-    assert {(c["attention"]["label"], c["seed"]) for c in task_free} == set(itertools.product(labels, seeds))
-    assert all(c["task"] == NO_TASK for c in task_free)
-    (once,) = [c for c in cells if c["measurement"]["name"] == "fake_cells:echo_once"]
-    assert once["task"] == NO_TASK and once["attention"] == NO_ATTENTION and once["seed"] == 0
+    task_free = [c for c in cells if c.measurement.name == "fake_cells:tiny_train"]
+    assert {(c.attention.label, c.seed) for c in task_free} == set(itertools.product(labels, seeds))
+    assert all(c.task.to_json() == NO_TASK for c in task_free)
+    (once,) = [c for c in cells if c.measurement.name == "fake_cells:echo_once"]
+    assert once.task.to_json() == NO_TASK and once.attention.to_json() == NO_ATTENTION and once.seed == 0
     assert len(cells) == 2 * 3 + 2 * 3 + 1
-    assert set(cells[0]) == {"suite", "task", "attention", "seed", "model", "training", "measurement"}
-    assert cells[0]["attention"].keys() == {"name", "label", "options"}
-    assert len({cell_name(c) for c in cells}) == len(cells)
-    math = next(c for c in cells if c["attention"]["label"] == "softmax-math")
-    assert math["attention"]["options"] == {"backend": "math"} and math["model"] == {"d_model": 16, "num_heads": 2}
+    assert set(cells[0].to_json()) == {"suite", "task", "attention", "seed", "model", "training", "measurement"}
+    assert cells[0].to_json()["attention"].keys() == {"name", "label", "options"}
+    assert len({c.name for c in cells}) == len(cells)
+    math = next(c for c in cells if c.attention.label == "softmax-math")
+    assert math.attention.options == {"backend": "math"} and math.model == {"d_model": 16, "num_heads": 2}
     assert suite.resolved["attentions"]["softmax-math"]["head_dim"] == 8  # filled in from the model
+
+
+def test_cells_share_no_mapping(tmp_path):
+    """Each cell owns its options and settings: a measurement that changes its own cannot reach another cell."""
+    cells = load_suite(str(write(tmp_path))).cells()
+    mappings = [id(m) for c in cells for m in (c.task.options, c.attention.options, c.model, c.training)]
+    assert len(set(mappings)) == len(mappings)
 
 
 def test_attention_model_overrides_merge_into_its_cells_only(tmp_path):
     attentions = ["softmax", {"name": "softmax", "label": "untied", "model": {"tie_qk": False, "d_model": 32}}]
     cells = load_suite(str(write(tmp_path, attentions=attentions))).cells()
-    models = {c["attention"]["label"]: c["model"] for c in cells}
+    models = {c.attention.label: c.model for c in cells}
     assert models == {
         "softmax": {"d_model": 16, "num_heads": 2},
         "untied": {"d_model": 32, "num_heads": 2, "tie_qk": False},
         "none": {"d_model": 16, "num_heads": 2},
     }
-    assert all(set(c["attention"]) == {"name", "label", "options"} for c in cells)
+    assert all(set(c.to_json()["attention"]) == {"name", "label", "options"} for c in cells)
 
 
 def test_exclude_patterns_remove_cells(tmp_path):
     suite = load_suite(str(write(tmp_path, exclude=["*/softmax-math/*", "*/s2/*"])))
-    names = [cell_name(c) for c in suite.cells()]
+    names = [c.name for c in suite.cells()]
     assert len(names) == 2 * 2 + 1 and not any("softmax-math" in n or "/s2/" in n for n in names)
     with pytest.raises(UserError, match="leave no cells"):
         load_suite(str(write(tmp_path, exclude=["*"])))

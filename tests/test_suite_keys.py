@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 from attnbench.errors import UserError
-from attnbench.store import cell_id
-from attnbench.suite import cell_name, load_suite
+from attnbench.suite import load_suite
 
 BASE: dict[str, Any] = {
     "name": "keys",
@@ -47,11 +46,11 @@ def error_of(tmp_path: Path, **changes: Any) -> str:
 
 def test_references_add_cells_on_text_tasks_only(tmp_path: Path) -> None:
     suite = load(tmp_path, references=["majority", {"name": "tfidf-logreg", "options": {"c_grid": [1.0]}}])
-    names = [cell_name(c) for c in suite.cells()]
+    names = [c.name for c in suite.cells()]
     assert len(names) == (3 + 2) * 2
     assert "rotten_tomatoes/tfidf-logreg/s1/accuracy" in names
-    ref = next(c for c in suite.cells() if c["attention"]["label"] == "tfidf-logreg")
-    assert ref["attention"] == {
+    ref = next(c for c in suite.cells() if c.attention.label == "tfidf-logreg")
+    assert ref.attention.to_json() == {
         "name": "reference",
         "label": "tfidf-logreg",
         "options": {"reference": "tfidf-logreg", "c_grid": [1.0]},
@@ -59,7 +58,7 @@ def test_references_add_cells_on_text_tasks_only(tmp_path: Path) -> None:
     synthetic = load(
         tmp_path, references=["majority"], tasks=[{"name": "nonlinear_tokens", "options": {"num_train": 64}}]
     )
-    assert all(c["attention"]["name"] != "reference" for c in synthetic.cells())
+    assert all(c.attention.name != "reference" for c in synthetic.cells())
     assert suite.as_dict()["references"][0]["label"] == "majority"  # kept in run.json for the report
 
 
@@ -71,15 +70,15 @@ def test_sweep_gives_every_attention_the_same_trials(tmp_path: Path) -> None:
     )
     trials: dict[str, set] = {}
     for cell in suite.cells():
-        if cell["attention"]["name"] == "reference":
-            assert "sweep" not in cell  # references tune themselves
+        if cell.attention.name == "reference":
+            assert cell.sweep is None  # references tune themselves
             continue
-        values = cell["sweep"]["values"]
-        assert cell["training"]["lr"] == values["lr"] and cell["model"]["dropout"] == values["dropout"]
-        trials.setdefault(cell["attention"]["label"], set()).add((cell["sweep"]["trial"], tuple(values.items())))
+        values = cell.sweep.values
+        assert cell.training["lr"] == values["lr"] and cell.model["dropout"] == values["dropout"]
+        trials.setdefault(cell.attention.label, set()).add((cell.sweep.trial, tuple(values.items())))
     assert len({frozenset(t) for t in trials.values()}) == 1  # the same trials for every label
     assert all(len(t) == 4 for t in trials.values())
-    assert cell_name(next(c for c in suite.cells() if "sweep" in c)).endswith("/t0")
+    assert next(c for c in suite.cells() if c.sweep is not None).name.endswith("/t0")
 
 
 def test_published_and_comparisons_are_kept(tmp_path: Path) -> None:
@@ -151,12 +150,12 @@ def test_select_seeds_runs_the_trials_at_those_seeds_and_the_chosen_one_at_the_o
     full = load(tmp_path, sweep=grid)
     staged = load(tmp_path, sweep={**grid, "select_seeds": [1]})
     first = staged.cells()
-    assert {c["seed"] for c in first} == {1} and len(first) == 3 * 3  # three labels, three trials, seed 1 only
+    assert {c.seed for c in first} == {1} and len(first) == 3 * 3  # three labels, three trials, seed 1 only
     later = staged.cells({("rotten_tomatoes", "softmax"): 2, ("rotten_tomatoes", "kernel-elu"): 0})
-    added = [cell_name(c) for c in later if c["seed"] == 0]
+    added = [c.name for c in later if c.seed == 0]
     assert added == ["rotten_tomatoes/softmax/s0/accuracy/t2", "rotten_tomatoes/kernel-elu/s0/accuracy/t0"]
-    same = {cell_id(c) for c in full.cells()}  # the same cells as the unstaged sweep's: stored results carry over
-    assert {cell_id(c) for c in later} <= same and len(same) == 3 * 3 * 2
+    same = {c.id for c in full.cells()}  # the same cells as the unstaged sweep's: stored results carry over
+    assert {c.id for c in later} <= same and len(same) == 3 * 3 * 2
 
 
 @pytest.mark.parametrize("name, labels", [("paper-rt", 18), ("rt-tuned", 18)])
@@ -168,9 +167,9 @@ def test_table_3_suites(name: str, labels: int) -> None:
     assert set(published) == {a["label"] for a in suite.attentions}  # every row of Table 3 has its number
     assert suite.model["d_model"] == 128 and suite.training["epochs"] == 10
     if name == "rt-tuned":
-        budgets = {c["attention"]["label"]: 0 for c in suite.cells()}
+        budgets = {c.attention.label: 0 for c in suite.cells()}
         for c in suite.cells():
-            budgets[c["attention"]["label"]] += "sweep" in c
+            budgets[c.attention.label] += c.sweep is not None
         assert len({n for lab, n in budgets.items() if lab not in ("majority", "tfidf-logreg")}) == 1
         sweep = suite.comparison_keys["sweep"]
         for option, values in sweep["grid"].items():  # the drawn trials try every value of every option

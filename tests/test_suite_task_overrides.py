@@ -37,14 +37,14 @@ def _load(tmp_path: Path, suite: dict) -> object:
 
 
 def test_task_overrides_merge_between_suite_and_attention(tmp_path: Path) -> None:
-    cells = {(c["task"]["name"], c["attention"]["label"]): c for c in _load(tmp_path, SUITE).cells()}
+    cells = {(c.task.name, c.attention.label): c for c in _load(tmp_path, SUITE).cells()}
     listops = cells[("listops", "softmax")]
-    assert listops["model"] == {"d_model": 32, "num_heads": 2, "num_layers": 1}
-    assert listops["training"] == {"epochs": 4, "batch_size": 8, "lr": 1.0e-3}
-    assert listops["task"] == {"name": "listops", "options": {"num_train": 8}}  # no model/training in the task spec
-    assert cells[("listops", "performer")]["model"]["num_layers"] == 3  # the attention's own override wins
-    assert cells[("pathfinder", "softmax")]["model"] == {"d_model": 16, "num_heads": 2}
-    assert cells[("pathfinder", "softmax")]["training"] == {"epochs": 1, "batch_size": 8}
+    assert listops.model == {"d_model": 32, "num_heads": 2, "num_layers": 1}
+    assert listops.training == {"epochs": 4, "batch_size": 8, "lr": 1.0e-3}
+    assert listops.task.to_json() == {"name": "listops", "options": {"num_train": 8}}  # no model/training in it
+    assert cells[("listops", "performer")].model["num_layers"] == 3  # the attention's own override wins
+    assert cells[("pathfinder", "softmax")].model == {"d_model": 16, "num_heads": 2}
+    assert cells[("pathfinder", "softmax")].training == {"epochs": 1, "batch_size": 8}
 
 
 def test_a_bad_task_override_names_its_key_path(tmp_path: Path) -> None:

@@ -101,7 +101,7 @@ def test_suite_facts_read_the_declared_timing_measurements_and_the_training_work
     facts = suite_facts(smoke)
     assert facts.cells == len(smoke.cells()) and facts.timed == ("kernel", "efficiency")
     assert facts.tokens is None  # the kernel and efficiency cells declare no training work
-    accuracy = next(c for c in smoke.cells() if c["measurement"]["name"] == "accuracy")
+    accuracy = next(c for c in smoke.cells() if c.measurement.name == "accuracy")
     assert cell_tokens(smoke, accuracy) == 2 * 192 * 32  # epochs x num_train x max_length
 
 

@@ -22,6 +22,7 @@ from attnbench.baselines.coulomb.kernel_experiment import (
     scaling_fits,
     summarise,
 )
+from attnbench.cell_spec import CellSpec
 from attnbench.measurements import register_measurement
 from attnbench.metrics import register_metric
 from attnbench.progress import Progress
@@ -36,10 +37,10 @@ for _pattern, _direction, _text in (
 
 @register_measurement("kernel", config=KernelExperimentConfig)
 def kernel(
-    cell: dict[str, Any], options: KernelExperimentConfig, *, device: str = "cpu", progress: Progress | None = None
+    cell: CellSpec, options: KernelExperimentConfig, *, device: str = "cpu", progress: Progress | None = None
 ) -> dict[str, Any]:
     """Six methods over 10 noise levels, the lambda ablation and the runtime-scaling sweep (Figures 1, 2; Table 6)."""
-    seed = int(cell.get("seed", 42))
+    seed = cell.seed
     rows = run_kernel_experiment(options, seed=seed, progress=progress)
     design = make_design(options.num_samples, options.num_inputs, seed, options.test_fraction, options.split_seed)
     return {

@@ -38,6 +38,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from attnbench.attention_capture import AttentionCapture
 from attnbench.baselines.coulomb.physics import (
     DynamicsConfig,
     kernel_target_alignment,
@@ -136,53 +137,6 @@ def norm_value_parameters(model: nn.Module) -> list[nn.Parameter]:
         if isinstance(module, nn.LayerNorm) or name.rsplit(".", 1)[-1] == "v_proj"
         for p in module.parameters()
     ]
-
-
-class _AllCaptured(Exception):
-    """Raised by the last capture hook of a pass: the rest of the forward pass is not needed."""
-
-
-class AttentionCapture:
-    """Forward hooks that keep (q, k, key_padding_mask) and the output of each attention module in one pass.
-
-    Once every module's output is in, the pass is cut short (the layers after the last attention and the
-    classifier do not affect the particles), which saves about half a forward for 2 layers.
-    """
-
-    def __init__(self, modules: list[nn.Module]):
-        self.inputs: list[tuple[Tensor, Tensor, Tensor | None] | None] = [None] * len(modules)
-        self.outputs: list[Tensor | None] = [None] * len(modules)
-        self.pending: set[int] = set()
-        self.handles = [m.register_forward_hook(self._hook(i), with_kwargs=True) for i, m in enumerate(modules)]
-
-    def _hook(self, index: int):
-        def hook(module: nn.Module, args: tuple, kwargs: dict, output: Tensor) -> None:
-            q, k = args[0], args[1] if len(args) > 1 else kwargs["k"]
-            mask = kwargs.get("key_padding_mask", args[3] if len(args) > 3 else None)
-            self.inputs[index], self.outputs[index] = (q, k, mask), output
-            self.pending.discard(index)
-            if not self.pending:
-                raise _AllCaptured
-
-        return hook
-
-    def run(self, model: nn.Module, batch: tuple, device: torch.device) -> Tensor:
-        """Forward `batch` (ids, mask, segments, labels) until every module's output is captured -> labels."""
-        ids, mask, seg, labels = (None if t is None else t.to(device) for t in batch)
-        self.pending = set(range(len(self.inputs)))
-        try:
-            model(ids, mask, seg)
-        except _AllCaptured:
-            pass
-        if self.pending:
-            raise RuntimeError(
-                f"phase A: attention modules {sorted(self.pending)} were not called by the model's forward"
-            )
-        return labels.repeat(getattr(model, "sequences_per_row", 1))  # a two-tower row: both documents, its label
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
 
 
 def _real_tokens(mask: Tensor | None, b: int, n: int, device: torch.device) -> Tensor:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnbench.baselines.coulomb.phase_a import AttentionCapture
+from attnbench.attention_capture import AttentionCapture
 from attnbench.baselines.hedgehog import HedgehogAttention
 from attnbench.errors import ConfigError
 from attnbench.options import make_options, option, require

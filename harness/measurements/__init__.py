@@ -6,9 +6,9 @@ Contract (the executor and tests rely on it):
     result = run_cell(cell, device="cpu")     # -> {"metrics": {str: float}, "details": {...}}
 
 A measurement is `fn(cell, options, *, device, progress) -> {"metrics", "details"}` registered with
-`@register_measurement(name, config=OptionsDataclass)`; `cell["measurement"]["options"]` is
-validated against that dataclass. A measurement that cannot run the cell's (attention, task) pair
-raises `SkipCell(reason)`; any other exception is a failure.
+`@register_measurement(name, config=OptionsDataclass)`; the cell is an `attnbench.cell_spec.CellSpec`
+and its `cell.measurement.options` are validated against that dataclass. A measurement that cannot run
+the cell's (attention, task) pair raises `SkipCell(reason)`; any other exception is a failure.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from attnbench.cell_spec import CellSpec
 from attnbench.progress import Progress
 from attnbench.registry import Registry
 
@@ -58,15 +59,13 @@ def measurement_names(pattern: str = "*") -> list[str]:
     return MEASUREMENTS.names(pattern)
 
 
-def run_cell(cell: dict[str, Any], *, device: str = "cpu", progress: Progress | None = None) -> dict[str, Any]:
+def run_cell(cell: CellSpec, *, device: str = "cpu", progress: Progress | None = None) -> dict[str, Any]:
     """Validate the cell's measurement options and run the measurement on `device`."""
-    spec = cell["measurement"]
-    entry = MEASUREMENTS.get(spec["name"])
-    options = MEASUREMENTS.make_config(spec["name"], **(spec.get("options") or {}))
-    result = entry.factory(cell, options, device=device, progress=progress)
+    name = cell.measurement.name
+    options = MEASUREMENTS.make_config(name, **cell.measurement.options)
+    result = MEASUREMENTS.get(name).factory(cell, options, device=device, progress=progress)
     if set(result) != {"metrics", "details"}:
         raise TypeError(
-            f"measurement {spec['name']!r} returned keys {sorted(result)}; "
-            f"it must return exactly 'metrics' and 'details'"
+            f"measurement {name!r} returned keys {sorted(result)}; it must return exactly 'metrics' and 'details'"
         )
     return result

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
+from attnbench.cell_spec import CellSpec
 from attnbench.measurements import register_measurement
 from attnbench.measurements.common import attention_runtime, load_cell_task, train_cell_model, train_config
 from attnbench.metrics import classification_metrics, register_metric, reliability_bins
@@ -54,10 +55,10 @@ for _name, _direction, _text in (
 
 @register_measurement("accuracy", config=AccuracyOptions)
 def measure_accuracy(
-    cell: dict[str, Any], options: AccuracyOptions, *, device: str = "cpu", progress: Progress | None = None
+    cell: CellSpec, options: AccuracyOptions, *, device: str = "cpu", progress: Progress | None = None
 ) -> dict[str, Any]:
     """Train on the cell's task, evaluate the validation-selected checkpoint: metrics, reliability, history."""
-    if cell["attention"]["name"] == REFERENCE:
+    if cell.attention.name == REFERENCE:
         return measure_reference(cell, options.n_bins, options.eval_split)
     task = load_cell_task(cell)
     result = train_cell_model(cell, task, device=device, progress=progress)
@@ -80,7 +81,7 @@ def measure_accuracy(
         metrics["phase_a_seconds"] = float(result.phase_a["seconds"])
     rule = None
     if options.parameter_tolerance is not None:
-        reference = softmax_parameter_count(result.model.cfg, task, cell["seed"])
+        reference = softmax_parameter_count(result.model.cfg, task, cell.seed)
         rule = parameter_rule(params["total"], reference, options.parameter_tolerance)
         metrics["params_ratio"] = rule["ratio"]
     details = {

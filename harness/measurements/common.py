@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from attnbench.cell_spec import CellSpec
 from attnbench.measurements import SkipCell
 from attnbench.model import ModelConfig, TransformerClassifier
 from attnbench.options import make_options
@@ -17,16 +18,10 @@ from attnbench.train import TrainConfig, TrainResult, train_classifier
 from attnbench.two_tower import build_classifier
 
 
-def attention_label(cell: dict[str, Any]) -> str:
-    """The attention's label in the cell (its name when no label is given)."""
-    attention = cell["attention"]
-    return attention.get("label") or attention["name"]
-
-
-def load_cell_task(cell: dict[str, Any], **overrides: Any) -> TaskData:
+def load_cell_task(cell: CellSpec, **overrides: Any) -> TaskData:
     """load_task(name, seed=cell seed, **options) with some options overridden (e.g. label_noise)."""
-    options = {**(cell["task"].get("options") or {}), **overrides}
-    task = load_task(cell["task"]["name"], seed=cell["seed"], **options)
+    options = {**cell.task.options, **overrides}
+    task = load_task(cell.task.name, seed=cell.seed, **options)
     record_what_ran("data", task.summary())
     return task
 
@@ -41,7 +36,7 @@ def check_capabilities(attention: str, task: TaskData) -> None:
         raise SkipCell(f"attention {attention!r} needs a maximum length and task {task.name!r} has none")
 
 
-def model_config(cell: dict[str, Any], task: TaskData) -> ModelConfig:
+def model_config(cell: CellSpec, task: TaskData) -> ModelConfig:
     """ModelConfig from the cell's overrides; vocabulary, classes, length, padding and segments from the task."""
     sizes = {
         "vocab_size": task.vocab_size,
@@ -50,7 +45,7 @@ def model_config(cell: dict[str, Any], task: TaskData) -> ModelConfig:
         "pad_id": task.pad_id,
         "num_segments": 2 if task.pair else 1,
     }
-    config = make_options(ModelConfig, {**(cell.get("model") or {}), **sizes}, what="model")
+    config = make_options(ModelConfig, {**cell.model, **sizes}, what="model")
     if config.kind != "encoder":
         raise SkipCell(
             f"this measurement trains the encoder classifier, and the model kind is {config.kind!r}; "
@@ -61,7 +56,7 @@ def model_config(cell: dict[str, Any], task: TaskData) -> ModelConfig:
 
 
 def train_cell_model(
-    cell: dict[str, Any],
+    cell: CellSpec,
     task: TaskData,
     *,
     device: str,
@@ -71,10 +66,10 @@ def train_cell_model(
     training: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train the cell's classifier (or one with another attention / options / training) with the cell seed."""
-    name = attention or cell["attention"]["name"]
-    options = (cell["attention"].get("options") or {}) if attention_options is None else attention_options
+    name = attention or cell.attention.name
+    options = cell.attention.options if attention_options is None else attention_options
     check_capabilities(name, task)
-    seed = cell["seed"]
+    seed = cell.seed
     seed_everything(seed)
     model = build_classifier(model_config(cell, task), task, name, options, seed=seed)
     return train_classifier(
@@ -82,9 +77,9 @@ def train_cell_model(
     )
 
 
-def train_config(cell: dict[str, Any], **overrides: Any) -> TrainConfig:
+def train_config(cell: CellSpec, **overrides: Any) -> TrainConfig:
     """The cell's TrainConfig, with some fields overridden."""
-    return make_options(TrainConfig, {**(cell.get("training") or {}), **overrides}, what="training")
+    return make_options(TrainConfig, {**cell.training, **overrides}, what="training")
 
 
 def has_option(attention: str, option_name: str) -> bool:

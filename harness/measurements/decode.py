@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from attnbench.baselines.linear_kernel import torch_threads
+from attnbench.cell_spec import CellSpec
 from attnbench.decoder import TransformerDecoder
 from attnbench.decoder_training import decoder_config
 from attnbench.measurements import register_measurement
@@ -80,18 +81,18 @@ def decode_row(model: TransformerDecoder, length: int, options: DecodeOptions, d
 
 @register_measurement("decode", config=DecodeOptions)
 def measure_decode(
-    cell: dict[str, Any], options: DecodeOptions, *, device: str = "cpu", progress: Progress | None = None
+    cell: CellSpec, options: DecodeOptions, *, device: str = "cpu", progress: Progress | None = None
 ) -> dict[str, Any]:
     """Prefill throughput and per-token decoding latency at each context length, with the state bytes."""
     task = load_cell_task(cell)
-    seed_everything(cell["seed"])
+    seed_everything(cell.seed)
     longest = max(options.context_lengths) + options.warmup + options.steps + 1
     model = (
         TransformerDecoder(
             decoder_config(cell, task, max_length=longest),
-            cell["attention"]["name"],
-            cell["attention"].get("options") or {},
-            seed=cell["seed"],
+            cell.attention.name,
+            cell.attention.options,
+            seed=cell.seed,
         )
         .to(device)
         .eval()

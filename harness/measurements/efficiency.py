@@ -32,9 +32,9 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
+from attnbench.cell_spec import CellSpec
 from attnbench.errors import ConfigError, UserError
 from attnbench.measurements import register_measurement
-from attnbench.measurements.common import attention_label
 from attnbench.measurements.cost import point_cost
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
@@ -229,7 +229,7 @@ class Point:
 
 
 def _new_point(
-    cell: dict[str, Any],
+    cell: CellSpec,
     options: EfficiencyOptions,
     n: int,
     b: int,
@@ -238,8 +238,8 @@ def _new_point(
     device: str,
     machine: dict[str, Any],
 ) -> Point:
-    name, label = cell["attention"]["name"], attention_label(cell)
-    attn_options = cell["attention"].get("options") or {}
+    name, label = cell.attention.name, cell.attention.label
+    attn_options = cell.attention.options
     d = options.head_dim
     row: dict[str, Any] = {
         "seq_len": n,
@@ -264,9 +264,9 @@ def _new_point(
         "roofline_ms": None,
         "roofline_fraction": None,
     }
-    args = (name, attn_options, b, h, n, d, mode, options.dtype, device, cell["seed"])
+    args = (name, attn_options, b, h, n, d, mode, options.dtype, device, cell.seed)
     cost = point_cost(
-        build_attention(name, head_dim=d, num_heads=h, max_length=n, seed=cell["seed"], **attn_options),
+        build_attention(name, head_dim=d, num_heads=h, max_length=n, seed=cell.seed, **attn_options),
         name,
         b,
         h,
@@ -557,7 +557,7 @@ for _pattern, _direction, _text in (
 
 @register_measurement("efficiency", config=EfficiencyOptions)
 def measure_efficiency(
-    cell: dict[str, Any], options: EfficiencyOptions, *, device: str = "cpu", progress: Progress | None = None
+    cell: CellSpec, options: EfficiencyOptions, *, device: str = "cpu", progress: Progress | None = None
 ) -> dict[str, Any]:
     """Time and peak memory of the attention alone per (N, B, H, mode), against the machine's roofline."""
     threads_before = torch.get_num_threads()
@@ -594,7 +594,7 @@ def measure_efficiency(
             "rows": rows,
             "machine": machine,
             "notes": _notes(rows),
-            "attention_options": cell["attention"].get("options") or {},
+            "attention_options": cell.attention.options,
         },
     }
 

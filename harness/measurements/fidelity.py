@@ -23,6 +23,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from attnbench.cell_spec import CellSpec
 from attnbench.measurements import SkipCell, register_measurement
 from attnbench.measurements.common import has_option, load_cell_task, model_config, train_cell_model
 from attnbench.metrics import register_metric
@@ -93,7 +94,7 @@ def _approximate(
 
 
 def captured_inputs(
-    cell: dict[str, Any], options: FidelityOptions, device: str, progress: Progress | None
+    cell: CellSpec, options: FidelityOptions, device: str, progress: Progress | None
 ) -> tuple[list[tuple[Tensor, Tensor, Tensor, Tensor | None]], int]:
     """(q, k, v, key_padding_mask) of every layer of a briefly trained softmax model on one test batch."""
     task = load_cell_task(cell)
@@ -122,11 +123,11 @@ def captured_inputs(
     return captured, model_config(cell, task).max_length
 
 
-def _budgets(cell: dict[str, Any], options: FidelityOptions) -> list[int | None]:
-    name = cell["attention"]["name"]
+def _budgets(cell: CellSpec, options: FidelityOptions) -> list[int | None]:
+    name = cell.attention.name
     if not has_option(name, "num_features"):
         return [None]
-    return list(options.num_features) or [(cell["attention"].get("options") or {}).get("num_features")]
+    return list(options.num_features) or [cell.attention.options.get("num_features")]
 
 
 register_metric("rel_error*", "min", "relative error of the attention output against exact softmax attention")
@@ -134,14 +135,14 @@ register_metric("rel_error*", "min", "relative error of the attention output aga
 
 @register_measurement("fidelity", config=FidelityOptions)
 def measure_fidelity(
-    cell: dict[str, Any], options: FidelityOptions, *, device: str = "cpu", progress: Progress | None = None
+    cell: CellSpec, options: FidelityOptions, *, device: str = "cpu", progress: Progress | None = None
 ) -> dict[str, Any]:
     """Relative and max error of the cell's attention against exact softmax, per input source, N and budget."""
-    name, seed = cell["attention"]["name"], cell["seed"]
-    base = cell["attention"].get("options") or {}
+    name, seed = cell.attention.name, cell.seed
+    base = cell.attention.options
     budgets = _budgets(cell, options)
     rows: list[dict[str, Any]] = []
-    if "trained" in options.inputs and cell["task"]["name"] == "none":
+    if "trained" in options.inputs and cell.task.name == "none":
         raise SkipCell("fidelity on trained inputs needs a task; set one or use inputs: [random]")
     for source in options.inputs:
         if source == "random":

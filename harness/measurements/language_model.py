@@ -17,6 +17,7 @@ from typing import Any
 
 from torch import Tensor
 
+from attnbench.cell_spec import CellSpec
 from attnbench.decoder_training import TokenScores, score_tokens, train_cell_decoder
 from attnbench.measurements import SkipCell, register_measurement
 from attnbench.measurements.common import attention_runtime, load_cell_task, train_config
@@ -74,7 +75,7 @@ def bits_per_bucket(loss: Tensor, buckets: int) -> list[dict[str, float]]:
 
 @register_measurement("lm", config=LanguageModelOptions)
 def measure_language_model(
-    cell: dict[str, Any], options: LanguageModelOptions, *, device: str = "cpu", progress: Progress | None = None
+    cell: CellSpec, options: LanguageModelOptions, *, device: str = "cpu", progress: Progress | None = None
 ) -> dict[str, Any]:
     """Train a decoder on the cell's byte_lm task; held-out bits per byte, perplexity, buckets, twice the length."""
     task = load_cell_task(cell)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from attnbench.cell_spec import CellSpec
 from attnbench.decoder_training import TokenScores, score_tokens, train_cell_decoder
 from attnbench.measurements import SkipCell, register_measurement
 from attnbench.measurements.common import attention_runtime, load_cell_task, train_config
@@ -39,7 +40,7 @@ def accuracy_per_query(scores: TokenScores) -> list[float]:
 
 @register_measurement("recall", config=RecallOptions)
 def measure_recall(
-    cell: dict[str, Any], options: RecallOptions, *, device: str = "cpu", progress: Progress | None = None
+    cell: CellSpec, options: RecallOptions, *, device: str = "cpu", progress: Progress | None = None
 ) -> dict[str, Any]:
     """Train a decoder on the cell's MQAR task; answer accuracy overall and per query, with the state size."""
     task = load_cell_task(cell)

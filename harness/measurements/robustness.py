@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 from torch import nn
 
+from attnbench.cell_spec import CellSpec
 from attnbench.measurements import register_measurement
 from attnbench.measurements.common import has_option, load_cell_task, train_cell_model, train_config
 from attnbench.metrics import accuracy, expected_calibration_error, register_metric
@@ -76,7 +77,7 @@ for _pattern, _direction, _text in (
 
 @register_measurement("robustness", config=RobustnessOptions)
 def measure_robustness(
-    cell: dict[str, Any], options: RobustnessOptions, *, device: str = "cpu", progress: Progress | None = None
+    cell: CellSpec, options: RobustnessOptions, *, device: str = "cpu", progress: Progress | None = None
 ) -> dict[str, Any]:
     """Accuracy and ECE per (corruption, severity), per label-noise rate and per feature budget."""
     task = load_cell_task(cell)
@@ -98,7 +99,7 @@ def measure_robustness(
                     kind=kind,
                     severity=severity,
                     vocab_size=task.vocab_size,
-                    seed=cell["seed"],
+                    seed=cell.seed,
                     special_ids=task.special_ids,
                     pad_id=task.pad_id,
                 )
@@ -118,7 +119,7 @@ def measure_robustness(
 
 
 def _label_noise_rows(
-    cell: dict[str, Any],
+    cell: CellSpec,
     options: RobustnessOptions,
     clean: dict[str, float],
     metrics: dict[str, float],
@@ -146,7 +147,7 @@ def _label_noise_rows(
 
 
 def _feature_budget_rows(
-    cell: dict[str, Any],
+    cell: CellSpec,
     task: TaskData,
     options: RobustnessOptions,
     metrics: dict[str, float],
@@ -155,8 +156,8 @@ def _feature_budget_rows(
     progress: Progress | None,
 ) -> list[dict[str, Any]]:
     """Retrain at each num_features (same task, seed and settings); skipped rows for attentions without it."""
-    name = cell["attention"]["name"]
-    base_options = cell["attention"].get("options") or {}
+    name = cell.attention.name
+    base_options = cell.attention.options
     rows = []
     for budget in options.feature_budgets:
         row = {"kind": "feature_budget", "num_features": budget, "severity": None}

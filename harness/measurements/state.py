@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnbench.cell_spec import CellSpec
 from attnbench.decoder import require_causal_form
 from attnbench.measurements import register_measurement
 from attnbench.metrics import register_metric
@@ -61,23 +62,23 @@ def state_row(attention: nn.Module, context_length: int, head_dim: int, heads: i
 
 @register_measurement("state", config=StateOptions)
 def measure_state(
-    cell: dict[str, Any], options: StateOptions, *, device: str = "cpu", progress: Progress | None = None
+    cell: CellSpec, options: StateOptions, *, device: str = "cpu", progress: Progress | None = None
 ) -> dict[str, Any]:
     """Bytes of the decoding state per sequence and layer at each context length (no training)."""
-    name = cell["attention"]["name"]
+    name = cell.attention.name
     require_causal_form(name)
-    model = cell.get("model") or {}
+    model = cell.model
     heads = model.get("num_heads", 2)
     head_dim = model.get("d_model", 128) // heads
-    seed_everything(cell["seed"])
+    seed_everything(cell.seed)
     attention = build_attention(
         name,
         head_dim=head_dim,
         num_heads=heads,
         max_length=max(options.context_lengths),
-        seed=cell["seed"],
+        seed=cell.seed,
         causal=True,
-        **(cell["attention"].get("options") or {}),
+        **cell.attention.options,
     ).eval()
     rows = [state_row(attention, n, head_dim, heads) for n in options.context_lengths]
     return {
