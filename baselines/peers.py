@@ -26,7 +26,7 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.linear_kernel import linear_kernel_cost
+from attnbench.baselines.linear_kernel.attention import linear_kernel_cost
 from attnbench.baselines.masks import key_padding_mask as padding_mask
 from attnbench.baselines.nystromformer import nystrom_cost
 from attnbench.baselines.random_features import RowNorms, draw_omegas, random_feature_flops, seeded_generator

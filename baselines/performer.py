@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from attnbench.baselines.linear_kernel import LinearKernelAttention
+from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
 from attnbench.baselines.random_features import RandomFeatureMap, RowNorms
 from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option, require

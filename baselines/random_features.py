@@ -53,7 +53,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention, no_grad_recorded, scratch
+from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
+from attnbench.baselines.linear_kernel.contract import FeatureChunk, FeatureMap, no_grad_recorded
+from attnbench.baselines.linear_kernel.cpu_threads import scratch
 from attnbench.baselines.native import NativeSpec
 from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.errors import ConfigError

@@ -13,7 +13,8 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
+from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
+from attnbench.baselines.linear_kernel.contract import FeatureChunk, FeatureMap
 from attnbench.baselines.native import NativeSpec
 from attnbench.baselines.random_features import draw_omegas, per_head, projection_weights, trig_features
 from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered

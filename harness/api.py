@@ -11,7 +11,8 @@ alone stays light); everything else is internal and may move.
 
 from __future__ import annotations
 
-from attnbench.baselines.linear_kernel import FeatureMap, LinearKernelAttention
+from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
+from attnbench.baselines.linear_kernel.contract import FeatureMap
 from attnbench.errors import ConfigError, UnknownNameError, UserError
 from attnbench.executor import RunOptions, RunSummary, run_suite
 from attnbench.measurements import register_measurement

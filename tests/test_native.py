@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import attnbench.baselines.linear_kernel as kernel
 from attnbench.baselines import native
 from attnbench.baselines.elu_linear import EluFeatureMap
+from attnbench.baselines.linear_kernel.contract import FeatureMap
+from attnbench.baselines.linear_kernel.fused import padded_queries_unread
+from attnbench.baselines.linear_kernel.route import chunked_linear_attention
 from attnbench.baselines.random_features import MapForm, RandomFeatureMap
 from attnbench.baselines.rfa import RfaFeatureMap
 
@@ -23,7 +25,7 @@ PAPER_MAPS = ("favor", "elu", "softplus", "sigmoid2", "cos2", "softmaxfeat", "po
 needs_native = pytest.mark.skipif(native.library() is None, reason=f"native kernels {native.status()}")
 
 
-def _maps(d: int) -> dict[str, kernel.FeatureMap]:
+def _maps(d: int) -> dict[str, FeatureMap]:
     maps = {f"random-{kind}": RandomFeatureMap(d, 3, 32, kind, seed=2) for kind in ("favor", "elu", "trig")}
     maps["elu-linear"] = EluFeatureMap(d)
     for kind in PAPER_MAPS:  # the paper's forms (l1-renormalised keys; cos2 with phases), tau and elu bias off 1, 0
@@ -34,7 +36,7 @@ def _maps(d: int) -> dict[str, kernel.FeatureMap]:
     return {name: m.eval() for name, m in maps.items()}
 
 
-def exact(feature_map: kernel.FeatureMap, q, k, v, mask):
+def exact(feature_map: FeatureMap, q, k, v, mask):
     """The O(N^2) formula in float64: w_ij = phi(q_i) . phi(k_j) over real keys, out = w v / w 1."""
     fm = feature_map.double()
     try:
@@ -75,11 +77,11 @@ def test_fused_kernel_equals_the_exact_formula(name, d, monkeypatch):
     eps = 1e-30 if name == "paper-favor" else 1e-6  # the paper favor's guard (RandomFeaturesConfig.guard)
     for loud, m in ((False, None), (True, _inputs(d, 203, d)[3])):
         q, k, v, _ = _inputs(d, 203, d, scale, loud)
-        out = kernel.chunked_linear_attention(feature_map, q, k, v, m, eps)
+        out = chunked_linear_attention(feature_map, q, k, v, m, eps)
         expected = exact(feature_map, q, k, v, m)
         assert (out.double() - expected).abs().max() <= 1e-4 * expected.abs().max()
         torch.testing.assert_close(
-            out, kernel.chunked_linear_attention(feature_map, q, k, v, m, eps, rows=64), rtol=1e-4, atol=1e-5
+            out, chunked_linear_attention(feature_map, q, k, v, m, eps, rows=64), rtol=1e-4, atol=1e-5
         )
     assert calls, "the fused kernel did not run"
 
@@ -94,7 +96,7 @@ def test_favor_key_stabiliser_is_merged_exactly_across_blocks_and_threads():
     try:
         for count in (1, 3):
             torch.set_num_threads(count)
-            out = kernel.chunked_linear_attention(feature_map, q, k, v, mask)
+            out = chunked_linear_attention(feature_map, q, k, v, mask)
             expected = exact(feature_map, q, k, v, mask)
             assert torch.isfinite(out).all()
             assert (out.double() - expected).abs().max() <= 1e-4 * expected.abs().max()
@@ -107,8 +109,8 @@ def test_a_sequence_of_padding_only_gives_what_the_pytorch_path_gives():
     feature_map = _maps(32)["random-favor"]
     q, k, v, mask = _inputs(3, 40, 32)
     mask[1] = False
-    out = kernel.chunked_linear_attention(feature_map, q, k, v, mask)
-    torch.testing.assert_close(out, kernel.chunked_linear_attention(feature_map, q, k, v, mask, rows=16))
+    out = chunked_linear_attention(feature_map, q, k, v, mask)
+    torch.testing.assert_close(out, chunked_linear_attention(feature_map, q, k, v, mask, rows=16))
 
 
 @needs_native
@@ -116,12 +118,12 @@ def test_unsupported_shapes_and_dtypes_fall_back_to_pytorch(monkeypatch):
     monkeypatch.setattr(native, "attention", lambda *a: pytest.fail("the fused kernel ran"))
     feature_map = _maps(24)["random-favor"]  # value width 24: not a multiple of 16
     q, k, v, mask = _inputs(1, 50, 24)
-    out = kernel.chunked_linear_attention(feature_map, q, k, v, mask)
+    out = chunked_linear_attention(feature_map, q, k, v, mask)
     assert (out.double() - exact(feature_map, q, k, v, mask)).abs().max() <= 1e-4
     softplus = RandomFeatureMap(32, 3, 16, "softplus").eval()  # no fused form
     q, k, v, mask = _inputs(1, 50, 32)
-    kernel.chunked_linear_attention(softplus, q, k, v, mask)
-    kernel.chunked_linear_attention(_maps(32)["random-favor"].double(), q.double(), k.double(), v.double(), mask)
+    chunked_linear_attention(softplus, q, k, v, mask)
+    chunked_linear_attention(_maps(32)["random-favor"].double(), q.double(), k.double(), v.double(), mask)
 
 
 def _status_in_subprocess(**env: str) -> str:
@@ -339,7 +341,7 @@ def test_unread_padded_query_rows_are_skipped_and_nothing_else_changes(name, opt
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(2)) * mask[:, None, :, None]
     runs = []
     for unread in (False, True):
-        with kernel.padded_queries_unread() if unread else contextlib.nullcontext():
+        with padded_queries_unread() if unread else contextlib.nullcontext():
             with torch.no_grad():
                 forward = attn(q, k, v, mask)
             runs.append((forward, *_gradients(attn, q, k, v, mask, g)))
