@@ -14,23 +14,26 @@ import torch
 
 from attnbench.baselines import native
 from attnbench.baselines.elu_linear import EluFeatureMap
+from attnbench.baselines.feature_maps import FEATURE_MAPS
 from attnbench.baselines.linear_kernel.contract import FeatureMap
 from attnbench.baselines.linear_kernel.fused import padded_queries_unread
 from attnbench.baselines.linear_kernel.route import chunked_linear_attention
-from attnbench.baselines.random_features import MapForm, RandomFeatureMap
+from attnbench.baselines.random_feature_map import MapForm
 from attnbench.baselines.rfa import RfaFeatureMap
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_MAPS = ("favor", "elu", "softplus", "sigmoid2", "cos2", "softmaxfeat", "porf-softplus")
+# every random-feature map's fused form, as its class declares it (`native`): a new map is tested here as it is added
+PAPER_MAPS = tuple(kind for kind, cls in FEATURE_MAPS.items() if cls.native and cls.native.paper)
+SCALED_MAPS = tuple(kind for kind, cls in FEATURE_MAPS.items() if cls.native and cls.native.scaled)
 needs_native = pytest.mark.skipif(native.library() is None, reason=f"native kernels {native.status()}")
 
 
 def _maps(d: int) -> dict[str, FeatureMap]:
-    maps = {f"random-{kind}": RandomFeatureMap(d, 3, 32, kind, seed=2) for kind in ("favor", "elu", "trig")}
+    maps = {f"random-{kind}": FEATURE_MAPS[kind](d, 3, 32, seed=2) for kind in SCALED_MAPS}
     maps["elu-linear"] = EluFeatureMap(d)
     for kind in PAPER_MAPS:  # the paper's forms (l1-renormalised keys; cos2 with phases), tau and elu bias off 1, 0
-        maps[f"paper-{kind}"] = RandomFeatureMap(
-            d, 3, 32, kind, seed=2, orthogonal=kind == "porf-softplus", form=MapForm(temperature=1.5, elu_bias=0.2)
+        maps[f"paper-{kind}"] = FEATURE_MAPS[kind](
+            d, 3, 32, seed=2, orthogonal=kind == "porf-softplus", form=MapForm(temperature=1.5, elu_bias=0.2)
         )
     maps["rfa"] = RfaFeatureMap(d, 3, 16, seed=2, tau=1.0, orthogonal=True)
     return {name: m.eval() for name, m in maps.items()}
@@ -65,7 +68,7 @@ def _inputs(seed: int, n: int, d: int, scale: float = 1.0, loud: bool = True):
 @pytest.mark.parametrize("d", [16, 32, 64])
 @pytest.mark.parametrize(
     "name",
-    ["random-favor", "random-elu", "random-trig", "elu-linear", "rfa", *(f"paper-{kind}" for kind in PAPER_MAPS)],
+    [*(f"random-{kind}" for kind in SCALED_MAPS), "elu-linear", "rfa", *(f"paper-{kind}" for kind in PAPER_MAPS)],
 )
 def test_fused_kernel_equals_the_exact_formula(name, d, monkeypatch):
     calls = []
@@ -120,7 +123,7 @@ def test_unsupported_shapes_and_dtypes_fall_back_to_pytorch(monkeypatch):
     q, k, v, mask = _inputs(1, 50, 24)
     out = chunked_linear_attention(feature_map, q, k, v, mask)
     assert (out.double() - exact(feature_map, q, k, v, mask)).abs().max() <= 1e-4
-    softplus = RandomFeatureMap(32, 3, 16, "softplus").eval()  # no fused form
+    softplus = FEATURE_MAPS["softplus"](32, 3, 16).eval()  # no fused form
     q, k, v, mask = _inputs(1, 50, 32)
     chunked_linear_attention(softplus, q, k, v, mask)
     chunked_linear_attention(_maps(32)["random-favor"].double(), q.double(), k.double(), v.double(), mask)

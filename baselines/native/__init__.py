@@ -97,7 +97,7 @@ class NativeSpec:
     """What the fused kernel needs of a feature map: phi = scale * (f(x' w) * row weights + offset).
 
     kind: "favor" (f = exp(u - max), key row weights exp(row max - norm_coef |x|^2 - L)), "elu" (elu + 1),
-    "trig" ([sin, cos], 2M features), or one of the paper's renormalised maps (PAPER_KINDS, random_features' paper
+    "trig" ([sin, cos], 2M features), or one of the paper's renormalised maps (PAPER_KINDS, feature_maps' paper
     form): "softmaxfeat" (exp(u - max)), "elu-paper" (max(elu(u + bias) + 1, floor)), "softplus" (softplus(u) +
     floor), "sigmoid2" (sigmoid(u)^2), "cos2" (cos(u + phase)^2), whose key row weights are sqrt(M) / max(sum f,
     floor) and whose queries keep f (their normaliser cancels in the attention's ratio). weights: (heads or 1, d, M)
