@@ -6,9 +6,10 @@ import dataclasses
 
 from torch import Tensor
 
-from attnbench.baselines.linear_kernel import FeatureChunk, FeatureMap, LinearKernelAttention
+from attnbench.baselines.feature_maps import elu_plus_one
+from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
+from attnbench.baselines.linear_kernel.contract import FeatureChunk, FeatureMap
 from attnbench.baselines.native import NativeSpec
-from attnbench.baselines.random_features import elu_plus_one
 from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option, require
 from attnbench.registry import register_attention

@@ -26,10 +26,11 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.linear_kernel import linear_kernel_cost
+from attnbench.baselines.feature_maps import FavorMap
+from attnbench.baselines.linear_kernel.attention import linear_kernel_cost
 from attnbench.baselines.masks import key_padding_mask as padding_mask
 from attnbench.baselines.nystromformer import nystrom_cost
-from attnbench.baselines.random_features import RowNorms, draw_omegas, random_feature_flops, seeded_generator
+from attnbench.baselines.random_projections import RowNorms, draw_omegas, seeded_generator
 from attnbench.errors import UserError
 from attnbench.options import option, require
 from attnbench.registry import AttentionConfig, register_attention
@@ -80,7 +81,7 @@ class PerformerPytorch(nn.Module):
     def cost(self, batch: int, heads: int, n: int, d: int) -> dict[str, float]:
         """The FLOPs and bytes of our favor attention at the same number of features (the same algorithm)."""
         m = self.cfg.num_features
-        return linear_kernel_cost(batch, heads, n, d, m, random_feature_flops("favor", n, d, m), 4.0 * m * d)
+        return linear_kernel_cost(batch, heads, n, d, m, FavorMap.flops(n, d, m), 4.0 * m * d)
 
 
 @dataclasses.dataclass

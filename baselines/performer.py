@@ -1,9 +1,9 @@
 """Performer / FAVOR+ (Choromanski et al. 2021): positive orthogonal random features for exp(q.k / sqrt(d)).
 
 phi(x) = M^{-1/2} (exp(w x' - |x'|^2/2 - max) + eps), x' = x d^{-1/4}, w orthogonal Gaussian blocks
-(`random_features.feature_values("favor", ...)`). Features are redrawn on a seeded schedule during
+(`feature_maps.FavorMap`, the scaled form). Features are redrawn on a seeded schedule during
 training only, so evaluation is deterministic; the policy is `module.redraw_policy`.
-Causal form: the key stabiliser is the first real key's exponent (`random_features.causal_favor_keys`), not
+Causal form: the key stabiliser is the first real key's exponent (`feature_maps.causal_favor_keys`), not
 the reference's max over all positions, through which later keys would reach earlier outputs (via the
 features' eps); so the causal form is exactly causal and runs as a recurrence (`step`).
 """
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from attnbench.baselines.linear_kernel import LinearKernelAttention
-from attnbench.baselines.random_features import RandomFeatureMap, RowNorms
+from attnbench.baselines.feature_maps import FavorMap
+from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
+from attnbench.baselines.random_projections import RowNorms
 from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option, require
 from attnbench.registry import register_attention
@@ -38,11 +39,10 @@ class PerformerAttention(LinearKernelAttention):
     """FAVOR+ softmax-kernel attention: positive orthogonal random features, linear in length."""
 
     def __init__(self, cfg: PerformerConfig):
-        features = RandomFeatureMap(
+        features = FavorMap(
             cfg.head_dim,
             cfg.num_heads,
             cfg.num_features,
-            "favor",
             cfg.seed,
             orthogonal=cfg.orthogonal,
             scaling=cfg.row_norms,

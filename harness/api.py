@@ -13,7 +13,8 @@ phase trains on (`AttentionCapture`), running a suite and loading its results. `
 from __future__ import annotations
 
 from attnbench.attention_capture import AttentionCapture
-from attnbench.baselines.linear_kernel import FeatureMap, LinearKernelAttention
+from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
+from attnbench.baselines.linear_kernel.contract import FeatureMap
 from attnbench.cell_spec import CellSpec
 from attnbench.errors import ConfigError, UnknownNameError, UserError
 from attnbench.executor import RunOptions, RunSummary, run_suite

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.linear_kernel import padded_queries_unread
+from attnbench.baselines.linear_kernel.fused import padded_queries_unread
 from attnbench.dropout import HashDropout
 from attnbench.options import option, require
 from attnbench.registry import attention_entry, build_attention

@@ -48,7 +48,7 @@ def test_elu_linear_has_no_parameters_and_rejects_bad_eps():
 
 def test_elu_plus_one_matches_torch_elu_in_value_and_gradient():
     """The output-only backward, d phi / du = min(phi, 1), against autograd through torch's elu."""
-    from attnbench.baselines.random_features import elu_plus_one
+    from attnbench.baselines.feature_maps import elu_plus_one
 
     points = [-30.0, -2.0, -1e-3, 0.0, 1e-3, 0.5, 4.0]
     u = torch.tensor(points, dtype=torch.float64, requires_grad=True)

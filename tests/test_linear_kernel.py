@@ -3,14 +3,10 @@
 import pytest
 import torch
 
-from attnbench.baselines.linear_kernel import (
-    FeatureChunk,
-    FeatureMap,
-    LinearKernelAttention,
-    chunked_linear_attention,
-    factored_linear_attention,
-    linear_attention,
-)
+from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
+from attnbench.baselines.linear_kernel.contract import FeatureChunk, FeatureMap
+from attnbench.baselines.linear_kernel.parallel import factored_linear_attention, linear_attention
+from attnbench.baselines.linear_kernel.route import chunked_linear_attention
 
 
 def naive(phi_q, phi_k, v, mask=None, causal=False):
@@ -88,10 +84,10 @@ def test_redraw_every_n_training_steps_and_never_in_evaluation():
 
 def _maps():
     from attnbench.baselines.elu_linear import EluFeatureMap
-    from attnbench.baselines.random_features import FEATURE_MAPS, RandomFeatureMap
+    from attnbench.baselines.feature_maps import FEATURE_MAPS
     from attnbench.baselines.rfa import RfaFeatureMap
 
-    maps = [RandomFeatureMap(6, 2, 8, kind, seed=1).double() for kind in FEATURE_MAPS]
+    maps = [cls(6, 2, 8, seed=1).double() for cls in FEATURE_MAPS.values()]
     return maps + [EluFeatureMap(6), RfaFeatureMap(6, 2, 8, seed=1, tau=1.0, orthogonal=True).double()]
 
 
@@ -171,13 +167,13 @@ def test_factored_chunk_materialises_scale_and_offset():
 
 def test_cost_counts_features_and_kernel_products():
     from attnbench.baselines.elu_linear import EluFeatureMap
-    from attnbench.baselines.random_features import RandomFeatureMap
+    from attnbench.baselines.feature_maps import FavorMap
 
     n, d = 1000, 8
     elu = LinearKernelAttention(EluFeatureMap(d)).cost(2, 3, n, d)
     kernel = 2 * 2 * n * d * d + 3 * n * d + n * d  # phi_k^T v, phi_q @ state; sum, normaliser; division
     assert elu == {"flops": 6 * (kernel + 2 * 4 * n * d), "bytes": 4 * 6 * n * d * 4}
-    favor = LinearKernelAttention(RandomFeatureMap(d, 3, 16, "favor")).cost(1, 3, n, d)
+    favor = LinearKernelAttention(FavorMap(d, 3, 16)).cost(1, 3, n, d)
     projections = 2 * (2 * n * 16 * d)  # omega^T x for queries and keys
     assert favor["flops"] > 3 * (projections + 2 * 2 * n * 16 * d)
     assert favor["bytes"] == 4 * 3 * n * d * 4 + 3 * 16 * d * 4  # q, k, v, out and the omegas
@@ -217,7 +213,7 @@ def test_maps_without_the_out_argument_still_run_chunked():
 
 
 def test_scratch_is_reused_per_thread_and_grows():
-    from attnbench.baselines.linear_kernel import scratch
+    from attnbench.baselines.linear_kernel.cpu_threads import scratch
 
     first = scratch((2, 3), torch.float32, torch.device("cpu"))
     again = scratch((3, 2), torch.float32, torch.device("cpu"))
@@ -251,9 +247,9 @@ def test_factored_training_path_equals_the_materialised_one_with_gradients(index
 
 
 def test_derived_weights_are_kept_across_calls_until_their_source_changes():
-    from attnbench.baselines.random_features import RandomFeatureMap
+    from attnbench.baselines.feature_maps import FavorMap
 
-    fm = RandomFeatureMap(8, 2, 16, "favor", seed=0).eval()
+    fm = FavorMap(8, 2, 16, seed=0).eval()
     x = torch.randn(1, 2, 5, 8)
     first = fm.native_spec(x).weights
     assert fm.native_spec(x).weights is first  # kept: no copy per call
@@ -261,7 +257,7 @@ def test_derived_weights_are_kept_across_calls_until_their_source_changes():
     redrawn = fm.native_spec(x).weights
     assert redrawn is not first and not torch.equal(redrawn, first)
     assert fm.native_spec(x.double()).weights.dtype == torch.float64  # the key: another dtype is another value
-    fm.load_state_dict(RandomFeatureMap(8, 2, 16, "favor", seed=3).state_dict())
+    fm.load_state_dict(FavorMap(8, 2, 16, seed=3).state_dict())
     torch.testing.assert_close(fm.native_spec(x).weights, fm.omega.transpose(-2, -1) * 8**-0.25)
     fm.omega.data = fm.omega.detach() * 2  # new storage
     torch.testing.assert_close(fm.native_spec(x).weights, fm.omega.transpose(-2, -1) * 8**-0.25)

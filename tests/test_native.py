@@ -12,29 +12,34 @@ from pathlib import Path
 import pytest
 import torch
 
-import attnbench.baselines.linear_kernel as kernel
 from attnbench.baselines import native
 from attnbench.baselines.elu_linear import EluFeatureMap
-from attnbench.baselines.random_features import MapForm, RandomFeatureMap
+from attnbench.baselines.feature_maps import FEATURE_MAPS
+from attnbench.baselines.linear_kernel.contract import FeatureMap
+from attnbench.baselines.linear_kernel.fused import padded_queries_unread
+from attnbench.baselines.linear_kernel.route import chunked_linear_attention
+from attnbench.baselines.random_feature_map import MapForm
 from attnbench.baselines.rfa import RfaFeatureMap
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_MAPS = ("favor", "elu", "softplus", "sigmoid2", "cos2", "softmaxfeat", "porf-softplus")
+# every random-feature map's fused form, as its class declares it (`native`): a new map is tested here as it is added
+PAPER_MAPS = tuple(kind for kind, cls in FEATURE_MAPS.items() if cls.native and cls.native.paper)
+SCALED_MAPS = tuple(kind for kind, cls in FEATURE_MAPS.items() if cls.native and cls.native.scaled)
 needs_native = pytest.mark.skipif(native.library() is None, reason=f"native kernels {native.status()}")
 
 
-def _maps(d: int) -> dict[str, kernel.FeatureMap]:
-    maps = {f"random-{kind}": RandomFeatureMap(d, 3, 32, kind, seed=2) for kind in ("favor", "elu", "trig")}
+def _maps(d: int) -> dict[str, FeatureMap]:
+    maps = {f"random-{kind}": FEATURE_MAPS[kind](d, 3, 32, seed=2) for kind in SCALED_MAPS}
     maps["elu-linear"] = EluFeatureMap(d)
     for kind in PAPER_MAPS:  # the paper's forms (l1-renormalised keys; cos2 with phases), tau and elu bias off 1, 0
-        maps[f"paper-{kind}"] = RandomFeatureMap(
-            d, 3, 32, kind, seed=2, orthogonal=kind == "porf-softplus", form=MapForm(temperature=1.5, elu_bias=0.2)
+        maps[f"paper-{kind}"] = FEATURE_MAPS[kind](
+            d, 3, 32, seed=2, orthogonal=kind == "porf-softplus", form=MapForm(temperature=1.5, elu_bias=0.2)
         )
     maps["rfa"] = RfaFeatureMap(d, 3, 16, seed=2, tau=1.0, orthogonal=True)
     return {name: m.eval() for name, m in maps.items()}
 
 
-def exact(feature_map: kernel.FeatureMap, q, k, v, mask):
+def exact(feature_map: FeatureMap, q, k, v, mask):
     """The O(N^2) formula in float64: w_ij = phi(q_i) . phi(k_j) over real keys, out = w v / w 1."""
     fm = feature_map.double()
     try:
@@ -63,7 +68,7 @@ def _inputs(seed: int, n: int, d: int, scale: float = 1.0, loud: bool = True):
 @pytest.mark.parametrize("d", [16, 32, 64])
 @pytest.mark.parametrize(
     "name",
-    ["random-favor", "random-elu", "random-trig", "elu-linear", "rfa", *(f"paper-{kind}" for kind in PAPER_MAPS)],
+    [*(f"random-{kind}" for kind in SCALED_MAPS), "elu-linear", "rfa", *(f"paper-{kind}" for kind in PAPER_MAPS)],
 )
 def test_fused_kernel_equals_the_exact_formula(name, d, monkeypatch):
     calls = []
@@ -75,11 +80,11 @@ def test_fused_kernel_equals_the_exact_formula(name, d, monkeypatch):
     eps = 1e-30 if name == "paper-favor" else 1e-6  # the paper favor's guard (RandomFeaturesConfig.guard)
     for loud, m in ((False, None), (True, _inputs(d, 203, d)[3])):
         q, k, v, _ = _inputs(d, 203, d, scale, loud)
-        out = kernel.chunked_linear_attention(feature_map, q, k, v, m, eps)
+        out = chunked_linear_attention(feature_map, q, k, v, m, eps)
         expected = exact(feature_map, q, k, v, m)
         assert (out.double() - expected).abs().max() <= 1e-4 * expected.abs().max()
         torch.testing.assert_close(
-            out, kernel.chunked_linear_attention(feature_map, q, k, v, m, eps, rows=64), rtol=1e-4, atol=1e-5
+            out, chunked_linear_attention(feature_map, q, k, v, m, eps, rows=64), rtol=1e-4, atol=1e-5
         )
     assert calls, "the fused kernel did not run"
 
@@ -94,7 +99,7 @@ def test_favor_key_stabiliser_is_merged_exactly_across_blocks_and_threads():
     try:
         for count in (1, 3):
             torch.set_num_threads(count)
-            out = kernel.chunked_linear_attention(feature_map, q, k, v, mask)
+            out = chunked_linear_attention(feature_map, q, k, v, mask)
             expected = exact(feature_map, q, k, v, mask)
             assert torch.isfinite(out).all()
             assert (out.double() - expected).abs().max() <= 1e-4 * expected.abs().max()
@@ -107,8 +112,8 @@ def test_a_sequence_of_padding_only_gives_what_the_pytorch_path_gives():
     feature_map = _maps(32)["random-favor"]
     q, k, v, mask = _inputs(3, 40, 32)
     mask[1] = False
-    out = kernel.chunked_linear_attention(feature_map, q, k, v, mask)
-    torch.testing.assert_close(out, kernel.chunked_linear_attention(feature_map, q, k, v, mask, rows=16))
+    out = chunked_linear_attention(feature_map, q, k, v, mask)
+    torch.testing.assert_close(out, chunked_linear_attention(feature_map, q, k, v, mask, rows=16))
 
 
 @needs_native
@@ -116,12 +121,12 @@ def test_unsupported_shapes_and_dtypes_fall_back_to_pytorch(monkeypatch):
     monkeypatch.setattr(native, "attention", lambda *a: pytest.fail("the fused kernel ran"))
     feature_map = _maps(24)["random-favor"]  # value width 24: not a multiple of 16
     q, k, v, mask = _inputs(1, 50, 24)
-    out = kernel.chunked_linear_attention(feature_map, q, k, v, mask)
+    out = chunked_linear_attention(feature_map, q, k, v, mask)
     assert (out.double() - exact(feature_map, q, k, v, mask)).abs().max() <= 1e-4
-    softplus = RandomFeatureMap(32, 3, 16, "softplus").eval()  # no fused form
+    softplus = FEATURE_MAPS["softplus"](32, 3, 16).eval()  # no fused form
     q, k, v, mask = _inputs(1, 50, 32)
-    kernel.chunked_linear_attention(softplus, q, k, v, mask)
-    kernel.chunked_linear_attention(_maps(32)["random-favor"].double(), q.double(), k.double(), v.double(), mask)
+    chunked_linear_attention(softplus, q, k, v, mask)
+    chunked_linear_attention(_maps(32)["random-favor"].double(), q.double(), k.double(), v.double(), mask)
 
 
 def _status_in_subprocess(**env: str) -> str:
@@ -339,7 +344,7 @@ def test_unread_padded_query_rows_are_skipped_and_nothing_else_changes(name, opt
     g = torch.randn(q.shape, generator=torch.Generator().manual_seed(2)) * mask[:, None, :, None]
     runs = []
     for unread in (False, True):
-        with kernel.padded_queries_unread() if unread else contextlib.nullcontext():
+        with padded_queries_unread() if unread else contextlib.nullcontext():
             with torch.no_grad():
                 forward = attn(q, k, v, mask)
             runs.append((forward, *_gradients(attn, q, k, v, mask, g)))

@@ -4,7 +4,8 @@ import math
 
 import torch
 
-from attnbench.baselines.random_features import FAVOR_EPS, feature_values, orthogonal_gaussian, seeded_generator
+from attnbench.baselines.feature_maps import FAVOR_EPS, FavorMap
+from attnbench.baselines.random_projections import orthogonal_gaussian, seeded_generator
 from attnbench.registry import build_attention
 
 
@@ -17,8 +18,9 @@ def _unstabilised_estimate(q, k, omega):
     d, m = q.shape[-1], omega.shape[1]
     s = omega.shape[0]
     xq, xk = q.expand(1, s, 1, d), k.expand(1, s, 1, d)
-    fq = feature_values("favor", xq, omega, is_query=True)[0, :, 0]  # (S, M)
-    fk = feature_values("favor", xk, omega, is_query=False)[0, :, 0]
+    favor = FavorMap(d, 1, 1)  # its scaled form, for the given omegas
+    fq = favor.features(xq, is_query=True, omega=omega)[0, :, 0]  # (S, M)
+    fk = favor.features(xk, is_query=False, omega=omega)[0, :, 0]
     scale = m**-0.5
 
     def exponent(x):  # w x' - |x'|^2 / 2 for every seed and feature: (S, M)

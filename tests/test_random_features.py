@@ -6,16 +6,16 @@ import pytest
 import torch
 
 from attnbench.baselines import native
-from attnbench.baselines.random_features import (
-    FEATURE_MAPS,
-    SCALED,
-    RandomFeatureMap,
-    feature_values,
-    orthogonal_gaussian,
-    seeded_generator,
-)
+from attnbench.baselines.feature_maps import FEATURE_MAPS, EluMap
+from attnbench.baselines.random_projections import orthogonal_gaussian, seeded_generator
 from attnbench.errors import ConfigError
 from attnbench.registry import build_attention
+
+
+def feature_values(kind: str, x: torch.Tensor, omega: torch.Tensor, **options) -> torch.Tensor:
+    """The scaled form's features of x (B, H, N, d) for the given omegas (H, M, d), by the class of `kind`."""
+    return FEATURE_MAPS[kind](x.shape[-1], 1, 1).features(x, omega=omega, **options)
+
 
 NAIVE = {  # f(u) per docs/paper.md, one scalar at a time
     "elu": lambda u: u + 1 if u > 0 else math.exp(u),
@@ -31,7 +31,7 @@ def test_scaled_elementwise_maps_match_their_definition(kind):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, 2, 3, 4, generator=g, dtype=torch.float64)
     omega = torch.randn(2, 5, 4, generator=g, dtype=torch.float64)
-    phi = feature_values(kind, x, omega, is_query=True, form=SCALED)
+    phi = feature_values(kind, x, omega, is_query=True)
     for h in range(2):
         for n in range(3):
             for k in range(5):
@@ -98,9 +98,9 @@ def test_orthogonal_gaussian_blocks_are_orthogonal_with_requested_norms():
 
 
 def test_seed_fixes_omegas_per_head_and_they_are_buffers():
-    a = RandomFeatureMap(8, 3, 16, "elu", seed=5)
-    b = RandomFeatureMap(8, 3, 16, "elu", seed=5)
-    c = RandomFeatureMap(8, 3, 16, "elu", seed=6)
+    a = EluMap(8, 3, 16, seed=5)
+    b = EluMap(8, 3, 16, seed=5)
+    c = EluMap(8, 3, 16, seed=6)
     torch.testing.assert_close(a.omega, b.omega)
     assert not torch.allclose(a.omega, c.omega)
     assert not torch.allclose(a.omega[0], a.omega[1])
@@ -110,7 +110,7 @@ def test_seed_fixes_omegas_per_head_and_they_are_buffers():
     )
 
 
-@pytest.mark.parametrize("kind", FEATURE_MAPS)
+@pytest.mark.parametrize("kind", list(FEATURE_MAPS))
 def test_scaled_attention_matches_naive_normalised_kernel(kind):
     torch.manual_seed(0)
     attn = build_attention(

@@ -214,7 +214,7 @@ def test_capability_flags_match_behaviour(name):
     maps = getattr(entry.config, "__dataclass_fields__", {}).get("feature_map")
     kinds = list(getattr(maps.type, "__args__", ())) if maps is not None and not isinstance(maps.type, str) else []
     if maps is not None and not kinds:
-        from attnbench.baselines.random_features import FEATURE_MAPS
+        from attnbench.baselines.feature_maps import FEATURE_MAPS
 
         kinds = list(FEATURE_MAPS)
     for options in [{"feature_map": kind} for kind in kinds] or [{}]:

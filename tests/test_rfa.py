@@ -60,7 +60,7 @@ def test_sigma_is_a_learned_per_head_parameter():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_sin_cos_into_a_buffer_equals_the_concatenation(threads):
     """[sin u, cos u] written strided (one thread) or through contiguous scratch (several), and with gradients."""
-    from attnbench.baselines.random_features import sin_cos
+    from attnbench.baselines.feature_maps import sin_cos
 
     torch.set_num_threads(threads)  # the autouse fixture restores one thread
     u = torch.randn(2, 3, 17, 5, dtype=torch.float64)

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from attnbench.baselines.based.feature_map import TaylorFeatureMap
 from attnbench.baselines.based.naive import MIN_SHIFT
-from attnbench.baselines.linear_kernel import _causal_products
+from attnbench.baselines.linear_kernel.parallel import causal_products
 
 
 def _blocks(x: Tensor, p: int, nb: int) -> Tensor:
@@ -53,9 +53,9 @@ def _later(x: Tensor, by: int) -> Tensor:
 def taylor_part(phi_q: Tensor, phi_k: Tensor, values: Tensor, window: int, causal: bool) -> Tensor:
     """sum over keys outside the window of phi(q_i) . phi(k_j) [v_j, 1] -> (B, H, N, D + 1); phi_k and values
     with padded rows zeroed."""
-    out = _causal_products(phi_q, _later(phi_k, window), _later(values, window))
+    out = causal_products(phi_q, _later(phi_k, window), _later(values, window))
     if not causal:
-        out = out + _causal_products(phi_q.flip(2), _later(phi_k.flip(2), window), _later(values.flip(2), window)).flip(
+        out = out + causal_products(phi_q.flip(2), _later(phi_k.flip(2), window), _later(values.flip(2), window)).flip(
             2
         )
     return out

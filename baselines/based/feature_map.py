@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-from attnbench.baselines.linear_kernel import FeatureMap
+from attnbench.baselines.linear_kernel.contract import FeatureMap
 
 
 class TaylorFeatureMap(FeatureMap):

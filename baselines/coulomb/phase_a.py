@@ -122,8 +122,8 @@ def particle_modules(model: nn.Module) -> list[nn.Module]:
             continue
         if not callable(getattr(getattr(module, "feature_map", None), "kernel_features", None)):
             raise ConfigError(
-                f"{type(module).__name__} has learning_phase_parameters but no "
-                f"feature_map.kernel_features, so phase A cannot align it; give it a Coulomb feature map"
+                f"{type(module).__name__} has learning_phase_parameters but no feature_map.kernel_features, so "
+                f"phase A cannot align it; give it a random-feature map (attnbench.baselines.feature_maps)"
             )
         found.append(module)
     return found
@@ -297,7 +297,7 @@ def _resample(
             ]
         )  # (H, D)
         phase = None if getattr(fmap, "phase", None) is None else torch.gather(fmap.phase, 1, index)
-        fmap.set_particles(torch.stack([omega[h, index[h]] for h in range(omega.shape[0])]), phase)
+        fmap.replace_omegas(torch.stack([omega[h, index[h]] for h in range(omega.shape[0])]), phase)
 
 
 def _json_config(cfg: PhaseAConfig) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.random_features import project_to_ball
+from attnbench.baselines.random_projections import project_to_ball
 from attnbench.errors import ConfigError
 from attnbench.options import option, require
 

@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from attnbench.baselines.hedgehog.naive import naive_feature_attention
 from attnbench.baselines.hedgehog.recurrent import feature_attention_step
-from attnbench.baselines.linear_kernel import FeatureMap, LinearKernelAttention
+from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
+from attnbench.baselines.linear_kernel.contract import FeatureMap
 from attnbench.baselines.recurrent_attention import RecurrentAttention, State
 from attnbench.baselines.short_conv import ShortConvConfig, unfiltered
 from attnbench.options import option, require

@@ -97,7 +97,7 @@ class NativeSpec:
     """What the fused kernel needs of a feature map: phi = scale * (f(x' w) * row weights + offset).
 
     kind: "favor" (f = exp(u - max), key row weights exp(row max - norm_coef |x|^2 - L)), "elu" (elu + 1),
-    "trig" ([sin, cos], 2M features), or one of the paper's renormalised maps (PAPER_KINDS, random_features' paper
+    "trig" ([sin, cos], 2M features), or one of the paper's renormalised maps (PAPER_KINDS, feature_maps' paper
     form): "softmaxfeat" (exp(u - max)), "elu-paper" (max(elu(u + bias) + 1, floor)), "softplus" (softplus(u) +
     floor), "sigmoid2" (sigmoid(u)^2), "cos2" (cos(u + phase)^2), whose key row weights are sqrt(M) / max(sum f,
     floor) and whose queries keep f (their normaliser cancels in the attention's ratio). weights: (heads or 1, d, M)
@@ -456,7 +456,7 @@ def attention(
     offset, the query rows; q, k (B, H, N, d), v (B, H, N, Dv) contiguous, `real` (B, N) uint8 or None
     -> (B, H, N, Dv). `saved`: `Attention`'s buffers for the backward (training), or None. Key rows past each
     sequence's last real key are skipped (they contribute nothing); with `skip_queries` query rows there too,
-    their outputs written as 0, for callers that never read them (`linear_kernel.padded_queries_unread`)."""
+    their outputs written as 0, for callers that never read them (`linear_kernel.fused.padded_queries_unread`)."""
     b, h, n, d = _expect_call("attention", spec, q, k, v, real, threads)
     if saved is not None:
         _expect_saved("attention", spec, saved, b * h, n, d, v.shape[-1])

@@ -55,7 +55,7 @@ struct Scratch {
 };
 
 // the feature functions f(u), u = x w: favor's exp(u - row max); elu + 1; [sin, cos]; and the paper's maps
-// (baselines/random_features.py "paper" form): softmaxfeat (exp(u - row max), as favor's values), elu + 1 of u + bias
+// (baselines/feature_maps.py, the "paper" form): softmaxfeat (exp(u - row max), as favor's values), elu + 1 of u + bias
 // floored, softplus + floor, sigmoid^2, cos^2(u + phase). The paper's maps reweight each key by sqrt(M) / max(sum_m
 // f, floor) (its l1 normaliser); a query's normaliser cancels in phi S / phi s, so queries keep f as it is
 // ids generated from baselines/native/__init__.py KIND_TABLE (compiler definition ATTNBENCH_KIND_ENUM)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from attnbench.baselines.linear_kernel import torch_threads
+from attnbench.baselines.linear_kernel.cpu_threads import torch_threads
 from attnbench.cell_spec import CellSpec
 from attnbench.decoder import TransformerDecoder
 from attnbench.decoder_training import decoder_config
