@@ -19,8 +19,9 @@ sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins, also sent 
 
 @pytest.fixture(scope="module")
 def local_ray():
-    from attnbench.ray_executor import _pythonpath
+    from attnbench.ray_executor import _pythonpath, local_worker_priority
 
+    local_worker_priority()
     ray.init(
         num_cpus=2,
         include_dashboard=False,
@@ -31,14 +32,14 @@ def local_ray():
     ray.shutdown()
 
 
-def suite_file(tmp_path: Path, measurements: list, seeds: tuple[int, ...] = (0, 1)) -> Path:
+def suite_file(tmp_path: Path, measurements: list) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(
         yaml.safe_dump(
             {
                 "name": "tiny",
                 "description": "ray test",
-                "seeds": list(seeds),
+                "seeds": [0, 1],
                 "measurements": measurements,
                 "attentions": [
                     "softmax",
@@ -54,12 +55,12 @@ def suite_file(tmp_path: Path, measurements: list, seeds: tuple[int, ...] = (0, 
 
 
 def test_ray_and_local_store_identical_results(tmp_path, local_ray):
-    suite = load_suite(str(suite_file(tmp_path, ["fake_cells:tiny_train"], seeds=(0,))))  # one seed: Ray is slow
+    suite = load_suite(str(suite_file(tmp_path, ["fake_cells:tiny_train"])))
     threads = torch.get_num_threads()
     local = run_suite(suite, tmp_path / "local", RunOptions(show_progress=False, threads=1))  # as each Ray task
     assert torch.get_num_threads() == threads  # restored after the run
     remote = run_suite(suite, tmp_path / "ray", RunOptions(executor="ray", show_progress=False))
-    assert local.counts == remote.counts == {"ok": 2, "failed": 1}
+    assert local.counts == remote.counts == {"ok": 4, "failed": 2}
     assert local.exit_code == remote.exit_code == 1
     by_id = {r["cell_id"]: r for r in RunStore(tmp_path / "local").records()}
     from_ray = list(RunStore(tmp_path / "ray").records())
