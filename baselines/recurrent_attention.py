@@ -116,10 +116,7 @@ class RecurrentAttention(nn.Module):
         real = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
         new: State = {}
         if self.short_conv is not None:
-            if real is not None:
-                keep = real.to(q_t.dtype)[:, None, None]
-                q_t, k_t, v_t = q_t * keep, k_t * keep, v_t * keep
-            (q_t, k_t, v_t), new["conv"] = self.short_conv.step(q_t, k_t, v_t, state["conv"])
+            (q_t, k_t, v_t), new["conv"] = self.short_conv.step(q_t, k_t, v_t, state["conv"], real)
         core = {name[5:]: t for name, t in state.items() if name.startswith("core.")}
         if real is not None and self.padding_takes_positions:
             out, after = self.core_step(q_t, k_t, v_t, core, real)

@@ -79,10 +79,14 @@ class ShortConvolution(nn.Module):
         return nn.functional.pad(tail, (0, 0, self.kernel_size - 1 - tail.shape[3], 0))
 
     def step(
-        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Tensor
+        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Tensor, key_padding_mask: Tensor | None = None
     ) -> tuple[tuple[Tensor, Tensor, Tensor], Tensor]:
-        """One position: q_t, k_t, v_t (B, H, D) and the window `state` -> filtered (B, H, D) each, new state."""
-        window = torch.cat([state, torch.stack([q_t, k_t, v_t])[:, :, :, None]], dim=3)  # (3, B, H, K, D)
+        """One position: q_t, k_t, v_t (B, H, D) and the window `state` -> filtered (B, H, D) each, new state;
+        `key_padding_mask` (B,) False = a padded token, which enters the window as 0, as in `forward`."""
+        x = torch.stack([q_t, k_t, v_t])
+        if key_padding_mask is not None:
+            x = x * key_padding_mask.to(x.device, x.dtype)[None, :, None, None]
+        window = torch.cat([state.to(x), x[:, :, :, None]], dim=3)  # (3, B, H, K, D)
         weight = self.weight.transpose(-2, -1)[:, None]  # (3, 1, heads, K, D): the last tap meets the newest input
         out = nn.functional.silu((window * weight).sum(dim=3))
         return (out[0], out[1], out[2]), window[:, :, :, 1:]

@@ -98,10 +98,7 @@ class SoftmaxAttention(nn.Module):
         )
         conv = {}
         if self.short_conv is not None:
-            keep = real_t.to(q_t.dtype)[:, :, None]  # a padded token enters the filter as 0, as in `forward`
-            (q_t, k_t, v_t), conv["conv"] = self.short_conv.step(
-                q_t * keep, k_t * keep, v_t * keep, state["conv"].to(q_t)
-            )
+            (q_t, k_t, v_t), conv["conv"] = self.short_conv.step(q_t, k_t, v_t, state["conv"], real_t[:, 0])
         cache = state["keys"]
         grow = cache.shape[2] > 0  # an empty cache takes the heads, dtype and device of the first token
         keys = torch.cat([cache.to(k_t), k_t[:, :, None]], dim=2) if grow else k_t[:, :, None]

@@ -97,9 +97,8 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
         self._require_causal("step")
         mask = None if key_padding_mask is None else key_padding_mask[:, None]
         conv = {}
-        if self.short_conv is not None:  # a padded token enters the filter's window as 0, as in `forward`
-            keep = 1.0 if mask is None else mask.to(q_t.dtype)[:, :, None]
-            (q_t, k_t, v_t), conv["conv"] = self.short_conv.step(q_t * keep, k_t * keep, v_t * keep, state["conv"])
+        if self.short_conv is not None:
+            (q_t, k_t, v_t), conv["conv"] = self.short_conv.step(q_t, k_t, v_t, state["conv"], key_padding_mask)
         phi_q = self.feature_map.forward_queries(q_t[:, :, None])  # (B, H, 1, M)
         chunk, anchor = self.feature_map.causal_key_chunk(k_t[:, :, None], mask, state.get("anchor"))
         phi_k = chunk.materialise()
