@@ -44,19 +44,28 @@ class MetricInfo:
     pattern: str
     direction: Direction | None
     description: str
+    timed: bool = False  # a wall-clock figure: the tables rank it only where a timing check backs it
 
 
 METRICS: dict[str, MetricInfo] = {}
 
 
-def register_metric(pattern: str, direction: Direction | None, description: str) -> None:
-    """Declare a metric name (or a glob over names) and whether higher ("max") or lower ("min") is better."""
+def register_metric(pattern: str, direction: Direction | None, description: str, *, timed: bool = False) -> None:
+    """Declare a metric name (or a glob over names) and whether higher ("max") or lower ("min") is better;
+    `timed`: it is a wall-clock figure (seconds, latency, throughput), which swings with machine load, so the
+    per-task tables show it without a rank (the efficiency section ranks times through its paired timing check)."""
     if direction not in ("max", "min", None):
         raise ValueError(f"direction={direction!r} for metric {pattern!r} must be 'max', 'min' or None")
     known = METRICS.get(pattern)
     if known is not None and known.direction != direction:
         raise ValueError(f"metric {pattern!r} is already declared with direction {known.direction!r}")
-    METRICS[pattern] = MetricInfo(pattern, direction, description)
+    METRICS[pattern] = MetricInfo(pattern, direction, description, timed)
+
+
+def metric_timed(name: str) -> bool:
+    """Whether the metric is declared a wall-clock figure (`register_metric(..., timed=True)`)."""
+    info = metric_info(name)
+    return bool(info is not None and info.timed)
 
 
 def metric_info(name: str) -> MetricInfo | None:

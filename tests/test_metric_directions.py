@@ -36,11 +36,55 @@ def test_task_table_ranks_follow_the_declaration(tmp_path: Path, direction: str)
     name = f"plugin_score_{direction}"
     register_metric(name, direction, "a plug-in measurement's metric")
     try:
-        for label, value in (("low", 1.0), ("high", 2.0)):
-            write_cell(tmp_path, label=label, attention="softmax", task="t", measurement="echo", metrics={name: value})
+        for seed, noise in enumerate((0.0, 0.01, -0.01)):  # a gap of 1.0 against seed noise of 0.01: detected
+            for label, value in (("low", 1.0), ("high", 2.0)):
+                write_cell(
+                    tmp_path,
+                    label=label,
+                    attention="softmax",
+                    task="t",
+                    measurement="echo",
+                    seed=seed,
+                    metrics={name: value + noise * (label == "high")},
+                )
         table = task_table(load_runs([tmp_path]), "t", "echo")  # a plug-in measurement's table ranks every metric
         ranks = dict(zip(table.data["label"], table.data[f"{name}_rank"]))
         assert ranks == ({"high": 1.0, "low": 2.0} if direction == "max" else {"low": 1.0, "high": 2.0})
+        winner = "high" if direction == "max" else "low"
+        assert list(table.best[name]) == [lab == winner for lab in table.data["label"]]
+    finally:
+        METRICS.pop(name)
+
+
+def test_a_plugin_gap_within_seed_noise_is_one_group_and_not_bold(tmp_path: Path) -> None:
+    name = "plugin_noisy_score"
+    register_metric(name, "max", "a plug-in measurement's metric")
+    try:
+        for seed, (a, b) in enumerate(((0.9, 0.5), (0.4, 0.8), (0.95, 0.6))):  # a's mean higher, not detectably
+            for label, value in (("a", a), ("b", b)):
+                write_cell(tmp_path, label=label, task="t", measurement="echo", seed=seed, metrics={name: value})
+        table = task_table(load_runs([tmp_path]), "t", "echo")
+        assert set(table.data[f"{name}_rank_text"]) == {"1–2"}
+        assert not table.best[name].any()
+        one_seed = tmp_path / "one"
+        for label, value in (("a", 1.0), ("b", 2.0)):
+            write_cell(one_seed, label=label, task="t", measurement="echo", metrics={name: value})
+        table = task_table(load_runs([one_seed]), "t", "echo")
+        assert table.data[f"{name}_rank"].isna().all() and not table.best[name].any()  # one seed: no claim
+    finally:
+        METRICS.pop(name)
+
+
+def test_a_timed_metric_is_shown_not_ranked(tmp_path: Path) -> None:
+    name = "plugin_seconds"
+    register_metric(name, "min", "a plug-in measurement's wall time", timed=True)
+    try:
+        for seed in range(3):
+            for label, value in (("fast", 1.0 + seed / 100), ("slow", 9.0)):
+                write_cell(tmp_path, label=label, task="t", measurement="echo", seed=seed, metrics={name: value})
+        table = task_table(load_runs([tmp_path]), "t", "echo")
+        assert table.data[f"{name}_rank"].isna().all() and not table.best[name].any()
+        assert f"Not ranked: {name}" in " ".join(table.notes)
     finally:
         METRICS.pop(name)
 

@@ -43,9 +43,9 @@ class AccuracyOptions:
         )
 
 
+register_metric("train_seconds", "min", "wall time of training (phase A and B)", timed=True)
+register_metric("phase_a_seconds", "min", "wall time of phase A", timed=True)
 for _name, _direction, _text in (
-    ("train_seconds", "min", "wall time of training (phase A and B)"),
-    ("phase_a_seconds", "min", "wall time of phase A"),
     ("params_total", None, "parameters of the model"),
     ("params_attention", None, "parameters of the attention layers"),
     ("params_ratio", None, "parameters over the softmax Transformer's (LRA's rule)"),

@@ -33,7 +33,7 @@ for _pattern, _direction, _text in (
     ("prefill_tokens_per_s@*", "max", "prompt tokens per second of the parallel prefill at that context length"),
     ("decode_ms_per_token@*", "min", "median milliseconds of one decoding step at that context length"),
 ):
-    register_metric(_pattern, _direction, _text)
+    register_metric(_pattern, _direction, _text, timed=True)
 
 
 @dataclasses.dataclass

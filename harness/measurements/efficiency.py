@@ -545,14 +545,14 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, float]:
     return metrics
 
 
-for _pattern, _direction, _text in (
-    ("*_ms@*", "min", "median time of one call in milliseconds"),
-    ("*_tokens_per_s@*", "max", "tokens processed per second"),
-    ("*_peak_mem_bytes@*", "min", "peak memory of one call in bytes"),
-    ("*_roofline_fraction@*", "max", "roofline bound / measured time"),
-    ("*_paired_ratio@*", "max", "median over alternated pairs of the paired attention's time / this one's"),
+for _pattern, _direction, _text, _timed in (
+    ("*_ms@*", "min", "median time of one call in milliseconds", True),
+    ("*_tokens_per_s@*", "max", "tokens processed per second", True),
+    ("*_peak_mem_bytes@*", "min", "peak memory of one call in bytes", False),
+    ("*_roofline_fraction@*", "max", "roofline bound / measured time", True),
+    ("*_paired_ratio@*", "max", "median over alternated pairs of the paired attention's time / this one's", True),
 ):
-    register_metric(_pattern, _direction, _text)
+    register_metric(_pattern, _direction, _text, timed=_timed)
 
 
 @register_measurement("efficiency", config=EfficiencyOptions)

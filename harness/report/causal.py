@@ -19,10 +19,12 @@ import numpy as np
 import pandas as pd
 
 from attnbench.report.load import Results, detail_rows
+from attnbench.report.paired import PredictionCache
 from attnbench.report.plot import Plot, label_colors, legend_below, new_figure, save_plot
+from attnbench.report.ranking import task_standings, top_group_marks
 from attnbench.report.sections import ReportContext, register_report_section
 from attnbench.report.stats import summarize
-from attnbench.report.table import Table, best_mask, fmt, fmt_summary
+from attnbench.report.table import DASH, Table, fmt, fmt_summary
 
 SOFTMAX = "softmax"
 
@@ -34,6 +36,7 @@ def recall_points(results: Results) -> pd.DataFrame:
         {
             "label": c["label"],
             "attention": c["attention"],
+            "task": c["task"],
             "seed": c["seed"],
             "num_kv_pairs": c["metrics"].get("num_kv_pairs"),
             "accuracy": c["metrics"].get("accuracy"),
@@ -41,7 +44,7 @@ def recall_points(results: Results) -> pd.DataFrame:
         }
         for _, c in cells.iterrows()
     ]
-    return pd.DataFrame(rows, columns=["label", "attention", "seed", "num_kv_pairs", "accuracy", "state_bytes"])
+    return pd.DataFrame(rows, columns=["label", "attention", "task", "seed", "num_kv_pairs", "accuracy", "state_bytes"])
 
 
 def recall_table(results: Results) -> Table | None:
@@ -50,6 +53,15 @@ def recall_table(results: Results) -> Table | None:
     if points.empty:
         return None
     pairs = sorted(points["num_kv_pairs"].dropna().unique())
+    cells, cache = results.of("recall"), PredictionCache()
+    groups = {  # per num_kv_pairs: the labels' tested rank groups on accuracy (one task per count)
+        p: task_standings(
+            cells[cells["task"].isin(set(points.loc[points["num_kv_pairs"] == p, "task"]))],
+            sorted(set(points.loc[points["num_kv_pairs"] == p, "label"])),
+            cache,
+        )
+        for p in pairs
+    }
     data, text = [], []
     for (label, attention), part in points.groupby(["label", "attention"], sort=True):
         rec = {"label": label, "attention": attention, "state bytes": float(part["state_bytes"].mean())}
@@ -57,16 +69,24 @@ def recall_table(results: Results) -> Table | None:
         for p in pairs:
             s = summarize(part.loc[part["num_kv_pairs"] == p, "accuracy"])
             rec[f"kv {int(p)}"], row[f"kv {int(p)}"] = s["mean"], fmt_summary(s)
+            standing = groups[p].get(label)
+            if standing is not None and row[f"kv {int(p)}"] != DASH:
+                rec[f"kv {int(p)} rank"] = standing.rank_text
+                row[f"kv {int(p)}"] += f" ({standing.rank_text})"
         data.append(rec)
         text.append(row)
     data, text = pd.DataFrame(data), pd.DataFrame(text)
-    best = best_mask(data[[f"kv {int(p)}" for p in pairs]], {f"kv {int(p)}": "max" for p in pairs})
-    best = best.reindex(columns=text.columns, fill_value=False)
+    best = pd.DataFrame(False, index=text.index, columns=text.columns)
+    for p in pairs:
+        marks = top_group_marks(groups[p], list(data["label"]))
+        best[f"kv {int(p)}"] = marks
     notes = [
         (
             "MQAR answer accuracy on the test split (mean ± std over seeds, [95% t-interval] from 3) at each "
-            "number of key-value pairs; state bytes: the decoding state per sequence and layer at the row length "
-            "(softmax: its KV cache; a feature map: features x head_dim plus the normaliser)."
+            "number of key-value pairs, (rank group): labels whose paired difference with the group's best is "
+            "not detectable (95% t-interval over shared seeds holds 0) share its ranks; bold: the top group "
+            "where it leaves some label out. State bytes: the decoding state per sequence and layer at the row "
+            "length (softmax: its KV cache; a feature map: features x head_dim plus the normaliser)."
         )
     ]
     return Table("recall", "Associative recall (MQAR) against state size", data, text, best, notes, key_columns=2)

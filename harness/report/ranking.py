@@ -124,6 +124,14 @@ def task_standings(
     return standings
 
 
+def top_group_marks(standings: dict[str, Standing], order: list[str]) -> list[bool]:
+    """Bold per label of `order`: the top group, unless every ranked label is in it (then bold would single out
+    nobody)."""
+    ranked = [s for s in standings.values() if s.low is not None]
+    marked = len([s for s in ranked if s.top]) < len(ranked)
+    return [marked and lab in standings and standings[lab].top for lab in order]
+
+
 def ranking_note(metric: str = RANK_METRIC) -> str:
     """The footnote every grouped ranking carries."""
     return (

@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from attnbench.metrics import metric_timed
 from attnbench.report.load import Results, metric_frame, not_ok
-from attnbench.report.paired import PredictionCache
-from attnbench.report.ranking import RANK_METRIC, Standing, ranking_note, task_standings
+from attnbench.report.paired import ALPHA, PredictionCache
+from attnbench.report.ranking import RANK_METRIC, Standing, ranking_note, task_standings, top_group_marks
 from attnbench.report.sections import report_sections
-from attnbench.report.stats import metric_direction, rank, summarize
+from attnbench.report.stats import metric_direction, summarize
 from attnbench.report.table import DASH, Table, finite, fmt, fmt_summary, slug
 
 HEADLINE = ("accuracy", "macro_f1", "ece")
@@ -87,20 +88,22 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     means = pd.DataFrame({m: [stats[(lab, m)]["mean"] for lab in labels] for m in metrics}, index=labels)
     references = results.reference_labels()
     ranked = means.drop(index=[lab for lab in labels if lab in references])
+    cache = PredictionCache()
     standings = (
-        _accuracy_standings(results, task, list(ranked.index), PredictionCache())
+        _accuracy_standings(results, task, list(ranked.index), cache)
         if measurement == "accuracy" and RANK_METRIC in metrics
         else {}
     )
-    if standings:
-        ranks = pd.DataFrame(np.nan, index=labels, columns=metrics)
-        ranks.loc[list(standings), RANK_METRIC] = [s.low if s.low is not None else np.nan for s in standings.values()]
-    else:
-        ranks = pd.DataFrame(
-            {m: rank(ranked[m], metric_direction(m)) if metric_direction(m) else np.nan for m in metrics},
-            index=ranked.index,
-        ).reindex(labels)
-    first = RANK_METRIC if RANK_METRIC in ranks else (metrics[0] if metrics else None)
+    grouped = (  # a plug-in measurement: every quality metric ranked in tested groups, times never
+        {}
+        if standings
+        else {m: _metric_standings(results, measurement, task, list(ranked.index), cache, m) for m in metrics}
+    )
+    grouped = {m: found for m, found in grouped.items() if found}
+    ranks = pd.DataFrame(np.nan, index=labels, columns=metrics)
+    for m, found in ({RANK_METRIC: standings} if standings else grouped).items():
+        ranks.loc[list(found), m] = [s.low if s.low is not None else np.nan for s in found.values()]
+    first = RANK_METRIC if standings else next(iter(grouped), metrics[0] if metrics else None)
     first_rank = ranks[first] if first else pd.Series(np.nan, index=labels)
     first_mean = means[first] if first else pd.Series(np.nan, index=labels)
     sign = -1.0 if first is None or metric_direction(first) != "min" else 1.0
@@ -148,7 +151,10 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
                     f"{m}_rank": ranks.at[lab, m],
                 }
             )
-            text[m] = fmt_summary(s, ranks.at[lab, m] if not standings else np.nan, seeds[lab])
+            text[m] = fmt_summary(s, np.nan, seeds[lab])
+            if m in grouped and lab in grouped[m] and text[m] != DASH:
+                row[f"{m}_rank_text"] = grouped[m][lab].rank_text
+                text[m] += f" ({grouped[m][lab].rank_text})"
         if standing is not None:
             row.update(
                 {f"{RANK_METRIC}_rank_high": standing.high, "rank": standing.rank_text, "chance_p": standing.chance_p}
@@ -161,14 +167,11 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     if standings:
         notes = [_grouped_note(standings.values())]
-        best[RANK_METRIC] = _top_group_marks(standings, order)
+        best[RANK_METRIC] = top_group_marks(standings, order)
     else:
-        for m in metrics:
-            best[m] = [ranks.at[lab, m] == 1 and ranked[m].nunique() > 1 for lab in order]  # no mark if all tie
-        notes = [
-            "Cells: mean ± sample std over seeds, [95% t-interval] where n ≥ 3, (rank of the mean; 1 = best, "
-            "direction-aware). Bold: best in column. n shown where a metric has fewer seeds than the row."
-        ]
+        for m, found in grouped.items():
+            best[m] = top_group_marks(found, order)
+        notes = [_plugin_note(grouped, [m for m in metrics if metric_timed(m)])]
     if references:
         notes.append(REFERENCE_NOTE)
     for lab in labels:
@@ -188,11 +191,35 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     )
 
 
-def _top_group_marks(standings: dict[str, Standing], order: list[str]) -> list[bool]:
-    """Bold for the top group, unless every ranked label is in it (then bold would single out nobody)."""
-    ranked = [s for s in standings.values() if s.low is not None]
-    marked = len([s for s in ranked if s.top]) < len(ranked)
-    return [marked and lab in standings and standings[lab].top for lab in order]
+def _metric_standings(
+    results: Results, measurement: str, task: str, labels: list[str], cache: PredictionCache, metric: str
+) -> dict[str, Standing]:
+    """Group ranks of a plug-in measurement's metric on one task; empty for a metric that is not ranked (no
+    direction, or a wall-clock figure, which swings with machine load and has no timing check here)."""
+    if not metric_direction(metric) or metric_timed(metric) or not labels:
+        return {}
+    part = results.of(measurement)
+    return task_standings(part[part["task"] == task], labels, cache, metric=metric)
+
+
+def _plugin_note(grouped: dict[str, dict[str, Standing]], timed: list[str]) -> str:
+    """Cells, ranks and bold of a plug-in measurement's task table."""
+    note = (
+        "Cells: mean ± sample std over seeds, [95% t-interval] where n ≥ 3; n shown where a metric has fewer "
+        "seeds than the row. (Rank group): by the mean over seeds, a label whose paired difference with its "
+        "group's best is not detectable (95% t-interval over shared seeds holds 0, or a per-example test where "
+        f"the cells store predictions gives p ≥ {ALPHA}) shares the group's ranks (e.g. 1–4); bold: the top "
+        "group where it leaves some label out. With one seed, no rank is claimed."
+    )
+    if timed:
+        note += (
+            " Not ranked: " + ", ".join(timed) + " (wall-clock figures, which swing with machine load; the "
+            "efficiency suite compares times with its paired timing check)."
+        )
+    unranked = [m for m, found in grouped.items() if all(s.low is None for s in found.values())]
+    if unranked:
+        note += " No ranking is supported for " + ", ".join(unranked) + "."
+    return note
 
 
 def _grouped_note(standings: Iterable[Standing]) -> str:
@@ -283,7 +310,7 @@ def leaderboard_table(results: Results) -> Table:
     data, text = data.loc[order].reset_index(drop=True), pd.DataFrame(text_rows).loc[order].reset_index(drop=True)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     for t in tasks:
-        marks = _top_group_marks(standings[t], list(data["label"]))
+        marks = top_group_marks(standings[t], list(data["label"]))
         best[f"{t} accuracy"] = marks
     notes = [
         "Each task is ranked on its own (labels are compared only with labels measured on the same task and "
