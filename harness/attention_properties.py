@@ -23,7 +23,7 @@ from torch import Tensor
 
 from attnbench.baselines import native
 from attnbench.errors import UserError
-from attnbench.recurrence import step_through
+from attnbench.recurrence import state_tensors, step_through
 from attnbench.registry import attention_capabilities, attention_entry, build_attention
 
 HEAD_DIM, MAX_LENGTH = 16, 4096
@@ -257,6 +257,23 @@ def recurrent_matches_parallel(name: str, options: dict[str, Any], batch: int, h
             )
 
 
+def step_is_a_function(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
+    """Built with causal=True: `step` returns a new state and leaves the one it was given as it was, so one state
+    can be stepped from twice with the same result (generation with branching, and the `decode` measurement,
+    which times every step from one prefilled state, rely on it)."""
+    attn = _build(name, heads, options, causal=True).eval()
+    q, k, v = _qkv(batch, heads, 12, seed=4)
+    with torch.no_grad():
+        _, state = step_through(attn, q[:, :, :11], k[:, :, :11], v[:, :, :11])
+        kept = [t.clone() for t in state_tensors(state)]
+        first, _ = attn.step(q[:, :, 11], k[:, :, 11], v[:, :, 11], state)
+        second, _ = attn.step(q[:, :, 11], k[:, :, 11], v[:, :, 11], state)
+    for before, after in zip(kept, state_tensors(state), strict=True):
+        if not torch.equal(after, before):  # bitwise, of any dtype (a KV cache keeps a bool mask of real keys)
+            raise PropertyFailed("a step changed the state it was given in place; return a new state instead")
+    _close(second, first, "a second step from the same state", rtol=0, atol=0)
+
+
 Check = Callable[[str, dict[str, Any], int, int], None]
 PROPERTIES: dict[str, Check] = {
     "padding invariance": padding_invariance,
@@ -268,8 +285,13 @@ PROPERTIES: dict[str, Check] = {
     "padding mask as bool, int or float 0/1": mask_forms,
     "output dtype and shape": output_dtype_and_shape,
     "recurrent form equals the parallel form": recurrent_matches_parallel,
+    "step leaves its state unchanged": step_is_a_function,
 }
-CAUSAL_PROPERTIES = ("causality", "recurrent form equals the parallel form")  # n/a unless the attention claims causal
+CAUSAL_PROPERTIES = (
+    "causality",
+    "recurrent form equals the parallel form",
+    "step leaves its state unchanged",
+)  # n/a unless the attention claims causal
 
 
 def check_property(

@@ -10,6 +10,7 @@ import torch
 from attnbench.attention_properties import PROPERTIES, check_property, has_native_path
 from attnbench.errors import ConfigError
 from attnbench.model import ModelConfig, TransformerClassifier
+from attnbench.recurrence import state_tensors
 from attnbench.registry import attention_entry, attention_names, build_attention
 from attnbench.tasks.base import Split, TaskData
 from attnbench.train import TrainConfig, predict_proba, train_classifier
@@ -56,6 +57,23 @@ def test_a_broken_attention_fails_the_properties_it_breaks():
     assert verdict.ok is False and "padding" in verdict.detail
     shared = check_property("leaky_attention:LeakyAttention", "one head's parameters shared by every head")
     assert all(v.ok is False for v in shared)
+
+
+def test_a_step_that_changes_its_state_in_place_fails(monkeypatch):
+    """The decode measurement times every step from one prefilled state: a step that writes into the state it
+    was given would time a growing context and corrupt generation with branching; the property catches it."""
+    cls = type(build_attention("elu-linear", head_dim=8, num_heads=1, causal=True))
+    original = cls.step
+
+    def in_place(self, q_t, k_t, v_t, state, **kwargs):
+        out, new = original(self, q_t, k_t, v_t, state, **kwargs)
+        for t in state_tensors(state):
+            t.add_(1.0) if t.is_floating_point() else None
+        return out, new
+
+    monkeypatch.setattr(cls, "step", in_place)
+    verdicts = check_property("elu-linear", "step leaves its state unchanged")
+    assert verdicts and all(v.ok is False and "in place" in v.detail for v in verdicts)
 
 
 @pytest.mark.parametrize("name", sorted(set(NAMES) - set(CAUSAL)))

@@ -1,6 +1,7 @@
 """The causal measurements: state formulas against the tensors `step` carries, bits per byte by hand, recall per
 query, and the tiny causal suite end to end."""
 
+import json
 import math
 from pathlib import Path
 
@@ -8,10 +9,14 @@ import pytest
 import torch
 from torch import nn
 
+from attnbench.decoder import TransformerDecoder
 from attnbench.decoder_training import TokenScores, score_tokens
+from attnbench.errors import ConfigError
 from attnbench.executor import RunOptions, run_suite
+from attnbench.measurements.decode import DecodeOptions, decode_row
 from attnbench.measurements.language_model import bits_per_bucket, lm_metrics
 from attnbench.measurements.recall import accuracy_per_query
+from attnbench.model import ModelConfig
 from attnbench.recurrence import state_bytes, step_through
 from attnbench.registry import build_attention
 from attnbench.suite import load_suite
@@ -73,7 +78,35 @@ def test_accuracy_per_query_keeps_row_order():
     assert accuracy_per_query(scores) == [1.0, 0.5]
 
 
+def test_decode_times_each_step_in_alternation_with_the_paired_one():
+    cfg = ModelConfig(vocab_size=32, num_classes=32, max_length=64, d_model=16, num_layers=1, num_heads=2,
+                      ffn_dim=32, dropout=0.0, kind="decoder", tie_qk=False)  # fmt: skip
+    model, twin = (TransformerDecoder(cfg, name, {}, seed=0).eval() for name in ("elu-linear", "softmax"))
+    row = decode_row(model, 40, DecodeOptions(context_lengths=[40], steps=6, warmup=1), "cpu", twin)
+    assert row["pairs"] == 6 and 0 <= row["pairs_faster"] <= 6 and row["paired_ratio"] > 0
+    assert row["verdict"] in ("faster", "slower", "no detectable difference")
+    assert row["state_bytes"] == H * (D * D + D) * 4  # the first layer's state: heads x (D x D + D) float32
+    alone = decode_row(model, 40, DecodeOptions(context_lengths=[40], steps=3, warmup=0, paired=None), "cpu")
+    assert "verdict" not in alone and alone["decode_ms_per_token"] > 0
+
+
+def test_decode_refuses_an_unknown_paired_attention_when_the_suite_loads():
+    with pytest.raises(ConfigError, match="paired"):
+        DecodeOptions(paired="no-such-attention")
+    with pytest.raises(ConfigError, match="paired"):
+        DecodeOptions(paired={"name": "softmax", "options": {"no_such_option": 1}})
+
+
 def test_the_tiny_causal_suite_runs_end_to_end(tmp_path):
     suite = load_suite(str(Path(__file__).parent / "suites" / "causal-tiny.yaml"))
     summary = run_suite(suite, tmp_path / "run", RunOptions(show_progress=False, workers=1))
     assert not summary.failures and summary.counts.get("ok", 0) >= 14, summary
+    cells = [json.loads(p.read_text()) for p in (tmp_path / "run" / "cells").rglob("*.json")]
+    decode = [c for c in cells if c["status"] == "ok" and "decode_ms_per_token@8" in c["metrics"]]
+    performer = [c for c in decode if "performer" in c["label"]]
+    softmax = [c for c in decode if c["label"] == "softmax"]
+    assert performer and softmax
+    for cell in performer:  # paired with softmax by default: the timing check ran at every context
+        assert cell["details"]["paired"] == {"name": "softmax", "options": {}}
+        assert all("verdict" in row for row in cell["details"]["rows"])
+    assert all(c["details"]["paired"] is None for c in softmax)  # the reference is not paired with itself

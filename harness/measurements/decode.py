@@ -1,37 +1,51 @@
 """`decode`: what prefill and decoding cost a causal decoder, against context length, with the state it keeps.
 
 For each context length L: prefill tokens/s (the parallel forward over L tokens that also builds each
-layer's state, `TransformerDecoder.prefill`), then the median wall time of `steps` single-token decoding
-steps continuing from that state (`TransformerDecoder.step`), and the state bytes per sequence and layer.
+layer's state, `TransformerDecoder.prefill`), then the wall time of `steps` single-token decoding steps
+from that state (`TransformerDecoder.step`, each from the same prefilled state: the step is a function of
+its state, so every timed step decodes at exactly L), and the state bytes per sequence and layer.
 The model is untrained (cost does not depend on the weights); batch 1, float32, on the cell's device.
-A linear attention's step costs the same at every L while softmax's grows with its cache: where the two
-curves cross is measured here, not assumed.
+
+The timing check: with `paired` (default softmax) the same decoder with the paired attention is prefilled
+too, and the two steps are timed in alternation, pair after pair (A B, then B A; `time_alternating`), so a
+slow spell of a shared machine slows both. Per context: the median over pairs of paired time / this time,
+the pairs where this step was the faster, and the exact two-sided sign test on them; "faster" only where
+p < 0.05 and the median ratio > 1. A linear attention's step costs the same at every L while softmax's
+grows with its cache: where the two cross is read from these verdicts (report: `decode_crossover_table`),
+not assumed. The other processes' load while timing is recorded per context.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 from typing import Any
 
+import numpy as np
 import torch
+from scipy import stats as scipy_stats
 
 from attnbench.baselines.linear_kernel.cpu_threads import torch_threads
 from attnbench.cell_spec import CellSpec
 from attnbench.decoder import TransformerDecoder
 from attnbench.decoder_training import decoder_config
+from attnbench.errors import ConfigError, UserError
 from attnbench.measurements import register_measurement
 from attnbench.measurements.common import load_cell_task
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
 from attnbench.progress import Progress
 from attnbench.recurrence import state_bytes
+from attnbench.registry import ATTENTIONS
 from attnbench.runtime import seed_everything
+from attnbench.timing import cpu_snapshot, others_cores, pair_ratios, quartiles, time_alternating, time_repeated
+
+ALPHA = 0.05  # the sign test's level for a "faster" or "slower" verdict
 
 for _pattern, _direction, _text in (
     ("prefill_tokens_per_s@*", "max", "prompt tokens per second of the parallel prefill at that context length"),
     ("decode_ms_per_token@*", "min", "median milliseconds of one decoding step at that context length"),
+    ("decode_paired_ratio@*", "max", "median over alternated pairs of the paired attention's step time / this one's"),
 ):
     register_metric(_pattern, _direction, _text, timed=True)
 
@@ -41,9 +55,14 @@ class DecodeOptions:
     """Options of the decode measurement."""
 
     context_lengths: list[int] = option([256, 1024, 4096, 16384], "prompt lengths decoding continues from")
-    steps: int = option(16, "decoding steps timed after each prefill (their median is reported)")
+    steps: int = option(16, "decoding steps timed at each context (pairs of steps with `paired`)")
     warmup: int = option(2, "untimed decoding steps first")
     threads: int = option(1, "torch threads while decoding (one token's work is small)")
+    paired: Any = option(
+        "softmax",
+        "the attention (a name, or {name, options}) whose step is timed in alternation with this one's, same "
+        "model; the crossover is read from these pairs; null: no pairing (no verdict either)",
+    )
 
     def __post_init__(self) -> None:
         require(
@@ -52,31 +71,100 @@ class DecodeOptions:
         )
         require(self.steps >= 1 and self.warmup >= 0, f"steps={self.steps} must be >= 1 and warmup >= 0")
         require(self.threads >= 1, f"threads={self.threads} must be at least 1")
+        if self.paired is None:
+            return
+        spec = paired_spec(self.paired)
+        require(
+            isinstance(spec, dict) and isinstance(spec.get("name"), str) and set(spec) <= {"name", "options"},
+            f"paired={self.paired!r} must be an attention name, {{name, options}} or null",
+        )
+        try:  # an unknown name or option fails when the suite loads, not minutes into the run
+            ATTENTIONS.make_config(spec["name"], **(spec.get("options") or {}))
+        except UserError as err:
+            raise ConfigError(f"paired: {err}") from None
 
 
-def decode_row(model: TransformerDecoder, length: int, options: DecodeOptions, device: str) -> dict[str, Any]:
-    """Prefill of `length` tokens, then timed single-token steps; state bytes of the first layer after prefill."""
-    ids = torch.randint(model.cfg.vocab_size, (1, length), device=device)
+def paired_spec(paired: Any) -> Any:
+    """The option `paired` as {name, options}: a bare name becomes {name, options: {}}."""
+    if isinstance(paired, str):
+        return {"name": paired, "options": {}}
+    return {"options": {}, **paired} if isinstance(paired, dict) else paired
+
+
+def sign_test(ratios: np.ndarray) -> dict[str, Any]:
+    """Per-pair ratios (paired time / this time) -> pairs where this was faster, the exact two-sided sign test
+    on them (ties dropped) and the verdict: 'faster' / 'slower' where p < ALPHA, else 'no detectable
+    difference'."""
+    faster, slower = int(np.sum(ratios > 1.0)), int(np.sum(ratios < 1.0))
+    p = float(scipy_stats.binomtest(faster, faster + slower, 0.5).pvalue) if faster + slower else 1.0
+    median = float(np.median(ratios))
+    if p < ALPHA and median != 1.0:
+        verdict = "faster" if median > 1.0 else "slower"
+    else:
+        verdict = "no detectable difference"
+    return {"pairs": int(len(ratios)), "pairs_faster": faster, "sign_p": p, "verdict": verdict}
+
+
+def _prefilled(model: TransformerDecoder, ids: torch.Tensor) -> tuple[float, Any, torch.Tensor]:
+    """(prefill seconds, state, next token) of a prompt."""
     start = time.perf_counter()
     logits, state = model.prefill(ids)
-    prefill_s = time.perf_counter() - start
-    bytes_per_layer = state_bytes(state["layers"][0])
-    token = logits[:, -1].argmax(-1)
-    times = []
-    with torch.no_grad(), torch_threads(options.threads):
-        for i in range(options.warmup + options.steps):
-            start = time.perf_counter()
-            logits_t, state = model.step(token, state)
-            token = logits_t.argmax(-1)
-            if i >= options.warmup:
-                times.append(time.perf_counter() - start)
-    return {
+    return time.perf_counter() - start, state, logits[:, -1].argmax(-1)
+
+
+def decode_row(
+    model: TransformerDecoder,
+    length: int,
+    options: DecodeOptions,
+    device: str,
+    twin: TransformerDecoder | None = None,
+) -> dict[str, Any]:
+    """Prefill of `length` tokens, then timed single-token steps from that state (in alternation with `twin`'s,
+    if given); state bytes of the first layer after prefill."""
+    ids = torch.randint(model.cfg.vocab_size, (1, length), device=device)
+    prefill_s, state, token = _prefilled(model, ids)
+    row: dict[str, Any] = {
         "context_length": length,
         "prefill_seconds": prefill_s,
         "prefill_tokens_per_s": length / prefill_s,
-        "decode_ms_per_token": 1e3 * statistics.median(times),
-        "state_bytes": bytes_per_layer,
+        "state_bytes": state_bytes(state["layers"][0]),
     }
+    mine = lambda: model.step(token, state)  # noqa: E731 - a step from the same state each call
+    with torch.no_grad(), torch_threads(options.threads):
+        if twin is not None:
+            _, twin_state, twin_token = _prefilled(twin, ids)
+            theirs = lambda: twin.step(twin_token, twin_state)  # noqa: E731
+        for _ in range(options.warmup):
+            mine()
+            if twin is not None:
+                theirs()
+        before = cpu_snapshot()
+        if twin is None:
+            timing = time_repeated(
+                mine, device=device, min_time_s=0.0, min_repeats=options.steps, max_repeats=options.steps
+            )
+        else:
+            timing, paired = time_alternating(
+                mine, theirs, device=device, min_time_s=0.0, min_repeats=options.steps, max_repeats=options.steps
+            )
+        others = others_cores(before, cpu_snapshot())
+    row |= {"decode_ms_per_token": timing.median_ms, "others_cores": others}
+    if twin is not None:
+        ratios = pair_ratios(timing.times_ms, paired.times_ms)
+        q25, median, q75 = quartiles(ratios)
+        row |= {
+            "paired_ms_per_token": paired.median_ms,
+            "paired_ratio": median,
+            "paired_ratio_q25": q25,
+            "paired_ratio_q75": q75,
+            **sign_test(ratios),
+        }
+    return row
+
+
+def _is_paired(cell: CellSpec, spec: dict[str, Any]) -> bool:
+    """Whether the cell's attention is the paired one itself (then it is the reference, not paired)."""
+    return cell.attention.name == spec["name"] and dict(cell.attention.options or {}) == dict(spec["options"])
 
 
 @register_measurement("decode", config=DecodeOptions)
@@ -97,9 +185,12 @@ def measure_decode(
         .to(device)
         .eval()
     )
+    twin = None
+    if options.paired is not None and not _is_paired(cell, spec := paired_spec(options.paired)):
+        twin = TransformerDecoder(model.cfg, spec["name"], spec["options"], seed=cell.seed).to(device).eval()
     rows = []
     for i, length in enumerate(sorted(options.context_lengths)):
-        rows.append(decode_row(model, length, options, device))
+        rows.append(decode_row(model, length, options, device, twin))
         if progress is not None:
             progress(f"context {length}", i + 1, len(options.context_lengths))
     metrics = {}
@@ -110,7 +201,15 @@ def measure_decode(
             f"decode_ms_per_token@{n}": row["decode_ms_per_token"],
             f"state_bytes@{n}": float(row["state_bytes"]),
         }
+        if "paired_ratio" in row:
+            metrics[f"decode_paired_ratio@{n}"] = row["paired_ratio"]
     return {
         "metrics": metrics,
-        "details": {"rows": rows, "batch_size": 1, "dtype": "float32", "threads": options.threads},
+        "details": {
+            "rows": rows,
+            "batch_size": 1,
+            "dtype": "float32",
+            "threads": options.threads,
+            "paired": paired_spec(options.paired) if twin is not None else None,
+        },
     }

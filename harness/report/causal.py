@@ -122,26 +122,50 @@ def plot_recall_vs_state(context: ReportContext, out_dir: Path) -> list[Plot]:
 
 
 def decode_points(results: Results) -> pd.DataFrame:
-    """Mean over seeds of each label's decode rows: context_length, decode_ms_per_token, prefill tokens/s, bytes."""
+    """Each label's decode rows, means over seeds: context_length, decode_ms_per_token, prefill tokens/s, bytes,
+    and where the step was timed in alternation with a paired attention (the timing check) the median pair
+    ratio and `faster` / `slower`: whether every seed's sign test found this step faster / slower."""
     rows = detail_rows(results, "decode")
     if rows.empty:
         return rows
     columns = ["decode_ms_per_token", "prefill_tokens_per_s", "state_bytes"]
-    return rows.groupby(["label", "attention", "context_length"], as_index=False)[columns].mean()
+    if "verdict" not in rows:
+        rows["verdict"] = None
+    for column in ("paired_ratio", "paired_ratio_q25", "paired_ratio_q75", "pairs", "pairs_faster", "sign_p"):
+        rows[column] = pd.to_numeric(rows[column], errors="coerce") if column in rows else np.nan
+    rows["faster"], rows["slower"] = rows["verdict"] == "faster", rows["verdict"] == "slower"
+    rows["checked"] = rows["verdict"].notna()
+    keys = ["label", "attention", "context_length"]
+    means = rows.groupby(keys, as_index=False)[columns + ["paired_ratio", "paired_ratio_q25", "paired_ratio_q75"]]
+    verdicts = rows.groupby(keys, as_index=False).agg(
+        faster=("faster", "all"),
+        slower=("slower", "all"),
+        checked=("checked", "all"),
+        pairs=("pairs", "sum"),
+        pairs_faster=("pairs_faster", "sum"),
+    )
+    return means.mean().merge(verdicts, on=keys)
 
 
 def crossover(points: pd.DataFrame, label: str) -> float:
-    """The shortest measured context from which on `label`'s decoding step is faster than softmax's at every
-    longer measured context (NaN if not at the longest)."""
-    soft = points[points["attention"] == SOFTMAX].groupby("context_length")["decode_ms_per_token"].mean()
-    mine = points[points["label"] == label].groupby("context_length")["decode_ms_per_token"].mean()
-    shared = sorted(set(mine.index) & set(soft.index))
+    """The shortest measured context from which on `label`'s decoding step was detectably faster than the paired
+    (softmax's) step at every longer measured context, by the timing check (NaN: not even at the longest, or no
+    timing check ran)."""
+    mine = points[points["label"] == label].set_index("context_length").sort_index()
     start = float("nan")
-    for n in reversed(shared):
-        if not mine[n] < soft[n]:
+    for n in reversed(list(mine.index)):
+        if not (mine.at[n, "checked"] and mine.at[n, "faster"]):
             break
         start = float(n)
     return start
+
+
+def _verdict_text(point: pd.Series) -> str:
+    """'1.42× faster (64/64)' from a point's timing check, or a dash without one."""
+    if not point["checked"] or not np.isfinite(point["paired_ratio"]):
+        return DASH
+    word = "faster" if point["faster"] else "slower" if point["slower"] else "≈"
+    return f"{point['paired_ratio']:.2f}× {word} ({int(point['pairs_faster'])}/{int(point['pairs'])})"
 
 
 def decode_crossover_table(results: Results) -> Table | None:
@@ -153,28 +177,71 @@ def decode_crossover_table(results: Results) -> Table | None:
     data, text = [], []
     for (label, attention), part in points.groupby(["label", "attention"], sort=True):
         part = part.set_index("context_length")
+        paired = bool(part["checked"].any())
         rec = {
             "label": label,
             f"ms/token @{shortest}": part["decode_ms_per_token"].get(shortest, np.nan),
             f"ms/token @{longest}": part["decode_ms_per_token"].get(longest, np.nan),
             f"state bytes @{longest}": part["state_bytes"].get(longest, np.nan),
-            "faster than softmax from": np.nan if attention == SOFTMAX else crossover(points, label),
+            "faster than softmax from": crossover(points, label) if paired else np.nan,
         }
         data.append(rec)
-        text.append(
-            {k: (v if k == "label" else fmt(v, 0 if "bytes" in k or "from" in k else None)) for k, v in rec.items()}
-        )
+        shown = {k: (v if k == "label" else fmt(v, 0 if "bytes" in k or "from" in k else None)) for k, v in rec.items()}
+        if attention == SOFTMAX and not paired:
+            shown["faster than softmax from"] = "(reference)"
+        elif not paired:
+            shown["faster than softmax from"] = "no timing check"
+        text.append(shown)
     data, text = pd.DataFrame(data), pd.DataFrame(text)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     notes = [
         (
-            "Median wall time of one decoding step (batch 1, float32, after a parallel prefill) and the state or "
-            "KV cache bytes per sequence and layer; 'faster than softmax from': the shortest measured context "
-            "length from which on the label's step beat softmax's at every longer one (a dash: not even at the "
-            "longest measured)."
+            "Median wall time of one decoding step (batch 1, float32, from the prefilled state) and the state or "
+            "KV cache bytes per sequence and layer. 'faster than softmax from': the shortest measured context from "
+            "which on the label's step was detectably faster than softmax's at every longer one, by the timing "
+            "check (the two steps timed in alternation, pair after pair; exact sign test on the pairs, p < 0.05); "
+            "a dash: not even at the longest measured. Times are not ranked."
         )
     ]
     return Table("decode_crossover", "Decoding cost against context length", data, text, best, notes)
+
+
+def decode_paired_table(results: Results) -> Table | None:
+    """Per label (rows) and context length (columns): the timing check against the paired attention."""
+    points = decode_points(results)
+    if points.empty or not points["checked"].any():
+        return None
+    points = points[points["checked"]]
+    lengths = sorted(points["context_length"].unique())
+    data, text = [], []
+    for label, part in points.groupby("label", sort=True):
+        part = part.set_index("context_length")
+        rec, row = {"label": label}, {"label": label}
+        for n in lengths:
+            point = part.loc[n] if n in part.index else None
+            rec[f"ratio @{n}"] = point["paired_ratio"] if point is not None else np.nan
+            rec[f"verdict @{n}"] = (
+                None
+                if point is None
+                else ("faster" if point["faster"] else "slower" if point["slower"] else "no detectable difference")
+            )
+            row[f"@{n}"] = _verdict_text(point) if point is not None else DASH
+        data.append(rec)
+        text.append(row)
+    text = pd.DataFrame(text)
+    best = pd.DataFrame(False, index=text.index, columns=text.columns)
+    notes = [
+        (
+            "The timing check of each decoding step against softmax's at each context length: the median over "
+            "alternated pairs of softmax's step time / this one's (> 1: this one is faster), 'faster' or "
+            "'slower' where the exact two-sided sign test over the pairs gives p < 0.05 in every seed, else ≈; "
+            "(pairs where this one was faster / pairs). Consecutive pairs share the machine's state, so the "
+            "test is read as a check on the direction, not a precise p."
+        )
+    ]
+    return Table(
+        "decode_paired", "Decoding step against softmax's, timed in alternation", pd.DataFrame(data), text, best, notes
+    )
 
 
 def plot_decode(context: ReportContext, out_dir: Path) -> list[Plot]:
@@ -205,4 +272,9 @@ def plot_decode(context: ReportContext, out_dir: Path) -> list[Plot]:
 
 
 register_report_section("recall", order=80, tables=lambda results: [recall_table(results)], plots=plot_recall_vs_state)
-register_report_section("decode", order=90, tables=lambda results: [decode_crossover_table(results)], plots=plot_decode)
+register_report_section(
+    "decode",
+    order=90,
+    tables=lambda results: [decode_crossover_table(results), decode_paired_table(results)],
+    plots=plot_decode,
+)
