@@ -44,11 +44,12 @@ class AttentionCapture:
 
     def run(self, model: nn.Module, batch: tuple, device: torch.device) -> Tensor:
         """Forward `batch` (ids, mask, segments, labels) until every module's output is captured -> the labels of
-        the sequences the attention saw (B, or 2B for a two-tower row: both documents, each with the row's label)."""
+        the sequences the attention saw (B, or 2B for a two-tower row: both documents, each with the row's label;
+        a decoder's batch: its per-position labels (B, N))."""
         ids, mask, seg, labels = (None if t is None else t.to(device) for t in batch)
         self.pending = set(range(len(self.inputs)))
         try:
-            model(ids, mask, seg)
+            model(ids, mask) if seg is None else model(ids, mask, seg)  # a decoder takes no segments
         except _AllCaptured:
             pass
         if self.pending:
@@ -56,7 +57,8 @@ class AttentionCapture:
                 f"attention capture: attention modules {sorted(self.pending)} were not called by the model's "
                 f"forward; capture the modules the model runs (e.g. model.attention_modules())"
             )
-        return labels.repeat(getattr(model, "sequences_per_row", 1))
+        copies = getattr(model, "sequences_per_row", 1)
+        return labels.repeat(copies, *[1] * (labels.dim() - 1))
 
     def remove(self) -> None:
         """Take the hooks off the modules."""

@@ -20,7 +20,7 @@ from attnbench.measurements import SkipCell
 from attnbench.model import ModelConfig
 from attnbench.options import make_options
 from attnbench.progress import Progress
-from attnbench.registry import attention_entry
+from attnbench.registry import learning_phase_entry
 from attnbench.runtime import record_what_ran, seed_everything
 from attnbench.tasks.sequence import SequenceTaskData, TokenSplit
 from attnbench.train import Objective, TrainConfig, TrainResult, train_model
@@ -99,10 +99,11 @@ def train_cell_decoder(
 ) -> TrainResult:
     """Train the cell's decoder (its attention and options, the cell seed) on a causal task."""
     name = cell.attention.name
-    if attention_entry(name).capabilities.learning_phase:
+    phase = learning_phase_entry(name)
+    if phase is not None and not phase.capabilities.causal:
         raise SkipCell(
-            f"attention {name!r} has a learning phase (phase A), which is defined for the encoder "
-            f"classifier only; a decoder without it would be its Vanilla twin"
+            f"attention {name!r} has a learning phase ({phase.name}) defined for the encoder classifier only "
+            f"(it reads each sequence's class label); a decoder without it would be its Vanilla twin"
         )
     seed = cell.seed
     seed_everything(seed)

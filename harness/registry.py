@@ -274,13 +274,14 @@ LEARNING_PHASES = Registry("learning phase", entry_point_group="attnbench.learni
 
 
 def register_learning_phase(
-    name: str, *, config: type, description: str | None = None
+    name: str, *, config: type, description: str | None = None, causal: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a learning phase: `fn(model, train_split, config, *, device, seed, progress, validation,
     phase_b_steps) -> JSON-able record`, run by the training loop before training for every attention whose
     registry entry names it (`learning_phase=`); its options (a suite's `training.phase_a`) are validated against
-    `config`, a dataclass of `option`s, like an attention's."""
-    return LEARNING_PHASES.register(name, config=config, description=description)
+    `config`, a dataclass of `option`s, like an attention's. `causal`: it is defined for a causal decoder too (it
+    reads only what the attention sees, not a sequence's class label); else a decoder cell with it is skipped."""
+    return LEARNING_PHASES.register(name, config=config, description=description, causal=causal)
 
 
 def learning_phase_entry(attention: str) -> Entry | None:

@@ -100,7 +100,7 @@ def test_decode_refuses_an_unknown_paired_attention_when_the_suite_loads():
 def test_the_tiny_causal_suite_runs_end_to_end(tmp_path):
     suite = load_suite(str(Path(__file__).parent / "suites" / "causal-tiny.yaml"))
     summary = run_suite(suite, tmp_path / "run", RunOptions(show_progress=False, workers=1))
-    assert not summary.failures and summary.counts.get("ok", 0) >= 14, summary
+    assert not summary.failures and summary.counts.get("ok", 0) >= 20, summary
     cells = [json.loads(p.read_text()) for p in (tmp_path / "run" / "cells").rglob("*.json")]
     decode = [c for c in cells if c["status"] == "ok" and "decode_ms_per_token@8" in c["metrics"]]
     performer = [c for c in decode if "performer" in c["label"]]
@@ -110,3 +110,8 @@ def test_the_tiny_causal_suite_runs_end_to_end(tmp_path):
         assert cell["details"]["paired"] == {"name": "softmax", "options": {}}
         assert all("verdict" in row for row in cell["details"]["rows"])
     assert all(c["details"]["paired"] is None for c in softmax)  # the reference is not paired with itself
+    hedgehog = [c for c in cells if c["label"] == "hedgehog" and "num_kv_pairs" in c["metrics"]]
+    assert hedgehog and all(c["status"] == "ok" for c in hedgehog)  # its distillation runs in the decoder too
+    for cell in hedgehog:
+        phase = cell["details"]["phase_a"]
+        assert phase["procedure"] == "hedgehog attention distillation" and phase["steps"] >= 1

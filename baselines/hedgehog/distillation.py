@@ -5,7 +5,9 @@ before phase B. Every weight but the feature maps' W is frozen and the model run
 batch, forward hooks (`AttentionCapture`) take each Hedgehog layer's (q, k, key_padding_mask), the teacher is
 softmax attention on those q and k, and W takes one Adam step down the summed `distillation_loss` of the
 layers. Here the model trains from scratch, so the teacher is the model's own softmax attention at its
-initial projections (the paper distils a pretrained Transformer's).
+initial projections (the paper distils a pretrained Transformer's). It reads no label, so it runs in a causal
+decoder as well (`causal=True`): there the teacher and the student are the causal (lower-triangular) weights, as
+Hedgehog distils its causal language models.
 
 Options (the suite's `training.phase_a`; names shared with the Coulomb phase where they mean the same):
 epochs / steps_fraction / max_steps (budget), batch_size, step (Adam's learning rate).
@@ -59,7 +61,7 @@ def _layer_losses(modules: list[HedgehogAttention], capture: AttentionCapture) -
     return [m.distillation_loss(q.detach(), k.detach(), mask) for m, (q, k, mask) in zip(modules, capture.inputs)]
 
 
-@register_learning_phase("hedgehog-distillation", config=DistillationConfig)
+@register_learning_phase("hedgehog-distillation", config=DistillationConfig, causal=True)
 def distill_hedgehog(
     model: nn.Module,
     train_split: Split,

@@ -106,5 +106,6 @@ def measure_language_model(
         "best_epoch": result.best_epoch,
         "history": result.history,
         "attention_runtime": attention_runtime(result.model),
+        "phase_a": result.phase_a,  # a learning phase that runs in a decoder (Hedgehog's distillation)
     }
     return {"metrics": metrics, "details": details}

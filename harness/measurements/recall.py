@@ -72,5 +72,6 @@ def measure_recall(
         "validation": {"accuracy": validation.accuracy(), "nll": validation.mean_loss()},
         "answers": int(test.labelled.sum()),
         "attention_runtime": attention_runtime(result.model),
+        "phase_a": result.phase_a,  # a learning phase that runs in a decoder (Hedgehog's distillation)
     }
     return {"metrics": metrics, "details": details}
