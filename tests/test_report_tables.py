@@ -299,6 +299,23 @@ def test_robustness_tables_from_fake_run(tmp_path: Path) -> None:
     assert budget.data.set_index("level").at[16, "accuracy_mean"] == pytest.approx(0.79 - 0.05)
 
 
+def test_robustness_bold_is_a_tested_top_group(tmp_path: Path) -> None:
+    """Bold marks the labels whose paired seed interval with the best holds 0, only where that leaves one out."""
+    run = tmp_path / "run"
+    clean = {"steady": (0.9, 0.91, 0.89), "behind": (0.7, 0.72, 0.69), "noisy": (0.95, 0.6, 0.9)}
+    for label, values in clean.items():
+        for seed, value in enumerate(values):
+            rows = [{"kind": "corruption", "corruption": "delete", "severity": 0.1, "status": "ok",
+                     "accuracy": value, "ece": 0.05}]  # fmt: skip
+            metrics = {"robustness_auc": value, "robustness_auc_delete": value}
+            write_cell(run, label=label, seed=seed, measurement="robustness", metrics=metrics, details={"rows": rows})
+    table = robustness_tables(load_runs([run]))[0]
+    bold = dict(zip(table.text["label"], table.best["acc@0.1"]))
+    # steady is best by mean; noisy's gap to it is within its seed spread, behind's is steady: left out
+    assert bold == {"steady": True, "noisy": True, "behind": False}
+    assert not table.best["ece@0.1"].any()  # every label's ECE is the same: one group, nobody singled out
+
+
 def test_failed_skipped_unreadable_cells_are_listed(tmp_path: Path) -> None:
     results = load_runs([make_fake_run(tmp_path / "run", tasks=("listops", "rotten_tomatoes"))])
     counts = results.cells["status"].value_counts()

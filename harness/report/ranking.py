@@ -124,6 +124,28 @@ def task_standings(
     return standings
 
 
+def value_standings(values: pd.DataFrame, metric: str) -> dict[str, Standing]:
+    """Group ranks from bare per-seed values (columns label, seed, value) of a quantity that `metric` names the
+    direction of (e.g. accuracy at one corruption severity): the same groups as `task_standings` over the seeds'
+    paired interval, without a per-example test (there are no stored predictions for it)."""
+    part = pd.DataFrame(
+        [
+            {
+                "label": r.label,
+                "seed": int(r.seed),
+                "metrics": {metric: float(r.value)},
+                "details": {},
+                "run": "",
+                "cell_id": f"{r.label}/{r.seed}",
+            }  # fmt: skip
+            for r in values.itertuples()
+            if pd.notna(r.value)
+        ],
+        columns=["label", "seed", "metrics", "details", "run", "cell_id"],
+    )
+    return task_standings(part, sorted(set(values["label"])), PredictionCache(), metric=metric)  # no chance test
+
+
 def top_group_marks(standings: dict[str, Standing], order: list[str]) -> list[bool]:
     """Bold per label of `order`: the top group, unless every ranked label is in it (then bold would single out
     nobody)."""

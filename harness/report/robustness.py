@@ -10,9 +10,10 @@ import pandas as pd
 
 from attnbench.report.load import Results, detail_rows, metric_frame
 from attnbench.report.plot import Plot, legend_below, new_figure, save_plot
+from attnbench.report.ranking import top_group_marks, value_standings
 from attnbench.report.sections import ReportContext, register_report_section
 from attnbench.report.stats import metric_direction, summarize
-from attnbench.report.table import Table, best_mask, fmt_summary, group_keys, slug
+from attnbench.report.table import Table, fmt_summary, slug
 
 
 def robustness_rows(results: Results) -> pd.DataFrame:
@@ -47,6 +48,7 @@ def _level_table(
     levels = sorted(rows["level"].unique())
     data, text_rows, numeric = [], [], []
     measures: dict[str, str] = {}  # each numeric column's registered metric, whose direction ranks it
+    per_seed: list[dict] = []  # each cell's value per seed, for the tested groups that bold
     for (task, label, group), part in rows.groupby(["task", "label", "group"], sort=True):
         text = {"task": task, "label": label, "perturbation": group}
         num = {}
@@ -60,6 +62,9 @@ def _level_table(
                 )
                 text[column], num[column] = fmt_summary(summary[column]), summary[column]["mean"]
                 measures[column] = metric
+                mine = metrics[(metrics["task"] == task) & (metrics["label"] == label) & (metrics["metric"] == metric)]
+                per_seed.extend({"task": task, "perturbation": group, "column": column, "label": label,
+                                 "seed": r.seed, "value": r.value} for r in mine.itertuples())  # fmt: skip
         for level in levels:
             at = part[part["level"] == level]
             acc, ece = summarize(at["accuracy"]), summarize(at["ece"])
@@ -79,16 +84,32 @@ def _level_table(
                     }
                 )
             key = f"{prefix}{level:g}"
+            for column, values in ((f"acc@{key}", at["accuracy"]), (f"ece@{key}", at["ece"])):
+                per_seed.extend({"task": task, "perturbation": group, "column": column, "label": label,
+                                 "seed": seed, "value": value} for seed, value in zip(at["seed"], values))  # fmt: skip
             text[f"acc@{key}"], text[f"ece@{key}"] = fmt_summary(acc), fmt_summary(ece)
             num[f"acc@{key}"], num[f"ece@{key}"] = acc["mean"], ece["mean"]
             measures[f"acc@{key}"], measures[f"ece@{key}"] = "accuracy", "ece"
         text_rows.append(text)
         numeric.append(num)
-    text, numeric = pd.DataFrame(text_rows), pd.DataFrame(numeric)
-    directions = {c: metric_direction(measures[c]) for c in numeric}
-    groups = group_keys(text, ["task", "perturbation"])
-    best = best_mask(numeric, directions, groups).reindex(columns=text.columns, fill_value=False)
-    return Table(name, title, pd.DataFrame(data), text, best, notes, key_columns=3)
+    text = pd.DataFrame(text_rows)
+    return Table(name, title, pd.DataFrame(data), text, _top_groups(text, pd.DataFrame(per_seed), measures), notes,
+                 key_columns=3)  # fmt: skip
+
+
+def _top_groups(text: pd.DataFrame, per_seed: pd.DataFrame, measures: dict[str, str]) -> pd.DataFrame:
+    """Bold per task, perturbation and column: the top group of labels whose paired seed interval with the best
+    holds 0 (`value_standings`), where that group leaves some label out; nothing with one seed."""
+    best = pd.DataFrame(False, index=text.index, columns=text.columns)
+    if per_seed.empty:
+        return best
+    for (task, group, column), values in per_seed.groupby(["task", "perturbation", "column"], sort=False):
+        if not metric_direction(measures[column]):
+            continue
+        rows = text.index[(text["task"] == task) & (text["perturbation"] == group)]
+        marks = top_group_marks(value_standings(values, measures[column]), list(text.loc[rows, "label"]))
+        best.loc[rows, column] = marks
+    return best
 
 
 def robustness_tables(results: Results) -> list[Table]:
@@ -110,7 +131,8 @@ def robustness_tables(results: Results) -> list[Table]:
                     "acc@s / ece@s: accuracy and ECE at severity (or training label-noise rate) s, mean ± std over seeds. "
                     "AUC: area under accuracy vs severity for this perturbation, over max severity x clean accuracy "
                     "(1 = no loss); overall AUC: the measurement's one-number summary (robustness_auc). "
-                    "Bold: best per task and perturbation."
+                    "Bold: the top group per task and perturbation (labels whose paired 95% t-interval over seeds with the "
+                    "best holds 0 share it), where it leaves some label out; one seed: no bold."
                 ],
                 with_auc=True,
             )
@@ -126,7 +148,8 @@ def robustness_tables(results: Results) -> list[Table]:
                 "M=",
                 [
                     "acc@M=m / ece@M=m: accuracy and ECE when the model is retrained with m random features, mean ± std "
-                    "over seeds. Bold: best per task."
+                    "over seeds. Bold: the top group per task (paired seed interval with the best holds 0), where it leaves "
+                    "some label out."
                 ],
                 with_auc=False,
             )
