@@ -5,8 +5,11 @@
   t-interval from 3), with the state bytes per sequence and layer.
 - `plot_recall_vs_state`: Zoology's Figure 2 - accuracy against state bytes (log axis), one panel per
   num_kv_pairs, one line per attention family (the registered name) through its labels (widths, features).
-- `decode_crossover_table` and `plot_decode`: per-token decoding latency and prefill throughput against
-  context length, and the shortest measured context at which each label's step is faster than softmax's.
+- `plot_recall_per_query`: accuracy of the k-th question of a row against k, a panel per num_kv_pairs.
+- `decode_crossover_table`, `decode_paired_table` and `plot_decode`: per-token decoding latency and prefill
+  throughput against context length; the timing check of each step against softmax's (timed in alternation,
+  sign test) per context, and the shortest measured context from which on each label's step is detectably
+  faster.
 The bits-per-byte table with intervals is the generic per-task table of the `lm` measurement (no section names
 it), as are recall's and decode's metrics per task beside the tables here.
 """
@@ -119,6 +122,48 @@ def plot_recall_vs_state(context: ReportContext, out_dir: Path) -> list[Plot]:
     axes[0].set_ylabel("MQAR accuracy")
     legend_below(fig, axes)
     return [save_plot(fig, out_dir, "recall_vs_state", "MQAR accuracy against state size (Zoology Figure 2)")]
+
+
+def recall_per_query(results: Results) -> pd.DataFrame:
+    """Mean over seeds of each label's accuracy per query (the k-th question of a row): label, attention,
+    num_kv_pairs, query (1-based), accuracy."""
+    rows = [
+        {
+            "label": c["label"],
+            "attention": c["attention"],
+            "num_kv_pairs": c["metrics"].get("num_kv_pairs"),
+            "query": k + 1,
+            "accuracy": value,
+        }
+        for _, c in results.of("recall").iterrows()
+        for k, value in enumerate((c["details"] or {}).get("accuracy_per_query") or [])
+    ]
+    frame = pd.DataFrame(rows, columns=["label", "attention", "num_kv_pairs", "query", "accuracy"])
+    return frame.groupby(["label", "attention", "num_kv_pairs", "query"], as_index=False)["accuracy"].mean()
+
+
+def plot_recall_per_query(context: ReportContext, out_dir: Path) -> list[Plot]:
+    """Accuracy of the k-th question of a row against k, a panel per num_kv_pairs, a line per label: whether
+    a mixer loses the later queries (whose keys lie further back, or more of whose pairs it had to hold)."""
+    points = recall_per_query(context.results)
+    if points.empty:
+        return []
+    pairs = sorted(points["num_kv_pairs"].unique())
+    colors = causal_colors(context.results)
+    fig = new_figure(3.2 * len(pairs), 3.2)
+    axes = np.atleast_1d(fig.subplots(1, len(pairs), sharey=True))
+    for ax, p in zip(axes, pairs):
+        for label, part in points[points["num_kv_pairs"] == p].groupby("label", sort=True):
+            ax.plot(part["query"], part["accuracy"], marker=".", label=label, color=colors.get(label))
+        ax.set_title(f"{int(p)} key-value pairs", fontsize="small")
+        ax.set_xlabel("query (k-th question of the row)")
+    axes[0].set_ylabel("MQAR accuracy (mean over seeds)")
+    legend_below(fig, axes)
+    return [save_plot(fig, out_dir, "recall_per_query", "MQAR accuracy per query position")]
+
+
+def _recall_plots(context: ReportContext, out_dir: Path) -> list[Plot]:
+    return plot_recall_vs_state(context, out_dir) + plot_recall_per_query(context, out_dir)
 
 
 def decode_points(results: Results) -> pd.DataFrame:
@@ -271,7 +316,7 @@ def plot_decode(context: ReportContext, out_dir: Path) -> list[Plot]:
     ]
 
 
-register_report_section("recall", order=80, tables=lambda results: [recall_table(results)], plots=plot_recall_vs_state)
+register_report_section("recall", order=80, tables=lambda results: [recall_table(results)], plots=_recall_plots)
 register_report_section(
     "decode",
     order=90,
