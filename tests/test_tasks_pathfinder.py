@@ -29,6 +29,17 @@ def test_label_matches_flood_fill_of_the_masks(resolution: int, contour_length: 
         assert lit.sum() < drawn.masks.sum()  # dashed: some of every trace is dark
 
 
+def test_solid_contours_light_their_whole_trace() -> None:
+    cfg = PathfinderConfig(resolution=16, contour_length=6, num_distractors=1, dashed=False)
+    rng = np.random.default_rng(5)
+    for i in range(20):
+        drawn = generate_pathfinder(rng, i % 2, cfg)
+        components, _ = ndimage.label(drawn.masks.any(axis=0), structure=EIGHT_NEIGHBOURS)
+        a, b = drawn.endpoints
+        assert int(components[a] == components[b]) == drawn.label
+        assert np.array_equal(drawn.image != BACKGROUND, drawn.masks.any(axis=0))  # every traced pixel lit
+
+
 def test_generation_is_deterministic_per_seed() -> None:
     cfg = PathfinderConfig(resolution=16)
     first = generate_pathfinder(np.random.default_rng(7), 1, cfg)

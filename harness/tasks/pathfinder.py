@@ -39,6 +39,7 @@ class PathfinderConfig(SyntheticConfig):
     distractor_length: int | None = option(None, "segments per distractor (None: half of contour_length)")
     curvature: float = option(0.5, "standard deviation of the turn between segments, radians")
     margin: int = option(1, "empty pixels kept between any two contours (and between a contour and the border)")
+    dashed: bool = option(True, "draw contours dashed as LRA's (lit half segments); false: solid, an easier level")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -135,7 +136,9 @@ def generate_pathfinder(rng: np.random.Generator, label: int, cfg: PathfinderCon
     for k, path in enumerate(paths):
         masks[k][tuple(np.array(path).T)] = True
         for i, pixel in enumerate(path):
-            if (i // step) % 2 == 0 or i == len(path) - 1:  # dashes: lit half segments, the far end always lit
+            if (
+                not cfg.dashed or (i // step) % 2 == 0 or i == len(path) - 1
+            ):  # dashes: lit half segments, the far end always lit
                 image[pixel] = CONTOUR
     ends = (paths[0][0], paths[0][-1]) if label == 1 else (paths[0][0], paths[1][-1])
     for end in ends:
