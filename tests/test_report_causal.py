@@ -46,3 +46,21 @@ def test_sign_test_against_the_binomial_by_hand():
     found = sign_test(np.array([0.5] * 9 + [1.0]))  # the tie is dropped: 0 of 9 faster
     assert found["pairs_faster"] == 0 and found["sign_p"] == pytest.approx(2 / 2**9)
     assert found["verdict"] == "slower"
+
+
+def test_lm_positions_table_averages_each_bucket_over_seeds(tmp_path):
+    from report_fixture import write_cell
+
+    from attnbench.report.causal import lm_positions_table
+    from attnbench.report.load import load_runs
+
+    for seed, (early, late) in enumerate(((3.0, 2.0), (3.2, 2.4))):
+        buckets = [{"start": 0, "stop": 8, "bits_per_byte": early}, {"start": 8, "stop": 16, "bits_per_byte": late}]
+        write_cell(tmp_path, label="elu", task="bytes", measurement="lm", seed=seed,
+                   metrics={"bits_per_byte": 2.5, "bits_per_byte_2x": 2.6 + seed / 10},
+                   details={"position_buckets": buckets})  # fmt: skip
+    table = lm_positions_table(load_runs([tmp_path]))
+    row = table.data.set_index("label").loc["elu"]
+    assert row["bpb 0-8"] == pytest.approx(3.1) and row["bpb 8-16"] == pytest.approx(2.2)
+    assert row["bpb at 2x length"] == pytest.approx(2.65)
+    assert not table.best.to_numpy().any()  # shown, never ranked here

@@ -10,8 +10,10 @@
   throughput against context length; the timing check of each step against softmax's (timed in alternation,
   sign test) per context, and the shortest measured context from which on each label's step is detectably
   faster.
-The bits-per-byte table with intervals is the generic per-task table of the `lm` measurement (no section names
-it), as are recall's and decode's metrics per task beside the tables here.
+- `lm_positions_table` and `plot_lm_positions`: bits per byte per position bucket and at twice the training
+  length.
+The bits-per-byte table with intervals and tested rank groups is the generic per-task table of the `lm`
+measurement (no section claims it), as are recall's and decode's metrics per task beside the tables here.
 """
 
 from __future__ import annotations
@@ -166,6 +168,69 @@ def _recall_plots(context: ReportContext, out_dir: Path) -> list[Plot]:
     return plot_recall_vs_state(context, out_dir) + plot_recall_per_query(context, out_dir)
 
 
+def lm_positions(results: Results) -> pd.DataFrame:
+    """Each ok lm cell's bits per byte per position bucket: label, seed, start, stop, bits_per_byte."""
+    rows = [
+        {"label": c["label"], "seed": c["seed"], **bucket}
+        for _, c in results.of("lm").iterrows()
+        for bucket in (c["details"] or {}).get("position_buckets") or []
+    ]
+    return pd.DataFrame(rows, columns=["label", "seed", "start", "stop", "bits_per_byte"])
+
+
+def lm_positions_table(results: Results) -> Table | None:
+    """Bits per byte per position bucket (mean ± std over seeds) and at twice the training length, per label."""
+    points = lm_positions(results)
+    if points.empty:
+        return None
+    buckets = sorted({(int(a), int(b)) for a, b in zip(points["start"], points["stop"])})
+    twice = results.of("lm")
+    data, text = [], []
+    for label, part in points.groupby("label", sort=True):
+        rec, row = {"label": label}, {"label": label}
+        for a, b in buckets:
+            s = summarize(part.loc[(part["start"] == a) & (part["stop"] == b), "bits_per_byte"])
+            rec[f"bpb {a}-{b}"], row[f"{a}-{b}"] = s["mean"], fmt_summary(s)
+        long = summarize(twice.loc[twice["label"] == label, "metrics"].map(lambda m: m.get("bits_per_byte_2x")))
+        rec["bpb at 2x length"], row["at 2x length"] = long["mean"], fmt_summary(long)
+        data.append(rec)
+        text.append(row)
+    text = pd.DataFrame(text)
+    notes = [
+        (
+            "Held-out bits per byte of the positions in each range of the block (mean ± std over seeds, [95% "
+            "t-interval] from 3). Each range holds other bytes of the text (the blocks are cut at fixed offsets), "
+            "so read a column across attentions (what more context buys one mechanism over another at that "
+            "depth), not a row across ranges, whose differences are mostly the text's. At 2x length: blocks "
+            "twice the training length, beyond the positions the model was trained on. Not ranked here; the "
+            "per-task table ranks bits per byte in tested groups."
+        )
+    ]
+    best = pd.DataFrame(False, index=text.index, columns=text.columns)
+    return Table("lm_positions", "Language modelling: bits per byte by position", pd.DataFrame(data), text, best, notes)
+
+
+def plot_lm_positions(context: ReportContext, out_dir: Path) -> list[Plot]:
+    """Bits per byte against position in the block (bucket middles), a line per label, mean over seeds."""
+    points = lm_positions(context.results)
+    if points.empty:
+        return []
+    means = (
+        points.assign(middle=(points["start"] + points["stop"]) / 2)
+        .groupby(["label", "middle"], as_index=False)["bits_per_byte"]
+        .mean()
+    )
+    colors = causal_colors(context.results)
+    fig = new_figure(4.8, 3.3)
+    ax = fig.subplots()
+    for label, part in means.groupby("label", sort=True):
+        ax.plot(part["middle"], part["bits_per_byte"], marker="o", label=label, color=colors.get(label))
+    ax.set_xlabel("position in the block (bucket middle)")
+    ax.set_ylabel("held-out bits per byte")
+    legend_below(fig, [ax])
+    return [save_plot(fig, out_dir, "lm_positions", "Bits per byte against position in the block")]
+
+
 def decode_points(results: Results) -> pd.DataFrame:
     """Each label's decode rows, means over seeds: context_length, decode_ms_per_token, prefill tokens/s, bytes,
     and where the step was timed in alternation with a paired attention (the timing check) the median pair
@@ -317,6 +382,7 @@ def plot_decode(context: ReportContext, out_dir: Path) -> list[Plot]:
 
 
 register_report_section("recall", order=80, tables=lambda results: [recall_table(results)], plots=_recall_plots)
+register_report_section("lm", order=85, tables=lambda results: [lm_positions_table(results)], plots=plot_lm_positions)
 register_report_section(
     "decode",
     order=90,
