@@ -64,3 +64,20 @@ def test_lm_positions_table_averages_each_bucket_over_seeds(tmp_path):
     assert row["bpb 0-8"] == pytest.approx(3.1) and row["bpb 8-16"] == pytest.approx(2.2)
     assert row["bpb at 2x length"] == pytest.approx(2.65)
     assert not table.best.to_numpy().any()  # shown, never ranked here
+
+
+def test_recall_table_bolds_the_tested_top_group_per_kv_count(tmp_path):
+    from report_fixture import write_cell
+
+    from attnbench.report.causal import recall_table
+    from attnbench.report.load import load_runs
+
+    scores = {"softmax": (1.0, 1.0, 0.999), "gla": (0.99, 1.0, 0.995), "elu": (0.3, 0.25, 0.28)}
+    for label, values in scores.items():
+        for seed, value in enumerate(values):
+            write_cell(tmp_path, label=label, task="kv4", measurement="recall", seed=seed,
+                       metrics={"accuracy": value, "num_kv_pairs": 4.0, "state_bytes": 100.0})  # fmt: skip
+    table = recall_table(load_runs([tmp_path]))
+    bold = dict(zip(table.data["label"], table.best["kv 4"]))
+    assert bold == {"softmax": True, "gla": True, "elu": False}  # softmax and gla: not detectably apart
+    assert table.data.set_index("label").at["elu", "kv 4 rank"] == "3"
