@@ -278,11 +278,24 @@ def _verdict_text(point: pd.Series) -> str:
     return f"{point['paired_ratio']:.2f}× {word} ({int(point['pairs_faster'])}/{int(point['pairs'])})"
 
 
+def paired_name(results: Results) -> str:
+    """The attention the decode steps were timed against (the option `paired`; softmax by default), or a
+    generic name where the cells name different ones."""
+    names = {
+        ((c["details"] or {}).get("paired") or {}).get("name")
+        for _, c in results.of("decode").iterrows()
+        if (c["details"] or {}).get("paired")
+    }
+    return names.pop() if len(names) == 1 else SOFTMAX if not names else "the paired attention"
+
+
 def decode_crossover_table(results: Results) -> Table | None:
     """Per label: decoding ms per token at the shortest and longest context, state bytes, and the crossover."""
     points = decode_points(results)
     if points.empty:
         return None
+    other = paired_name(results)
+    column = f"faster than {other} from"
     shortest, longest = points["context_length"].min(), points["context_length"].max()
     data, text = [], []
     for (label, attention), part in points.groupby(["label", "attention"], sort=True):
@@ -293,22 +306,22 @@ def decode_crossover_table(results: Results) -> Table | None:
             f"ms/token @{shortest}": part["decode_ms_per_token"].get(shortest, np.nan),
             f"ms/token @{longest}": part["decode_ms_per_token"].get(longest, np.nan),
             f"state bytes @{longest}": part["state_bytes"].get(longest, np.nan),
-            "faster than softmax from": crossover(points, label) if paired else np.nan,
+            column: crossover(points, label) if paired else np.nan,
         }
         data.append(rec)
         shown = {k: (v if k == "label" else fmt(v, 0 if "bytes" in k or "from" in k else None)) for k, v in rec.items()}
-        if attention == SOFTMAX and not paired:
-            shown["faster than softmax from"] = "(reference)"
+        if attention == other and not paired:
+            shown[column] = "(reference)"
         elif not paired:
-            shown["faster than softmax from"] = "no timing check"
+            shown[column] = "no timing check"
         text.append(shown)
     data, text = pd.DataFrame(data), pd.DataFrame(text)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     notes = [
         (
             "Median wall time of one decoding step (batch 1, float32, from the prefilled state) and the state or "
-            "KV cache bytes per sequence and layer. 'faster than softmax from': the shortest measured context from "
-            "which on the label's step was detectably faster than softmax's at every longer one, by the timing "
+            f"KV cache bytes per sequence and layer. '{column}': the shortest measured context from "
+            f"which on the label's step was detectably faster than {other}'s at every longer one, by the timing "
             "check (the two steps timed in alternation, pair after pair; exact sign test on the pairs, p < 0.05); "
             "a dash: not even at the longest measured. Times are not ranked."
         )
@@ -321,7 +334,7 @@ def decode_paired_table(results: Results) -> Table | None:
     points = decode_points(results)
     if points.empty or not points["checked"].any():
         return None
-    points = points[points["checked"]]
+    points, other = points[points["checked"]], paired_name(results)
     lengths = sorted(points["context_length"].unique())
     data, text = [], []
     for label, part in points.groupby("label", sort=True):
@@ -342,15 +355,15 @@ def decode_paired_table(results: Results) -> Table | None:
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     notes = [
         (
-            "The timing check of each decoding step against softmax's at each context length: the median over "
-            "alternated pairs of softmax's step time / this one's (> 1: this one is faster), 'faster' or "
+            f"The timing check of each decoding step against {other}'s at each context length: the median over "
+            f"alternated pairs of {other}'s step time / this one's (> 1: this one is faster), 'faster' or "
             "'slower' where the exact two-sided sign test over the pairs gives p < 0.05 in every seed, else ≈; "
             "(pairs where this one was faster / pairs). Consecutive pairs share the machine's state, so the "
             "test is read as a check on the direction, not a precise p."
         )
     ]
     return Table(
-        "decode_paired", "Decoding step against softmax's, timed in alternation", pd.DataFrame(data), text, best, notes
+        "decode_paired", f"Decoding step against {other}'s, timed in alternation", pd.DataFrame(data), text, best, notes
     )
 
 
