@@ -6,11 +6,12 @@ import dataclasses
 from typing import Any
 
 from attnbench.cell_spec import CellSpec
+from attnbench.errors import ConfigError, UserError
 from attnbench.measurements import SkipCell
 from attnbench.model import ModelConfig, TransformerClassifier
-from attnbench.options import make_options
+from attnbench.options import make_options, require
 from attnbench.progress import Progress
-from attnbench.registry import attention_entry
+from attnbench.registry import ATTENTIONS, attention_entry
 from attnbench.runtime import record_what_ran, seed_everything
 from attnbench.tasks import load_task
 from attnbench.tasks.base import TaskData
@@ -97,3 +98,18 @@ def attention_runtime(model: TransformerClassifier) -> list[dict[str, Any]]:
     for module in model.attention_modules():
         rows.append({name: getattr(module, name) for name in RUNTIME_ATTRIBUTES if hasattr(module, name)})
     return rows
+
+
+def check_paired_attention(spec: Any, keys: set[str], what: str, given: Any) -> None:
+    """A measurement's paired attention (the one it times in alternation with the cell's): a mapping with a
+    registered `name`, keys among `keys`, and options its config takes, checked when the suite loads rather than
+    minutes into the run; `what` names the option in the message ("paired", "paired['elu']"), `given` is as
+    the suite wrote it."""
+    require(
+        isinstance(spec, dict) and isinstance(spec.get("name"), str) and set(spec) <= keys,
+        f"{what}={given!r} must be an attention name or {{{', '.join(k for k in ('name', 'options', 'label') if k in keys)}}}",
+    )
+    try:
+        ATTENTIONS.make_config(spec["name"], **(spec.get("options") or {}))
+    except UserError as err:
+        raise ConfigError(f"{what}: {err}") from None

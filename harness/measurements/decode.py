@@ -29,14 +29,12 @@ from attnbench.baselines.linear_kernel.cpu_threads import torch_threads
 from attnbench.cell_spec import CellSpec
 from attnbench.decoder import TransformerDecoder
 from attnbench.decoder_training import decoder_config
-from attnbench.errors import ConfigError, UserError
 from attnbench.measurements import register_measurement
-from attnbench.measurements.common import load_cell_task
+from attnbench.measurements.common import check_paired_attention, load_cell_task
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
 from attnbench.progress import Progress
 from attnbench.recurrence import state_bytes
-from attnbench.registry import ATTENTIONS
 from attnbench.runtime import seed_everything
 from attnbench.timing import cpu_snapshot, others_cores, pair_ratios, quartiles, time_alternating, time_repeated
 
@@ -73,15 +71,7 @@ class DecodeOptions:
         require(self.threads >= 1, f"threads={self.threads} must be at least 1")
         if self.paired is None:
             return
-        spec = paired_spec(self.paired)
-        require(
-            isinstance(spec, dict) and isinstance(spec.get("name"), str) and set(spec) <= {"name", "options"},
-            f"paired={self.paired!r} must be an attention name, {{name, options}} or null",
-        )
-        try:  # an unknown name or option fails when the suite loads, not minutes into the run
-            ATTENTIONS.make_config(spec["name"], **(spec.get("options") or {}))
-        except UserError as err:
-            raise ConfigError(f"paired: {err}") from None
+        check_paired_attention(paired_spec(self.paired), {"name", "options"}, "paired", self.paired)
 
 
 def paired_spec(paired: Any) -> Any:

@@ -33,13 +33,13 @@ import numpy as np
 import torch
 
 from attnbench.cell_spec import CellSpec
-from attnbench.errors import ConfigError, UserError
 from attnbench.measurements import register_measurement
+from attnbench.measurements.common import check_paired_attention
 from attnbench.measurements.cost import point_cost
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
 from attnbench.progress import Progress
-from attnbench.registry import ATTENTIONS, build_attention
+from attnbench.registry import build_attention
 from attnbench.timing import (
     OOM_ERRORS,
     busy_machine,
@@ -149,17 +149,7 @@ class EfficiencyOptions:
         require(0 < self.starved_tolerance < 1, f"starved_tolerance={self.starved_tolerance} must lie in (0, 1)")
         require(self.starved_tries >= 1, f"starved_tries={self.starved_tries} must be at least 1")
         for label, other in self.paired.items():
-            spec = _paired_spec(other)
-            require(
-                isinstance(spec, dict)
-                and isinstance(spec.get("name"), str)
-                and set(spec) <= {"name", "options", "label"},
-                f"paired[{label!r}]={other!r} must be an attention name or {{name, options, label}}",
-            )
-            try:  # an unknown name or option fails when the suite loads, not minutes into the run
-                ATTENTIONS.make_config(spec["name"], **(spec.get("options") or {}))
-            except UserError as err:
-                raise ConfigError(f"paired[{label!r}]: {err}") from None
+            check_paired_attention(_paired_spec(other), {"name", "options", "label"}, f"paired[{label!r}]", other)
 
 
 def _paired_spec(other: Any) -> Any:
