@@ -61,17 +61,17 @@ def mean_sd_text(s: dict[str, float]) -> str:
 
 
 def _sweep_table(rows: pd.DataFrame, metric: str, name: str, title: str, note: str) -> Table:
-    """Method x sigma grid of one metric, mean ± sd over trials (and seeds); bold: best per sigma."""
+    """Method x sigma grid of one metric, mean ± sd over trials (and seeds); bold: the tested top group per sigma."""
     sigmas = sorted(rows["sigma"].unique())
     order = list(dict.fromkeys(rows["method"]))
-    data, text_rows, numeric = [], [], []
+    data, text_rows = [], []
     for method in order:
         part = rows[rows["method"] == method]
-        text, num = {"method": method}, {}
+        text = {"method": method}
         for sigma in sigmas:
             s = mean_sd(part.loc[part["sigma"] == sigma, metric])
             column = f"σ={sigma:.0e}"
-            text[column], num[column] = mean_sd_text(s), s["mean"]
+            text[column] = mean_sd_text(s)
             data.append(
                 {
                     "method": method,
@@ -84,7 +84,6 @@ def _sweep_table(rows: pd.DataFrame, metric: str, name: str, title: str, note: s
             )
         text["seconds (mean)"] = fmt(part["seconds"].mean())
         text_rows.append(text)
-        numeric.append(num)
     text = pd.DataFrame(text_rows)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     for sigma in sigmas:

@@ -100,6 +100,15 @@ def attention_runtime(model: TransformerClassifier) -> list[dict[str, Any]]:
     return rows
 
 
+def paired_spec(paired: Any) -> Any:
+    """A measurement's option naming a paired attention, as {name, options, ...}: a bare name becomes
+    {name, options: {}}, a mapping gets options {} if it has none; anything else is returned as given, for
+    `check_paired_attention` to refuse."""
+    if isinstance(paired, str):
+        return {"name": paired, "options": {}}
+    return {"options": {}, **paired} if isinstance(paired, dict) else paired
+
+
 def check_paired_attention(spec: Any, keys: set[str], what: str, given: Any) -> None:
     """A measurement's paired attention (the one it times in alternation with the cell's): a mapping with a
     registered `name`, keys among `keys`, and options its config takes, checked when the suite loads rather than

@@ -30,7 +30,7 @@ from attnbench.cell_spec import CellSpec
 from attnbench.decoder import TransformerDecoder
 from attnbench.decoder_training import decoder_config
 from attnbench.measurements import register_measurement
-from attnbench.measurements.common import check_paired_attention, load_cell_task
+from attnbench.measurements.common import check_paired_attention, load_cell_task, paired_spec
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
 from attnbench.progress import Progress
@@ -72,13 +72,6 @@ class DecodeOptions:
         if self.paired is None:
             return
         check_paired_attention(paired_spec(self.paired), {"name", "options"}, "paired", self.paired)
-
-
-def paired_spec(paired: Any) -> Any:
-    """The option `paired` as {name, options}: a bare name becomes {name, options: {}}."""
-    if isinstance(paired, str):
-        return {"name": paired, "options": {}}
-    return {"options": {}, **paired} if isinstance(paired, dict) else paired
 
 
 def sign_test(ratios: np.ndarray) -> dict[str, Any]:

@@ -34,7 +34,7 @@ import torch
 
 from attnbench.cell_spec import CellSpec
 from attnbench.measurements import register_measurement
-from attnbench.measurements.common import check_paired_attention
+from attnbench.measurements.common import check_paired_attention, paired_spec
 from attnbench.measurements.cost import point_cost
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
@@ -149,12 +149,7 @@ class EfficiencyOptions:
         require(0 < self.starved_tolerance < 1, f"starved_tolerance={self.starved_tolerance} must lie in (0, 1)")
         require(self.starved_tries >= 1, f"starved_tries={self.starved_tries} must be at least 1")
         for label, other in self.paired.items():
-            check_paired_attention(_paired_spec(other), {"name", "options", "label"}, f"paired[{label!r}]", other)
-
-
-def _paired_spec(other: Any) -> Any:
-    """An entry of the option `paired` as {name, ...}: a bare name becomes {name}."""
-    return {"name": other} if isinstance(other, str) else other
+            check_paired_attention(paired_spec(other), {"name", "options", "label"}, f"paired[{label!r}]", other)
 
 
 def attention_call(
@@ -280,7 +275,7 @@ def _new_point(
     point = Point(row, args)
     other = options.paired.get(label, options.paired.get(name))
     if other is not None:
-        spec = _paired_spec(other)
+        spec = paired_spec(other)
         other_label = spec.get("label") or spec["name"]
         row |= {
             "paired_label": other_label,

@@ -241,12 +241,12 @@ def decode_points(results: Results) -> pd.DataFrame:
     columns = ["decode_ms_per_token", "prefill_tokens_per_s", "state_bytes"]
     if "verdict" not in rows:
         rows["verdict"] = None
-    for column in ("paired_ratio", "paired_ratio_q25", "paired_ratio_q75", "pairs", "pairs_faster", "sign_p"):
+    for column in ("paired_ratio", "pairs", "pairs_faster"):
         rows[column] = pd.to_numeric(rows[column], errors="coerce") if column in rows else np.nan
     rows["faster"], rows["slower"] = rows["verdict"] == "faster", rows["verdict"] == "slower"
     rows["checked"] = rows["verdict"].notna()
     keys = ["label", "attention", "context_length"]
-    means = rows.groupby(keys, as_index=False)[columns + ["paired_ratio", "paired_ratio_q25", "paired_ratio_q75"]]
+    means = rows.groupby(keys, as_index=False)[columns + ["paired_ratio"]]
     verdicts = rows.groupby(keys, as_index=False).agg(
         faster=("faster", "all"),
         slower=("slower", "all"),
@@ -270,11 +270,16 @@ def crossover(points: pd.DataFrame, label: str) -> float:
     return start
 
 
+def _verdict(point: pd.Series) -> str:
+    """A checked point's verdict over its seeds: 'faster', 'slower' or 'no detectable difference'."""
+    return "faster" if point["faster"] else "slower" if point["slower"] else "no detectable difference"
+
+
 def _verdict_text(point: pd.Series) -> str:
-    """'1.42× faster (64/64)' from a point's timing check, or a dash without one."""
+    """'1.42× faster (64/64)' from a point's timing check (≈: no detectable difference), or a dash without one."""
     if not point["checked"] or not np.isfinite(point["paired_ratio"]):
         return DASH
-    word = "faster" if point["faster"] else "slower" if point["slower"] else "≈"
+    word = {"no detectable difference": "≈"}.get(_verdict(point), _verdict(point))
     return f"{point['paired_ratio']:.2f}× {word} ({int(point['pairs_faster'])}/{int(point['pairs'])})"
 
 
@@ -343,11 +348,7 @@ def decode_paired_table(results: Results) -> Table | None:
         for n in lengths:
             point = part.loc[n] if n in part.index else None
             rec[f"ratio @{n}"] = point["paired_ratio"] if point is not None else np.nan
-            rec[f"verdict @{n}"] = (
-                None
-                if point is None
-                else ("faster" if point["faster"] else "slower" if point["slower"] else "no detectable difference")
-            )
+            rec[f"verdict @{n}"] = None if point is None else _verdict(point)
             row[f"@{n}"] = _verdict_text(point) if point is not None else DASH
         data.append(rec)
         text.append(row)

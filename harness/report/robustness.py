@@ -46,23 +46,18 @@ def _level_table(
     """Wide table: one row per (task, label, perturbation), accuracy and ECE per level (mean ± std over seeds)."""
     metrics = metric_frame(results, "robustness")
     levels = sorted(rows["level"].unique())
-    data, text_rows, numeric = [], [], []
-    measures: dict[str, str] = {}  # each numeric column's registered metric, whose direction ranks it
+    data, text_rows = [], []
+    measures: dict[str, str] = {}  # each column's registered metric, whose direction ranks it
     per_seed: list[dict] = []  # each cell's value per seed, for the tested groups that bold
     for (task, label, group), part in rows.groupby(["task", "label", "group"], sort=True):
         text = {"task": task, "label": label, "perturbation": group}
-        num = {}
         summary = {}
         if with_auc:
             for column, metric in (("AUC", _auc_metric(group)), ("overall AUC", "robustness_auc")):
-                summary[column] = summarize(
-                    metrics[(metrics["task"] == task) & (metrics["label"] == label) & (metrics["metric"] == metric)][
-                        "value"
-                    ]
-                )
-                text[column], num[column] = fmt_summary(summary[column]), summary[column]["mean"]
-                measures[column] = metric
                 mine = metrics[(metrics["task"] == task) & (metrics["label"] == label) & (metrics["metric"] == metric)]
+                summary[column] = summarize(mine["value"])
+                text[column] = fmt_summary(summary[column])
+                measures[column] = metric
                 per_seed.extend({"task": task, "perturbation": group, "column": column, "label": label,
                                  "seed": r.seed, "value": r.value} for r in mine.itertuples())  # fmt: skip
         for level in levels:
@@ -88,10 +83,8 @@ def _level_table(
                 per_seed.extend({"task": task, "perturbation": group, "column": column, "label": label,
                                  "seed": seed, "value": value} for seed, value in zip(at["seed"], values))  # fmt: skip
             text[f"acc@{key}"], text[f"ece@{key}"] = fmt_summary(acc), fmt_summary(ece)
-            num[f"acc@{key}"], num[f"ece@{key}"] = acc["mean"], ece["mean"]
             measures[f"acc@{key}"], measures[f"ece@{key}"] = "accuracy", "ece"
         text_rows.append(text)
-        numeric.append(num)
     text = pd.DataFrame(text_rows)
     return Table(name, title, pd.DataFrame(data), text, _top_groups(text, pd.DataFrame(per_seed), measures), notes,
                  key_columns=3)  # fmt: skip
