@@ -51,6 +51,34 @@ def test_separated_pairs_and_flags(tmp_path: Path) -> None:
     assert abs(softmax["average"] - (softmax["listops:mean"] + softmax["pathfinder:mean"]) / 2) < 1e-12
     assert lra.text.set_index("attention").loc["linformer", "pathfinder"].endswith("⚑")
     assert list(lra.text.columns) == ["attention", "listops", "pathfinder", "average"]
+    # bold: listops's top group is softmax alone; on pathfinder all three tie, so nobody is singled out
+    bold = lra.best.assign(attention=lra.text["attention"]).set_index("attention")
+    assert bold["listops"].to_dict() == {
+        "linformer": False,
+        "performer": False,
+        "softmax": True,
+        "pairs separated": False,
+    }
+    assert not bold["pathfinder"].any() and not bold["average"].any()
+    ranks = lra.data.set_index("label")["listops:rank"]
+    assert ranks["softmax"] == "1" and ranks["performer"] == ranks["linformer"] == "2–3"
+
+
+def test_bold_is_the_tested_group_not_the_highest_mean(tmp_path: Path) -> None:
+    """Two labels whose accuracies differ by a few examples per seed: the higher mean is not bolded alone."""
+    rng = np.random.default_rng(1)
+    for seed in range(3):
+        base = rng.random(ROWS) < 0.7
+        better = base.copy()
+        better[np.flatnonzero(~base)[:2]] = True  # two more rows right: not a detectable gap
+        _cell(tmp_path, "softmax", "listops", seed, better)
+        _cell(tmp_path, "performer", "listops", seed, base)
+    lra, pairs = lra_tables(load_runs([tmp_path]))
+    assert (
+        lra.data.set_index("label").loc["softmax", "listops:mean"]
+        > lra.data.set_index("label").loc["performer", "listops:mean"]
+    )
+    assert not lra.best["listops"].any() and not pairs.data["separated"].any()
 
 
 def test_no_lra_tasks_no_table(tmp_path: Path) -> None:

@@ -3,8 +3,9 @@ and per task how many attention pairs it separates; and the list of those pairs.
 
 Shown when a run holds accuracy cells of the Long Range Arena tasks (`LRA_TASKS`). A pair is separated on
 a task when the 95% t-interval of the per-seed accuracy difference excludes 0 and the per-example test
-(exact McNemar per seed, combined across seeds by `attnbench.report.comparisons.combine_p_values`) gives p < 0.05:
-the verdict rule of the paired comparisons (`attnbench.report.paired`), applied to every pair.
+(exact McNemar per seed, combined across seeds) gives p < 0.05: the verdict of the paired comparisons
+(`attnbench.report.paired.paired_difference`), applied to every pair. Bold marks each task's top group
+(`attnbench.report.ranking`), never a point estimate.
 A cell whose model breaks LRA's parameter rule (accuracy option parameter_tolerance) is flagged. Registered as
 the report section `lra`, after the accuracy tables.
 """
@@ -18,24 +19,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnbench.predictions import Predictions, decode_predictions
-from attnbench.report.comparisons import combine_p_values, mean_difference_interval, per_example_p
 from attnbench.report.load import Results
+from attnbench.report.paired import ALPHA, PredictionCache, cells_by_seed, paired_difference
+from attnbench.report.ranking import DETECTED, RANK_METRIC, ranking_note, task_standings, top_group_marks
 from attnbench.report.sections import register_report_section
 from attnbench.report.stats import summarize
 from attnbench.report.table import DASH, Table, fmt
 
 LRA_TASKS = ("listops", "byte_text", "byte_retrieval", "pixels", "pathfinder")  # LRA's column order
-ALPHA = 0.05
 FLAG = " ⚑"
-
-
-def _predictions(cell: pd.Series) -> Predictions | None:
-    stored = (cell["details"] or {}).get("predictions")
-    try:
-        return decode_predictions(stored) if stored else None
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 def _breaks_rule(cells: pd.DataFrame) -> bool:
@@ -43,29 +35,21 @@ def _breaks_rule(cells: pd.DataFrame) -> bool:
     return any(((c or {}).get("parameter_rule") or {}).get("within") is False for c in cells["details"])
 
 
-def separates(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, Any]:
-    """Accuracy cells of two labels on one task (one row per seed) -> the paired interval, p and the verdict."""
-    by_seed = [{int(c["seed"]): c for _, c in part.iterrows()} for part in (a, b)]
-    seeds = sorted(set(by_seed[0]) & set(by_seed[1]))
-    interval = mean_difference_interval(
-        [by_seed[0][s]["metrics"]["accuracy"] for s in seeds], [by_seed[1][s]["metrics"]["accuracy"] for s in seeds]
-    )
-    p_seeds = []
-    for s in seeds:
-        pa, pb = _predictions(by_seed[0][s]), _predictions(by_seed[1][s])
-        try:
-            p_seeds.append(per_example_p("accuracy", pa, pb) if pa is not None and pb is not None else math.nan)
-        except ValueError:  # scored on different rows
-            p_seeds.append(math.nan)
-    p_value = combine_p_values(p_seeds)
-    excludes_zero = math.isfinite(interval["ci_low"]) and not interval["ci_low"] <= 0.0 <= interval["ci_high"]
+def separates(a: dict[int, pd.Series], b: dict[int, pd.Series], cache: PredictionCache) -> dict[str, Any]:
+    """Accuracy cells of two labels on one task (keyed by seed) -> the paired interval, p and whether the task
+    separates them: `paired_difference`'s verdict is a detected side, with a per-example p computed."""
+    found = paired_difference(a, b, RANK_METRIC, cache)
+    if found is None:
+        return {"seeds": 0, "mean_diff": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p_value": math.nan,
+                "separated": False}  # fmt: skip
+    interval = found["interval"]
     return {
-        "seeds": len(seeds),
+        "seeds": len(found["seeds"]),
         "mean_diff": interval["mean"],
         "ci_low": interval["ci_low"],
         "ci_high": interval["ci_high"],
-        "p_value": p_value,
-        "separated": bool(excludes_zero and math.isfinite(p_value) and p_value < ALPHA),
+        "p_value": found["p_value"],
+        "separated": found["verdict"] in DETECTED and math.isfinite(found["p_value"]),
     }
 
 
@@ -75,15 +59,15 @@ def _tasks(cells: pd.DataFrame) -> list[str]:
     return sorted(present, key=lambda t: (LRA_TASKS.index(t.split("(")[0]), t))
 
 
-def pair_rows(cells: pd.DataFrame, tasks: list[str], labels: list[str]) -> list[dict[str, Any]]:
+def pair_rows(cells: pd.DataFrame, tasks: list[str], labels: list[str], cache: PredictionCache) -> list[dict[str, Any]]:
     """Every pair of labels on every task: the paired accuracy difference and whether the task separates them."""
     rows = []
     for task in tasks:
         part = cells[cells["task"] == task]
         for a, b in itertools.combinations(labels, 2):
-            left, right = part[part["label"] == a], part[part["label"] == b]
-            if len(left) and len(right):
-                rows.append({"task": task, "a": a, "b": b, **separates(left, right)})
+            left, right = cells_by_seed(part, a), cells_by_seed(part, b)
+            if left and right:
+                rows.append({"task": task, "a": a, "b": b, **separates(left, right, cache)})
     return rows
 
 
@@ -95,7 +79,9 @@ def lra_tables(results: Results) -> list[Table]:
     if not tasks:
         return []
     labels = sorted(set(cells["label"].dropna()))
-    pairs = pd.DataFrame(pair_rows(cells, tasks, labels))
+    cache = PredictionCache()
+    pairs = pd.DataFrame(pair_rows(cells, tasks, labels, cache))
+    standings = {task: task_standings(cells[cells["task"] == task], labels, cache) for task in tasks}
     data_rows, text_rows, flagged = [], [], []
     for lab in labels:
         row: dict[str, Any] = {"label": lab}
@@ -120,6 +106,10 @@ def lra_tables(results: Results) -> list[Table]:
                     else ""
                 )
             )
+            standing = standings[task][lab]
+            row[f"{task}:rank"] = standing.rank_text
+            if standing.at_chance:
+                shown += " (at chance)"
             if row[f"{task}:breaks_parameter_rule"]:
                 shown += FLAG
                 flagged.append(f"{lab} × {task}")
@@ -137,14 +127,15 @@ def lra_tables(results: Results) -> list[Table]:
     text = pd.DataFrame(text_rows + [count])
     data = pd.DataFrame(data_rows)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
-    for task in [*tasks, "average"]:
-        column = data[f"{task}:mean" if task != "average" else "average"]
-        if column.notna().any():
-            best.loc[int(column.idxmax()), task] = True
+    for task in tasks:
+        best.loc[: len(labels) - 1, task] = top_group_marks(standings[task], labels)
     notes = [
         "Test accuracy in %, mean over seeds [95% Student-t interval over seeds]; average: the mean of the "
-        "task means (a dash where a task is missing). Columns in LRA's order (ListOps, Text, Retrieval, Image, "
-        "Pathfinder); bold: best in column.",
+        "task means (a dash where a task is missing; not ranked: no paired test spans tasks). Columns in LRA's "
+        "order (ListOps, Text, Retrieval, Image, Pathfinder). Bold: the task's top group by the paired rule "
+        "(the best label and every label not detectably below it; none where every label is in it); the "
+        "groups' ranks are in the CSV (<task>:rank).",
+        ranking_note(),
         "pairs separated: of all attention pairs on the task, how many have a paired 95% interval of the "
         "per-seed accuracy difference that excludes 0 and a per-example test (exact McNemar per seed, "
         f"combined across seeds) with p < {ALPHA}. The pairs are listed in the table lra_pairs.",
