@@ -1,5 +1,6 @@
 """The bracket of kernel comparisons: softmax against the uniform floor, against a hand count."""
 
+import itertools
 import math
 
 import numpy as np
@@ -7,6 +8,8 @@ import pandas as pd
 
 from attnbench.predictions import encode_predictions
 from attnbench.report.attention_bracket import NOT_EXERCISED, bracket_row
+
+CELL_IDS = itertools.count()
 
 
 def cells(accuracies, correct_rows):
@@ -16,7 +19,13 @@ def cells(accuracies, correct_rows):
     for seed, (acc, correct) in enumerate(zip(accuracies, correct_rows)):
         probs = np.where(np.asarray(correct)[:, None], [[0.9, 0.1]], [[0.1, 0.9]])
         out.append(
-            {"seed": seed, "metrics": {"accuracy": acc}, "details": {"predictions": encode_predictions(probs, labels)}}
+            {
+                "run": "r",
+                "cell_id": f"{next(CELL_IDS)}",  # distinct per cell: the report caches predictions by it
+                "seed": seed,
+                "metrics": {"accuracy": acc},
+                "details": {"predictions": encode_predictions(probs, labels)},
+            }
         )
     return pd.DataFrame(out)
 

@@ -2,9 +2,9 @@
 
 A task on which softmax does not beat `uniform` attention (every real token weighted equally, no kernel)
 detectably cannot show a kernel's gain: its kernel comparisons are flagged "this task does not exercise
-attention". Detectably: the 95% t-interval of softmax - uniform over shared seeds excludes 0 (with one seed,
-none) and the per-example test (exact McNemar per seed, combined as `combine_p_values`) gives p < 0.05 (where the cells
-stored their predictions).
+attention". Detectably: the verdict of `attnbench.report.paired.paired_difference` (the 95% t-interval of
+softmax - uniform over shared seeds excludes 0 and the per-example test, exact McNemar per seed, combined,
+gives p < 0.05 where the cells stored their predictions); with one seed, the per-example test alone.
 """
 
 from __future__ import annotations
@@ -13,38 +13,23 @@ import math
 
 import pandas as pd
 
-from attnbench.predictions import decode_predictions
-from attnbench.report.comparisons import combine_p_values, mean_difference_interval, per_example_p
 from attnbench.report.load import Results
+from attnbench.report.paired import ALPHA, DETECTED, PredictionCache, paired_difference
 from attnbench.report.table import DASH, Table, fmt
 
 FLOOR, CEILING_OF_ATTENTION = "uniform", "softmax"  # attention names, whatever their labels
-ALPHA = 0.05
 NOT_EXERCISED = "this task does not exercise attention"
-
-
-def _accuracy_by_seed(cells: pd.DataFrame) -> dict[int, pd.Series]:
-    return {int(c["seed"]): c for _, c in cells.iterrows() if "accuracy" in c["metrics"]}
 
 
 def bracket_row(task: str, floor: pd.DataFrame, softmax: pd.DataFrame) -> dict[str, object] | None:
     """softmax - uniform accuracy on one task: interval over shared seeds, combined McNemar p, verdict."""
-    a, b = _accuracy_by_seed(softmax), _accuracy_by_seed(floor)
-    seeds = sorted(set(a) & set(b))
-    if not seeds:
+    a, b = ({int(c["seed"]): c for _, c in part.iterrows()} for part in (softmax, floor))
+    found = paired_difference(a, b, "accuracy", PredictionCache())
+    if found is None:
         return None
-    interval = mean_difference_interval(
-        [a[s]["metrics"]["accuracy"] for s in seeds], [b[s]["metrics"]["accuracy"] for s in seeds]
-    )
-    p_seeds = []
-    for s in seeds:
-        stored = [(c["details"] or {}).get("predictions") for c in (a[s], b[s])]
-        p_seeds.append(per_example_p("accuracy", *map(decode_predictions, stored)) if all(stored) else math.nan)
-    p_value = combine_p_values(p_seeds)
-    has_interval = math.isfinite(interval["ci_low"])  # one seed: none, the per-example test alone
-    detectable = (
-        (interval["ci_low"] > 0 or interval["ci_high"] < 0) if has_interval else p_value < ALPHA
-    ) and not p_value >= ALPHA  # without stored predictions (p nan), the interval alone
+    seeds, interval, p_value = found["seeds"], found["interval"], found["p_value"]
+    one_seed = len(seeds) == 1  # no interval: the per-example test alone
+    detectable = found["verdict"] in DETECTED or (one_seed and p_value < ALPHA)
     return {
         "task": task,
         "seeds": len(seeds),

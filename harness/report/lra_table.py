@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from attnbench.report.load import Results
-from attnbench.report.paired import ALPHA, PredictionCache, cells_by_seed, paired_difference
-from attnbench.report.ranking import DETECTED, RANK_METRIC, ranking_note, task_standings, top_group_marks
+from attnbench.report.paired import ALPHA, DETECTED, PredictionCache, cells_by_seed, paired_difference
+from attnbench.report.ranking import RANK_METRIC, ranking_note, task_standings, top_group_marks
 from attnbench.report.sections import register_report_section
 from attnbench.report.stats import summarize
 from attnbench.report.table import DASH, Table, fmt

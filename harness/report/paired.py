@@ -23,6 +23,7 @@ from attnbench.report.table import DASH, Table, fmt
 PAIRED_METRICS = ("accuracy", "macro_f1", "nll", "ece")
 RESAMPLES = 2000
 ALPHA = 0.05
+DETECTED = ("a better", "b better")  # verdicts where both the seeds and the examples back the gap
 
 
 def resolve_pairs(comparisons: list[Any] | None, labels: list[str]) -> list[tuple[str, str]]:

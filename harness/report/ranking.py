@@ -23,10 +23,9 @@ from scipy import stats as scipy_stats
 
 from attnbench.metrics import metric_direction
 from attnbench.report.comparisons import combine_p_values
-from attnbench.report.paired import ALPHA, PredictionCache, cells_by_seed, paired_difference
+from attnbench.report.paired import ALPHA, DETECTED, PredictionCache, cells_by_seed, paired_difference
 
 RANK_METRIC = "accuracy"
-DETECTED = ("a better", "b better")  # verdicts where both the seeds and the examples back the gap
 
 
 @dataclasses.dataclass
