@@ -34,8 +34,10 @@ def chunk_delta_rule(
     scores = (qc @ kc.transpose(-2, -1)).tril()
     state = k.new_zeros(b, h, dk, v.shape[-1]) if initial is None else initial
     outs = []
-    for c in range(qc.shape[2]):
-        new_values = u[:, :, c] - w[:, :, c] @ state  # U = T V - W S
-        outs.append(qc[:, :, c] @ state + scores[:, :, c] @ new_values)
-        state = state + kc[:, :, c].transpose(-2, -1) @ new_values
+    # chunk by chunk through unbind: indexing x[:, :, c] in the loop would make each index's backward a
+    # full-size zero tensor, quadratic in the chunk count
+    for u_c, w_c, q_c, s_c, k_c in zip(*(x.unbind(2) for x in (u, w, qc, scores, kc)), strict=True):
+        new_values = u_c - w_c @ state  # U = T V - W S
+        outs.append(q_c @ state + s_c @ new_values)
+        state = state + k_c.transpose(-2, -1) @ new_values
     return torch.stack(outs, dim=2).reshape(b, h, -1, v.shape[-1])[:, :, :n], state

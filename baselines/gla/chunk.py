@@ -35,9 +35,11 @@ def chunk_gated_recurrence(
     decays = last.squeeze(3).exp()[..., None]  # (B, H, nc, Dk, 1)
     state = q.new_zeros(b, h, dk, v.shape[-1]) if initial is None else initial
     earlier = []
-    for c in range(qc.shape[2]):
-        earlier.append(q_in[:, :, c] @ state)
-        state = state * decays[:, :, c] + writes[:, :, c]
+    # chunk by chunk through unbind: indexing x[:, :, c] in the loop would make each index's backward a
+    # full-size zero tensor, quadratic in the chunk count
+    for q_c, decay_c, write_c in zip(q_in.unbind(2), decays.unbind(2), writes.unbind(2), strict=True):
+        earlier.append(q_c @ state)
+        state = state * decay_c + write_c
     out = within + torch.stack(earlier, dim=2)
     return out.reshape(b, h, -1, v.shape[-1])[:, :, :n], state
 
