@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from report_fixture import make_fake_run
+from report_fixture import make_fake_run, write_cell
 
 from attnbench.baselines.coulomb.report import (
     coulomb_table,
@@ -16,6 +16,7 @@ from attnbench.baselines.coulomb.report import (
     kernel_paper_table,
     kernel_scaling_table,
     kernel_table,
+    phase_a_mechanism_table,
 )
 from attnbench.report.load import load_runs
 
@@ -59,3 +60,13 @@ def test_coulomb_and_kernel_tables_from_fake_run(tmp_path: Path) -> None:
     assert set(langevin.text["method"]) == {"langevin lambda=0.5", "langevin lambda=0"}
     assert langevin.text["drift / noise"].iloc[0] == "0.263"
     assert any("Drift below noise" in note for note in langevin.notes)
+
+
+def test_mechanism_table_leaves_out_learning_phases_without_its_diagnostics(tmp_path: Path) -> None:
+    """Hedgehog's distillation also records a phase_a (its config); it has no alignment or probe to show."""
+    run = make_fake_run(tmp_path / "run", tasks=("sst2",), labels=("softmax", "kernel-favor"))
+    write_cell(
+        run, label="hedgehog", task="sst2", metrics={"accuracy": 0.7}, details={"phase_a": {"config": {"step": 0.01}}}
+    )
+    table = phase_a_mechanism_table(load_runs([run]))
+    assert list(table.data["label"].unique()) == ["kernel-favor"]

@@ -349,16 +349,15 @@ def phase_a_mechanism_table(results: Results) -> Table | None:
     recs = []
     for _, cell in results.of("accuracy").iterrows():
         pa = (cell["details"] or {}).get("phase_a")
-        if isinstance(pa, dict):
-            config = pa.get("config") or {}
-            recs.append(
-                {
-                    "task": cell["task"],
-                    "label": cell["label"],
-                    **{k: str(config.get(k, DASH)) for k in SETTINGS},
-                    **_mechanism_record(pa),
-                }
-            )
+        if not isinstance(pa, dict):
+            continue
+        record = _mechanism_record(pa)
+        if not any(math.isfinite(v) for v in record.values()):
+            continue  # another learning phase (e.g. Hedgehog's distillation) records none of these
+        config = pa.get("config") or {}
+        recs.append(
+            {"task": cell["task"], "label": cell["label"], **{k: str(config.get(k, DASH)) for k in SETTINGS}, **record}
+        )
     if not recs:
         return None
     frame = pd.DataFrame(recs)
