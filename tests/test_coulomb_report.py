@@ -63,10 +63,11 @@ def test_coulomb_and_kernel_tables_from_fake_run(tmp_path: Path) -> None:
 
 
 def test_mechanism_table_leaves_out_learning_phases_without_its_diagnostics(tmp_path: Path) -> None:
-    """Hedgehog's distillation also records a phase_a (its config); it has no alignment or probe to show."""
+    """Hedgehog's distillation also records a phase_a (its config only): no alignment or probe to show."""
     run = make_fake_run(tmp_path / "run", tasks=("sst2",), labels=("softmax", "kernel-favor"))
-    write_cell(
-        run, label="hedgehog", task="sst2", metrics={"accuracy": 0.7}, details={"phase_a": {"config": {"step": 0.01}}}
-    )
-    table = phase_a_mechanism_table(load_runs([run]))
-    assert list(table.data["label"].unique()) == ["kernel-favor"]
+    for seed in range(3):  # softmax's cells stand in for a label whose learning phase is not Coulomb's
+        details = {"phase_a": {"config": {"step": 0.01}}}
+        write_cell(run, label="softmax", task="sst2", seed=seed, metrics={"accuracy": 0.8}, details=details)
+    results = load_runs([run])
+    assert (results.of("accuracy")["label"] == "softmax").sum() == 3
+    assert list(phase_a_mechanism_table(results).data["label"]) == ["kernel-favor"]
