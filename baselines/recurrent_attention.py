@@ -18,6 +18,8 @@ import torch
 from torch import Tensor, nn
 
 from attnbench.baselines import masks
+from attnbench.baselines.fla_route import Backend, route_name, use_fla
+from attnbench.baselines.routes import RecordsRoutes
 from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for
 from attnbench.errors import ConfigError
 from attnbench.options import option
@@ -35,6 +37,11 @@ class RecurrentConfig(ShortConvConfig):
         "per-head RMS norm of the output with a learned gain, as the papers' layers "
         "(RetNet GroupNorm, GLA and DeltaNet RMSNorm); false = the raw recurrence",
     )
+    backend: Backend = option(
+        "pytorch",
+        "training form: pytorch (our chunked form, any device), fla (flash-linear-attention's Triton kernels, "
+        "CUDA), auto (fla where the inputs are on CUDA and it imports, else pytorch); the route taken is recorded",
+    )
 
 
 class HeadRMSNorm(nn.Module):
@@ -50,7 +57,7 @@ class HeadRMSNorm(nn.Module):
         return x * torch.rsqrt(x.square().mean(dim=-1, keepdim=True) + self.eps) * gain
 
 
-class RecurrentAttention(nn.Module):
+class RecurrentAttention(RecordsRoutes, nn.Module):
     """Base of a state-space attention: subclasses give `parallel`, `naive`, `core_state` and `core_step`."""
 
     # A padded token leaves the state as it was (the decays and gates skip it); where it takes a position, as in
@@ -81,6 +88,12 @@ class RecurrentAttention(nn.Module):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         return self._run(self.parallel, q, k, v, key_padding_mask)
+
+    def takes_fla(self, x: Tensor) -> bool:
+        """Whether this training-form call takes the fla route (the `backend` option); the route is counted."""
+        fla = use_fla(self.cfg.backend, x)
+        self._took(route_name(fla))
+        return fla
 
     def naive_forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """`forward` with the naive core in place of the parallel one."""

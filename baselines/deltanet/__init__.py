@@ -19,6 +19,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from attnbench.baselines import fla_route
 from attnbench.baselines.deltanet.chunk import chunk_delta_rule
 from attnbench.baselines.deltanet.naive import naive_delta_rule
 from attnbench.baselines.deltanet.recurrent import delta_rule_step
@@ -52,7 +53,10 @@ class DeltaNetAttention(RecurrentAttention):
 
     def parallel(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         q, k, beta = self._inputs(q, k, mask)
-        out, state = chunk_delta_rule(q, k, v, beta, self.cfg.chunk_size)
+        if self.takes_fla(q):
+            out, state = fla_route.delta_rule(q, k, v, beta)
+        else:
+            out, state = chunk_delta_rule(q, k, v, beta, self.cfg.chunk_size)
         return out if self.causal else q @ state
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:

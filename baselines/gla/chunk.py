@@ -9,6 +9,9 @@ are floored).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -44,14 +47,21 @@ def chunk_gated_recurrence(
     return out.reshape(b, h, -1, v.shape[-1])[:, :, :n], state
 
 
-def symmetric_decay(q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor, chunk: int = 64) -> Tensor:
+CausalPass = Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]  # (q, k, v, log_gate) -> (out, state)
+
+
+def symmetric_decay(
+    q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor, chunk: int = 64, causal_pass: CausalPass | None = None
+) -> Tensor:
     """The encoder form (`naive_symmetric_decay`) as a forward and a backward pass of the causal recurrence,
     less the diagonal they both count. The backward pass reads position l's gate when it moves from l to
-    l - 1, so key j > i is weighted by the gates of positions i + 1 .. j, as the forward pass weights j < i."""
+    l - 1, so key j > i is weighted by the gates of positions i + 1 .. j, as the forward pass weights j < i.
+    `causal_pass`: the causal recurrence to run (default `chunk_gated_recurrence` in chunks of `chunk`)."""
     b, h, n, dk = q.shape
+    run = causal_pass or functools.partial(chunk_gated_recurrence, chunk=chunk)
     log_gate = log_gate.expand(b, h, n, dk)
-    forward, _ = chunk_gated_recurrence(q, k, v, log_gate, chunk)
+    forward, _ = run(q, k, v, log_gate)
     flipped = log_gate.flip(2)
     shifted = torch.cat([torch.zeros_like(flipped[:, :, :1]), flipped[:, :, :-1]], dim=2)
-    backward, _ = chunk_gated_recurrence(q.flip(2), k.flip(2), v.flip(2), shifted, chunk)
+    backward, _ = run(q.flip(2), k.flip(2), v.flip(2), shifted)
     return forward + backward.flip(2) - (q * k).sum(dim=-1, keepdim=True) * v

@@ -1,0 +1,87 @@
+"""The optional flash-linear-attention route (fla-org/flash-linear-attention: Triton kernels, CUDA only) for the
+recurrences it implements: GLA's per-channel gated recurrence (`fla.ops.gla.chunk_gla`), retention's head-wise
+decay (`fla.ops.simple_gla.chunk_simple_gla`, the kernel fla's own retention uses) and the delta rule
+(`fla.ops.delta_rule.chunk_delta_rule`). BASED (fla's `parallel_based` has no exact window) and Hedgehog (a
+feature map over our shared linear kernel) have no route here.
+
+An attention's `backend` option: "pytorch" (default: our chunked forms, on any device), "fla" (these kernels;
+a clear error where CUDA or the package is missing) or "auto" (fla where the inputs are on CUDA and fla imports,
+else pytorch). The route each call took is counted (`attnbench.baselines.routes`: "fla" or "pytorch-chunked") and
+recorded with every result. Ours are (B, H, N, D) with q already scaled; fla's are (B, T, H, K) with a `scale`
+argument: each call transposes in and out and passes scale 1. The encoder forms reuse these causal kernels as
+our chunked forms do (GLA and retention: a forward and a reversed pass; DeltaNet: the final state).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Literal
+
+from torch import Tensor
+
+from attnbench.errors import ConfigError
+
+Backend = Literal["pytorch", "fla", "auto"]
+PACKAGE = "flash-linear-attention"
+
+
+def unavailable(x: Tensor) -> str | None:
+    """Why the fla route cannot take inputs like `x` here (None: it can)."""
+    if x.device.type != "cuda":
+        return f"its Triton kernels run on CUDA, and these inputs are on {x.device.type}"
+    try:
+        importlib.import_module("fla.ops")
+    except ImportError as err:
+        return f"the package does not import ({err}); pip install {PACKAGE}"
+    return None
+
+
+def use_fla(backend: Backend, x: Tensor) -> bool:
+    """Whether this call takes the fla route: 'fla' insists (a ConfigError says why it cannot), 'auto' takes it
+    where it can, 'pytorch' never."""
+    if backend == "pytorch":
+        return False
+    reason = unavailable(x)
+    if backend == "fla" and reason is not None:
+        raise ConfigError(f"backend 'fla' cannot run: {reason}; use backend 'auto' or 'pytorch' instead")
+    return reason is None
+
+
+def _fla(x: Tensor) -> Tensor:
+    """(B, H, N, ...) -> fla's (B, T, H, ...), contiguous."""
+    return x.transpose(1, 2).contiguous()
+
+
+def gated_recurrence(q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor) -> tuple[Tensor, Tensor]:
+    """`attnbench.baselines.gla.chunk.chunk_gated_recurrence` by fla's chunk_gla: q, k, log_gate (B, H, N, Dk),
+    v (B, H, N, Dv) -> outputs (B, H, N, Dv) and the last state (B, H, Dk, Dv)."""
+    from fla.ops.gla import chunk_gla
+
+    gate = log_gate.expand(*q.shape)
+    out, state = chunk_gla(_fla(q), _fla(k), _fla(v), _fla(gate), scale=1.0, output_final_state=True)
+    return out.transpose(1, 2), state
+
+
+def headwise_recurrence(q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor) -> tuple[Tensor, Tensor]:
+    """The same recurrence with one gate per head and position, by fla's chunk_simple_gla: log_gate (B, H, N, 1),
+    or expanded over Dk with equal columns (the first is read)."""
+    from fla.ops.simple_gla import chunk_simple_gla
+
+    gate = log_gate[..., 0].transpose(1, 2).contiguous()  # (B, T, H)
+    out, state = chunk_simple_gla(_fla(q), _fla(k), _fla(v), g=gate, scale=1.0, output_final_state=True)
+    return out.transpose(1, 2), state
+
+
+def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
+    """`attnbench.baselines.deltanet.chunk.chunk_delta_rule` by fla's chunk_delta_rule: q, k (B, H, N, Dk), k
+    L2-normalised, v (B, H, N, Dv), beta (B, H, N) -> outputs (B, H, N, Dv) and the last state (B, H, Dk, Dv)."""
+    from fla.ops.delta_rule import chunk_delta_rule
+
+    beta = beta.transpose(1, 2).contiguous()  # (B, T, H)
+    out, state = chunk_delta_rule(_fla(q), _fla(k), _fla(v), beta, scale=1.0, output_final_state=True)
+    return out.transpose(1, 2), state
+
+
+def route_name(fla: bool) -> str:
+    """The route counted for a call (`attnbench.baselines.routes`)."""
+    return "fla" if fla else "pytorch-chunked"
