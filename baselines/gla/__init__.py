@@ -15,14 +15,13 @@ between it and the query on either side (`symmetric_decay`); the per-head RMS no
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 
 import torch
 from torch import Tensor, nn
 
 from attnbench.baselines import fla_route
-from attnbench.baselines.gla.chunk import chunk_gated_recurrence, symmetric_decay
+from attnbench.baselines.gla.chunk import gated_form
 from attnbench.baselines.gla.naive import naive_gated_recurrence, naive_symmetric_decay
 from attnbench.baselines.gla.recurrent import gated_recurrence_step
 from attnbench.baselines.recurrent_attention import RecurrentAttention, RecurrentConfig, State, real_rows
@@ -62,10 +61,7 @@ class GLAAttention(RecurrentAttention):
 
     def parallel(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         q, k, g = self._inputs(q, k, mask)
-        causal_pass = fla_route.gated_recurrence if self.takes_fla(q) else None
-        if self.causal:
-            return (causal_pass or functools.partial(chunk_gated_recurrence, chunk=CHUNK))(q, k, v, g)[0]
-        return symmetric_decay(q, k, v, g, CHUNK, causal_pass)
+        return gated_form(q, k, v, g, CHUNK, self.causal, fla_route.gated_recurrence if self.takes_fla(q) else None)
 
     def naive(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         q, k, g = self._inputs(q, k, mask)

@@ -65,3 +65,13 @@ def symmetric_decay(
     shifted = torch.cat([torch.zeros_like(flipped[:, :, :1]), flipped[:, :, :-1]], dim=2)
     backward, _ = run(q.flip(2), k.flip(2), v.flip(2), shifted)
     return forward + backward.flip(2) - (q * k).sum(dim=-1, keepdim=True) * v
+
+
+def gated_form(
+    q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor, chunk: int, causal: bool, causal_pass: CausalPass | None = None
+) -> Tensor:
+    """The training form of a gated recurrence: the causal recurrence's outputs, or the encoder's
+    `symmetric_decay`; `causal_pass` as there (default `chunk_gated_recurrence` in chunks of `chunk`)."""
+    if not causal:
+        return symmetric_decay(q, k, v, log_gate, chunk, causal_pass)
+    return (causal_pass or functools.partial(chunk_gated_recurrence, chunk=chunk))(q, k, v, log_gate)[0]
