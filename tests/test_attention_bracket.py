@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.predictions import encode_predictions
-from attnbench.report.attention_bracket import NOT_EXERCISED, bracket_row
+from attnbench.report.attention_bracket import NOT_EXERCISED, attention_bracket_table, bracket_row
 
 CELL_IDS = itertools.count()
 
@@ -49,3 +49,36 @@ def test_one_seed_is_judged_by_the_per_example_test_alone():
     assert bracket_row("t", cells([0.25], [bad]), cells([1.0], [good]))["exercises_attention"]
     same = [True] * 30 + [False] * 10
     assert bracket_row("t", cells([0.75], [same]), cells([0.75], [same]))["verdict"] == NOT_EXERCISED
+
+
+class _Results:
+    """The one call attention_bracket_table makes of a Results: its accuracy cells."""
+
+    def __init__(self, frame):
+        self.frame = frame
+
+    def of(self, measurement):
+        return self.frame
+
+
+def labelled(frame, task, attention, label):
+    return frame.assign(task=task, attention=attention, label=label)
+
+
+def test_the_table_has_one_row_per_softmax_label_each_against_the_floor():
+    """A suite with softmax on learned W_q, W_k and softmax on the heads' own slices: each gets its own verdict
+    (pooled by seed they would overwrite each other)."""
+    good, bad = [True] * 40, [True] * 10 + [False] * 30
+    frame = pd.concat(
+        [
+            labelled(cells([0.25, 0.26, 0.24], [bad] * 3), "t", "uniform", "uniform"),
+            labelled(cells([1.0, 0.99, 1.0], [good] * 3), "t", "softmax", "softmax"),
+            labelled(cells([0.25, 0.25, 0.25], [bad] * 3), "t", "softmax", "softmax-qk-none"),
+        ],
+        ignore_index=True,
+    )
+    table = attention_bracket_table(_Results(frame))
+    verdicts = dict(zip(table.data["softmax_label"], table.data["verdict"]))
+    assert verdicts["softmax-qk-none"] == NOT_EXERCISED
+    assert verdicts["softmax"] != NOT_EXERCISED and len(table.data) == 2
+    assert list(table.text["softmax row"]) == ["softmax", "softmax-qk-none"]

@@ -9,6 +9,7 @@ gives p < 0.05 where the cells stored their predictions); with one seed, the per
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pandas as pd
@@ -49,15 +50,20 @@ def bracket_row(task: str, floor: pd.DataFrame, softmax: pd.DataFrame) -> dict[s
 
 
 def attention_bracket_table(results: Results) -> Table | None:
-    """Per task with both a `uniform` and a `softmax` attention: whether the task exercises attention."""
+    """Per task with both a `uniform` and a `softmax` attention: whether the task exercises attention, one row
+    per softmax label (a suite may run softmax with and without learned Q/K projections) and floor label."""
     cells = results.of("accuracy")
     if cells.empty or not {FLOOR, CEILING_OF_ATTENTION} <= set(cells["attention"].dropna()):
         return None
     rows = []
     for task, part in cells.groupby("task", sort=True):
-        row = bracket_row(task, part[part["attention"] == FLOOR], part[part["attention"] == CEILING_OF_ATTENTION])
-        if row is not None:
-            rows.append(row)
+        # one row per softmax label (e.g. with learned W_q, W_k and on the heads' own slices) and floor label
+        floors = part[part["attention"] == FLOOR].groupby("label", sort=True)
+        softmaxes = part[part["attention"] == CEILING_OF_ATTENTION].groupby("label", sort=True)
+        for (softmax_label, softmax), (floor_label, floor) in itertools.product(softmaxes, floors):
+            row = bracket_row(task, floor, softmax)
+            if row is not None:
+                rows.append({**row, "softmax_label": softmax_label, "floor_label": floor_label})
     if not rows:
         return None
     data = pd.DataFrame(rows)
@@ -65,6 +71,8 @@ def attention_bracket_table(results: Results) -> Table | None:
         [
             {
                 "task": r.task,
+                "softmax row": r.softmax_label,
+                "floor row": r.floor_label,
                 "seeds": str(r.seeds),
                 "softmax": fmt(r.softmax),
                 "uniform": fmt(r.uniform),
@@ -91,5 +99,5 @@ def attention_bracket_table(results: Results) -> Table | None:
         text,
         best,
         notes,
-        key_columns=1,
+        key_columns=3,
     )
