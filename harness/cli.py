@@ -180,6 +180,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="keep earlier failed results instead of running those cells again",
     )
+    p.add_argument(
+        "--reuse",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="RUN_DIR",
+        help="adopt the ok results another run folder holds for the same cells under its suite's name (same "
+        "task, attention, seed, model, training, measurement, device and threads) instead of recomputing "
+        "them; each adopted record names its source in provenance.reused_from (repeatable)",
+    )
     p.add_argument("--quiet", action="store_true", help="no live progress, only the summary")
 
     p = verbs.add_parser(
@@ -473,6 +483,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         threads=args.threads,
         command=shlex.join(["attnbench", *sys.argv[1:]]),
         show_progress=not args.quiet,
+        reuse=tuple(args.reuse),
         announce=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True),
     )
     summary = run_suite(suite, run_dir, options)

@@ -30,7 +30,8 @@ from attnbench.cell import DEFAULT_CELL_TIMEOUT, PROCESS_DIED, Cell, CellSink, E
 from attnbench.cell_spec import CellSpec
 from attnbench.errors import UserError
 from attnbench.progress import ProgressUI
-from attnbench.provenance import machine_provenance, now, resolve_device
+from attnbench.provenance import device_name, machine_provenance, now, resolve_device
+from attnbench.reuse import adopt_results, reuse_sources
 from attnbench.store import FINISHED, RunStore, process_alive
 from attnbench.suite import Suite
 from attnbench.suite_keys import chosen_trials
@@ -53,6 +54,7 @@ class RunOptions:
     command: str = ""
     show_progress: bool = True
     announce: Callable[[str], None] | None = None  # receives the line saying which split runs (local executor)
+    reuse: tuple[Path, ...] = ()  # other run folders whose ok twins of unfinished cells are adopted (attnbench.reuse)
 
 
 @dataclasses.dataclass
@@ -200,6 +202,7 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
     )
     store.check_writable()
     store.refuse_other_suite(suite.name)
+    sources = reuse_sources(options.reuse, run_dir)  # before anything is written: a bad folder is exit 2
     try:
         with store.claim(options.command) as previous, _sigterm_as_interrupt():
             notes = ([] if previous is None else [_taken_over(previous)]) + ([thread_note] if thread_note else [])
@@ -208,6 +211,10 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
                 provenance["split"] = split.provenance()
             notes += store.open(suite.as_dict(), planned, provenance)
             notes += _record_deaths(store, device)
+            if sources:
+                sitting_threads = split.threads if split is not None else options.threads or options.cpus_per_cell
+                ran_on = device_name(device) if device != "auto" else "auto"  # Ray's auto: no twin matches
+                notes += adopt_results(store, [c.spec for c in cells], sources, ran_on, sitting_threads)[1]
             keep = FINISHED if options.retry_failed else FINISHED + ("failed",)
             ran, tried = 0, set()
             while True:  # once, or again for the cells a sweep's selection seeds have just chosen
