@@ -48,9 +48,9 @@ def adopted_record(record: dict[str, Any], spec: CellSpec, source: Path, suite: 
 
 def adopt_results(
     store: RunStore, specs: Iterable[CellSpec], sources: list[tuple[RunStore, str]], device: str, threads: int | None
-) -> tuple[int, list[str]]:
+) -> list[str]:
     """Copy into `store` the ok results of the unfinished `specs` that a source holds for the same spec under its
-    suite name, run on `device` with `threads` torch threads. Returns (how many were adopted, notes)."""
+    suite name, run on `device` with `threads` torch threads. Returns notes on what was adopted and what not."""
     adopted, other_setup = 0, 0
     for spec in specs:
         if store.status(spec.id) in FINISHED:
@@ -72,4 +72,4 @@ def adopt_results(
             f"--reuse: {other_setup} twin results ran on another device or thread count than this sitting "
             f"({device}, {threads} threads) and were not adopted (their last bits may differ); they run here"
         )
-    return adopted, notes
+    return notes
