@@ -56,6 +56,11 @@ class RunOptions:
     announce: Callable[[str], None] | None = None  # receives the line saying which split runs (local executor)
     reuse: tuple[Path, ...] = ()  # other run folders whose ok twins of unfinished cells are adopted (attnbench.reuse)
 
+    @property
+    def ray_threads(self) -> int:
+        """Torch threads of each Ray cell: --threads, else the CPUs the cell asks for."""
+        return self.threads or self.cpus_per_cell
+
 
 @dataclasses.dataclass
 class RunSummary:
@@ -212,7 +217,7 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
             notes += store.open(suite.as_dict(), planned, provenance)
             notes += _record_deaths(store, device)
             if sources:
-                sitting_threads = split.threads if split is not None else options.threads or options.cpus_per_cell
+                sitting_threads = split.threads if split is not None else options.ray_threads
                 ran_on = device_name(device) if device != "auto" else "auto"  # Ray's auto: no twin matches
                 notes += adopt_results(store, [c.spec for c in cells], sources, ran_on, sitting_threads)
             keep = FINISHED if options.retry_failed else FINISHED + ("failed",)
@@ -308,7 +313,7 @@ def _run_cells(
             options.address,
             None if options.workers == "auto" else options.workers,
             options.cpus_per_cell,
-            options.threads,
+            options.ray_threads,
             timeout,
         )
         batches = [(executor, todo)]

@@ -52,7 +52,7 @@ class RayExecutor:
     address: str | None = None
     workers: int | None = None
     cpus_per_cell: int = 1
-    threads: int | None = None
+    threads: int = 1  # torch threads per cell (RunOptions.ray_threads)
     timeout: float | None = None
 
     def run(self, cells: list[Cell], sink: CellSink) -> None:
@@ -83,8 +83,7 @@ class RayExecutor:
             device = "cuda" if gpus else "cpu"
             task = ray.remote(num_cpus=self.cpus_per_cell, num_gpus=gpus, max_retries=0)(ray_cell)
             refs = {
-                task.remote(cell, device, self.command, self.threads or self.cpus_per_cell, self.timeout): cell
-                for cell in cells
+                task.remote(cell, device, self.command, self.threads, self.timeout): cell for cell in cells
             }  # queued on the cluster: the progress bar counts each when it ends
             while refs:
                 done, _ = ray.wait(list(refs), num_returns=1)
