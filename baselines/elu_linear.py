@@ -7,10 +7,10 @@ import dataclasses
 from torch import Tensor
 
 from attnbench.baselines.feature_maps import elu_plus_one
-from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
-from attnbench.baselines.linear_kernel.contract import FeatureChunk, FeatureMap
-from attnbench.baselines.native import NativeSpec
-from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
+from attnbench.kernels.linear.attention import LinearKernelAttention
+from attnbench.kernels.linear.contract import FeatureChunk, FeatureMap
+from attnbench.kernels.native import NativeSpec
+from attnbench.kernels.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option, require
 from attnbench.registry import register_attention
 

@@ -21,8 +21,8 @@ l1 normaliser making sum_i phi_i(x) = sqrt(M), and x' = d^{-1/4} x in the scaled
 u - |x|^2/2: a constant factor per query row and per (batch, head) of keys, which cancels in the attention.
 
 Adding a map: one class here, registered with `@register_feature_map`. With a fused C++ form, also its row in
-`attnbench.baselines.native.KIND_TABLE` (and `PAPER_KINDS` where the kernel renormalises its keys) and its f and
-df/du in `baselines/native/fused_linear.cpp`.
+`attnbench.kernels.native.KIND_TABLE` (and `PAPER_KINDS` where the kernel renormalises its keys) and its f and
+df/du in `harness/kernels/native/fused_linear.cpp`.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.linear_kernel.contract import FeatureChunk, no_grad_recorded
-from attnbench.baselines.linear_kernel.cpu_threads import scratch
 from attnbench.baselines.random_feature_map import NativeForm, RandomFeatureMap
 from attnbench.baselines.random_projections import per_head, project
+from attnbench.kernels.cpu_threads import scratch
+from attnbench.kernels.linear.contract import FeatureChunk, no_grad_recorded
 
 FAVOR_EPS = 1e-6
 CAUSAL_FAVOR_CAP = 80.0  # causal favor: largest key exponent above the first key's (exp(88) overflows float32)

@@ -12,8 +12,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.masks import key_padding_mask as padding_mask
 from attnbench.baselines.random_projections import seeded_generator
+from attnbench.kernels.masks import key_padding_mask as padding_mask
 from attnbench.options import option, require
 from attnbench.registry import AttentionConfig, check_heads, register_attention
 

@@ -15,11 +15,11 @@ import functools
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines import native
-from attnbench.baselines.linear_kernel.cpu_threads import chunk_rows, run_on_threads, scratch, split_rows, torch_threads
-from attnbench.baselines.masks import key_padding_mask as padding_mask
 from attnbench.baselines.random_projections import seeded_generator
-from attnbench.baselines.routes import RecordsRoutes
+from attnbench.kernels import native
+from attnbench.kernels.cpu_threads import chunk_rows, run_on_threads, scratch, split_rows, torch_threads
+from attnbench.kernels.masks import key_padding_mask as padding_mask
+from attnbench.kernels.routes import RecordsRoutes
 from attnbench.options import option, require
 from attnbench.registry import AttentionConfig, check_heads, register_attention
 

@@ -27,11 +27,11 @@ import torch
 from torch import Tensor, nn
 
 from attnbench.baselines.feature_maps import FavorMap
-from attnbench.baselines.linear_kernel.attention import linear_kernel_cost
-from attnbench.baselines.masks import key_padding_mask as padding_mask
 from attnbench.baselines.nystromformer import nystrom_cost
 from attnbench.baselines.random_projections import RowNorms, draw_omegas, seeded_generator
 from attnbench.errors import UserError
+from attnbench.kernels.linear.attention import linear_kernel_cost
+from attnbench.kernels.masks import key_padding_mask as padding_mask
 from attnbench.options import option, require
 from attnbench.registry import AttentionConfig, register_attention
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 
 from attnbench.baselines.feature_maps import FavorMap
-from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
 from attnbench.baselines.random_projections import RowNorms
-from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
+from attnbench.kernels.linear.attention import LinearKernelAttention
+from attnbench.kernels.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option, require
 from attnbench.registry import register_attention
 

@@ -27,9 +27,6 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines import native
-from attnbench.baselines.linear_kernel.contract import FeatureChunk, FeatureMap
-from attnbench.baselines.native import NativeSpec
 from attnbench.baselines.random_projections import (
     RowNorms,
     draw_omegas,
@@ -39,6 +36,9 @@ from attnbench.baselines.random_projections import (
     project_to_ball,
     projection_weights,
 )
+from attnbench.kernels import native
+from attnbench.kernels.linear.contract import FeatureChunk, FeatureMap
+from attnbench.kernels.native import NativeSpec
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,10 +16,10 @@ import math
 from typing import Literal
 
 from attnbench.baselines.feature_maps import FEATURE_MAPS, feature_map_class
-from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
 from attnbench.baselines.random_feature_map import SCALED, MapForm
 from attnbench.baselines.random_projections import RowNorms
-from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
+from attnbench.kernels.linear.attention import LinearKernelAttention
+from attnbench.kernels.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option, require
 from attnbench.registry import register_attention
 

@@ -14,11 +14,11 @@ import torch
 from torch import Tensor, nn
 
 from attnbench.baselines.feature_maps import trig_features
-from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
-from attnbench.baselines.linear_kernel.contract import FeatureChunk, FeatureMap
-from attnbench.baselines.native import NativeSpec
 from attnbench.baselines.random_projections import draw_omegas, per_head, projection_weights
-from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
+from attnbench.kernels.linear.attention import LinearKernelAttention
+from attnbench.kernels.linear.contract import FeatureChunk, FeatureMap
+from attnbench.kernels.native import NativeSpec
+from attnbench.kernels.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option, require
 from attnbench.registry import register_attention
 

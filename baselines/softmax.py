@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from attnbench.baselines.masks import key_padding_mask as padding_mask
-from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for, unfiltered
+from attnbench.kernels.masks import key_padding_mask as padding_mask
+from attnbench.kernels.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option
 from attnbench.registry import register_attention
 

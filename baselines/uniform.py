@@ -11,8 +11,8 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines import masks
 from attnbench.errors import ConfigError
+from attnbench.kernels import masks
 from attnbench.registry import AttentionConfig, register_attention
 
 

@@ -246,7 +246,7 @@ def worker(attentions: list[str], task: Any) -> None:
 
 def build_kernels_for(march: str) -> None:
     """Build the fused kernels with -march=`march` in place of -march=native (before their first use)."""
-    from attnbench.baselines import native
+    from attnbench.kernels import native
 
     native.FLAGS = tuple(f"-march={march}" if f == "-march=native" else f for f in native.FLAGS)
 

@@ -13,11 +13,11 @@ phase trains on (`AttentionCapture`), running a suite and loading its results. `
 from __future__ import annotations
 
 from attnbench.attention_capture import AttentionCapture
-from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
-from attnbench.baselines.linear_kernel.contract import FeatureMap
 from attnbench.cell_spec import CellSpec
 from attnbench.errors import ConfigError, UnknownNameError, UserError
 from attnbench.executor import RunOptions, RunSummary, run_suite
+from attnbench.kernels.linear.attention import LinearKernelAttention
+from attnbench.kernels.linear.contract import FeatureMap
 from attnbench.measurements import register_measurement
 from attnbench.metrics import register_metric
 from attnbench.options import option, require

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnbench.baselines import native
 from attnbench.errors import UserError
+from attnbench.kernels import native
 from attnbench.recurrence import state_tensors, step_through
 from attnbench.registry import attention_capabilities, attention_entry, build_attention
 
@@ -173,7 +173,7 @@ def causality(name: str, options: dict[str, Any], batch: int, heads: int) -> Non
 
 def mask_forms(name: str, options: dict[str, Any], batch: int, heads: int) -> None:
     """A key padding mask means the same as bool, int64 and float 0/1 (a Hugging Face attention_mask); other values
-    and a wrong shape are a ValueError or TypeError (attnbench.baselines.masks.key_padding_mask does all this)."""
+    and a wrong shape are a ValueError or TypeError (attnbench.kernels.masks.key_padding_mask does all this)."""
     attn = _build(name, heads, options).eval()
     n = 12
     q, k, v = _qkv(batch, heads, n)
@@ -192,7 +192,7 @@ def mask_forms(name: str, options: dict[str, Any], batch: int, heads: int) -> No
             except (ValueError, TypeError):
                 continue
             raise PropertyFailed(
-                f"{what} is taken without a ValueError; normalise masks with attnbench.baselines.masks.key_padding_mask"
+                f"{what} is taken without a ValueError; normalise masks with attnbench.kernels.masks.key_padding_mask"
             )
 
 

@@ -6,7 +6,7 @@ still fixes every mask: same seed, same numbers) and keeps element i of the flat
 lowbias32(lowbias32(lo(i) ^ k0) ^ k1 ^ hi(i) GOLDEN) >= p 2^32, with keys k0 = lowbias32(lo(seed)) and
 k1 = lowbias32(hi(seed) ^ k0) (lowbias32: C. Wellons' integer hash, a bijection of 32 bits; lo, hi the low and high
 32 bits; products mod 2^32), scaling kept elements by 1 / (1 - p). The backward
-recomputes the same mask from the seed, so nothing is stored. The fused kernel (`attnbench.baselines.native.dropout`) runs
+recomputes the same mask from the seed, so nothing is stored. The fused kernel (`attnbench.kernels.native.dropout`) runs
 it on CPU float32; elsewhere `hashed_keep` computes the same mask in torch operations (bitwise the same: tests).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines import native
+from attnbench.kernels import native
 
 MASK32 = 0xFFFFFFFF
 GOLDEN = 0x9E3779B9

@@ -18,8 +18,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.linear_kernel.fused import padded_queries_unread
 from attnbench.dropout import HashDropout
+from attnbench.kernels.linear.fused import padded_queries_unread
 from attnbench.options import option, require
 from attnbench.registry import attention_entry, build_attention
 

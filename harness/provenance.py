@@ -98,7 +98,7 @@ def machine_provenance(device: str, command: str | None = None) -> dict[str, Any
     """Everything about code, packages and machine that could change a result (command: the CLI line)."""
     import torch
 
-    from attnbench.baselines import native
+    from attnbench.kernels import native
 
     commit, dirty = git_state()
     return {

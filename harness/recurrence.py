@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.linear_kernel.cpu_threads import torch_threads
+from attnbench.kernels.cpu_threads import torch_threads
 
 
 def has_recurrent_form(attention: nn.Module) -> bool:

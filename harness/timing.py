@@ -17,7 +17,6 @@
   the kernel's per-thread run-queue wait (/proc/self/task/*/schedstat) over the timed pass is at most
   `tolerance` of their runnable time; else retried, at most `tries` times, then refused with the reason.
   Wait time is what a busy machine adds to wall time, so it is read directly, not inferred from wall time.
-- `torch_threads(count)`: torch's intra-op threads set within a block (small calls run on one thread).
 - `measure_machine()`: the machine's fp32 matrix-multiply rate and copy bandwidth (the roofline).
 - `machine_load()`, `cpu_snapshot()` / `others_cores()`: how busy the machine is (load average, the share of a
   core a spinning thread gets, and the cores other processes kept busy between two snapshots).
@@ -25,7 +24,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import gc
@@ -34,7 +32,7 @@ import os
 import resource
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -253,17 +251,6 @@ def time_unstarved(
         f"not measured: the timed threads waited for a core {waited} of their runnable time "
         f"in {tries} tries (tolerance {tolerance:.0%}); the machine was busy",
     )
-
-
-@contextlib.contextmanager
-def torch_threads(count: int) -> Iterator[None]:
-    """torch's intra-op thread count set to `count` within, restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # --- peak memory ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from attnbench.baselines import native  # noqa: E402
+from attnbench.kernels import native  # noqa: E402
 
 CASES = [
     ("performer", {}),

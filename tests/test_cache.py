@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.baselines import native
 from attnbench.cache import cache_root, store_entry, verified_entry
+from attnbench.kernels import native
 from attnbench.tasks.tokenizer import SPECIAL_TOKENS, cached_wordpiece
 
 TEXTS = [f"a short film review number {i} that was good or bad" for i in range(50)]
@@ -72,7 +72,7 @@ def test_an_empty_cached_kernel_library_is_rebuilt_not_turned_off_for_good(tmp_p
         f'cp {built} "$2"\n'
     )
     fake.chmod(0o755)
-    code = "from attnbench.baselines import native; print(native.status())"
+    code = "from attnbench.kernels import native; print(native.status())"
     result = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnbench import dropout
-from attnbench.baselines import native
+from attnbench.kernels import native
 from attnbench.model import ModelConfig, TransformerClassifier
 
 

@@ -6,11 +6,11 @@ import typing
 import pytest
 import torch
 
-from attnbench.baselines import native
 from attnbench.baselines.feature_maps import FEATURE_MAPS, SoftplusMap, feature_map_class
-from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
 from attnbench.baselines.random_feature_map import SCALED, MapForm, RandomFeatureMap
 from attnbench.baselines.random_features import RandomFeaturesConfig
+from attnbench.kernels import native
+from attnbench.kernels.linear.attention import LinearKernelAttention
 
 
 def test_the_registry_is_the_feature_map_options_choices_in_order():

@@ -11,8 +11,8 @@ import types
 import pytest
 import torch
 
-from attnbench.baselines import fla_route
 from attnbench.errors import ConfigError
+from attnbench.kernels import fla_route
 from attnbench.registry import build_attention
 
 ROUTED = [("gla", {}), ("retention", {}), ("deltanet", {"chunk_size": 8})]

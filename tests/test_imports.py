@@ -83,7 +83,7 @@ def test_an_import_runs_the_packages_above_the_module_it_names():
     graph = import_graph()
     # report.py imports attnbench.report.table: attnbench/report/__init__ runs first
     assert graph.has_edge("attnbench.baselines.coulomb.report", "attnbench.report")
-    # a module's own packages are already running: softmax importing attnbench.baselines.masks is no loop
+    # a module's own packages are already running: softmax importing attnbench.kernels.masks is no loop
     assert not graph.has_edge("attnbench.baselines.softmax", "attnbench.baselines")
 
 
@@ -94,6 +94,36 @@ def test_the_generic_report_imports_no_plugin_code():
         for a, b in import_graph().edges
         if a.startswith("attnbench.report") and b.startswith("attnbench.baselines")
     ]
+    assert edges == []
+
+
+FOUNDATION = {"attnbench.errors", "attnbench.options", "attnbench.registry", "attnbench.cache"}
+
+
+def test_the_core_never_imports_an_attention():
+    """Layers: the harness (attnbench.*, the engine included) reaches attentions only through the registry's
+    discovery, which names them as strings; no import statement of it names attnbench.baselines."""
+    edges = [
+        (a, b)
+        for a, b in import_graph().edges
+        if not a.startswith("attnbench.baselines") and b.startswith("attnbench.baselines")
+    ]
+    assert edges == []
+
+
+def test_the_engine_imports_only_the_foundation():
+    """attnbench.kernels sits below the harness and the attentions: it imports itself and the foundation (errors,
+    options, the registry's config types, the cache root) and nothing else of the package."""
+    edges = [
+        (a, b)
+        for a, b in import_graph().edges
+        if a.startswith("attnbench.kernels") and not b.startswith("attnbench.kernels") and b not in FOUNDATION
+    ]
+    assert edges == []
+
+
+def test_the_foundation_imports_nothing_above_it():
+    edges = [(a, b) for a, b in import_graph().edges if a in FOUNDATION and b not in FOUNDATION]
     assert edges == []
 
 

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
-from attnbench.baselines.linear_kernel.contract import FeatureChunk, FeatureMap
-from attnbench.baselines.linear_kernel.parallel import factored_linear_attention, linear_attention
-from attnbench.baselines.linear_kernel.route import chunked_linear_attention
+from attnbench.kernels.linear.attention import LinearKernelAttention
+from attnbench.kernels.linear.contract import FeatureChunk, FeatureMap
+from attnbench.kernels.linear.parallel import factored_linear_attention, linear_attention
+from attnbench.kernels.linear.route import chunked_linear_attention
 
 
 def naive(phi_q, phi_k, v, mask=None, causal=False):
@@ -213,7 +213,7 @@ def test_maps_without_the_out_argument_still_run_chunked():
 
 
 def test_scratch_is_reused_per_thread_and_grows():
-    from attnbench.baselines.linear_kernel.cpu_threads import scratch
+    from attnbench.kernels.cpu_threads import scratch
 
     first = scratch((2, 3), torch.float32, torch.device("cpu"))
     again = scratch((3, 2), torch.float32, torch.device("cpu"))

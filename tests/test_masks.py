@@ -1,4 +1,4 @@
-"""Key padding masks (attnbench.baselines.masks): bool, int and float 0/1 mean the same on every attention and path;
+"""Key padding masks (attnbench.kernels.masks): bool, int and float 0/1 mean the same on every attention and path;
 anything else is a clear error; `attnbench check` holds plugins to it, and to the output's dtype and shape."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from attnbench.attention_properties import check_attention, check_property, has_native_path
-from attnbench.baselines import native
-from attnbench.baselines.masks import key_padding_mask
 from attnbench.cli import main
+from attnbench.kernels import native
+from attnbench.kernels.masks import key_padding_mask
 from attnbench.registry import attention_names, build_attention
 
 sys.path.insert(0, str(Path(__file__).parent))  # plugin_attentions

@@ -1,4 +1,4 @@
-"""The fused CPU kernels (baselines/native): the same attention as the exact formula, and a safe fallback."""
+"""The fused CPU kernels (harness/kernels/native): the same attention as the exact formula, and a safe fallback."""
 
 import contextlib
 import copy
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnbench.baselines import native
 from attnbench.baselines.elu_linear import EluFeatureMap
 from attnbench.baselines.feature_maps import FEATURE_MAPS
-from attnbench.baselines.linear_kernel.contract import FeatureMap
-from attnbench.baselines.linear_kernel.fused import padded_queries_unread
-from attnbench.baselines.linear_kernel.route import chunked_linear_attention
 from attnbench.baselines.random_feature_map import MapForm
 from attnbench.baselines.rfa import RfaFeatureMap
+from attnbench.kernels import native
+from attnbench.kernels.linear.contract import FeatureMap
+from attnbench.kernels.linear.fused import padded_queries_unread
+from attnbench.kernels.linear.route import chunked_linear_attention
 
 ROOT = Path(__file__).resolve().parents[1]
 # every random-feature map's fused form, as its class declares it (`native`): a new map is tested here as it is added
@@ -130,7 +130,7 @@ def test_unsupported_shapes_and_dtypes_fall_back_to_pytorch(monkeypatch):
 
 
 def _status_in_subprocess(**env: str) -> str:
-    code = "from attnbench.baselines import native; print(native.status())"
+    code = "from attnbench.kernels import native; print(native.status())"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, env={**os.environ, **env}
     )
@@ -668,7 +668,7 @@ def test_the_cpp_kind_ids_and_abi_come_from_the_python_table():
     KIND_TABLE and ABI, and every enumerator of the table is one the source uses."""
     import re
 
-    from attnbench.baselines import native
+    from attnbench.kernels import native
 
     source = native.SOURCE.read_text()
     assert "enum Kind { ATTNBENCH_KIND_ENUM };" in source and "return ATTNBENCH_ABI;" in source

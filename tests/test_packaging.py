@@ -41,7 +41,7 @@ def test_the_wheel_carries_the_suites_and_finds_them_installed(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = sorted(p.name for p in (ROOT / "suites").glob("*.yaml"))
     assert sorted(Path(n).name for n in names if n.startswith("attnbench/suites/")) == shipped
-    assert "attnbench/baselines/native/fused_linear.cpp" in names
+    assert "attnbench/kernels/native/fused_linear.cpp" in names
     assert {n.split("/")[0] for n in names if not n.startswith("attnbench-")} == {"attnbench"}
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)  # a wheel is installed by unpacking it

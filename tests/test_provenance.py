@@ -35,7 +35,7 @@ def test_without_git_the_commit_comes_from_the_environment(monkeypatch):
 
 
 def test_provenance_says_whether_the_fused_kernels_ran(monkeypatch):
-    from attnbench.baselines import native
+    from attnbench.kernels import native
 
     assert provenance.machine_provenance("cpu")["native_kernels"] == native.status()
     monkeypatch.setattr(native, "_LIB", None)

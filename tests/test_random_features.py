@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from attnbench.baselines import native
 from attnbench.baselines.feature_maps import FEATURE_MAPS, EluMap
 from attnbench.baselines.random_projections import orthogonal_gaussian, seeded_generator
 from attnbench.errors import ConfigError
+from attnbench.kernels import native
 from attnbench.registry import build_attention
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnbench.attention_properties import check_property, recurrent_matches_parallel
-from attnbench.baselines.linear_kernel.parallel import linear_attention
+from attnbench.kernels.linear.parallel import linear_attention
 from attnbench.recurrence import state_bytes, step_through
 from attnbench.registry import attention_capabilities, attention_entry, attention_names, build_attention
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from attnbench.baselines.short_conv import ShortConvolution
 from attnbench.errors import ConfigError
+from attnbench.kernels.short_conv import ShortConvolution
 from attnbench.recurrence import step_through
 from attnbench.registry import build_attention
 

@@ -24,8 +24,8 @@ from attnbench.baselines.based.chunk import chunk_based
 from attnbench.baselines.based.feature_map import TaylorFeatureMap
 from attnbench.baselines.based.naive import naive_based
 from attnbench.baselines.based.recurrent import based_step, init_based_state
-from attnbench.baselines.recurrent_attention import RecurrentAttention, State
-from attnbench.baselines.short_conv import ShortConvConfig, unfiltered
+from attnbench.kernels.recurrent_attention import RecurrentAttention, State
+from attnbench.kernels.short_conv import ShortConvConfig, unfiltered
 from attnbench.options import option
 from attnbench.registry import register_attention
 

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from attnbench.baselines.based.feature_map import TaylorFeatureMap
 from attnbench.baselines.based.naive import MIN_SHIFT
-from attnbench.baselines.linear_kernel.parallel import causal_products
+from attnbench.kernels.linear.parallel import causal_products
 
 
 def _blocks(x: Tensor, p: int, nb: int) -> Tensor:

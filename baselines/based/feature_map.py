@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-from attnbench.baselines.linear_kernel.contract import FeatureMap
+from attnbench.kernels.linear.contract import FeatureMap
 
 
 class TaylorFeatureMap(FeatureMap):

@@ -15,7 +15,7 @@ from attnbench.baselines.random_features import (
     RandomFeaturesConfig,
     positive_features,
 )
-from attnbench.baselines.short_conv import unfiltered
+from attnbench.kernels.short_conv import unfiltered
 from attnbench.options import make_options, option, require
 from attnbench.registry import register_attention
 

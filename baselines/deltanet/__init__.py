@@ -19,11 +19,11 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines import fla_route
 from attnbench.baselines.deltanet.chunk import chunk_delta_rule
 from attnbench.baselines.deltanet.naive import naive_delta_rule
 from attnbench.baselines.deltanet.recurrent import delta_rule_step
-from attnbench.baselines.recurrent_attention import RecurrentAttention, RecurrentConfig, State, real_rows
+from attnbench.kernels import fla_route
+from attnbench.kernels.recurrent_attention import RecurrentAttention, RecurrentConfig, State, real_rows
 from attnbench.options import option
 from attnbench.registry import register_attention
 

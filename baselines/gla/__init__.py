@@ -20,11 +20,11 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines import fla_route
 from attnbench.baselines.gla.chunk import gated_form
 from attnbench.baselines.gla.naive import naive_gated_recurrence, naive_symmetric_decay
 from attnbench.baselines.gla.recurrent import gated_recurrence_step
-from attnbench.baselines.recurrent_attention import RecurrentAttention, RecurrentConfig, State, real_rows
+from attnbench.kernels import fla_route
+from attnbench.kernels.recurrent_attention import RecurrentAttention, RecurrentConfig, State, real_rows
 from attnbench.options import option
 from attnbench.registry import register_attention
 

@@ -2,7 +2,7 @@
 
 phi(x) = softmax([x W, -x W]) over its 2 d' entries, with W (D, d') learned per head (identity at the start,
 as fla's HedgehogFeatureMap; one W for every head when num_heads is 1), over the shared linear kernel
-(`attnbench.baselines.linear_kernel`). Its learning phase (phase A, `distillation`) trains W alone to match
+(`attnbench.kernels.linear`). Its learning phase (phase A, `distillation`) trains W alone to match
 each layer's softmax attention weights on the training data (cross-entropy between the weight rows, the
 paper's eq. 5); W then stays frozen in phase B, as phase-A parameters do.
 
@@ -19,10 +19,10 @@ from torch import Tensor, nn
 
 from attnbench.baselines.hedgehog.naive import naive_feature_attention
 from attnbench.baselines.hedgehog.recurrent import feature_attention_step
-from attnbench.baselines.linear_kernel.attention import LinearKernelAttention
-from attnbench.baselines.linear_kernel.contract import FeatureMap
-from attnbench.baselines.recurrent_attention import RecurrentAttention, State
-from attnbench.baselines.short_conv import ShortConvConfig, unfiltered
+from attnbench.kernels.linear.attention import LinearKernelAttention
+from attnbench.kernels.linear.contract import FeatureMap
+from attnbench.kernels.recurrent_attention import RecurrentAttention, State
+from attnbench.kernels.short_conv import ShortConvConfig, unfiltered
 from attnbench.options import option, require
 from attnbench.registry import register_attention
 
@@ -80,7 +80,7 @@ class HedgehogAttention(RecurrentAttention):
 
     @property
     def kernel_routes(self) -> dict[str, int]:
-        """The shared kernel's routes (`attnbench.baselines.routes`), recorded with results."""
+        """The shared kernel's routes (`attnbench.kernels.routes`), recorded with results."""
         return self.kernel.kernel_routes
 
     def learning_phase_parameters(self) -> list[nn.Parameter]:

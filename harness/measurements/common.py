@@ -88,7 +88,7 @@ def has_option(attention: str, option_name: str) -> bool:
     return any(f.name == option_name for f in dataclasses.fields(attention_entry(attention).config))
 
 
-# what ran, as opposed to what was asked for; kernel_routes: calls per route (attnbench.baselines.routes)
+# what ran, as opposed to what was asked for; kernel_routes: calls per route (attnbench.kernels.routes)
 RUNTIME_ATTRIBUTES = ("last_backend", "redraw_policy", "feature_form", "kernel_routes")
 
 

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 from scipy import stats as scipy_stats
 
-from attnbench.baselines.linear_kernel.cpu_threads import torch_threads
 from attnbench.cell_spec import CellSpec
 from attnbench.decoder import TransformerDecoder
 from attnbench.decoder_training import decoder_config
+from attnbench.kernels.cpu_threads import torch_threads
 from attnbench.measurements import register_measurement
 from attnbench.measurements.common import check_paired_attention, load_cell_task, paired_spec
 from attnbench.metrics import register_metric

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from attnbench.cell_spec import CellSpec
+from attnbench.kernels.cpu_threads import torch_threads
 from attnbench.measurements import register_measurement
 from attnbench.measurements.common import check_paired_attention, paired_spec
 from attnbench.measurements.cost import point_cost
@@ -55,7 +56,6 @@ from attnbench.timing import (
     time_alternating,
     time_repeated,
     time_unstarved,
-    torch_threads,
 )
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -478,7 +478,7 @@ def _finish(point: Point, times: list[float], probes: list[dict[str, Any]], roun
     if row["flops"] is not None:
         row["gflops_per_s"] = row["flops"] / (median / 1e3) / 1e9
         row["roofline_fraction"] = row["roofline_ms"] / median
-    module = getattr(point.fn, "module", None)  # the calls' routes (attnbench.baselines.routes); None where not counted
+    module = getattr(point.fn, "module", None)  # the calls' routes (attnbench.kernels.routes); None where not counted
     row["kernel_routes"] = getattr(module, "kernel_routes", None)
     point.fn = None
 

@@ -1,4 +1,4 @@
-// Fused CPU kernels for the non-causal linear-attention inference path (baselines/native/__init__.py).
+// Fused CPU kernels for the non-causal linear-attention inference path (harness/kernels/native/__init__.py).
 //
 // One call walks a range of rows of every (batch, head) in blocks of ROWS rows that stay in L1/L2: project the
 // block (x W), turn it into features in registers (favor's exp(u - row max), elu + 1, sin/cos, the paper maps
@@ -58,7 +58,7 @@ struct Scratch {
 // (baselines/feature_maps.py, the "paper" form): softmaxfeat (exp(u - row max), as favor's values), elu + 1 of u + bias
 // floored, softplus + floor, sigmoid^2, cos^2(u + phase). The paper's maps reweight each key by sqrt(M) / max(sum_m
 // f, floor) (its l1 normaliser); a query's normaliser cancels in phi S / phi s, so queries keep f as it is
-// ids generated from baselines/native/__init__.py KIND_TABLE (compiler definition ATTNBENCH_KIND_ENUM)
+// ids generated from harness/kernels/native/__init__.py KIND_TABLE (compiler definition ATTNBENCH_KIND_ENUM)
 enum Kind { ATTNBENCH_KIND_ENUM };
 
 inline v16 load(const float* p) { v16 r; std::memcpy(&r, p, sizeof r); return r; }
@@ -1030,7 +1030,7 @@ struct Saved {
 };
 
 // The whole non-causal attention: key sums (keys_impl), the state finished with the features' scale and offset
-// (phi = scale (f + offset)) as linear_kernel's _KeyState.finish and _query_state do, then every query row
+// (phi = scale (f + offset)) as kernels.linear's _KeyState.finish and _query_state do, then every query row
 // (queries_impl); `real` (b, n) or null; `saved` given for training. One call instead of two and a dozen small
 // torch operations between them.
 template <int NV>
@@ -1721,7 +1721,7 @@ void dropout_impl(const float* x, int64_t n, uint32_t threshold, float scale, ui
 
 extern "C" {
 
-int attnbench_abi() { return ATTNBENCH_ABI; }  // baselines/native/__init__.py ABI
+int attnbench_abi() { return ATTNBENCH_ABI; }  // harness/kernels/native/__init__.py ABI
 
 // the kernels' exp of n floats (a multiple of 16), for the accuracy test
 void attnbench_exp(const float* x, int64_t n, float* out) {

@@ -8,7 +8,7 @@ guard, the random-feature redraw schedule and speed live here, once, one job per
 - `contract`: what a feature map is (`FeatureMap`) and how it hands blocks of features over (`FeatureChunk`).
 - `attention`: `LinearKernelAttention`, one feature map over the kernel: the module, its recurrent form and cost.
 - `route`: `choose_route`, the one place that picks a rendering for a call, from the map's optional fast form
-  (`FeatureMap.native_spec`); `LinearKernelAttention` counts what it picked (`attnbench.baselines.routes`).
+  (`FeatureMap.native_spec`); `LinearKernelAttention` counts what it picked (`attnbench.kernels.routes`).
 - `cpu_threads`: blocks of rows per CPU thread, per-thread scratch buffers, torch's thread count.
 
 Four renderings of the same formula, sibling files:
@@ -17,7 +17,7 @@ Four renderings of the same formula, sibling files:
   the same, non-causal, from features in factored form (see below) without materialising them: the training
   path in PyTorch.
 - `fused.fused_linear_attention(spec, q, k, v)`: non-causal, through the fused CPU kernels
-  (`attnbench.baselines.native`) where the map gives a `native_spec`: without gradients, and with them where its
+  (`attnbench.kernels.native`) where the map gives a `native_spec`: without gradients, and with them where its
   projection takes none.
 - `chunked.pytorch_chunked_attention(feature_map, q, k, v)`: without gradients (inference), non-causal, in
   PyTorch (`route.chunked_linear_attention` takes the fused kernels instead where they support the map). Walks

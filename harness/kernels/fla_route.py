@@ -6,7 +6,7 @@ feature map over our shared linear kernel) have no route here.
 
 An attention's `backend` option: "pytorch" (default: our chunked forms, on any device), "fla" (these kernels;
 a clear error where CUDA or the package is missing) or "auto" (fla where the inputs are on CUDA and fla imports,
-else pytorch). The route each call took is counted (`attnbench.baselines.routes`: "fla" or "pytorch-chunked") and
+else pytorch). The route each call took is counted (`attnbench.kernels.routes`: "fla" or "pytorch-chunked") and
 recorded with every result. Ours are (B, H, N, D) with q already scaled; fla's are (B, T, H, K) with a `scale`
 argument: each call transposes in and out and passes scale 1. The encoder forms reuse these causal kernels as
 our chunked forms do (GLA and retention: a forward and a reversed pass; DeltaNet: the final state).
@@ -83,5 +83,5 @@ def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> tuple[Tensor, T
 
 
 def route_name(fla: bool) -> str:
-    """The route counted for a call (`attnbench.baselines.routes`)."""
+    """The route counted for a call (`attnbench.kernels.routes`)."""
     return "fla" if fla else "pytorch-chunked"

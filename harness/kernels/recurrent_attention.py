@@ -1,6 +1,6 @@
 """What the state-space attentions (retention, GLA, DeltaNet, BASED) share around their recurrence.
 
-One pipeline for every rendering: the optional short convolution on q, k, v (`attnbench.baselines.short_conv`),
+One pipeline for every rendering: the optional short convolution on q, k, v (`attnbench.kernels.short_conv`),
 the family's core (the parallel/chunked form in `forward`, the token loop in `naive_forward`, the
 recurrent `step`), then the optional per-head RMS norm of the output that RetNet, GLA and DeltaNet apply
 after the recurrence (their GroupNorm / RMSNorm; the recurrence itself has no normaliser).
@@ -17,11 +17,11 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines import masks
-from attnbench.baselines.fla_route import Backend, route_name, use_fla
-from attnbench.baselines.routes import RecordsRoutes
-from attnbench.baselines.short_conv import ShortConvConfig, short_conv_for
 from attnbench.errors import ConfigError
+from attnbench.kernels import masks
+from attnbench.kernels.fla_route import Backend, route_name, use_fla
+from attnbench.kernels.routes import RecordsRoutes
+from attnbench.kernels.short_conv import ShortConvConfig, short_conv_for
 from attnbench.options import option
 from attnbench.registry import check_heads
 

@@ -1,4 +1,4 @@
-"""The fused rendering: the non-causal kernel through the fused CPU kernels (`attnbench.baselines.native`), with
+"""The fused rendering: the non-causal kernel through the fused CPU kernels (`attnbench.kernels.native`), with
 or without gradients."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from attnbench.baselines import native
-from attnbench.baselines.linear_kernel.contract import no_grad_recorded
-from attnbench.baselines.native import NativeSpec
+from attnbench.kernels import native
+from attnbench.kernels.linear.contract import no_grad_recorded
+from attnbench.kernels.native import NativeSpec
 
 
 def fused_linear_attention(

@@ -456,7 +456,7 @@ def attention(
     offset, the query rows; q, k (B, H, N, d), v (B, H, N, Dv) contiguous, `real` (B, N) uint8 or None
     -> (B, H, N, Dv). `saved`: `Attention`'s buffers for the backward (training), or None. Key rows past each
     sequence's last real key are skipped (they contribute nothing); with `skip_queries` query rows there too,
-    their outputs written as 0, for callers that never read them (`linear_kernel.fused.padded_queries_unread`)."""
+    their outputs written as 0, for callers that never read them (`kernels.linear.fused.padded_queries_unread`)."""
     b, h, n, d = _expect_call("attention", spec, q, k, v, real, threads)
     if saved is not None:
         _expect_saved("attention", spec, saved, b * h, n, d, v.shape[-1])

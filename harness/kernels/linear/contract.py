@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Iterator
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.native import NativeSpec
+from attnbench.kernels.native import NativeSpec
 
 
 def no_grad_recorded(*tensors: Tensor) -> bool:
@@ -101,7 +101,7 @@ class FeatureMap(nn.Module):
             self._derived = None
 
     def native_spec(self, x: Tensor) -> NativeSpec | None:
-        """What the fused CPU kernel (`attnbench.baselines.native`) needs to compute this map's features of x (B, H, N, D)
+        """What the fused CPU kernel (`attnbench.kernels.native`) needs to compute this map's features of x (B, H, N, D)
         without gradients; None (the default) keeps the PyTorch path."""
         return None
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnbench.baselines import native
-from attnbench.baselines.linear_kernel.chunked import pytorch_chunked_attention
-from attnbench.baselines.linear_kernel.contract import FeatureMap
-from attnbench.baselines.linear_kernel.cpu_threads import torch_threads
-from attnbench.baselines.linear_kernel.fused import fused_linear_attention
-from attnbench.baselines.native import NativeSpec
+from attnbench.kernels import native
+from attnbench.kernels.cpu_threads import torch_threads
+from attnbench.kernels.linear.chunked import pytorch_chunked_attention
+from attnbench.kernels.linear.contract import FeatureMap
+from attnbench.kernels.linear.fused import fused_linear_attention
+from attnbench.kernels.native import NativeSpec
 
-Route = str  # "native", "native-training", "pytorch-chunked", "pytorch-factored", "pytorch-causal" (attnbench.baselines.routes)
+Route = str  # "native", "native-training", "pytorch-chunked", "pytorch-factored", "pytorch-causal" (attnbench.kernels.routes)
 
 
 def choose_route(

@@ -11,9 +11,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnbench.baselines.linear_kernel.contract import FeatureChunk, FeatureMap, feature_count
-from attnbench.baselines.linear_kernel.cpu_threads import chunk_rows, run_on_threads, scratch, split_rows
-from attnbench.baselines.linear_kernel.parallel import guard_denominator, padding_weights
+from attnbench.kernels.cpu_threads import chunk_rows, run_on_threads, scratch, split_rows
+from attnbench.kernels.linear.contract import FeatureChunk, FeatureMap, feature_count
+from attnbench.kernels.linear.parallel import guard_denominator, padding_weights
 
 
 def _takes_out(method: Callable[..., Any]) -> bool:

@@ -8,14 +8,14 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.linear_kernel.chunked import pytorch_chunked_attention
-from attnbench.baselines.linear_kernel.contract import FeatureMap, feature_count
-from attnbench.baselines.linear_kernel.cpu_threads import torch_threads
-from attnbench.baselines.linear_kernel.fused import fused_linear_attention
-from attnbench.baselines.linear_kernel.parallel import factored_linear_attention, guard_denominator, linear_attention
-from attnbench.baselines.linear_kernel.route import choose_route
-from attnbench.baselines.masks import key_padding_mask as padding_mask
-from attnbench.baselines.routes import RecordsRoutes
+from attnbench.kernels.cpu_threads import torch_threads
+from attnbench.kernels.linear.chunked import pytorch_chunked_attention
+from attnbench.kernels.linear.contract import FeatureMap, feature_count
+from attnbench.kernels.linear.fused import fused_linear_attention
+from attnbench.kernels.linear.parallel import factored_linear_attention, guard_denominator, linear_attention
+from attnbench.kernels.linear.route import choose_route
+from attnbench.kernels.masks import key_padding_mask as padding_mask
+from attnbench.kernels.routes import RecordsRoutes
 
 
 class LinearKernelAttention(RecordsRoutes, nn.Module):
@@ -37,7 +37,7 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
     ):
         super().__init__()
         self.feature_map = feature_map
-        self.short_conv = short_conv  # the `short_conv` option (attnbench.baselines.short_conv), on q, k, v first
+        self.short_conv = short_conv  # the `short_conv` option (attnbench.kernels.short_conv), on q, k, v first
         self.eps, self.causal, self.redraw_every = eps, causal, redraw_every
         self.register_buffer("training_steps", torch.zeros((), dtype=torch.long))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.linear_kernel.contract import FeatureChunk
+from attnbench.kernels.linear.contract import FeatureChunk
 
 CAUSAL_CHUNK = 64  # causal form: exact quadratic inside chunks of this many positions, prefix sums across
 
