@@ -15,21 +15,36 @@ between it and the query on either side (`symmetric_decay`); the per-head RMS no
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import torch
 from torch import Tensor, nn
 
-from attnbench.baselines.gla.chunk import gated_form
+from attnbench.baselines.gla.chunk import CausalPass, chunk_gated_recurrence, symmetric_decay
 from attnbench.baselines.gla.naive import naive_gated_recurrence, naive_symmetric_decay
 from attnbench.baselines.gla.recurrent import gated_recurrence_step
 from attnbench.kernels import fla_route
-from attnbench.kernels.recurrent_attention import RecurrentAttention, RecurrentConfig, State, real_rows
+from attnbench.kernels.gated_recurrence import GatedRecurrence, Renderings
+from attnbench.kernels.recurrent_attention import RecurrentConfig, real_rows
 from attnbench.options import option
 from attnbench.registry import register_attention
 
 CHUNK = 16
 MIN_LOG_GATE = -5.0
+
+
+def gated_linear(chunk: int, fla: CausalPass | None = None, chunk_pass: CausalPass | None = None) -> Renderings:
+    """The gated linear recurrence's renderings over (q, k, v, log_gate): this folder's naive, chunked (chunks of
+    `chunk` positions, or `chunk_pass`) and recurrent forms, the two-sided encoder, and fla's kernel `fla`."""
+    return Renderings(
+        naive=naive_gated_recurrence,
+        chunk=chunk_pass or functools.partial(chunk_gated_recurrence, chunk=chunk),
+        step=gated_recurrence_step,
+        encoder=symmetric_decay,
+        naive_encoder=naive_symmetric_decay,
+        fla=fla,
+    )
 
 
 @dataclasses.dataclass
@@ -41,8 +56,10 @@ class GLAConfig(RecurrentConfig):
 @register_attention(
     "gla", config=GLAConfig, causal=True, normalised=False, recurrent_state=True, positive_features=False
 )
-class GLAAttention(RecurrentAttention):
+class GLAAttention(GatedRecurrence):
     """Gated linear attention: a per-channel, data-dependent decay of the key-value state."""
+
+    renderings = gated_linear(CHUNK, fla=fla_route.gated_recurrence)
 
     def __init__(self, cfg: GLAConfig):
         super().__init__(cfg)
@@ -56,22 +73,5 @@ class GLAAttention(RecurrentAttention):
         logits = k @ self.gate_down @ self.gate_up + self.gate_bias
         return (nn.functional.logsigmoid(logits) / self.cfg.gate_temperature).clamp_min(MIN_LOG_GATE)
 
-    def _inputs(self, q: Tensor, k: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        return q / math.sqrt(q.shape[-1]), real_rows(k, mask), real_rows(self.log_gate(k), mask)
-
-    def parallel(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        q, k, g = self._inputs(q, k, mask)
-        return gated_form(q, k, v, g, CHUNK, self.causal, fla_route.gated_recurrence if self.takes_fla(q) else None)
-
-    def naive(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        q, k, g = self._inputs(q, k, mask)
-        return naive_gated_recurrence(q, k, v, g)[0] if self.causal else naive_symmetric_decay(q, k, v, g)
-
-    def core_state(self, batch_size: int, heads: int, dtype: torch.dtype, device: torch.device) -> State:
-        d = self.cfg.head_dim
-        return {"kv": torch.zeros(batch_size, heads, d, d, dtype=dtype, device=device)}
-
-    def core_step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State) -> tuple[Tensor, State]:
-        log_gate = self.log_gate(k_t[:, :, None])[:, :, 0]
-        out, kv = gated_recurrence_step(q_t / math.sqrt(q_t.shape[-1]), k_t, v_t, log_gate, state["kv"])
-        return out, {"kv": kv}
+    def gated_inputs(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, ...]:
+        return q / math.sqrt(q.shape[-1]), real_rows(k, mask), v, real_rows(self.log_gate(k), mask)

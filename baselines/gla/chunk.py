@@ -9,7 +9,6 @@ are floored).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
@@ -50,28 +49,15 @@ def chunk_gated_recurrence(
 CausalPass = Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]  # (q, k, v, log_gate) -> (out, state)
 
 
-def symmetric_decay(
-    q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor, chunk: int = 64, causal_pass: CausalPass | None = None
-) -> Tensor:
-    """The encoder form (`naive_symmetric_decay`) as a forward and a backward pass of the causal recurrence,
-    less the diagonal they both count. The backward pass reads position l's gate when it moves from l to
-    l - 1, so key j > i is weighted by the gates of positions i + 1 .. j, as the forward pass weights j < i.
-    `causal_pass`: the causal recurrence to run (default `chunk_gated_recurrence` in chunks of `chunk`)."""
+def symmetric_decay(causal_pass: CausalPass, q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor) -> Tensor:
+    """The encoder form (`naive_symmetric_decay`) as a forward and a backward pass of the causal recurrence
+    (`causal_pass`: `chunk_gated_recurrence` or fla's kernel), less the diagonal they both count. The backward
+    pass reads position l's gate when it moves from l to l - 1, so key j > i is weighted by the gates of positions
+    i + 1 .. j, as the forward pass weights j < i."""
     b, h, n, dk = q.shape
-    run = causal_pass or functools.partial(chunk_gated_recurrence, chunk=chunk)
     log_gate = log_gate.expand(b, h, n, dk)
-    forward, _ = run(q, k, v, log_gate)
+    forward, _ = causal_pass(q, k, v, log_gate)
     flipped = log_gate.flip(2)
     shifted = torch.cat([torch.zeros_like(flipped[:, :, :1]), flipped[:, :, :-1]], dim=2)
-    backward, _ = run(q.flip(2), k.flip(2), v.flip(2), shifted)
+    backward, _ = causal_pass(q.flip(2), k.flip(2), v.flip(2), shifted)
     return forward + backward.flip(2) - (q * k).sum(dim=-1, keepdim=True) * v
-
-
-def gated_form(
-    q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor, chunk: int, causal: bool, causal_pass: CausalPass | None = None
-) -> Tensor:
-    """The training form of a gated recurrence: the causal recurrence's outputs, or the encoder's
-    `symmetric_decay`; `causal_pass` as there (default `chunk_gated_recurrence` in chunks of `chunk`)."""
-    if not causal:
-        return symmetric_decay(q, k, v, log_gate, chunk, causal_pass)
-    return (causal_pass or functools.partial(chunk_gated_recurrence, chunk=chunk))(q, k, v, log_gate)[0]
