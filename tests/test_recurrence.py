@@ -5,7 +5,12 @@ import math
 import pytest
 import torch
 
-from attnbench.attention_properties import check_property, recurrent_matches_parallel
+from attnbench.attention_properties import (
+    PropertyFailed,
+    check_property,
+    recurrent_matches_parallel,
+    rounding_sensitivity,
+)
 from attnbench.kernels.linear.parallel import linear_attention
 from attnbench.recurrence import state_bytes, step_through
 from attnbench.registry import attention_capabilities, attention_entry, attention_names, build_attention
@@ -33,6 +38,50 @@ CAUSAL_ATTENTIONS += [
 def test_recurrent_form_equals_parallel_over_a_thousand_steps_with_padding(name, options):
     """Every causal attention (new registrations too), at one shape; `attnbench check` runs every shape."""
     recurrent_matches_parallel(name, options, batch=2, heads=1)
+
+
+TRIG = ("random-features", {"feature_map": "trig", "form": "scaled", "num_features": 8})
+
+
+def _float32_against_float64(name, options, n=400):
+    """(float32 output, float64 output, rounding sensitivity), all float64, for one causal call."""
+    attn = build_attention(name, head_dim=16, num_heads=1, causal=True, seed=0, **options).eval()
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 1, n, 16, generator=g) for _ in range(3))
+    mask = torch.ones(1, n, dtype=torch.bool)
+    with torch.no_grad():
+        low = attn(q, k, v, key_padding_mask=mask).double()
+        wide = [t.double() for t in (q, k, v)]
+        sensitivity = rounding_sensitivity(attn, wide, mask, torch.float32)
+        exact = attn(*wide, key_padding_mask=mask)
+    return low, exact, sensitivity
+
+
+def test_rounding_sensitivity_is_an_ulp_where_well_conditioned_and_large_where_the_normaliser_cancels():
+    """Softmax's outputs are convex combinations: float32 rounding moves them by a few ulps of the values. Trig
+    features' signed normaliser cancels: there the sensitivity is orders larger, and it bounds (times sqrt(N)) how
+    far the float32 form itself lands from float64, which is what the recurrent check allows."""
+    ulp = torch.finfo(torch.float32).eps
+    _, exact, sensitivity = _float32_against_float64("softmax", {})
+    assert float((sensitivity / (exact.abs() + 1)).max()) < 20 * ulp
+    low, exact, sensitivity = _float32_against_float64(*TRIG)
+    assert float((sensitivity / (exact.abs() + 1)).max()) > 100 * ulp
+    assert bool(((low - exact).abs() <= 1e-4 * (1 + exact.abs()) + 400**0.5 * sensitivity).all())
+
+
+def test_a_stepped_form_off_by_a_thousandth_fails_even_where_features_cancel(monkeypatch):
+    """The conditioning allowance is per output: a float32 step that is wrong everywhere is caught, cancelling or
+    not."""
+    cls = type(build_attention(TRIG[0], head_dim=8, num_heads=1, causal=True, **TRIG[1]))
+    original = cls.step
+
+    def off(self, *args, **kwargs):
+        out, state = original(self, *args, **kwargs)
+        return (out * (1 + 1e-3) if out.dtype == torch.float32 else out), state
+
+    monkeypatch.setattr(cls, "step", off)
+    with pytest.raises(PropertyFailed, match="float32 recurrent outputs"):
+        recurrent_matches_parallel(*TRIG, batch=1, heads=1)
 
 
 @pytest.mark.parametrize("name", ["linformer", "nystromformer"])
