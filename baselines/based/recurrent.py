@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from attnbench.baselines.based.feature_map import TaylorFeatureMap
-from attnbench.baselines.based.naive import MIN_SHIFT
+from attnbench.kernels.window import MIN_SHIFT
 
 
 def init_based_state(
