@@ -5,6 +5,7 @@ from attnbench.baselines import (
     coulomb,  # noqa: F401  (a package: the paper as a plugin)
     deltanet,  # noqa: F401
     elu_linear,  # noqa: F401
+    fox,  # noqa: F401
     gla,  # noqa: F401
     hedgehog,  # noqa: F401
     linformer,  # noqa: F401
@@ -13,6 +14,7 @@ from attnbench.baselines import (
     random_features,  # noqa: F401
     retention,  # noqa: F401
     rfa,  # noqa: F401
+    sliding_window,  # noqa: F401
     softmax,  # noqa: F401
     uniform,  # noqa: F401
 )

@@ -1,4 +1,4 @@
-"""The five state-space attentions against their own naive forms: values, steps, causality, padding, gradients."""
+"""The state-space attentions and the softmax ones with a recurrent cache (FoX, sliding window) against their own naive forms: values, steps, causality, padding, gradients."""
 
 import pytest
 from recurrent_forms import (
@@ -20,6 +20,10 @@ CASES = [
     ("based", {"feature_dim": 3, "window": 64, "short_conv": 2}),
     ("hedgehog", {}),
     ("hedgehog", {"feature_dim": 5, "short_conv": 4}),
+    ("fox", {}),
+    ("fox", {"short_conv": 3}),
+    ("sliding-window", {"window": 5}),
+    ("sliding-window", {"window": 64, "short_conv": 2}),
 ]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in options.items()) or 'default'}" for name, options in CASES]
 

@@ -143,6 +143,32 @@ class RecurrentAttention(RecordsRoutes, nn.Module):
         return (out if self.output_norm is None else self.output_norm(out, per_position=False)), new
 
 
+class PrefillsState:
+    """For a `RecurrentAttention` whose core state after a prompt follows from the whole prompt at once
+    (`core_prefill`, e.g. a KV cache): `prefill_state`, which the decoder's prefill takes in place of stepping
+    through the prompt token by token."""
+
+    def core_prefill(self, q: Tensor, k: Tensor, v: Tensor, real: Tensor) -> State:
+        """The core state `core_step` holds after q, k, v (B, H, N, D), already filtered; real (B, N) bool."""
+        raise NotImplementedError
+
+    def prefill_state(
+        self, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None, q: Tensor | None = None
+    ) -> State:
+        """The state `step` would hold after keys k (B, H, N, D) and values v, in one pass; q too where the core
+        reads it or a short convolution keeps a window of all three (the keys stand in for them otherwise)."""
+        mask = masks.key_padding_mask(key_padding_mask, k)
+        real = torch.ones(k.shape[0], k.shape[2], dtype=torch.bool, device=k.device) if mask is None else mask
+        state: State = {}
+        if self.short_conv is not None:
+            if q is None:
+                raise ValueError(f"{type(self).__name__} with short_conv needs the queries q to prefill its window")
+            state["conv"] = self.short_conv.window(q, k, v, real)
+            q, k, v = self.short_conv(q, k, v, real)
+        core = self.core_prefill(k if q is None else q, k, v, real)
+        return state | {f"core.{name}": t for name, t in core.items()}
+
+
 def real_rows(x: Tensor, mask: Tensor | None) -> Tensor:
     """x (B, H, N, ...) with padded positions (mask (B, N) False) zeroed."""
     if mask is None:
