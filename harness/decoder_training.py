@@ -22,6 +22,7 @@ from attnbench.options import make_options
 from attnbench.progress import Progress
 from attnbench.registry import learning_phase_entry
 from attnbench.runtime import record_what_ran, seed_everything
+from attnbench.sizing import size_to_match
 from attnbench.tasks.sequence import SequenceTaskData, TokenSplit
 from attnbench.train import Objective, TrainConfig, TrainResult, train_model
 
@@ -69,9 +70,7 @@ def decoder_config(cell: CellSpec, task: SequenceTaskData, max_length: int | Non
         "max_length": max_length or task.max_length,
         "pad_id": task.pad_id,
     }
-    config = make_options(ModelConfig, {**cell.model, **sizes}, what="model")
-    record_what_ran("model", dataclasses.asdict(config))
-    return config
+    return make_options(ModelConfig, {**cell.model, **sizes}, what="model")
 
 
 def token_scores(model: nn.Module, split: TokenSplit, batch_size: int, device: torch.device) -> dict[str, float]:
@@ -106,8 +105,16 @@ def train_cell_decoder(
             f"(it reads each sequence's class label); a decoder without it would be its Vanilla twin"
         )
     seed = cell.seed
+    sized = size_to_match(
+        decoder_config(cell, task, max_length),
+        name,
+        cell.attention.options,
+        length=task.max_length,
+        build=lambda cfg, opts: TransformerDecoder(cfg, name, opts, seed=seed),
+    )
+    record_what_ran("model", dataclasses.asdict(sized.config))
     seed_everything(seed)
-    options = cell.attention.options
-    model = TransformerDecoder(decoder_config(cell, task, max_length), name, options, seed=seed)
+    model = TransformerDecoder(sized.config, name, sized.options, seed=seed)
     training = make_options(TrainConfig, cell.training, what="training")
-    return train_model(model, task, training, NEXT_TOKEN, seed=seed, device=device, progress=progress)
+    result = train_model(model, task, training, NEXT_TOKEN, seed=seed, device=device, progress=progress)
+    return dataclasses.replace(result, sizing=sized.record)

@@ -59,6 +59,11 @@ class ModelConfig:
         "(attnbench.decoder), for tasks that label positions",
     )
     tie_embeddings: bool = option(True, "decoder: the output head shares the token embedding's weights")
+    match: dict | None = option(
+        None,
+        "size the model to a target before it is built (attnbench.sizing): {parameters: N} or {state_bytes: N}, "
+        "by: d_model | num_heads | an integer attention option, tolerance (default 0.05); None: as configured",
+    )
 
     def __post_init__(self) -> None:
         require(

@@ -52,6 +52,7 @@ from attnbench.model import ModelConfig
 from attnbench.names import MODEL_SET_ATTENTION_OPTIONS, NO_ATTENTION, NO_TASK, TASK_SET_MODEL_OPTIONS, task_label
 from attnbench.options import check_option, refuse_missing
 from attnbench.registry import ATTENTIONS, Registry, learning_phase_entry
+from attnbench.sizing import check_knob, match_config
 from attnbench.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
 from attnbench.train import TrainConfig
 
@@ -444,6 +445,11 @@ class _Validator:
                         require_causal_form(name)
                     except UserError as err:
                         raise self.error(f"{item_path}.name", str(err)) from None
+                if resolved_model["match"] is not None:
+                    try:
+                        check_knob(match_config(resolved_model["match"]), name)
+                    except UserError as err:
+                        raise self.error(f"{item_path}.model.match", str(err)) from None
                 normal = {"name": name, "label": label, "options": dict(options), "model": own_model}
             elif task_labels:
                 for key, check in (("model", self.model), ("training", self.training)):
@@ -488,6 +494,11 @@ class _Validator:
                     f"if the task has such an option, and remove it here",
                 )
         self.config(model, path, ModelConfig, "model")
+        if model.get("match") is not None:
+            try:
+                match_config(model["match"])
+            except UserError as err:
+                raise self.error(f"{path}.match", str(err)) from None
         return dict(model)
 
     def training(self, value: Any, path: str = "training") -> dict[str, Any]:

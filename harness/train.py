@@ -71,6 +71,7 @@ class TrainResult:
     history: list[dict[str, float]]
     train_seconds: float
     phase_a: dict[str, Any] | None
+    sizing: dict[str, Any] | None = None  # what `match` chose (attnbench.sizing), where the model was sized
 
 
 def warmup_cosine(step: int, total: int, warmup: int) -> float:

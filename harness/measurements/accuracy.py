@@ -97,5 +97,6 @@ def measure_accuracy(
         "validation": classification_metrics(val_probs, validation.labels, options.n_bins),
         "predictions": encode_predictions(probs, split.labels),
         **({"parameter_rule": rule} if rule else {}),
+        **({"sizing": result.sizing} if result.sizing else {}),
     }
     return {"metrics": metrics, "details": details}

@@ -13,6 +13,7 @@ from attnbench.options import make_options, require
 from attnbench.progress import Progress
 from attnbench.registry import ATTENTIONS, attention_entry
 from attnbench.runtime import record_what_ran, seed_everything
+from attnbench.sizing import size_to_match
 from attnbench.tasks import load_task
 from attnbench.tasks.base import TaskData
 from attnbench.train import TrainConfig, TrainResult, train_classifier
@@ -56,7 +57,6 @@ def model_config(cell: CellSpec, task: TaskData) -> ModelConfig:
             f"this measurement trains the encoder classifier, and the model kind is {config.kind!r}; "
             f"decoders go with the recall, lm, state and decode measurements"
         )
-    record_what_ran("model", dataclasses.asdict(config))
     return config
 
 
@@ -75,11 +75,20 @@ def train_cell_model(
     options = cell.attention.options if attention_options is None else attention_options
     check_capabilities(name, task)
     seed = cell.seed
+    sized = size_to_match(
+        model_config(cell, task),
+        name,
+        options,
+        length=task.max_length,
+        build=lambda cfg, opts: build_classifier(cfg, task, name, opts, seed=seed),
+    )
+    record_what_ran("model", dataclasses.asdict(sized.config))
     seed_everything(seed)
-    model = build_classifier(model_config(cell, task), task, name, options, seed=seed)
-    return train_classifier(
+    model = build_classifier(sized.config, task, name, sized.options, seed=seed)
+    result = train_classifier(
         model, task, train_config(cell, **(training or {})), seed=seed, device=device, progress=progress
     )
+    return dataclasses.replace(result, sizing=sized.record)
 
 
 def train_config(cell: CellSpec, **overrides: Any) -> TrainConfig:

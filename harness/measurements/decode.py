@@ -35,7 +35,7 @@ from attnbench.metrics import register_metric
 from attnbench.options import option, require
 from attnbench.progress import Progress
 from attnbench.recurrence import state_bytes
-from attnbench.runtime import seed_everything
+from attnbench.runtime import record_what_ran, seed_everything
 from attnbench.timing import cpu_snapshot, others_cores, pair_ratios, quartiles, time_alternating, time_repeated
 
 ALPHA = 0.05  # the sign test's level for a "faster" or "slower" verdict
@@ -158,9 +158,11 @@ def measure_decode(
     task = load_cell_task(cell)
     seed_everything(cell.seed)
     longest = max(options.context_lengths) + options.warmup + options.steps + 1
+    config = decoder_config(cell, task, max_length=longest)
+    record_what_ran("model", dataclasses.asdict(config))
     model = (
         TransformerDecoder(
-            decoder_config(cell, task, max_length=longest),
+            config,
             cell.attention.name,
             cell.attention.options,
             seed=cell.seed,

@@ -73,5 +73,6 @@ def measure_recall(
         "answers": int(test.labelled.sum()),
         "attention_runtime": attention_runtime(result.model),
         "phase_a": result.phase_a,  # a learning phase that runs in a decoder (Hedgehog's distillation)
+        **({"sizing": result.sizing} if result.sizing else {}),
     }
     return {"metrics": metrics, "details": details}
