@@ -1,13 +1,15 @@
-"""The shared Transformer encoder classifier every attention variant plugs into.
+"""The model every attention variant plugs into: its settings, one backbone, and the classifier head.
 
-Same depth, width, FFN and embeddings for every variant; only the attention module differs, so
-parameter counts differ only by the attention's own parameters (reported by `parameter_counts`).
+One backbone (`Backbone`, as Zoology's LMBackbone): token and position (+ segment) embeddings, `num_layers`
+pre-LayerNorm blocks (`Block`) around the pluggable attention, a final norm. Two heads on it: the classifier
+here (pooling, a linear layer: `TransformerClassifier`) and the causal decoder's per-token head
+(attnbench.decoder). Same depth, width, FFN and embeddings for every variant; only the attention module differs,
+so parameter counts differ only by the attention's own parameters (reported by `parameter_counts`).
 
 With a padding mask, the per-token layers (embeddings, projections, norms, feed-forward, dropout) run on the real
 tokens alone, packed as (T, d) (`Tokens`); only the attention sees the padded (B, H, N, d) layout, with zeros at
 padded positions, which no attention reads (tests/test_attention_properties.py). Rotten Tomatoes' batches of 64,
-trimmed to their longest row, are half padding.
-"""
+trimmed to their longest row, are half padding."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from torch import Tensor, nn
 from attnbench.dropout import HashDropout
 from attnbench.kernels.linear.fused import padded_queries_unread
 from attnbench.options import option, require
+from attnbench.recurrence import has_recurrent_form
 from attnbench.registry import attention_entry, build_attention
 
 
@@ -154,8 +157,8 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out if tokens is None else tokens.pack(out))
 
 
-class EncoderLayer(nn.Module):
-    """Pre-LayerNorm Transformer block."""
+class Block(nn.Module):
+    """Pre-LayerNorm Transformer block: attention then feed-forward, each added to the residual stream."""
 
     def __init__(self, cfg: ModelConfig, attention: str, attention_options: dict[str, Any], seed: int):
         super().__init__()
@@ -171,9 +174,115 @@ class EncoderLayer(nn.Module):
         x = x + self.dropout(self.attn(self.norm1(x), mask, tokens))
         return x + self.dropout(self.ffn(self.norm2(x)))
 
+    def step(self, x: Tensor, state: Any, real: Tensor | None) -> tuple[Tensor, Any]:
+        """One position: x (B, d_model) -> (B, d_model) and the attention's next state, through its `step`;
+        `real` (B,) bool, False = a padded token."""
+        attn = self.attn
+        b = x.shape[0]
+        h = self.norm1(x)
+        q = attn.q_proj(h).view(b, attn.num_heads, attn.head_dim)
+        k = q if attn.k_proj is None else attn.k_proj(h).view(b, attn.num_heads, attn.head_dim)
+        v = attn.v_proj(h).view(b, attn.num_heads, attn.head_dim)
+        if not has_recurrent_form(attn.attention):
+            raise TypeError(f"{type(attn.attention).__name__} claims a causal form but has no init_state / step")
+        extra = {} if real is None else {"key_padding_mask": real}
+        out, state = attn.attention.step(q, k, v, state, **extra)
+        x = x + self.dropout(attn.out_proj(out.reshape(b, -1)))
+        return x + self.dropout(self.ffn(self.norm2(x))), state
+
+
+class Backbone(nn.Module):
+    """What every head shares (Zoology's LMBackbone): token + position (+ segment) embeddings, `num_layers`
+    blocks, the final norm. (B, N) ids -> normed hidden states, (B, N, d_model) or the real tokens' (T, d_model).
+
+    Seeds torch's generator with `seed` and draws its weights in that order (embeddings, blocks, final norm); the
+    head built right after it draws from the same stream. Each block's attention draws from its own seed,
+    seed * 1000 + layer, so every variant starts from the same shared weights. The heads differ in the
+    embeddings only: `padding_idx` (the classifier's pad row, zero and frozen), `embedding_std` (the decoder's
+    GPT-2 scale, else torch's N(0, 1)), `num_segments` (sentence pairs).
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        attention: str,
+        attention_options: dict[str, Any],
+        seed: int,
+        *,
+        padding_idx: int | None = None,
+        embedding_std: float | None = None,
+        num_segments: int = 1,
+    ):
+        super().__init__()
+        self.cfg = cfg
+        torch.manual_seed(seed)
+        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=padding_idx)
+        self.position_embedding = nn.Embedding(cfg.max_length, cfg.d_model)
+        if embedding_std is not None:
+            nn.init.normal_(self.token_embedding.weight, std=embedding_std)
+            nn.init.normal_(self.position_embedding.weight, std=embedding_std)
+        self.segment_embedding = nn.Embedding(num_segments, cfg.d_model) if num_segments > 1 else None
+        self.embedding_dropout = make_dropout(cfg)
+        self.layers = nn.ModuleList(
+            Block(cfg, attention, attention_options, seed=seed * 1000 + i) for i in range(cfg.num_layers)
+        )
+        self.final_norm = nn.LayerNorm(cfg.d_model)
+
+    def attention_modules(self) -> list[nn.Module]:
+        """The pluggable attention module of each layer, in order."""
+        return [layer.attn.attention for layer in self.layers]
+
+    def embed(self, input_ids: Tensor, segment_ids: Tensor | None = None, tokens: Tokens | None = None) -> Tensor:
+        """(B, N) ids -> (B, N, d_model) embeddings, or those of the real tokens (T, d_model) of `tokens`."""
+        n = input_ids.shape[1]
+        positions = torch.arange(n, device=input_ids.device)
+        if tokens is not None:
+            input_ids, positions = tokens.pack(input_ids), tokens.positions()
+            segment_ids = None if segment_ids is None else tokens.pack(segment_ids)
+        return self._embed(input_ids, positions, n - 1, segment_ids)
+
+    def _embed(self, ids: Tensor, positions: Tensor, last: int, segment_ids: Tensor | None = None) -> Tensor:
+        """Token + position (+ segment) embeddings, dropped out; `last` the largest position, below max_length."""
+        if last >= self.cfg.max_length:
+            raise ValueError(
+                f"sequence length {last + 1} exceeds the model's max_length={self.cfg.max_length}; build the "
+                f"model with a larger max_length"
+            )
+        x = self.token_embedding(ids) + self.position_embedding(positions)
+        if self.segment_embedding is not None and segment_ids is not None:
+            x = x + self.segment_embedding(segment_ids)
+        return self.embedding_dropout(x)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, segment_ids: Tensor | None = None
+    ) -> tuple[Tensor, Tokens | None]:
+        """input_ids (B, N) long; attention_mask (B, N) bool, True = real token -> (normed hidden states, tokens):
+        (B, N, d_model) and None without padding, else the real tokens' (T, d_model) and where they sit."""
+        tokens = None if attention_mask is None or bool(attention_mask.all()) else Tokens(attention_mask)
+        x = self.embed(input_ids, segment_ids, tokens)
+        for layer in self.layers:
+            x = layer(x, attention_mask, tokens)
+        return self.final_norm(x), tokens
+
+    def init_state(self, batch_size: int) -> list[Any]:
+        """Each layer's attention state before any token."""
+        return [attn.init_state(batch_size) for attn in self.attention_modules()]
+
+    def step(
+        self, token: Tensor, position: int, states: list[Any], real: Tensor | None = None
+    ) -> tuple[Tensor, list[Any]]:
+        """One token per sequence at `position`: token (B,) long -> normed hidden state (B, d_model) and each
+        layer's next state; `real` (B,) bool, False = a padded token (read by nothing later)."""
+        x = self._embed(token, torch.full_like(token, position), position)
+        layers = []
+        for layer, layer_state in zip(self.layers, states):
+            x, layer_state = layer.step(x, layer_state, real)
+            layers.append(layer_state)
+        return self.final_norm(x), layers
+
 
 class TransformerClassifier(nn.Module):
-    """Token + position (+ segment) embeddings, encoder layers, pooling, linear classifier."""
+    """The backbone, pooling and a linear classifier: (B, N) ids -> (B, C) logits."""
 
     def __init__(
         self,
@@ -186,44 +295,20 @@ class TransformerClassifier(nn.Module):
         self.cfg, self.attention_name = cfg, attention
         self.attention_options = dict(attention_options or {})
         self.capabilities = attention_entry(attention).capabilities
-        torch.manual_seed(seed)
-        self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        self.position_embedding = nn.Embedding(cfg.max_length, cfg.d_model)
-        self.segment_embedding = nn.Embedding(cfg.num_segments, cfg.d_model) if cfg.num_segments > 1 else None
-        self.embedding_dropout = make_dropout(cfg)
-        self.layers = nn.ModuleList(
-            EncoderLayer(cfg, attention, self.attention_options, seed=seed * 1000 + i) for i in range(cfg.num_layers)
+        self.backbone = Backbone(
+            cfg, attention, self.attention_options, seed, padding_idx=cfg.pad_id, num_segments=cfg.num_segments
         )
-        self.final_norm = nn.LayerNorm(cfg.d_model)
         self.classifier = nn.Linear(cfg.d_model, cfg.num_classes)
 
     def attention_modules(self) -> list[nn.Module]:
         """The pluggable attention module of each layer, in order."""
-        return [layer.attn.attention for layer in self.layers]
-
-    def embed(self, input_ids: Tensor, segment_ids: Tensor | None = None, tokens: Tokens | None = None) -> Tensor:
-        """(B, N, d_model) embeddings, or those of the real tokens (T, d_model) of `tokens`."""
-        n = input_ids.shape[1]
-        if n > self.cfg.max_length:
-            raise ValueError(f"sequence length {n} exceeds the model's max_length={self.cfg.max_length}")
-        positions = torch.arange(n, device=input_ids.device)
-        if tokens is not None:
-            input_ids, positions = tokens.pack(input_ids), tokens.positions()
-            segment_ids = None if segment_ids is None else tokens.pack(segment_ids)
-        x = self.token_embedding(input_ids) + self.position_embedding(positions)
-        if self.segment_embedding is not None and segment_ids is not None:
-            x = x + self.segment_embedding(segment_ids)
-        return self.embedding_dropout(x)
+        return self.backbone.attention_modules()
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, segment_ids: Tensor | None = None
     ) -> Tensor:
         """input_ids (B, N) long; attention_mask (B, N) bool, True = real token -> logits (B, C)."""
-        tokens = None if attention_mask is None or bool(attention_mask.all()) else Tokens(attention_mask)
-        x = self.embed(input_ids, segment_ids, tokens)
-        for layer in self.layers:
-            x = layer(x, attention_mask, tokens)
-        x = self.final_norm(x)
+        x, tokens = self.backbone(input_ids, attention_mask, segment_ids)
         if tokens is not None:
             x = tokens.unpack(x)
         if self.cfg.pooling == "first":
@@ -235,8 +320,9 @@ class TransformerClassifier(nn.Module):
         return self.classifier(pooled)
 
 
-def parameter_counts(model: TransformerClassifier) -> dict[str, int]:
-    """Total and attention-own trainable parameter counts (the rest is identical across variants)."""
+def parameter_counts(model: nn.Module) -> dict[str, int]:
+    """Total and attention-own trainable parameter counts of a model with `attention_modules()` (the rest is
+    identical across variants)."""
     total = sum(p.numel() for p in model.parameters())
     own = sum(p.numel() for m in model.attention_modules() for p in m.parameters())
     return {"total": total, "attention": own, "shared": total - own}

@@ -86,9 +86,9 @@ def test_generate_continues_greedily_like_repeated_forward_passes():
 
 def test_head_is_tied_to_the_embedding_unless_asked_otherwise():
     tied = TransformerDecoder(CFG, "softmax")
-    assert tied.head.weight is tied.token_embedding.weight
+    assert tied.head.weight is tied.backbone.token_embedding.weight
     untied = TransformerDecoder(ModelConfig(**{**CFG.__dict__, "tie_embeddings": False}), "softmax")
-    assert untied.head.weight is not untied.token_embedding.weight
+    assert untied.head.weight is not untied.backbone.token_embedding.weight
 
 
 def test_loss_counts_only_labelled_positions():
@@ -122,8 +122,8 @@ def test_a_decoder_suite_naming_a_non_causal_attention_is_refused_on_loading(tmp
 def test_token_and_position_embeddings_start_at_one_scale():
     """GPT-2's init: positions no louder than tokens, else the residual stream hides which token is where."""
     model = TransformerDecoder(ModelConfig(**{**CFG.__dict__, "d_model": 64}), "softmax")
-    token_std = float(model.token_embedding.weight.std())
-    position_std = float(model.position_embedding.weight.std())
+    token_std = float(model.backbone.token_embedding.weight.std())
+    position_std = float(model.backbone.position_embedding.weight.std())
     assert 0.5 < position_std / token_std < 2.0
 
 

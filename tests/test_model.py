@@ -51,7 +51,7 @@ def test_tie_qk_shares_one_projection():
     assert parameter_counts(untied)["total"] - parameter_counts(tied)["total"] == CFG["num_layers"] * (d * d + d)
     seen = []
     for model in (tied, untied):
-        model.layers[0].attn.attention.register_forward_hook(lambda module, args, out: seen.append(args))
+        model.backbone.layers[0].attn.attention.register_forward_hook(lambda module, args, out: seen.append(args))
     ids = torch.randint(1, 50, (2, 6))
     tied(ids)
     untied(ids)
@@ -61,7 +61,7 @@ def test_tie_qk_shares_one_projection():
 
 def test_qk_projection_none_feeds_the_attention_each_heads_slice_of_the_normed_hidden_state():
     model = TransformerClassifier(ModelConfig(**CFG, qk_projection="none"), "softmax", seed=1).eval()
-    layer = model.layers[0]
+    layer = model.backbone.layers[0]
     assert layer.attn.q_proj is None and layer.attn.k_proj is None
     seen = []
     layer.attn.attention.register_forward_hook(lambda module, args, out: seen.append((args, out)))
@@ -69,7 +69,7 @@ def test_qk_projection_none_feeds_the_attention_each_heads_slice_of_the_normed_h
     model(ids)
     (q, k, _), _ = seen[0]
     b, n, h, d = 2, 6, CFG["num_heads"], CFG["d_model"] // CFG["num_heads"]
-    hidden = layer.norm1(model.embed(ids))  # (B, N, d_model), by hand: no projection at all
+    hidden = layer.norm1(model.backbone.embed(ids))  # (B, N, d_model), by hand: no projection at all
     slices = torch.stack([hidden[..., i * d : (i + 1) * d] for i in range(h)], dim=1)  # (B, H, N, d)
     torch.testing.assert_close(q, slices, rtol=0, atol=0)
     assert k is q
@@ -82,12 +82,12 @@ def test_qk_projection_none_feeds_the_attention_each_heads_slice_of_the_normed_h
 def test_qk_projection_none_with_padding_reads_the_real_tokens_slices():
     model = TransformerClassifier(ModelConfig(**CFG, qk_projection="none"), "softmax", seed=1).eval()
     seen = []
-    model.layers[0].attn.attention.register_forward_hook(lambda module, args, out: seen.append(args))
+    model.backbone.layers[0].attn.attention.register_forward_hook(lambda module, args, out: seen.append(args))
     ids = torch.randint(1, 50, (2, 6), generator=torch.Generator().manual_seed(0))
     mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
     model(ids, mask)
     q = seen[0][0]
-    hidden = model.layers[0].norm1(model.embed(ids))
+    hidden = model.backbone.layers[0].norm1(model.backbone.embed(ids))
     expected = hidden.view(2, 6, CFG["num_heads"], -1).transpose(1, 2)
     torch.testing.assert_close(q[0], expected[0], rtol=0, atol=1e-6)
     torch.testing.assert_close(q[1, :, :3], expected[1, :, :3], rtol=0, atol=1e-6)
@@ -137,7 +137,7 @@ def test_sentence_pairs_use_segment_embeddings():
     pair[:, 4:] = 1
     assert model(ids, mask, pair).shape == (2, 3)
     assert not torch.allclose(model(ids, mask, first), model(ids, mask, pair))
-    assert TransformerClassifier(ModelConfig(**CFG), "softmax").segment_embedding is None
+    assert TransformerClassifier(ModelConfig(**CFG), "softmax").backbone.segment_embedding is None
 
 
 @pytest.mark.parametrize("pooling", ["mean", "first"])
@@ -169,7 +169,7 @@ def test_a_padded_batch_gives_each_rows_logits_and_zeros_at_padded_positions(nam
         ids[row, :n] = torch.randint(1, 50, (n,), generator=torch.Generator().manual_seed(row))
     mask = torch.arange(7) < torch.tensor(lengths)[:, None]
     seen = []
-    model.layers[0].attn.attention.register_forward_hook(lambda module, args, out: seen.append(args[2]))
+    model.backbone.layers[0].attn.attention.register_forward_hook(lambda module, args, out: seen.append(args[2]))
     batch = model(ids, mask)
     assert torch.all(seen[0].transpose(1, 2)[~mask] == 0)
     for row, n in enumerate(lengths):

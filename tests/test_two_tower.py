@@ -56,7 +56,7 @@ def test_a_training_step_with_features_redrawn_per_call() -> None:
 
 def test_counts_one_encoder_for_both_towers() -> None:
     model = _model()
-    assert model.encoder.position_embedding.num_embeddings == DOC
+    assert model.encoder.backbone.position_embedding.num_embeddings == DOC
     assert sum(p.numel() for p in model.head.parameters()) == (4 * D * F + F) + (F * 2 + 2)
 
 
