@@ -41,6 +41,25 @@ class TokenScores:
     def accuracy(self) -> float:
         return float(self.correct[self.labelled].float().mean())
 
+    def answers_right(self) -> Tensor:
+        """Whether each answer (a maximal run of consecutive labelled positions in a row, in row-major order) has
+        every position right -> (answers,) bool."""
+        labelled = self.labelled
+        starts = labelled & ~torch.nn.functional.pad(labelled[:, :-1], (1, 0))
+        answer = torch.cumsum(starts.flatten(), 0) - 1  # each labelled position's answer number
+        wrong = (labelled & ~self.correct).flatten()
+        count = int(starts.sum())
+        return torch.bincount(answer[wrong], minlength=count) == 0
+
+    def exact_match(self) -> float:
+        """Fraction of answers whose every token is right (under teacher forcing, which is greedy decoding's
+        exact match: each token right given a right prefix)."""
+        return float(self.answers_right().float().mean())
+
+    def subset(self, rows: Tensor) -> TokenScores:
+        """The scores of some rows (a bool (N,) mask or an index)."""
+        return TokenScores(self.loss[rows], self.correct[rows], self.labelled[rows])
+
 
 @torch.no_grad()
 def score_tokens(
@@ -48,16 +67,28 @@ def score_tokens(
 ) -> TokenScores:
     """Each labelled position's loss (nats) and arg-max correctness, model in evaluation mode."""
     model.eval()
-    losses, correct = [], []
+    losses = torch.full(split.labels.shape, math.nan)
+    correct = torch.zeros(split.labels.shape, dtype=torch.bool)
+    start = 0
     for ids, mask, _, labels in split.batches(batch_size):
         logits = model(ids.to(device), mask.to(device)).float().cpu()
         log_p = torch.log_softmax(logits, dim=-1)
-        safe = labels.clamp_min(0)
-        loss = -log_p.gather(-1, safe[..., None])[..., 0]
+        loss = -log_p.gather(-1, labels.clamp_min(0)[..., None])[..., 0]
         labelled = labels != IGNORE
-        losses.append(loss.masked_fill(~labelled, math.nan))
-        correct.append((logits.argmax(-1) == labels) & labelled)
-    return TokenScores(torch.cat(losses), torch.cat(correct), split.labels != IGNORE)
+        rows, width = slice(start, start + len(ids)), labels.shape[1]
+        losses[rows, :width] = loss.masked_fill(~labelled, math.nan)
+        correct[rows, :width] = (logits.argmax(-1) == labels) & labelled
+        start += len(ids)
+    return TokenScores(losses, correct, split.labels != IGNORE)
+
+
+def score_at_lengths(
+    model: nn.Module, task: SequenceTaskData, batch_size: int, device: torch.device | str = "cpu"
+) -> dict[int, TokenScores]:
+    """The scores of each of the task's test splits at other lengths (TaskData.eval_splits), keyed by length."""
+    return {
+        length: score_tokens(model, split, batch_size, device) for length, split in sorted(task.eval_splits.items())
+    }
 
 
 def decoder_config(cell: CellSpec, task: SequenceTaskData, max_length: int | None = None) -> ModelConfig:

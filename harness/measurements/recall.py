@@ -1,9 +1,15 @@
-"""`recall`: a decoder trained on multi-query associative recall (task mqar), scored at the answer positions.
+"""`recall`: a decoder trained on a task that labels positions, scored at the labelled positions of its test split.
 
-Metrics: accuracy over every answer of the test split, its loss (nll, nats), the number of key-value pairs,
-and the decoding state per sequence and layer at the row length (`state_bytes`, attnbench.measurements.state),
-so that accuracy can be read against state size. Details: accuracy per query (the k-th question of a row,
-in row order), the validation scores a `sweep:` selects on, and the training history.
+The tasks: associative recall (mqar), state tracking (parity, modular_count, permutation), the needle tasks
+(niah) and MAD's mechanism tasks; any `SequenceTaskData` whose labels are answers rather than a text's every next
+byte (byte_lm goes with `lm`). Metrics: accuracy over every labelled position of the test split, exact match of
+its answers (an answer: a maximal run of consecutive labelled positions in a row, all of whose tokens must be
+right), the loss (nll, nats), the decoding state per sequence and layer at the row length (`state_bytes`,
+attnbench.measurements.state), so that accuracy can be read against state size, MQAR's number of key-value
+pairs, and the same scores on each of the task's test splits at other lengths as `<metric>@<length>`
+(attnbench.measurements.lengths). Details: MQAR's accuracy per query (the k-th question of a row, in row
+order), the scores per group of test rows where the task tags its rows (a needle's depth and context length),
+the validation scores a `sweep:` selects on, and the training history.
 """
 
 from __future__ import annotations
@@ -11,17 +17,21 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
+
 from attnbench.cell_spec import CellSpec
-from attnbench.decoder_training import TokenScores, score_tokens, train_cell_decoder
+from attnbench.decoder_training import TokenScores, score_at_lengths, score_tokens, train_cell_decoder
 from attnbench.measurements import SkipCell, register_measurement
 from attnbench.measurements.common import attention_runtime, load_cell_task, train_config
+from attnbench.measurements.lengths import length_metrics, model_length
 from attnbench.measurements.state import state_row
 from attnbench.metrics import register_metric
 from attnbench.model import parameter_counts
 from attnbench.progress import Progress
-from attnbench.tasks.sequence import SequenceTaskData
+from attnbench.tasks.sequence import SequenceTaskData, TokenSplit
 
 register_metric("num_kv_pairs", None, "key-value pairs per MQAR row")
+register_metric("exact_match", "max", "fraction of answers (runs of labelled positions) with every token right")
 
 
 @dataclasses.dataclass
@@ -38,39 +48,67 @@ def accuracy_per_query(scores: TokenScores) -> list[float]:
     return correct.float().mean(dim=0).tolist()
 
 
+def scores_of(scores: TokenScores) -> dict[str, float]:
+    """Accuracy, exact match and nll of some scored rows."""
+    return {"accuracy": scores.accuracy(), "exact_match": scores.exact_match(), "nll": scores.mean_loss()}
+
+
+def scores_by_tags(scores: TokenScores, split: TokenSplit) -> list[dict[str, Any]]:
+    """One entry per combination of the split's row tags (e.g. context length x depth): the tag values, the rows
+    and their scores; empty where the split has no tags."""
+    if not split.tags:
+        return []
+    names = sorted(split.tags)
+    columns = torch.stack([split.tags[name].double() for name in names], dim=1)
+    groups = []
+    for values in sorted(set(map(tuple, columns.tolist()))):
+        rows = (columns == torch.tensor(values, dtype=torch.float64)).all(dim=1)
+        tags = {name: int(v) if float(v).is_integer() else v for name, v in zip(names, values)}
+        groups.append({**tags, "rows": int(rows.sum()), **scores_of(scores.subset(rows))})
+    return groups
+
+
 @register_measurement("recall", config=RecallOptions)
 def measure_recall(
     cell: CellSpec, options: RecallOptions, *, device: str = "cpu", progress: Progress | None = None
 ) -> dict[str, Any]:
-    """Train a decoder on the cell's MQAR task; answer accuracy overall and per query, with the state size."""
+    """Train a decoder on the cell's answer-labelled task; accuracy and exact match overall, per query, per tagged
+    group of rows and per test length, with the state size."""
     task = load_cell_task(cell)
-    if not isinstance(task, SequenceTaskData) or "num_kv_pairs" not in task.info:
-        raise SkipCell(f"task {task.name!r} is not associative recall; the recall measurement needs mqar")
-    result = train_cell_decoder(cell, task, device=device, progress=progress)
+    if not isinstance(task, SequenceTaskData) or task.raw is not None:
+        raise SkipCell(
+            f"task {task.name!r} does not label answers in token rows; the recall measurement needs a task such as "
+            f"mqar, parity or niah (byte_lm goes with the lm measurement)"
+        )
+    result = train_cell_decoder(cell, task, device=device, progress=progress, max_length=model_length(task))
     batch = train_config(cell).eval_batch_size
     test = score_tokens(result.model, task["test"], batch, device)
     validation = score_tokens(result.model, task["validation"], batch, device)
+    at_lengths = {n: scores_of(s) for n, s in score_at_lengths(result.model, task, batch, device).items()}
     attention = result.model.attention_modules()[0]
     cfg = result.model.cfg
     state = state_row(attention, task.max_length, cfg.head_dim, cfg.num_heads)
     params = parameter_counts(result.model)
     metrics = {
-        "accuracy": test.accuracy(),
-        "nll": test.mean_loss(),
+        **scores_of(test),
         "state_bytes": float(state["bytes"]),
-        "num_kv_pairs": float(task.info.get("num_kv_pairs", 0)),
+        **({"num_kv_pairs": float(task.info["num_kv_pairs"])} if "num_kv_pairs" in task.info else {}),
+        **length_metrics(at_lengths),
         "train_seconds": result.train_seconds,
         "params_total": float(params["total"]),
         "params_attention": float(params["attention"]),
     }
     details = {
-        "accuracy_per_query": accuracy_per_query(test),
+        **({"accuracy_per_query": accuracy_per_query(test)} if "num_kv_pairs" in task.info else {}),
+        **({"groups": groups} if (groups := scores_by_tags(test, task["test"])) else {}),
+        **({"per_length": [{"length": n, **s} for n, s in sorted(at_lengths.items())]} if at_lengths else {}),
         "state": state,
         "checkpoint": result.checkpoint,
         "best_epoch": result.best_epoch,
         "history": result.history,
-        "validation": {"accuracy": validation.accuracy(), "nll": validation.mean_loss()},
-        "answers": int(test.labelled.sum()),
+        "validation": scores_of(validation),
+        "answers": int(test.answers_right().numel()),
+        "labelled": int(test.labelled.sum()),
         "attention_runtime": attention_runtime(result.model),
         "phase_a": result.phase_a,  # a learning phase that runs in a decoder (Hedgehog's distillation)
         **({"sizing": result.sizing} if result.sizing else {}),

@@ -35,8 +35,10 @@ SOFTMAX = "softmax"
 
 
 def recall_points(results: Results) -> pd.DataFrame:
-    """One row per ok recall cell: label, attention, num_kv_pairs, seed, accuracy, state_bytes."""
+    """One row per ok recall cell on MQAR (those that report num_kv_pairs): label, attention, num_kv_pairs, seed,
+    accuracy, state_bytes."""
     cells = results.of("recall")
+    cells = cells[cells["metrics"].map(lambda m: (m or {}).get("num_kv_pairs") is not None)]
     rows = [
         {
             "label": c["label"],

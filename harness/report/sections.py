@@ -40,6 +40,7 @@ BUILTIN_MODULES = (
     "attnbench.report.efficiency",
     "attnbench.report.fidelity",
     "attnbench.report.causal",
+    "attnbench.report.lengths",
     "attnbench.baselines.coulomb.report",
 )
 

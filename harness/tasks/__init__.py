@@ -39,6 +39,7 @@ TASKS = Registry(
         "attnbench.tasks.pixels",
         "attnbench.tasks.byte_text",
         "attnbench.tasks.byte_retrieval",
+        "attnbench.tasks.state_tracking",
     ],
     entry_point_group=ENTRY_POINT_GROUP,
 )

@@ -83,6 +83,9 @@ class TaskData:
     info: dict = dataclasses.field(default_factory=dict)  # provenance: source, sizes, tokenizer, options
     special_ids: tuple[int, ...] = (0,)  # ids corruption never touches (pad, [CLS], [SEP], ...)
     texts: dict[str, list[str]] | None = None  # raw texts per split (pairs joined by a newline), text tasks only
+    # test rows at other lengths, keyed by row length in tokens, drawn as the test split's; the measurements score
+    # each apart and report `<metric>@<length>` (attnbench.measurements.lengths); the `test` split stays the headline
+    eval_splits: dict[int, Split] = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, split: str) -> Split:
         return self.splits[split]
@@ -107,4 +110,10 @@ class TaskData:
             "pair": self.pair,
             "label_names": names,
             "splits": splits,
+            **eval_split_sizes(self.eval_splits),
         }
+
+
+def eval_split_sizes(eval_splits: dict[int, Split]) -> dict:
+    """{"eval_splits": {length: rows}} for a task's summary, or nothing where it has none."""
+    return {"eval_splits": {str(n): len(split) for n, split in sorted(eval_splits.items())}} if eval_splits else {}

@@ -1,8 +1,10 @@
 """What the causal tasks produce: token rows labelled per position, for the decoder (attnbench.decoder).
 
 A `TokenSplit` is a `Split` whose labels are (N, L): the token each position should predict, or -100 where a
-position carries no label (as torch's CrossEntropyLoss ignores it). `SequenceTaskData` holds such splits;
-its `num_classes` is the vocabulary the head predicts over.
+position carries no label (as torch's CrossEntropyLoss ignores it); an answer is a maximal run of consecutive
+labelled positions in a row (what exact match scores). Rows may carry `tags`, one value per row under each name
+(a needle's depth, a row's context length), which the measurements group their scores by. `SequenceTaskData`
+holds such splits; its `num_classes` is the vocabulary the head predicts over.
 """
 
 from __future__ import annotations
@@ -12,28 +14,35 @@ import dataclasses
 import torch
 
 from attnbench.options import require
-from attnbench.tasks.base import Split, TaskData
+from attnbench.tasks.base import Split, TaskData, eval_split_sizes
 
 IGNORE = -100
 
 
 @dataclasses.dataclass
 class TokenSplit(Split):
-    """input_ids, attention_mask, labels: (N, L); labels -100 where a position has none."""
+    """input_ids, attention_mask, labels: (N, L); labels -100 where a position has none; tags: name -> (N,)."""
+
+    tags: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert self.attention_mask.shape == self.input_ids.shape, "attention_mask must match input_ids"
         assert self.labels.shape == self.input_ids.shape, "labels must be (N, L), one per position"
+        assert all(tag.shape == (len(self),) for tag in self.tags.values()), "each tag holds one value per row"
 
     def subset(self, index: torch.Tensor | slice) -> TokenSplit:
-        return TokenSplit(self.input_ids[index], self.attention_mask[index], self.labels[index])
+        tags = {name: tag[index] for name, tag in self.tags.items()}
+        return TokenSplit(self.input_ids[index], self.attention_mask[index], self.labels[index], tags=tags)
 
     def batches(self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None):
-        """Yield (input_ids, attention_mask, None, labels) batches of whole rows, labels (b, L)."""
+        """Yield (input_ids, attention_mask, None, labels) batches of whole rows, cut to the batch's longest real
+        row (right padding), labels (b, width)."""
         order = torch.randperm(len(self), generator=generator) if shuffle else torch.arange(len(self))
         for start in range(0, len(self), batch_size):
             idx = order[start : start + batch_size]
-            yield self.input_ids[idx], self.attention_mask[idx], None, self.labels[idx]
+            mask = self.attention_mask[idx]
+            width = max(int(mask.sum(dim=1).max()), 1)
+            yield self.input_ids[idx, :width], mask[:, :width], None, self.labels[idx, :width]
 
     def labelled(self) -> int:
         """How many positions carry a label."""
@@ -58,6 +67,7 @@ class SequenceTaskData(TaskData):
             "vocab_size": self.vocab_size,
             "max_length": self.max_length,
             "splits": splits,
+            **eval_split_sizes(self.eval_splits),
         }
 
 
