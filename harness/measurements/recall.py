@@ -80,6 +80,11 @@ def measure_recall(
             f"task {task.name!r} does not label answers in token rows; the recall measurement needs a task such as "
             f"mqar, parity or niah (byte_lm goes with the lm measurement)"
         )
+    if task.info.get("readout") == "last":
+        raise SkipCell(
+            f"task {task.name!r} is scored by reconstructing the row from its last position alone (MAD's "
+            f"auto-encoder); the decoder's per-token head has no such bottleneck, so recall does not score it"
+        )
     result = train_cell_decoder(cell, task, device=device, progress=progress, max_length=model_length(task))
     batch = train_config(cell).eval_batch_size
     test = score_tokens(result.model, task["test"], batch, device)

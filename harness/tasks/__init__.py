@@ -40,6 +40,7 @@ TASKS = Registry(
         "attnbench.tasks.byte_text",
         "attnbench.tasks.byte_retrieval",
         "attnbench.tasks.state_tracking",
+        "attnbench.tasks.mad",
     ],
     entry_point_group=ENTRY_POINT_GROUP,
 )
