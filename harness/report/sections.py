@@ -41,6 +41,7 @@ BUILTIN_MODULES = (
     "attnbench.report.fidelity",
     "attnbench.report.causal",
     "attnbench.report.lengths",
+    "attnbench.report.niah",
     "attnbench.baselines.coulomb.report",
 )
 

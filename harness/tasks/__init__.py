@@ -41,6 +41,7 @@ TASKS = Registry(
         "attnbench.tasks.byte_retrieval",
         "attnbench.tasks.state_tracking",
         "attnbench.tasks.mad",
+        "attnbench.tasks.niah",
     ],
     entry_point_group=ENTRY_POINT_GROUP,
 )
