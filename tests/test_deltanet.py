@@ -49,8 +49,8 @@ def test_wy_form_from_a_given_state_matches_the_loop():
     beta = torch.rand(2, 2, 19, generator=g, dtype=torch.float64)
     start = torch.randn(2, 2, 3, 3, generator=g, dtype=torch.float64)
     for chunk in (1, 4, 64):
-        out, state = chunk_delta_rule(q, k, v, beta, chunk, start)
-        ref_out, ref_state = naive_delta_rule(q, k, v, beta, start)
+        out, state = chunk_delta_rule(q, k, v, beta, chunk=chunk, initial=start)
+        ref_out, ref_state = naive_delta_rule(q, k, v, beta, initial=start)
         torch.testing.assert_close(out, ref_out, rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(state, ref_state, rtol=1e-10, atol=1e-10)
 

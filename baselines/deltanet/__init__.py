@@ -9,11 +9,15 @@ Renderings (this folder, as fla's ops/delta_rule): `naive` (the token loop), `ch
 training), `recurrent` (the decoding step). Padded positions get beta 0 and key 0: they leave S unchanged.
 Encoder (causal=False) form, ours: every query reads the memory after the whole sequence was written,
 o_i = S_N^T q_i (the delta rule has no natural two-sided form; this is the state a decoder would hold).
+
+Beside fla's layer (fla/layers/delta_net.py): its q and k pass SiLU before the L2 norm (after its short convolution,
+or alone without one); ours do with `short_conv` (our convolution ends in SiLU), not without it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import torch
@@ -23,9 +27,21 @@ from attnbench.baselines.deltanet.chunk import chunk_delta_rule
 from attnbench.baselines.deltanet.naive import naive_delta_rule
 from attnbench.baselines.deltanet.recurrent import delta_rule_step
 from attnbench.kernels import fla_route
-from attnbench.kernels.recurrent_attention import RecurrentAttention, RecurrentConfig, State, real_rows
+from attnbench.kernels.gated_recurrence import GatedRecurrence, Renderings
+from attnbench.kernels.recurrent_attention import RecurrentConfig, real_rows
 from attnbench.options import option
 from attnbench.registry import register_attention
+
+
+def delta_rule(chunk: int) -> Renderings:
+    """The delta rule's renderings over (q, k, v, beta[, log_gate]): this folder's naive, chunked (WY, chunks of
+    `chunk` positions) and recurrent forms, fla's kernel, and the final state read by every query as the encoder."""
+    return Renderings(
+        naive=naive_delta_rule,
+        chunk=functools.partial(chunk_delta_rule, chunk=chunk),
+        step=delta_rule_step,
+        fla=fla_route.delta_rule,
+    )
 
 
 @dataclasses.dataclass
@@ -36,39 +52,19 @@ class DeltaNetConfig(RecurrentConfig):
 @register_attention(
     "deltanet", config=DeltaNetConfig, causal=True, normalised=False, recurrent_state=True, positive_features=False
 )
-class DeltaNetAttention(RecurrentAttention):
+class DeltaNetAttention(GatedRecurrence):
     """The delta rule with a learned write strength beta_t in (0, 1) and L2-normalised keys and queries."""
 
     def __init__(self, cfg: DeltaNetConfig):
         super().__init__(cfg)
-        bound = 1 / math.sqrt(cfg.head_dim)
-        self.beta_weight = nn.Parameter(torch.empty(cfg.num_heads, cfg.head_dim, 1).uniform_(-bound, bound))
+        self.renderings = delta_rule(cfg.chunk_size)
+        bound, generator = 1 / math.sqrt(cfg.head_dim), torch.Generator().manual_seed(cfg.seed)
+        beta_weight = torch.empty(cfg.num_heads, cfg.head_dim, 1).uniform_(-bound, bound, generator=generator)
+        self.beta_weight = nn.Parameter(beta_weight)
         self.beta_bias = nn.Parameter(torch.zeros(cfg.num_heads, 1, 1))
 
-    def _inputs(self, q: Tensor, k: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        """q / sqrt(D) and k, both L2-normalised, and beta (B, H, N) from the raw keys; padding zeroed."""
+    def gated_inputs(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, ...]:
+        """q / sqrt(D) and k, both L2-normalised, v, and beta (B, H, N) from the raw keys; padding zeroed."""
         beta = torch.sigmoid(k @ self.beta_weight + self.beta_bias)[..., 0]
         q = nn.functional.normalize(q, dim=-1) / math.sqrt(q.shape[-1])
-        return q, real_rows(nn.functional.normalize(k, dim=-1), mask), real_rows(beta, mask)
-
-    def parallel(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        q, k, beta = self._inputs(q, k, mask)
-        if self.takes_fla(q):
-            out, state = fla_route.delta_rule(q, k, v, beta)
-        else:
-            out, state = chunk_delta_rule(q, k, v, beta, self.cfg.chunk_size)
-        return out if self.causal else q @ state
-
-    def naive(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        q, k, beta = self._inputs(q, k, mask)
-        out, state = naive_delta_rule(q, k, v, beta)
-        return out if self.causal else q @ state
-
-    def core_state(self, batch_size: int, heads: int, dtype: torch.dtype, device: torch.device) -> State:
-        d = self.cfg.head_dim
-        return {"kv": torch.zeros(batch_size, heads, d, d, dtype=dtype, device=device)}
-
-    def core_step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State) -> tuple[Tensor, State]:
-        q, k, beta = self._inputs(q_t[:, :, None], k_t[:, :, None], None)
-        out, kv = delta_rule_step(q[:, :, 0], k[:, :, 0], v_t, beta[:, :, 0], state["kv"])
-        return out, {"kv": kv}
+        return q, real_rows(nn.functional.normalize(k, dim=-1), mask), v, real_rows(beta, mask)

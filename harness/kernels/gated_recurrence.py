@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -25,10 +24,18 @@ from attnbench.kernels.recurrent_attention import RecurrentAttention, State
 
 # (q, k, v, *gates), each (B, H, N, ...) -> (outputs (B, H, N, Dv), last state (B, H, Dk, Dv))
 Pass = Callable[..., tuple[Tensor, Tensor]]
-# (q_t, k_t, v_t, *gates_t, state), each (B, H, ...) -> (out_t (B, H, Dv), the state after it)
+# (q_t, k_t, v_t, *gates_t, state=state), each (B, H, ...) -> (out_t (B, H, Dv), the state after it)
 Step = Callable[..., tuple[Tensor, Tensor]]
 # (causal pass, q, k, v, *gates) -> outputs (B, H, N, Dv): the non-causal form built on a causal pass
 Encoder = Callable[..., Tensor]
+
+
+def decay_matrix(total: Tensor) -> Tensor:
+    """exp(total_i - total_j) for j <= i, else 0: cumulative log gates (..., C) -> (..., C, C), the decay between
+    positions of a chunk as differences (<= 0 on and below the diagonal), so no gate, however strong, overflows."""
+    c = total.shape[-1]
+    lower = torch.ones(c, c, dtype=torch.bool, device=total.device).tril()
+    return (total[..., :, None] - total[..., None, :]).masked_fill(~lower, -torch.inf).exp()
 
 
 def final_state(run: Pass, q: Tensor, k: Tensor, *rest: Tensor) -> Tensor:
@@ -52,7 +59,7 @@ class Renderings:
 class GatedRecurrence(RecurrentAttention):
     """Base of a gated recurrence: subclasses give `renderings` and `gated_inputs` (and may give `readout`)."""
 
-    renderings: ClassVar[Renderings]
+    renderings: Renderings  # one per class, or per instance where an option shapes it (a chunk size)
 
     def gated_inputs(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, ...]:
         """(q, k, v, *gates) for the renderings from the head's q, k, v (B, H, N, D) and mask (B, N) (None: no
@@ -97,5 +104,5 @@ class GatedRecurrence(RecurrentAttention):
     def core_step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State) -> tuple[Tensor, State]:
         q, k, v = q_t[:, :, None], k_t[:, :, None], v_t[:, :, None]
         inputs = [x[:, :, 0] for x in self.gated_inputs(q, k, v, None)]
-        out, kv = self.renderings.step(*inputs, state["kv"])
+        out, kv = self.renderings.step(*inputs, state=state["kv"])
         return self.readout(out[:, :, None], q, k, v)[:, :, 0], {"kv": kv}
