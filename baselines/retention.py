@@ -6,6 +6,10 @@ S_t = gamma_h S_{t-1} + k_t v_t^T, o_t = S_t^T q_t / sqrt(D), gamma_h = 1 - 2^(-
 renderings are GLA's (`attnbench.baselines.gla`: naive, chunk, recurrent). Padded positions neither write
 nor count as distance. Encoder (causal=False) form: the symmetric decay gamma^|i-j| of the paper's parallel
 form D_ij without its causal mask, i.e. each key weighted by gamma to its distance from the query.
+
+Beside RetNet's layer (and fla's, fla/layers/multiscale_retention.py): the xPos rotation of q and k and the swish
+output gate (GroupNorm(o) * swish(x W_G)) are left out, so this is the retention recurrence with its norm; fla's
+naive_retention (fla/ops/retention/naive.py) computes this recurrence.
 """
 
 from __future__ import annotations

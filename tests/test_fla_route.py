@@ -1,10 +1,10 @@
-"""The flash-linear-attention route of retention, GLA and DeltaNet: the backend choice and its errors, the
-adapter (layouts, scale, gates, padding, encoder forms) against a stand-in for fla written from fla's documented
-recurrences, and, on a GPU with fla installed, fla's kernels against our chunked forms."""
+"""The flash-linear-attention route of retention, GLA, DeltaNet, Gated DeltaNet, Mamba-2 and RWKV-7: the backend
+choice and its errors, the adapter (layouts, scale, gates, padding, encoder forms, the caller's dtype) against a
+stand-in for fla written from fla's documented recurrences, and, on a GPU with fla installed, fla's kernels against
+our chunked forms."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import types
 
@@ -15,26 +15,42 @@ from attnbench.errors import ConfigError
 from attnbench.kernels import fla_route
 from attnbench.registry import build_attention
 
-ROUTED = [("gla", {}), ("retention", {}), ("deltanet", {"chunk_size": 8})]
+ROUTED = [
+    ("gla", {}),
+    ("retention", {}),
+    ("deltanet", {"chunk_size": 8}),
+    ("gated-deltanet", {"chunk_size": 8}),
+    ("mamba2", {"chunk_size": 8}),
+    ("rwkv7", {"chunk_size": 8}),
+]
 
 
-def _recurrence(q, k, v, log_gate=None, beta=None, scale=1.0):
-    """fla's naive recurrences (fla/ops/{gla,simple_gla,delta_rule}/naive.py) in fla's (B, T, H, K) layout: the
-    state S (B, H, K, V) decays by exp(g) (per channel or per head) or takes the delta-rule write, then
-    o_t = (scale q_t)^T S."""
+def _recurrence(q, k, v, log_gate=None, beta=None, alpha=None, low_rank=None, scale=1.0):
+    """fla's naive recurrences (fla/ops/{gla,simple_gla,delta_rule,gated_delta_rule,generalized_delta_rule/dplr}/
+    naive.py) in fla's (B, T, H, K) layout: the state S (B, H, K, V) decays by exp(g) (per channel or per head),
+    takes the low-rank term b (a^T S) of the state before it (alpha, low_rank: fla's a, b), the delta-rule write
+    (beta) or k v^T; o_t = (scale q_t)^T S. As fla's kernels: outputs in the inputs' dtype, the state in float32
+    (float64 for float64 inputs, so that the comparisons below stay exact)."""
+    dtype, work = q.dtype, torch.promote_types(q.dtype, torch.float32)
+    q, k, v, log_gate, beta, alpha, low_rank = (
+        x if x is None else x.to(work) for x in (q, k, v, log_gate, beta, alpha, low_rank)
+    )
     b, t, h, dk = q.shape
     state = q.new_zeros(b, h, dk, v.shape[-1])
     outs = []
     for i in range(t):
         k_i, v_i = k[:, i], v[:, i]
-        if beta is not None:
-            v_i = (v_i - torch.einsum("bhk,bhkv->bhv", k_i, state)) * beta[:, i, :, None]
-        else:
+        read = None if alpha is None else torch.einsum("bhk,bhkv->bhv", alpha[:, i], state)
+        if log_gate is not None:
             gate = log_gate[:, i].exp()
             state = state * (gate[..., None] if gate.dim() == 3 else gate[..., None, None])
+        if beta is not None:
+            v_i = (v_i - torch.einsum("bhk,bhkv->bhv", k_i, state)) * beta[:, i, :, None]
+        if read is not None:
+            state = state + low_rank[:, i, :, :, None] * read[..., None, :]
         state = state + k_i[..., None] * v_i[..., None, :]
         outs.append(torch.einsum("bhk,bhkv->bhv", scale * q[:, i], state))
-    return torch.stack(outs, dim=1), state
+    return torch.stack(outs, dim=1).to(dtype), state
 
 
 @pytest.fixture
@@ -52,6 +68,16 @@ def stand_in_fla(monkeypatch):
         "fla.ops.delta_rule": (
             "chunk_delta_rule",
             lambda q, k, v, beta, scale, output_final_state: _recurrence(q, k, v, beta=beta, scale=scale),
+        ),
+        "fla.ops.gated_delta_rule": (
+            "chunk_gated_delta_rule",
+            lambda q, k, v, g, beta, scale, output_final_state: _recurrence(q, k, v, g, beta=beta, scale=scale),
+        ),
+        "fla.ops.generalized_delta_rule": (
+            "chunk_dplr_delta_rule",
+            lambda q, k, v, a, b, gk, scale, output_final_state: _recurrence(
+                q, k, v, gk, alpha=a, low_rank=b, scale=scale
+            ),
         ),
     }
     for name in ("fla", "fla.ops"):
@@ -101,12 +127,27 @@ def test_auto_takes_pytorch_where_fla_cannot_run(name: str, options: dict) -> No
     assert auto.kernel_routes == {"pytorch-chunked": 1}
 
 
+@pytest.mark.parametrize("name, options", ROUTED)
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_fla_route_answers_in_the_callers_dtype(stand_in_fla, name: str, options: dict, causal: bool) -> None:
+    """bfloat16 in, bfloat16 out, although fla returns the final state in float32 (DeltaNet's encoder form once
+    multiplied its bfloat16 queries by that float32 state and failed); close to the float32 route."""
+    q, k, v, mask = _inputs(4, torch.float32)
+    exact = build_attention(name, head_dim=8, num_heads=2, causal=causal, backend="fla", **options)
+    low = build_attention(name, head_dim=8, num_heads=2, causal=causal, backend="fla", **options)
+    low.load_state_dict(exact.state_dict())
+    got = low.to(torch.bfloat16)(*(x.to(torch.bfloat16) for x in (q, k, v)), mask)
+    assert got.dtype == torch.bfloat16 and low.kernel_routes == {"fla": 1}
+    real = mask[:, None, :, None].expand_as(got)
+    torch.testing.assert_close(got.float()[real], exact(q, k, v, mask)[real], atol=0.1, rtol=0.05)
+
+
 def test_unknown_backend_is_refused() -> None:
     with pytest.raises(ConfigError, match="backend"):
         build_attention("gla", head_dim=8, num_heads=2, backend="triton")
 
 
-GPU_FLA = torch.cuda.is_available() and importlib.util.find_spec("fla") is not None
+GPU_FLA = torch.cuda.is_available() and fla_route.unavailable(torch.zeros(1, device="cuda")) is None
 
 
 @pytest.mark.skipif(not GPU_FLA, reason="needs CUDA and flash-linear-attention (pip install flash-linear-attention)")

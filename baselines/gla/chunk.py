@@ -14,6 +14,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from attnbench.kernels.gated_recurrence import decay_matrix
+
 
 def _chunks(x: Tensor, c: int) -> Tensor:
     """(B, H, N, D) -> (B, H, N / C, C, D), zero-padded at the end to a multiple of C."""
@@ -42,6 +44,29 @@ def chunk_gated_recurrence(
     for q_c, decay_c, write_c in zip(q_in.unbind(2), decays.unbind(2), writes.unbind(2), strict=True):
         earlier.append(q_c @ state)
         state = state * decay_c + write_c
+    out = within + torch.stack(earlier, dim=2)
+    return out.reshape(b, h, -1, v.shape[-1])[:, :, :n], state
+
+
+def chunk_headwise_recurrence(
+    q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor, chunk: int = 64, initial: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Causal, one gate per head and position (log_gate (B, H, N, 1), or expanded over Dk with equal columns: the
+    first is read): the same outputs and last state as `naive_gated_recurrence`. Inside a chunk the decays between
+    positions form one (C, C) matrix per head (`decay_matrix`, fla's simple GLA), so gates of any strength stay
+    finite, where the per-channel form above needs them floored."""
+    b, h, n, dk = q.shape
+    qc, kc, vc = _chunks(q, chunk), _chunks(k, chunk), _chunks(v, chunk)
+    total = _chunks(log_gate[..., :1], chunk)[..., 0].cumsum(dim=3)  # (B, H, nc, C), padding adds 0
+    within = ((qc @ kc.transpose(-2, -1)) * decay_matrix(total)) @ vc
+    q_in = qc * total.exp()[..., None]
+    writes = (kc * (total[..., -1:] - total).exp()[..., None]).transpose(-2, -1) @ vc  # the chunk's keys at its end
+    carries = total[..., -1].exp()[..., None, None]  # (B, H, nc, 1, 1)
+    state = q.new_zeros(b, h, dk, v.shape[-1]) if initial is None else initial
+    earlier = []
+    for q_c, carry, write_c in zip(q_in.unbind(2), carries.unbind(2), writes.unbind(2), strict=True):
+        earlier.append(q_c @ state)
+        state = state * carry + write_c
     out = within + torch.stack(earlier, dim=2)
     return out.reshape(b, h, -1, v.shape[-1])[:, :, :n], state
 

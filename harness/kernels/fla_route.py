@@ -1,14 +1,17 @@
 """The optional flash-linear-attention route (fla-org/flash-linear-attention: Triton kernels, CUDA only) for the
-recurrences it implements: GLA's per-channel gated recurrence (`fla.ops.gla.chunk_gla`), retention's head-wise
-decay (`fla.ops.simple_gla.chunk_simple_gla`, the kernel fla's own retention uses) and the delta rule
-(`fla.ops.delta_rule.chunk_delta_rule`). BASED (fla's `parallel_based` has no exact window) and Hedgehog (a
+recurrences it implements: GLA's per-channel gated recurrence (`fla.ops.gla.chunk_gla`), the head-wise decay of
+retention and Mamba-2's SSD (`fla.ops.simple_gla.chunk_simple_gla`, the kernel fla's own retention uses), the delta
+rule of DeltaNet and Gated DeltaNet (`fla.ops.delta_rule.chunk_delta_rule`, `fla.ops.gated_delta_rule.
+chunk_gated_delta_rule`) and RWKV-7's diagonal-plus-low-rank rule (`fla.ops.generalized_delta_rule.
+chunk_dplr_delta_rule`, which fla's chunk_rwkv7 calls). BASED (fla's `parallel_based` has no exact window) and Hedgehog (a
 feature map over our shared linear kernel) have no route here.
 
 An attention's `backend` option: "pytorch" (default: our chunked forms, on any device), "fla" (these kernels;
 a clear error where CUDA or the package is missing) or "auto" (fla where the inputs are on CUDA and fla imports,
 else pytorch). The route each call took is counted (`attnbench.kernels.routes`: "fla" or "pytorch-chunked") and
 recorded with every result. Ours are (B, H, N, D) with q already scaled; fla's are (B, T, H, K) with a `scale`
-argument: each call transposes in and out and passes scale 1. The encoder forms reuse these causal kernels as
+argument: each call transposes in and out and passes scale 1, and returns the outputs and the final state in the
+inputs' dtype (fla keeps the state in float32). The encoder forms reuse these causal kernels as
 our chunked forms do (GLA and retention: a forward and a reversed pass; DeltaNet: the final state).
 """
 
@@ -52,6 +55,12 @@ def _fla(x: Tensor) -> Tensor:
     return x.transpose(1, 2).contiguous()
 
 
+def _ours(out: Tensor, state: Tensor, like: Tensor) -> tuple[Tensor, Tensor]:
+    """fla's outputs (B, T, H, Dv) and final state -> ours, (B, H, N, Dv) and (B, H, Dk, Dv), in the dtype of the
+    caller's inputs `like` (fla keeps the final state in float32 whatever the inputs' dtype)."""
+    return out.transpose(1, 2).to(like.dtype), state.to(like.dtype)
+
+
 def gated_recurrence(q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor) -> tuple[Tensor, Tensor]:
     """`attnbench.baselines.gla.chunk.chunk_gated_recurrence` by fla's chunk_gla: q, k, log_gate (B, H, N, Dk),
     v (B, H, N, Dv) -> outputs (B, H, N, Dv) and the last state (B, H, Dk, Dv)."""
@@ -59,7 +68,7 @@ def gated_recurrence(q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor) -> tuple
 
     gate = log_gate.expand(*q.shape)
     out, state = chunk_gla(_fla(q), _fla(k), _fla(v), _fla(gate), scale=1.0, output_final_state=True)
-    return out.transpose(1, 2), state
+    return _ours(out, state, q)
 
 
 def headwise_recurrence(q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor) -> tuple[Tensor, Tensor]:
@@ -69,17 +78,35 @@ def headwise_recurrence(q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor) -> tu
 
     gate = log_gate[..., 0].transpose(1, 2).contiguous()  # (B, T, H)
     out, state = chunk_simple_gla(_fla(q), _fla(k), _fla(v), g=gate, scale=1.0, output_final_state=True)
-    return out.transpose(1, 2), state
+    return _ours(out, state, q)
 
 
-def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
-    """`attnbench.baselines.deltanet.chunk.chunk_delta_rule` by fla's chunk_delta_rule: q, k (B, H, N, Dk), k
-    L2-normalised, v (B, H, N, Dv), beta (B, H, N) -> outputs (B, H, N, Dv) and the last state (B, H, Dk, Dv)."""
-    from fla.ops.delta_rule import chunk_delta_rule
-
+def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_gate: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """`attnbench.baselines.deltanet.chunk.chunk_delta_rule` by fla's chunk_delta_rule, or with a gate by
+    chunk_gated_delta_rule: q, k (B, H, N, Dk), k L2-normalised, v (B, H, N, Dv), beta and log_gate (B, H, N) ->
+    outputs (B, H, N, Dv) and the last state (B, H, Dk, Dv)."""
     beta = beta.transpose(1, 2).contiguous()  # (B, T, H)
-    out, state = chunk_delta_rule(_fla(q), _fla(k), _fla(v), beta, scale=1.0, output_final_state=True)
-    return out.transpose(1, 2), state
+    if log_gate is None:
+        from fla.ops.delta_rule import chunk_delta_rule
+
+        out, state = chunk_delta_rule(_fla(q), _fla(k), _fla(v), beta, scale=1.0, output_final_state=True)
+    else:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+        gate = log_gate.transpose(1, 2).contiguous()
+        out, state = chunk_gated_delta_rule(_fla(q), _fla(k), _fla(v), gate, beta, scale=1.0, output_final_state=True)
+    return _ours(out, state, q)
+
+
+def dplr(q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor, log_gate: Tensor) -> tuple[Tensor, Tensor]:
+    """`attnbench.baselines.rwkv7.chunk.chunk_dplr` by fla's chunk_dplr_delta_rule (the kernel of its chunk_rwkv7):
+    q, k, alpha, beta, log_gate (B, H, N, Dk), v (B, H, N, Dv) -> outputs (B, H, N, Dv), last state (B, H, Dk, Dv)."""
+    from fla.ops.generalized_delta_rule import chunk_dplr_delta_rule
+
+    out, state = chunk_dplr_delta_rule(
+        _fla(q), _fla(k), _fla(v), _fla(alpha), _fla(beta), _fla(log_gate), scale=1.0, output_final_state=True
+    )
+    return _ours(out, state, q)
 
 
 def route_name(fla: bool) -> str:
