@@ -9,7 +9,7 @@ form D_ij without its causal mask, i.e. each key weighted by gamma to its distan
 
 Beside RetNet's layer (and fla's, fla/layers/multiscale_retention.py): the xPos rotation of q and k and the swish
 output gate (GroupNorm(o) * swish(x W_G)) are left out, so this is the retention recurrence with its norm; fla's
-naive_retention (fla/ops/retention/naive.py) computes this recurrence.
+naive_retention (fla/ops/retention/naive.py) computes this recurrence (tests/test_fla_reference.py).
 """
 
 from __future__ import annotations

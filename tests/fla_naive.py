@@ -2,8 +2,8 @@
 
 fla-core (PyPI, MIT; pinned in the dev extra) ships a naive PyTorch form beside each Triton kernel. Its
 packages' `__init__` import Triton, so the file is loaded on its own (`importlib.util.spec_from_file_location`);
-it imports only torch and einops. Several naive files cast their inputs with `.float()` (float32); `in_float64`
-runs them with those casts keeping float64, so that a comparison measures the difference of the two
+it imports only torch and einops. Several naive files cast their inputs to float32 (`.float()`, `.to(torch.float32)`);
+`in_float64` runs them with those casts keeping float64, so that a comparison measures the difference of the two
 computations, not float32 rounding.
 """
 
@@ -58,13 +58,16 @@ def oracle_name(op: str) -> str:
 
 
 class _KeepsFloat64(torch.Tensor):
-    """A tensor whose `.float()` keeps float64 (every other operation as usual, the result of the same kind)."""
+    """A tensor whose casts to float32 (`.float()`, `.to(torch.float32)`, `dtype=torch.float32`) keep float64 (every
+    other operation as usual, the result of the same kind)."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         if func is torch.Tensor.float:
             return args[0]
-        return super().__torch_function__(func, types, args, kwargs or {})
+        args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+        kwargs = {name: torch.float64 if a is torch.float32 else a for name, a in (kwargs or {}).items()}
+        return super().__torch_function__(func, types, args, kwargs)
 
 
 def in_float64(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
