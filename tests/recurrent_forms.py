@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from attnbench.recurrence import step_through
 from attnbench.registry import build_attention
 
 B, H, N, D = 2, 3, 37, 8
@@ -40,6 +41,22 @@ def check_step_equals_parallel(name: str, **options) -> None:
         out, state = attn.step(q[:, :, t], k[:, :, t], v[:, :, t], state)
         outs.append(out)
     torch.testing.assert_close(torch.stack(outs, dim=2), attn(q, k, v), **TOL)
+
+
+def check_prefill_equals_stepping(name: str, **options) -> None:
+    """Where the attention prefills a prompt in one pass (`prefill_state`), the state equals stepping's, with one
+    sequence padded at its end and one at its start."""
+    attn, (q, k, v) = build(name, True, **options), inputs()
+    if not hasattr(attn, "prefill_state"):
+        return
+    mask = padding_mask()
+    mask[0, :4] = False
+    with torch.no_grad():
+        stepped = step_through(attn, q, k, v, mask)[1]
+        prefilled = attn.prefill_state(k, v, mask, q=q)
+    assert prefilled.keys() == stepped.keys()
+    for key in stepped:
+        torch.testing.assert_close(prefilled[key], stepped[key], **TOL, msg=key)
 
 
 def check_causality(name: str, **options) -> None:

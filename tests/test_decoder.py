@@ -24,6 +24,8 @@ ATTENTIONS = [
     ("elu-linear", {}),
     ("performer", {"num_features": 16}),
     ("random-features", {"feature_map": "favor", "num_features": 16}),
+    ("mamba2", {"short_conv": 3}),  # a gated recurrence: prefilled by its chunked pass
+    ("rwkv7", {}),  # and token shift, which carries the prompt's last token
 ]
 
 

@@ -6,6 +6,7 @@ from recurrent_forms import (
     check_gradients_match_naive,
     check_naive_equals_parallel,
     check_padding_invariance,
+    check_prefill_equals_stepping,
     check_step_equals_parallel,
 )
 
@@ -43,6 +44,11 @@ def test_parallel_form_equals_naive_form(name, options, causal):
 @pytest.mark.parametrize(("name", "options"), CASES, ids=IDS)
 def test_recurrent_step_equals_parallel_form(name, options):
     check_step_equals_parallel(name, **options)
+
+
+@pytest.mark.parametrize(("name", "options"), CASES, ids=IDS)
+def test_a_prompt_prefilled_at_once_leaves_the_state_stepping_leaves(name, options):
+    check_prefill_equals_stepping(name, **options)
 
 
 @pytest.mark.parametrize(("name", "options"), CASES, ids=IDS)

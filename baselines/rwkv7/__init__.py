@@ -135,6 +135,13 @@ class RWKV7Attention(GatedRecurrence):
         previous = torch.zeros(batch_size, heads, 3, d, dtype=dtype, device=device)
         return super().core_state(batch_size, heads, dtype, device) | {"previous": previous}
 
+    def core_prefill(self, q: Tensor, k: Tensor, v: Tensor, real: Tensor) -> State:
+        """The memory after the prompt and its last real token's q, k, v (zeros where a row has none)."""
+        last = (real * torch.arange(1, real.shape[1] + 1, device=real.device)).argmax(dim=1)  # (B,)
+        rows = torch.arange(real.shape[0], device=real.device)
+        previous = torch.stack([x[rows, :, last] for x in (q, k, v)], dim=2) * real.any(dim=1).view(-1, 1, 1, 1)
+        return super().core_prefill(q, k, v, real) | {"previous": previous.to(q.dtype)}
+
     def core_step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State) -> tuple[Tensor, State]:
         """The inputs of a two-token sequence (the previous token, this one) at its second position, then a step."""
         pairs = [torch.stack([p, x], dim=2) for p, x in zip(state["previous"].unbind(2), (q_t, k_t, v_t))]

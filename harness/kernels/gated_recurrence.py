@@ -20,7 +20,7 @@ from torch import Tensor
 
 from attnbench.errors import ConfigError
 from attnbench.kernels.fla_route import route_name
-from attnbench.kernels.recurrent_attention import RecurrentAttention, State
+from attnbench.kernels.recurrent_attention import PrefillsState, RecurrentAttention, State
 
 # (q, k, v, *gates), each (B, H, N, ...) -> (outputs (B, H, N, Dv), last state (B, H, Dk, Dv))
 Pass = Callable[..., tuple[Tensor, Tensor]]
@@ -56,8 +56,9 @@ class Renderings:
     fla: Pass | None = None  # flash-linear-attention's kernel for `chunk` (attnbench.kernels.fla_route), CUDA only
 
 
-class GatedRecurrence(RecurrentAttention):
-    """Base of a gated recurrence: subclasses give `renderings` and `gated_inputs` (and may give `readout`)."""
+class GatedRecurrence(PrefillsState, RecurrentAttention):
+    """Base of a gated recurrence: subclasses give `renderings` and `gated_inputs` (and may give `readout`). A
+    prompt's state is the chunked pass's last state (`prefill_state`), not a token-by-token walk."""
 
     renderings: Renderings  # one per class, or per instance where an option shapes it (a chunk size)
 
@@ -100,6 +101,10 @@ class GatedRecurrence(RecurrentAttention):
     def core_state(self, batch_size: int, heads: int, dtype: torch.dtype, device: torch.device) -> State:
         d = self.cfg.head_dim
         return {"kv": torch.zeros(batch_size, heads, d, d, dtype=dtype, device=device)}
+
+    def core_prefill(self, q: Tensor, k: Tensor, v: Tensor, real: Tensor) -> State:
+        """The state after q, k, v (B, H, N, D) with real (B, N): the chunked (or fla's) pass's last state."""
+        return {"kv": self.causal_pass(q)(*self.gated_inputs(q, k, v, real))[1]}
 
     def core_step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: State) -> tuple[Tensor, State]:
         q, k, v = q_t[:, :, None], k_t[:, :, None], v_t[:, :, None]
