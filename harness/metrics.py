@@ -16,16 +16,22 @@ Conventions:
   0; the equal-mass variant puts its bin edges at confidence quantiles (bins of nearly equal
   count; tied confidences share a bin).
 
-Directions: every metric a measurement reports is declared once with `register_metric(pattern,
-direction, description)`, beside the code that computes it ("max": higher is better, "min": lower
-is better, None: not ranked); the reports read `metric_direction(name)` and never guess from names.
-A pattern is an exact name or a glob over full names (e.g. "*_tokens_per_s@*"); exact names win.
+Records: every metric a measurement reports is declared once with `register_metric(pattern, direction,
+description, ...)`, beside the code that computes it, as one `MetricInfo` (lm-eval's MetricSpec): which way is
+better ("max", "min", None: not ranked), its range (`bounds`), the default equivalence margin the inference
+engine (`attnbench.decisions`) uses (in the metric's units, or a fraction of the compared-against value where
+`margin_relative`), whether it is a headline metric and compared in pairs, and its display format. The reports
+read `metric_info(name)` and never guess from names. A pattern is an exact name or a glob over full names (e.g.
+"*_tokens_per_s@*"); exact names win. A record is a plain frozen dataclass: `as_dict()` / `MetricInfo.from_dict`
+carry it through JSON.
 """
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import fnmatch
+import math
 import warnings
 from typing import Any, Literal
 
@@ -39,27 +45,75 @@ Direction = Literal["max", "min"]
 
 @dataclasses.dataclass(frozen=True)
 class MetricInfo:
-    """A declared metric (or glob of metric names): which way is better, and what it is."""
+    """A declared metric (or glob of metric names): which way is better, its range, its equivalence margin, how it
+    is shown, and what it is."""
 
     pattern: str
     direction: Direction | None
     description: str
     timed: bool = False  # a wall-clock figure: the tables rank it only where a timing check backs it
+    bounds: tuple[float | None, float | None] = (None, None)  # the values it can take (None: unbounded that side)
+    margin: float | None = None  # equivalence margin: differences within +-margin do not matter (None: not judged)
+    margin_relative: bool = False  # margin is a fraction of the compared-against label's mean (times, sizes)
+    headline: bool = False  # one of the metrics a task's results are summarised by
+    paired: bool = False  # shown in the paired-comparison table
+    format: str = ".3f"  # a format() spec for its values
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as JSON-able values (bounds as a list)."""
+        return dataclasses.asdict(self) | {"bounds": list(self.bounds)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MetricInfo:
+        """The record `as_dict` wrote (unknown keys refused, missing ones at their defaults)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"metric record has unknown keys {unknown}; known: {sorted(known)}")
+        bounds = data.get("bounds", (None, None))
+        return cls(**(data | {"bounds": (bounds[0], bounds[1])}))
 
 
 METRICS: dict[str, MetricInfo] = {}
 
 
-def register_metric(pattern: str, direction: Direction | None, description: str, *, timed: bool = False) -> None:
+def register_metric(
+    pattern: str,
+    direction: Direction | None,
+    description: str,
+    *,
+    timed: bool = False,
+    bounds: tuple[float | None, float | None] = (None, None),
+    margin: float | None = None,
+    margin_relative: bool = False,
+    headline: bool = False,
+    paired: bool = False,
+    format: str = ".3f",
+) -> None:
     """Declare a metric name (or a glob over names) and whether higher ("max") or lower ("min") is better;
     `timed`: it is a wall-clock figure (seconds, latency, throughput), which swings with machine load, so the
-    per-task tables show it without a rank (the efficiency section ranks times through its paired timing check)."""
+    per-task tables show it without a rank (the efficiency section ranks times through its paired timing check).
+    `bounds` (low, high): the range its values lie in (intervals are kept inside it); `margin`: the default
+    equivalence margin (a fraction of the other label's mean where `margin_relative`); `headline`: a task's
+    summary metric; `paired`: shown in the paired comparisons; `format`: a format() spec for display."""
     if direction not in ("max", "min", None):
         raise ValueError(f"direction={direction!r} for metric {pattern!r} must be 'max', 'min' or None")
+    low, high = bounds
+    if low is not None and high is not None and not low < high:
+        raise ValueError(f"bounds={bounds!r} for metric {pattern!r} must be (low, high) with low < high")
+    if margin is not None and not (math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin={margin!r} for metric {pattern!r} must be a non-negative number or None")
+    format_spec = format
+    try:
+        builtins.format(0.5, format_spec)
+    except ValueError:
+        raise ValueError(f"format={format_spec!r} for metric {pattern!r} is not a format() spec, e.g. '.3f'") from None
     known = METRICS.get(pattern)
     if known is not None and known.direction != direction:
         raise ValueError(f"metric {pattern!r} is already declared with direction {known.direction!r}")
-    METRICS[pattern] = MetricInfo(pattern, direction, description, timed)
+    METRICS[pattern] = MetricInfo(
+        pattern, direction, description, timed, (low, high), margin, margin_relative, headline, paired, format_spec
+    )
 
 
 def metric_timed(name: str) -> bool:
@@ -249,17 +303,19 @@ def classification_metrics(probs: Any, labels: Any, n_bins: int = 15) -> dict[st
     return metrics
 
 
-for _name, _direction, _text in (
-    ("accuracy", "max", "fraction of rows whose arg-max class is the label"),
-    ("macro_f1", "max", "unweighted mean of per-class F1"),
-    ("weighted_f1", "max", "per-class F1 weighted by label support"),
-    ("mcc", "max", "multi-class Matthews correlation coefficient"),
-    ("balanced_accuracy", "max", "mean per-class recall"),
-    ("roc_auc", "max", "binary ROC-AUC of P(class 1)"),
-    ("pr_auc", "max", "binary average precision of P(class 1)"),
-    ("nll", "min", "mean negative log-probability of the true class"),
-    ("brier", "min", "Brier score (halved for two classes)"),
-    ("ece", "min", "expected calibration error, equal-width bins"),
-    ("ece_equal_mass", "min", "expected calibration error, equal-mass bins"),
+PROBABILITY = {"bounds": (0.0, 1.0), "margin": 0.01}  # a share of rows: a point (0.01) is the margin
+
+for _name, _direction, _text, _record in (
+    ("accuracy", "max", "fraction of rows whose arg-max class is the label", PROBABILITY | {"headline": True}),
+    ("macro_f1", "max", "unweighted mean of per-class F1", PROBABILITY),
+    ("weighted_f1", "max", "per-class F1 weighted by label support", PROBABILITY),
+    ("mcc", "max", "multi-class Matthews correlation coefficient", {"bounds": (-1.0, 1.0), "margin": 0.01}),
+    ("balanced_accuracy", "max", "mean per-class recall", PROBABILITY),
+    ("roc_auc", "max", "binary ROC-AUC of P(class 1)", PROBABILITY),
+    ("pr_auc", "max", "binary average precision of P(class 1)", PROBABILITY),
+    ("nll", "min", "mean negative log-probability of the true class", {"bounds": (0.0, None), "margin": 0.01}),
+    ("brier", "min", "Brier score (halved for two classes)", {"bounds": (0.0, 2.0), "margin": 0.01}),
+    ("ece", "min", "expected calibration error, equal-width bins", PROBABILITY),
+    ("ece_equal_mass", "min", "expected calibration error, equal-mass bins", PROBABILITY),
 ):
-    register_metric(_name, _direction, _text)
+    register_metric(_name, _direction, _text, paired=_name in ("accuracy", "macro_f1", "nll", "ece"), **_record)

@@ -31,8 +31,17 @@ for _pattern, _direction, _text in (
     ("*/accuracy", "max", "test accuracy of one kernel method, mean over noise levels"),
     ("*/f1", "max", "test F1 of one kernel method, mean over noise levels"),
 ):
-    register_metric(_pattern, _direction, _text)
-register_metric("*/seconds", "min", "wall time of one kernel method", timed=True)
+    register_metric(_pattern, _direction, _text, bounds=(0.0, 1.0), margin=0.01)
+register_metric(
+    "*/seconds",
+    "min",
+    "wall time of one kernel method",
+    timed=True,
+    bounds=(0.0, None),
+    margin=0.1,
+    margin_relative=True,
+    format=".3g",
+)
 
 
 @register_measurement("kernel", config=KernelExperimentConfig)

@@ -43,14 +43,15 @@ class AccuracyOptions:
         )
 
 
-register_metric("train_seconds", "min", "wall time of training (phase A and B)", timed=True)
-register_metric("phase_a_seconds", "min", "wall time of phase A", timed=True)
+SECONDS = {"timed": True, "bounds": (0.0, None), "margin": 0.1, "margin_relative": True, "format": ".3g"}
+register_metric("train_seconds", "min", "wall time of training (phase A and B)", **SECONDS)
+register_metric("phase_a_seconds", "min", "wall time of phase A", **SECONDS)
 for _name, _direction, _text in (
     ("params_total", None, "parameters of the model"),
     ("params_attention", None, "parameters of the attention layers"),
     ("params_ratio", None, "parameters over the softmax Transformer's (LRA's rule)"),
 ):
-    register_metric(_name, _direction, _text)
+    register_metric(_name, _direction, _text, bounds=(0.0, None), format=",.0f" if _name != "params_ratio" else ".3f")
 
 
 @register_measurement("accuracy", config=AccuracyOptions)

@@ -40,12 +40,23 @@ from attnbench.timing import cpu_snapshot, others_cores, pair_ratios, quartiles,
 
 ALPHA = 0.05  # the sign test's level for a "faster" or "slower" verdict
 
-for _pattern, _direction, _text in (
-    ("prefill_tokens_per_s@*", "max", "prompt tokens per second of the parallel prefill at that context length"),
-    ("decode_ms_per_token@*", "min", "median milliseconds of one decoding step at that context length"),
-    ("decode_paired_ratio@*", "max", "median over alternated pairs of the paired attention's step time / this one's"),
+RELATIVE = {"margin": 0.1, "margin_relative": True}  # within 10%: the same
+for _pattern, _direction, _text, _record in (
+    (
+        "prefill_tokens_per_s@*",
+        "max",
+        "prompt tokens per second of the parallel prefill at that context length",
+        RELATIVE,
+    ),
+    ("decode_ms_per_token@*", "min", "median milliseconds of one decoding step at that context length", RELATIVE),
+    (
+        "decode_paired_ratio@*",
+        "max",
+        "median over alternated pairs of the paired attention's step time / this one's",
+        {"margin": 0.1},  # a time ratio: 0.1 in ratio units
+    ),
 ):
-    register_metric(_pattern, _direction, _text, timed=True)
+    register_metric(_pattern, _direction, _text, timed=True, bounds=(0.0, None), format=".3g", **_record)
 
 
 @dataclasses.dataclass

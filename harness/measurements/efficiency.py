@@ -530,14 +530,21 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, float]:
     return metrics
 
 
-for _pattern, _direction, _text, _timed in (
-    ("*_ms@*", "min", "median time of one call in milliseconds", True),
-    ("*_tokens_per_s@*", "max", "tokens processed per second", True),
-    ("*_peak_mem_bytes@*", "min", "peak memory of one call in bytes", False),
-    ("*_roofline_fraction@*", "max", "roofline bound / measured time", True),
-    ("*_paired_ratio@*", "max", "median over alternated pairs of the paired attention's time / this one's", True),
+TENTH = {"bounds": (0.0, None), "margin": 0.1, "margin_relative": True, "format": ".3g"}  # within 10%: the same
+for _pattern, _direction, _text, _timed, _record in (
+    ("*_ms@*", "min", "median time of one call in milliseconds", True, TENTH),
+    ("*_tokens_per_s@*", "max", "tokens processed per second", True, TENTH | {"format": ",.0f"}),
+    ("*_peak_mem_bytes@*", "min", "peak memory of one call in bytes", False, TENTH | {"format": ",.0f"}),
+    ("*_roofline_fraction@*", "max", "roofline bound / measured time", True, TENTH),
+    (
+        "*_paired_ratio@*",
+        "max",
+        "median over alternated pairs of the paired attention's time / this one's",
+        True,
+        {"bounds": (0.0, None), "margin": 0.1},  # a time ratio: 10% (0.1 in ratio units) is the margin
+    ),
 ):
-    register_metric(_pattern, _direction, _text, timed=_timed)
+    register_metric(_pattern, _direction, _text, timed=_timed, **_record)
 
 
 @register_measurement("efficiency", config=EfficiencyOptions)

@@ -130,7 +130,15 @@ def _budgets(cell: CellSpec, options: FidelityOptions) -> list[int | None]:
     return list(options.num_features) or [cell.attention.options.get("num_features")]
 
 
-register_metric("rel_error*", "min", "relative error of the attention output against exact softmax attention")
+register_metric(
+    "rel_error*",
+    "min",
+    "relative error of the attention output against exact softmax attention",
+    bounds=(0.0, None),
+    margin=0.1,
+    margin_relative=True,
+    format=".3g",
+)
 
 
 @register_measurement("fidelity", config=FidelityOptions)

@@ -28,13 +28,24 @@ from attnbench.progress import Progress
 from attnbench.tasks.byte_lm import byte_blocks
 from attnbench.tasks.sequence import SequenceTaskData
 
-for _name, _direction, _text in (
-    ("bits_per_byte", "min", "mean -log2 p(next byte) on held-out text"),
-    ("bits_per_byte_2x", "min", "bits per byte on blocks twice the training length"),
-    ("bits_per_byte_ci95", None, "half-width of the 95% interval of bits_per_byte over blocks"),
-    ("perplexity", "min", "exp of the mean nll per byte"),
+BITS = {"bounds": (0.0, None), "margin": 0.01, "paired": True}  # a hundredth of a bit per byte is the margin
+for _name, _direction, _text, _record in (
+    ("bits_per_byte", "min", "mean -log2 p(next byte) on held-out text", BITS | {"headline": True}),
+    ("bits_per_byte_2x", "min", "bits per byte on blocks twice the training length", BITS),
+    (
+        "bits_per_byte_ci95",
+        None,
+        "half-width of the 95% interval of bits_per_byte over blocks",
+        {"bounds": (0.0, None)},
+    ),
+    (
+        "perplexity",
+        "min",
+        "exp of the mean nll per byte",
+        {"bounds": (1.0, None), "margin": 0.01, "margin_relative": True},
+    ),
 ):
-    register_metric(_name, _direction, _text)
+    register_metric(_name, _direction, _text, **_record)
 
 
 @dataclasses.dataclass

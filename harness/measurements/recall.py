@@ -30,8 +30,14 @@ from attnbench.model import parameter_counts
 from attnbench.progress import Progress
 from attnbench.tasks.sequence import SequenceTaskData, TokenSplit
 
-register_metric("num_kv_pairs", None, "key-value pairs per MQAR row")
-register_metric("exact_match", "max", "fraction of answers (runs of labelled positions) with every token right")
+register_metric("num_kv_pairs", None, "key-value pairs per MQAR row", bounds=(1.0, None), format=".0f")
+register_metric(
+    "exact_match",
+    "max",
+    "fraction of answers (runs of labelled positions) with every token right",
+    bounds=(0.0, 1.0),
+    margin=0.01,
+)
 
 
 @dataclasses.dataclass

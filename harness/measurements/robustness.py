@@ -72,7 +72,7 @@ for _pattern, _direction, _text in (
     ("label_noise_auc", "max", "normalised area under accuracy vs label-noise rate"),
     ("feature_budget_accuracy@*", "max", "test accuracy retrained with this many features"),
 ):
-    register_metric(_pattern, _direction, _text)
+    register_metric(_pattern, _direction, _text, bounds=(0.0, 1.0), margin=0.01)
 
 
 @register_measurement("robustness", config=RobustnessOptions)

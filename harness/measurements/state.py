@@ -23,7 +23,15 @@ from attnbench.recurrence import state_bytes, step_through
 from attnbench.registry import build_attention
 from attnbench.runtime import seed_everything
 
-register_metric("state_bytes*", "min", "bytes of one sequence's decoding state per layer (KV cache or recurrent state)")
+register_metric(
+    "state_bytes*",
+    "min",
+    "bytes of one sequence's decoding state per layer (KV cache or recurrent state)",
+    bounds=(0.0, None),
+    margin=0.1,
+    margin_relative=True,
+    format=",.0f",
+)
 
 
 @dataclasses.dataclass
