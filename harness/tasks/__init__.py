@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -25,6 +25,7 @@ from attnbench.registry import Registry
 from attnbench.tasks.base import Split, TaskData
 
 ENTRY_POINT_GROUP = "attnbench.task"
+TestRows = Literal["fresh", "shared"]
 
 TASKS = Registry(
     "task",
@@ -57,6 +58,10 @@ class TaskConfig:
     def __post_init__(self) -> None:
         require(0.0 <= self.label_noise <= 1.0, f"label_noise={self.label_noise} must lie in [0, 1]")
 
+    test_rows: ClassVar[TestRows] = "shared"  # "fresh": the seed draws new test rows (generated tasks); "shared":
+    # every seed is scored on the same test rows (files, corpora, a fixed split_seed). The inference engine
+    # (attnbench.decisions) counts the test rows as a second source of variance where they are shared; a task
+    # that does not say is analysed as shared, which holds for fresh rows too (only less sharply)
     generator_version: ClassVar[int] = 1  # raise it when the task makes other data from the same options and seed
     path_options: ClassVar[tuple[str, ...]] = ()  # options holding paths (or mappings of paths): a suite resolves
     # their relative values against the suite file's folder
@@ -112,6 +117,7 @@ def load_task(name: str, seed: int = 0, **options: Any) -> TaskData:
     cfg = TASKS.make_config(name, seed=seed, **options)
     data = entry.factory(cfg)
     data.info.setdefault("options", dataclasses.asdict(cfg))
+    data.info.setdefault("test_rows", cfg.test_rows)
     if cfg.label_noise > 0:
         train, flipped = flip_labels(data["train"], cfg.label_noise, data.num_classes, seed=cfg.seed)
         data.splits["train"] = train

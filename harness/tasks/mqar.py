@@ -12,12 +12,13 @@ positions of the query region hold random tokens from the whole vocabulary (Zool
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from attnbench.options import option, require
-from attnbench.tasks import TaskConfig, register_task
+from attnbench.tasks import TaskConfig, TestRows, register_task
 from attnbench.tasks.sequence import IGNORE, SequenceTaskData, TokenSplit, no_label_noise
 
 
@@ -32,6 +33,8 @@ class MqarConfig(TaskConfig):
     num_train: int = option(20000, "training rows", minimum=1)
     num_validation: int = option(1000, "validation rows", minimum=1)
     num_test: int = option(1000, "test rows", minimum=1)
+
+    test_rows: ClassVar[TestRows] = "fresh"  # every seed draws its own rows
 
     def __post_init__(self) -> None:
         super().__post_init__()

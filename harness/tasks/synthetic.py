@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 
 from attnbench.errors import UserError
 from attnbench.options import option, require
-from attnbench.tasks import TaskConfig
+from attnbench.tasks import TaskConfig, TestRows
 from attnbench.tasks.base import SPLITS, Split
 
 Example = tuple[tuple[int, ...], int]  # (token ids without padding, class)
@@ -24,6 +25,8 @@ class SyntheticConfig(TaskConfig):
     num_validation: int = option(500, "validation examples", maximum=10_000_000)
     num_test: int = option(500, "test examples", maximum=10_000_000)
     max_draws: int = option(2_000_000, "give up after this many draws (rejections included)")
+
+    test_rows: ClassVar[TestRows] = "fresh"  # every seed draws its own rows
 
     def __post_init__(self) -> None:
         super().__post_init__()
