@@ -1,6 +1,7 @@
 """The public surface of attnbench, in one place: the registries (report sections too), option and error types,
 the feature-map base class, the cell a measurement is given (`CellSpec`), the capture of attention inputs a learning
-phase trains on (`AttentionCapture`), running a suite and loading its results. `attnbench.NAME` reads from here (lazily:
+phase trains on (`AttentionCapture`), running a suite, loading its results and drawing verdicts from them
+(`compare`, `standings`: the inference engine, `attnbench.decisions`). `attnbench.NAME` reads from here (lazily:
 `import attnbench` alone stays light); everything else is internal and may move.
 
     import attnbench
@@ -8,12 +9,14 @@ phase trains on (`AttentionCapture`), running a suite and loading its results. `
     suite = attnbench.load_suite("smoke")
     attnbench.run_suite(suite, Path("runs/smoke"), attnbench.RunOptions())
     df = attnbench.load_results("runs/smoke")
+    attnbench.compare("runs/smoke", metric="accuracy", reference="softmax")
 """
 
 from __future__ import annotations
 
 from attnbench.attention_capture import AttentionCapture
 from attnbench.cell_spec import CellSpec
+from attnbench.decisions.api import compare, standings
 from attnbench.errors import ConfigError, UnknownNameError, UserError
 from attnbench.executor import RunOptions, RunSummary, run_suite
 from attnbench.kernels.linear.attention import LinearKernelAttention
@@ -57,6 +60,7 @@ __all__ = [
     "attention_entry",
     "attention_names",
     "build_attention",
+    "compare",
     "load_results",
     "load_suite",
     "load_task",
@@ -69,6 +73,7 @@ __all__ = [
     "register_task",
     "require",
     "run_suite",
+    "standings",
     "suite_names",
     "task_names",
     "write_leaderboard",

@@ -1,4 +1,4 @@
-"""Per-example test predictions stored compactly in a cell's details, for paired tests between cells.
+"""Per-example test predictions (and per-example outcomes) stored compactly in a cell's details, for paired tests.
 
 Layout (JSON-able): {"encoding": "float16-le-base64", "rows": N, "classes": C, "probs": base64 of the
 (N, C) probabilities as little-endian float16 (row-major), "predicted": base64 of the (N,) arg-max
@@ -75,3 +75,26 @@ def decode_predictions(stored: dict[str, Any]) -> Predictions:
     probs = array("probs", "<f2", n * c).astype(np.float64).reshape(n, c)
     index = _index_dtype(c)
     return Predictions(probs, array("predicted", index, n).astype(np.int64), array("labels", index, n).astype(np.int64))
+
+
+OUTCOMES_ENCODING = "float32-le-base64"
+
+
+def encode_outcomes(values: Any) -> dict[str, Any]:
+    """The stored form of per-example outcomes (N,): one number per test example (a row's accuracy over its answers,
+    a block's bits per byte, ...) whose mean is the cell's metric; a measurement keeps them in
+    details["outcomes"][metric], where the inference engine (attnbench.decisions) reads them."""
+    v = np.asarray(values.detach().cpu().numpy() if hasattr(values, "detach") else values, dtype=np.float64)
+    if v.ndim != 1 or v.size == 0:
+        raise ValueError(f"expected outcomes of shape (N,) with N > 0, got shape {v.shape}")
+    return {"encoding": OUTCOMES_ENCODING, "rows": int(v.size), "values": _b64(v.astype("<f4"))}
+
+
+def decode_outcomes(stored: dict[str, Any]) -> np.ndarray:
+    """Per-example outcomes (N,) float64 from their stored form; ValueError if the record is not one."""
+    if not isinstance(stored, dict) or stored.get("encoding") != OUTCOMES_ENCODING:
+        raise ValueError(f"stored outcomes must have encoding {OUTCOMES_ENCODING!r}")
+    values = np.frombuffer(base64.b64decode(stored["values"]), dtype="<f4")
+    if values.size != int(stored["rows"]):
+        raise ValueError(f"stored outcomes hold {values.size} values, expected {stored['rows']}")
+    return values.astype(np.float64)

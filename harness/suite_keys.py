@@ -7,6 +7,10 @@ and `sweep_trials`.
     references: [majority, tfidf-logreg]   # attention-free references on every text task (accuracy cells)
     comparisons: [default, [softmax, tfidf-logreg]]   # pairs a - b; "default": every kernel-<map> with
                                            # vanilla-<map>, every other label with softmax (the default)
+    comparisons:                           # or, with how the pairs are judged (attnbench.decisions.settings):
+      pairs: [default]                     # optional, as the list form
+      margin: {accuracy: 0.02}             # equivalence margins over the metrics' declared ones
+      correction: holm                     # holm | bh | none
     published:                             # numbers from a paper beside ours (a mapping or a list of them)
       - source: "arXiv 2607.23869v1, Table 3"
         task: rotten_tomatoes              # the task's label (its name unless given); optional with one task
@@ -34,7 +38,7 @@ import numpy as np
 
 from attnbench.cell_spec import CellSpec, SweepSpec
 from attnbench.errors import ConfigError, UserError
-from attnbench.metrics import metric_direction
+from attnbench.metrics import metric_direction, metric_info
 from attnbench.model import ModelConfig
 from attnbench.names import REFERENCE, TASK_SET_MODEL_OPTIONS
 from attnbench.options import make_options
@@ -106,10 +110,46 @@ def _references(value: Any, v: Checker, labels: list[str]) -> list[dict[str, Any
     return out
 
 
-def _comparisons(value: Any, v: Checker, labels: list[str]) -> list[Any]:
+COMPARISON_SETTINGS = ("pairs", "margin", "correction")
+
+
+def _comparisons(value: Any, v: Checker, labels: list[str]) -> list[Any] | dict[str, Any]:
+    """The list form (pairs) as it is; the mapping form with its pairs, margins and correction checked."""
+    if not isinstance(value, dict):
+        return _pairs(value, v, labels, "comparisons")
+    v.keys(value, COMPARISON_SETTINGS, "comparisons")
+    out: dict[str, Any] = {}
+    if "pairs" in value:
+        out["pairs"] = _pairs(value["pairs"], v, labels, "comparisons.pairs")
+    if "margin" in value:
+        out["margin"] = {
+            metric: _margin(metric, margin, v)
+            for metric, margin in v.mapping(value["margin"], "comparisons.margin").items()
+        }
+    if "correction" in value:
+        correction = v.string(value["correction"], "comparisons.correction")
+        if correction not in ("holm", "bh", "none"):
+            raise v.error(
+                "comparisons.correction",
+                f"is {correction!r}; use holm (family-wise error), bh (false discovery rate) or none",
+            )
+        out["correction"] = correction
+    return out
+
+
+def _margin(metric: Any, margin: Any, v: Checker) -> float:
+    path = f"comparisons.margin.{metric}"
+    if metric_info(str(metric)) is None or metric_direction(str(metric)) is None:
+        raise v.error(path, f"{metric!r} is not a declared, ranked metric (see `attnbench list metrics`)")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin < 0:
+        raise v.error(path, f"is {margin!r}; give a non-negative number in the metric's units, e.g. 0.02")
+    return float(margin)
+
+
+def _pairs(value: Any, v: Checker, labels: list[str], where: str) -> list[Any]:
     out: list[Any] = []
-    for i, item in enumerate(v.list(value, "comparisons")):
-        path = f"comparisons[{i}]"
+    for i, item in enumerate(v.list(value, where)):
+        path = f"{where}[{i}]"
         if item == "default":
             out.append("default")
             continue

@@ -100,9 +100,26 @@ def test_published_and_comparisons_are_kept(tmp_path: Path) -> None:
     ]
 
 
+def test_comparisons_as_a_mapping_keep_pairs_margins_and_correction(tmp_path: Path) -> None:
+    from attnbench.decisions.settings import comparison_settings
+
+    value = {"pairs": ["default", ["softmax", "kernel-elu"]], "margin": {"accuracy": 0.02}, "correction": "bh"}
+    stored = load(tmp_path, comparisons=value).as_dict()["comparisons"]
+    assert stored == value
+    settings = comparison_settings(stored)
+    assert settings.margin("accuracy") == 0.02 and settings.margin("nll") is None and settings.correction == "bh"
+    assert comparison_settings(["default"]).pairs == ("default",)  # the list form reads as before
+    assert comparison_settings({"margin": {"accuracy": 0.02}}).pairs == ("default",)
+
+
 @pytest.mark.parametrize(
     "changes, expected",
     [
+        ({"comparisons": {"margins": {}}}, "comparisons.margins: unknown key 'margins'; did you mean 'margin'?"),
+        ({"comparisons": {"margin": {"acc": 0.02}}}, "comparisons.margin.acc: 'acc' is not a declared, ranked metric"),
+        ({"comparisons": {"margin": {"accuracy": -1}}}, "comparisons.margin.accuracy: is -1; give a non-negative"),
+        ({"comparisons": {"correction": "sidak"}}, "comparisons.correction: is 'sidak'; use holm"),
+        ({"comparisons": {"pairs": [["softmax"]]}}, "comparisons.pairs[0]: is ['softmax']; give a pair of labels"),
         ({"comparisons": [["softmax", "nope"]]}, "comparisons[0]: label 'nope' is not in the suite"),
         ({"comparisons": [["softmax"]]}, "comparisons[0]: is ['softmax']; give a pair of labels"),
         ({"comparisons": [["softmax", "softmax"]]}, "pairs 'softmax' with itself"),

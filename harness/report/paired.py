@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.decisions.settings import comparison_settings
 from attnbench.metrics import metric_direction
 from attnbench.predictions import Predictions, decode_predictions
 from attnbench.report.comparisons import combine_p_values, default_pairs, mean_difference_interval, per_example_p
@@ -157,7 +158,7 @@ def paired_comparison_table(results: Results) -> Table | None:
     for run in results.runs:
         cells = accuracy[accuracy["run"] == run.tag]
         tagged = {_raw_label(lab, run): lab for lab in sorted(set(cells["label"].dropna()))}
-        pairs = resolve_pairs(run.config.get("comparisons"), sorted(tagged))
+        pairs = resolve_pairs(list(comparison_settings(run.config.get("comparisons")).pairs), sorted(tagged))
         for task in sorted(set(cells["task"].dropna())):
             part = cells[cells["task"] == task]
             for a, b in pairs:

@@ -1,0 +1,191 @@
+"""Pairwise comparison of labels within a task: `compare_frame`, the engine behind `attnbench.compare`.
+
+The family is the set of pairs of one task and metric: every pair of labels, each label against `reference`, or
+the `pairs` given; it is corrected as one (`attnbench.decisions.corrections`). Per pair: a - b over the seeds both
+have (a NaN seed is noted and left out), its spread from seeds and, where stored, test examples
+(`attnbench.decisions.spread`), the verdict and its interval (`attnbench.decisions.verdicts`), and the power
+figures (`attnbench.decisions.power`) at the family's planning level (alpha / m under a correction).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from attnbench.decisions.corrections import Correction, check_correction, planning_level
+from attnbench.decisions.frame import Family, families
+from attnbench.decisions.power import mde, seeds_needed
+from attnbench.decisions.spread import difference_spread
+from attnbench.decisions.variance import Spread
+from attnbench.decisions.verdicts import decide
+from attnbench.errors import UserError
+from attnbench.metrics import MetricInfo, metric_info
+
+COLUMNS = [
+    "task",
+    "metric",
+    "label_a",
+    "label_b",
+    "n_seeds",
+    "estimate",
+    "low",
+    "high",
+    "p",
+    "p_adjusted",
+    "verdict",
+    "margin",
+    "mde",
+    "seeds_needed",
+]
+EXTRA = ["level", "correction", "design", "variance", "n_examples", "values_a", "values_b", "note"]
+
+
+def direction_of(metric: str, higher_is_better: bool | None) -> bool:
+    """Whether higher is better: as given, else as the metric declares; refused where neither says."""
+    if higher_is_better is not None:
+        return bool(higher_is_better)
+    info = metric_info(metric)
+    if info is None or info.direction is None:
+        raise UserError(
+            f"metric {metric!r} declares no direction (register_metric(..., direction='max'/'min')); "
+            f"pass higher_is_better=True or False"
+        )
+    return info.direction == "max"
+
+
+def family_pairs(
+    family: Family, reference: str | None, pairs: Sequence[tuple[str, str]] | None
+) -> list[tuple[str, str]]:
+    """The family's pairs (a, b): the given ones present, each label against `reference`, or all pairs."""
+    present = sorted(family.labels)
+    if pairs is not None:
+        return [(a, b) for a, b in pairs if a in family.labels and b in family.labels and a != b]
+    if reference is not None:
+        if reference not in family.labels:
+            raise UserError(
+                f"reference {reference!r} has no {family.metric} results on task {family.task!r}; "
+                f"labels: {', '.join(present)}"
+            )
+        return [(label, reference) for label in present if label != reference]
+    return list(itertools.combinations(present, 2))
+
+
+def _difference_bounds(info: MetricInfo | None) -> tuple[float, float]:
+    """The range of a - b for a metric with bounds (low, high): [low - high, high - low]."""
+    if info is None or info.bounds[0] is None or info.bounds[1] is None:
+        return -math.inf, math.inf
+    width = info.bounds[1] - info.bounds[0]
+    return -width, width
+
+
+def _margin(info: MetricInfo | None, margin: float | None, b_mean: float) -> float:
+    """The equivalence margin in the metric's units (NaN: none declared)."""
+    if margin is not None:
+        return float(margin)
+    if info is None or info.margin is None:
+        return math.nan
+    return info.margin * abs(b_mean) if info.margin_relative else info.margin
+
+
+def compare_family(
+    family: Family,
+    pairs: list[tuple[str, str]],
+    *,
+    higher_is_better: bool,
+    margin: float | None,
+    alpha: float,
+    correction: Correction,
+) -> pd.DataFrame:
+    """One row per pair of the family (COLUMNS + EXTRA)."""
+    info = metric_info(family.metric)
+    estimates = [difference_spread(family.labels[a], family.labels[b], family.design) for a, b in pairs]
+    stacked = Spread(
+        mean=np.array([e.spread.mean[0] for e in estimates]),
+        se=np.array([e.spread.se[0] for e in estimates]),
+        df=np.array([e.spread.df[0] for e in estimates]),
+        seeds=0,
+        per_seed=np.array([e.spread.per_seed[0] for e in estimates]),
+        fixed=np.array([e.spread.fixed[0] for e in estimates]),
+    )
+    margins = np.array(
+        [
+            _margin(info, margin, float(np.mean([family.labels[b].values[s] for s in e.seeds])) if e.seeds else 0.0)
+            for (_, b), e in zip(pairs, estimates)
+        ]
+    )
+    decided = decide(stacked.mean, stacked.se, stacked.df, margins, higher_is_better, alpha, correction)
+    planning = planning_level(int(np.isfinite(decided["p"]).sum()), correction, alpha)
+    lowest, highest = _difference_bounds(info)
+    rows = []
+    for i, ((a, b), e) in enumerate(zip(pairs, estimates)):
+        notes = list(e.notes)
+        if len(e.seeds) == 1:
+            notes.append("one seed in common: no verdict")
+        elif len(e.seeds) > 1 and not e.spread.se[0] > 0:
+            notes.append("no spread between seeds (coincident values): no interval, no verdict")
+        rows.append(
+            {
+                "task": family.task,
+                "metric": family.metric,
+                "label_a": a,
+                "label_b": b,
+                "n_seeds": len(e.seeds),
+                "estimate": stacked.mean[i],
+                "low": max(decided["low"][i], lowest),
+                "high": min(decided["high"][i], highest),
+                "p": decided["p"][i],
+                "p_adjusted": decided["p_adjusted"][i],
+                "verdict": str(decided["verdict"][i]),
+                "margin": margins[i],
+                "mde": mde(e.spread, planning)[0],
+                "seeds_needed": seeds_needed(e.spread, margins[i : i + 1], planning)[0],
+                "level": decided["level"][i],
+                "correction": correction,
+                "design": family.design,
+                "variance": e.variance,
+                "n_examples": e.spread.examples,
+                "values_a": tuple(family.labels[a].values[s] for s in e.seeds),
+                "values_b": tuple(family.labels[b].values[s] for s in e.seeds),
+                "note": "; ".join(notes),
+            }
+        )
+    return pd.DataFrame(rows, columns=COLUMNS + EXTRA)
+
+
+def compare_frame(
+    frame: pd.DataFrame,
+    *,
+    metric: str,
+    task: str | None = None,
+    reference: str | None = None,
+    margin: float | None = None,
+    alpha: float = 0.05,
+    correction: Correction = "holm",
+    higher_is_better: bool | None = None,
+    pairs: Sequence[tuple[str, str]] | None = None,
+) -> pd.DataFrame:
+    """`attnbench.compare` on a results frame (`attnbench.decisions.frame`): one row per pair per task."""
+    check_correction(correction)
+    if not 0 < alpha < 1:
+        raise UserError(f"alpha={alpha} must lie in (0, 1), e.g. 0.05")
+    if margin is not None and not (math.isfinite(margin) and margin >= 0):
+        raise UserError(f"margin={margin} must be a non-negative number in the metric's units")
+    found = families(frame, metric, task)
+    better = direction_of(metric, higher_is_better)
+    tables = [
+        compare_family(
+            family,
+            family_pairs(family, reference, pairs),
+            higher_is_better=better,
+            margin=margin,
+            alpha=alpha,
+            correction=correction,
+        )
+        for family in found
+    ]
+    tables = [t for t in tables if len(t)]
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=COLUMNS + EXTRA)
