@@ -17,12 +17,12 @@ from attnbench.tasks.base import TaskData
 
 AT_LENGTH = re.compile(r"^(?P<metric>.+)@(?P<length>\d+)$")
 
-for _name, _direction, _text in (
-    ("accuracy@*", "max", "accuracy on the test rows of the length after @ (the task's eval_splits)"),
-    ("exact_match@*", "max", "exact match of the answers on the test rows of the length after @"),
-    ("nll@*", "min", "mean negative log-likelihood (nats) on the test rows of the length after @"),
+for _name, _direction, _text, _bounds in (
+    ("accuracy@*", "max", "accuracy on the test rows of the length after @ (the task's eval_splits)", (0.0, 1.0)),
+    ("exact_match@*", "max", "exact match of the answers on the test rows of the length after @", (0.0, 1.0)),
+    ("nll@*", "min", "mean negative log-likelihood (nats) on the test rows of the length after @", (0.0, None)),
 ):
-    register_metric(_name, _direction, _text)
+    register_metric(_name, _direction, _text, bounds=_bounds, margin=0.01)
 
 
 def model_length(task: TaskData) -> int:
