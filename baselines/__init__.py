@@ -9,6 +9,7 @@ from attnbench.baselines import (
     gated_deltanet,  # noqa: F401
     gla,  # noqa: F401
     hedgehog,  # noqa: F401
+    kernelized_rpe,  # noqa: F401
     linformer,  # noqa: F401
     mamba2,  # noqa: F401
     nystromformer,  # noqa: F401
@@ -17,6 +18,7 @@ from attnbench.baselines import (
     retention,  # noqa: F401
     rfa,  # noqa: F401
     rwkv7,  # noqa: F401
+    skyformer,  # noqa: F401
     sliding_window,  # noqa: F401
     softmax,  # noqa: F401
     uniform,  # noqa: F401

