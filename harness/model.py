@@ -1,7 +1,9 @@
 """The model every attention variant plugs into: its settings, one backbone, and the classifier head.
 
 One backbone (`Backbone`, as Zoology's LMBackbone): token and position (+ segment) embeddings, `num_layers`
-pre-LayerNorm blocks (`Block`) around the pluggable attention, a final norm. Two heads on it: the classifier
+pre-LayerNorm blocks (`Block`) around the pluggable attention, a final norm. Position enters by `positions`:
+a learned table of absolute positions added to the tokens (the default), rotary positions applied to each block's
+queries and keys (`rope`, attnbench.rotary), or not at all (`none`); without a table the model runs at any length. Two heads on it: the classifier
 here (pooling, a linear layer: `TransformerClassifier`) and the causal decoder's per-token head
 (attnbench.decoder). Same depth, width, FFN and embeddings for every variant; only the attention module differs,
 so parameter counts differ only by the attention's own parameters (reported by `parameter_counts`).
@@ -25,6 +27,7 @@ from attnbench.kernels.linear.fused import padded_queries_unread
 from attnbench.options import option, require
 from attnbench.recurrence import has_recurrent_form
 from attnbench.registry import attention_entry, build_attention
+from attnbench.rotary import rotary_angles, rotate
 
 
 @dataclasses.dataclass
@@ -33,7 +36,12 @@ class ModelConfig:
 
     vocab_size: int = option(30522, "token vocabulary size (set from the task)", minimum=1, maximum=10_000_000)
     num_classes: int = option(2, "number of output classes (set from the task)", minimum=1, maximum=1_000_000)
-    max_length: int = option(128, "maximum sequence length (position embeddings)", minimum=1, maximum=1_048_576)
+    max_length: int = option(
+        128,
+        "maximum sequence length (learned positions' table; attentions that need one)",
+        minimum=1,
+        maximum=1_048_576,
+    )
     d_model: int = option(128, "model width", minimum=1, maximum=65536)
     num_layers: int = option(2, "encoder layers", minimum=1, maximum=1024)
     num_heads: int = option(2, "attention heads", minimum=1, maximum=1024)
@@ -62,6 +70,13 @@ class ModelConfig:
         "(attnbench.decoder), for tasks that label positions",
     )
     tie_embeddings: bool = option(True, "decoder: the output head shares the token embedding's weights")
+    positions: Literal["learned", "rope", "none"] = option(
+        "learned",
+        "where position enters: learned (a table of max_length absolute position embeddings added to the tokens, "
+        "the default), rope (queries and keys rotated by position in every block, attnbench.rotary: no table, "
+        "any length), none (no position signal: the causal mask alone orders a decoder's tokens)",
+    )
+    rope_base: float = option(10000.0, "rope: base of the rotation frequencies, theta_j = base^(-2j / head_dim)")
     match: dict | None = option(
         None,
         "size the model to a target before it is built (attnbench.sizing): {parameters: N} or {state_bytes: N}, "
@@ -75,6 +90,12 @@ class ModelConfig:
         )
         require(0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must lie in [0, 1)")
         require(self.num_segments in (1, 2), f"num_segments={self.num_segments} must be 1 or 2")
+        require(
+            self.positions != "rope" or self.head_dim % 2 == 0,
+            f"positions rope pairs each head's features, and head_dim={self.head_dim} (d_model / num_heads) is odd; "
+            f"pick an even head_dim",
+        )
+        require(self.rope_base > 1.0, f"rope_base={self.rope_base} must exceed 1")
         self.qk_projection, self.tie_qk = resolve_qk_projection(self.qk_projection, self.tie_qk)
 
     @property
@@ -126,6 +147,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, cfg: ModelConfig, attention: str, attention_options: dict[str, Any], seed: int):
         super().__init__()
         self.num_heads, self.head_dim, self.qk_projection = cfg.num_heads, cfg.head_dim, cfg.qk_projection
+        self.rope_base = cfg.rope_base if cfg.positions == "rope" else None
         self.q_proj = None if cfg.qk_projection == "none" else nn.Linear(cfg.d_model, cfg.d_model)
         self.k_proj = nn.Linear(cfg.d_model, cfg.d_model) if cfg.qk_projection == "separate" else None
         self.v_proj = nn.Linear(cfg.d_model, cfg.d_model)
@@ -145,11 +167,20 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
 
+    def positioned(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """q and k (..., N, head_dim) rotated by their positions (N,) with rope (attnbench.rotary), else as given."""
+        if self.rope_base is None:
+            return q, k
+        cos, sin = rotary_angles(positions, self.head_dim, self.rope_base)
+        turned = rotate(q, cos, sin)
+        return turned, turned if k is q else rotate(k, cos, sin)
+
     def forward(self, x: Tensor, mask: Tensor | None, tokens: Tokens | None = None) -> Tensor:
         """x (B, N, d_model), or the real tokens (T, d_model) of `tokens` -> the same layout."""
         spread = (lambda t: t) if tokens is None else tokens.unpack
         q = self._heads(spread(x if self.q_proj is None else self.q_proj(x)))  # none: each head's slice of x
         k = q if self.k_proj is None else self._heads(spread(self.k_proj(x)))
+        q, k = self.positioned(q, k, torch.arange(q.shape[2], device=q.device))  # a row's tokens come first
         with contextlib.nullcontext() if tokens is None else padded_queries_unread():  # pack reads real rows only
             out = self.attention(q, k, self._heads(spread(self.v_proj(x))), key_padding_mask=mask)
         b, h, n, d = out.shape
@@ -174,14 +205,15 @@ class Block(nn.Module):
         x = x + self.dropout(self.attn(self.norm1(x), mask, tokens))
         return x + self.dropout(self.ffn(self.norm2(x)))
 
-    def step(self, x: Tensor, state: Any, real: Tensor | None) -> tuple[Tensor, Any]:
+    def step(self, x: Tensor, state: Any, real: Tensor | None, position: int) -> tuple[Tensor, Any]:
         """One position: x (B, d_model) -> (B, d_model) and the attention's next state, through its `step`;
-        `real` (B,) bool, False = a padded token."""
+        `real` (B,) bool, False = a padded token; `position` its place in the row (rope rotates by it)."""
         attn = self.attn
         b = x.shape[0]
         h = self.norm1(x)
         q = attn.q_proj(h).view(b, attn.num_heads, attn.head_dim)
         k = q if attn.k_proj is None else attn.k_proj(h).view(b, attn.num_heads, attn.head_dim)
+        q, k = attn.positioned(q, k, torch.tensor([position], device=x.device))
         v = attn.v_proj(h).view(b, attn.num_heads, attn.head_dim)
         if not has_recurrent_form(attn.attention):
             raise TypeError(f"{type(attn.attention).__name__} claims a causal form but has no init_state / step")
@@ -217,10 +249,12 @@ class Backbone(nn.Module):
         self.cfg = cfg
         torch.manual_seed(seed)
         self.token_embedding = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=padding_idx)
-        self.position_embedding = nn.Embedding(cfg.max_length, cfg.d_model)
+        learned = cfg.positions == "learned"  # rope rotates q and k in each block; none has no position signal
+        self.position_embedding = nn.Embedding(cfg.max_length, cfg.d_model) if learned else None
         if embedding_std is not None:
             nn.init.normal_(self.token_embedding.weight, std=embedding_std)
-            nn.init.normal_(self.position_embedding.weight, std=embedding_std)
+            if learned:
+                nn.init.normal_(self.position_embedding.weight, std=embedding_std)
         self.segment_embedding = nn.Embedding(num_segments, cfg.d_model) if num_segments > 1 else None
         self.embedding_dropout = make_dropout(cfg)
         self.layers = nn.ModuleList(
@@ -242,13 +276,16 @@ class Backbone(nn.Module):
         return self._embed(input_ids, positions, n - 1, segment_ids)
 
     def _embed(self, ids: Tensor, positions: Tensor, last: int, segment_ids: Tensor | None = None) -> Tensor:
-        """Token + position (+ segment) embeddings, dropped out; `last` the largest position, below max_length."""
-        if last >= self.cfg.max_length:
-            raise ValueError(
-                f"sequence length {last + 1} exceeds the model's max_length={self.cfg.max_length}; build the "
-                f"model with a larger max_length"
-            )
-        x = self.token_embedding(ids) + self.position_embedding(positions)
+        """Token (+ learned position) (+ segment) embeddings, dropped out; `last` the largest position, below
+        max_length where positions are learned."""
+        x = self.token_embedding(ids)
+        if self.position_embedding is not None:
+            if last >= self.cfg.max_length:
+                raise ValueError(
+                    f"sequence length {last + 1} exceeds the model's max_length={self.cfg.max_length} (learned "
+                    f"positions); build the model with a larger max_length, or with positions rope or none"
+                )
+            x = x + self.position_embedding(positions)
         if self.segment_embedding is not None and segment_ids is not None:
             x = x + self.segment_embedding(segment_ids)
         return self.embedding_dropout(x)
@@ -276,7 +313,7 @@ class Backbone(nn.Module):
         x = self._embed(token, torch.full_like(token, position), position)
         layers = []
         for layer, layer_state in zip(self.layers, states):
-            x, layer_state = layer.step(x, layer_state, real)
+            x, layer_state = layer.step(x, layer_state, real, position)
             layers.append(layer_state)
         return self.final_norm(x), layers
 
