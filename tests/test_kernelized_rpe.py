@@ -7,6 +7,7 @@ import pytest
 import torch
 from recurrent_forms import prefilled_state_bytes
 
+from attnbench.baselines.kernelized_rpe import fft
 from attnbench.baselines.kernelized_rpe.fft import toeplitz_product
 from attnbench.baselines.kernelized_rpe.naive import offset_weights
 from attnbench.kernels.linear.parallel import linear_attention
@@ -124,3 +125,11 @@ def test_random_features_come_from_the_seed_alone():
     again = build_attention("kernelized-rpe", head_dim=D, num_heads=H, seed=9)
     assert torch.equal(first.omega, again.omega)
     assert not torch.equal(first.omega, build_attention("kernelized-rpe", head_dim=D, num_heads=H, seed=10).omega)
+
+
+def test_features_taken_in_groups_give_the_same_outputs(monkeypatch):
+    """The FFT form takes the features a group at a time (bounded memory); groups of 3 of 10 change nothing."""
+    attn, (q, k, v) = rpe(True, 5, num_features=10), inputs(seed=6)
+    whole = attn(q, k, v)
+    monkeypatch.setattr(fft, "GROUP_VALUES", B * H * (D + 1) * 3 * N * 3)
+    torch.testing.assert_close(attn(q, k, v), whole, rtol=1e-13, atol=1e-13)

@@ -2,9 +2,12 @@
 
 Causal: the bias F_ij = c_i - c_j (c the cumulative log forget gates) splits into a query part and a key part, so
 it rides in two extra dimensions of q and k: [q / sqrt(D), c_i, 1] . [k, 1, -c_j] = q . k / sqrt(D) + c_i - c_j.
-The causal kernel then runs without an (N, N) bias (flash on CPU and GPU, where torch picks it), and the gates'
-gradients flow through those dimensions. Encoder (F_ij = -|c_i - c_j|, not separable): the bias as a dense
-(N, N) additive mask. Padded keys are masked out; a query that sees no real key returns 0.
+The causal kernel then runs without an (N, N) bias (flash on CPU and GPU, where torch picks it; v is padded to
+the same head size, which flash needs: without it torch fell back to the quadratic-memory math kernel, 8x slower
+at 8k tokens), and the gates' gradients flow through those dimensions. As in fla's reference, the bias is a
+difference of two cumulative sums, whose float32 rounding grows with their size (a few 1e-4 at 4k tokens of
+strong gates). Encoder (F_ij = -|c_i - c_j|, not separable): the bias as a dense (N, N) additive mask. Padded
+keys are masked out; a query that sees no real key returns 0.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ def forgetting_attention(
         ones = torch.ones_like(cumulative)
         q_plus = torch.cat([q / math.sqrt(q.shape[-1]), cumulative, ones], dim=-1)
         k_plus = torch.cat([k, ones, -cumulative], dim=-1)
-        return _fused(q_plus, k_plus, v, real, causal=True)
+        v_plus = nn.functional.pad(v, (0, q_plus.shape[-1] - v.shape[-1]))  # the fused kernels want one head size
+        return _fused(q_plus, k_plus, v_plus, real, causal=True)[..., : v.shape[-1]]
     bias = -(cumulative - cumulative.transpose(-2, -1)).abs()
     if real is not None:
         bias = bias.masked_fill(~real, -math.inf)

@@ -12,6 +12,8 @@ from torch import Tensor, nn
 
 from attnbench.kernels.recurrent_attention import real_rows
 
+GROUP_VALUES = 1 << 23  # values per group of features in the transforms (32 MiB in float32)
+
 
 def toeplitz_product(x: Tensor, weights: Tensor, max_distance: int) -> Tensor:
     """y_i = sum_j c(i - j) x_j along the last axis: x (B, H, C, N), weights (H, 2N - 1) from `offset_weights` ->
@@ -53,11 +55,17 @@ def fft_rpe_attention(
     phi_q: Tensor, phi_k: Tensor, v: Tensor, weights: Tensor, max_distance: int, mask: Tensor | None
 ) -> Tensor:
     """The same outputs as `naive_rpe_attention`, through `toeplitz_product` over the M (D + 1) entries of S, the
-    sequence last (where the transforms read it contiguously)."""
+    sequence last (where the transforms read it contiguously), a group of features at a time: the transforms hold
+    about 3 N (D + 1) values per feature and sequence, GROUP_VALUES at most per group (a 16k-token prefill held
+    gigabytes at once)."""
     b, h, n, m = phi_k.shape
-    values = real_rows(torch.cat([v, torch.ones_like(v[..., :1])], dim=-1), mask)
-    outer = phi_k.transpose(-2, -1)[:, :, :, None] * values.transpose(-2, -1)[:, :, None]  # (B, H, M, D + 1, N)
-    states = toeplitz_product(outer.reshape(b, h, -1, n), weights, max_distance).view(b, h, m, -1, n)
-    out = torch.einsum("bhnm,bhmen->bhne", phi_q, states)  # (B, H, N, D + 1)
+    values = real_rows(torch.cat([v, torch.ones_like(v[..., :1])], dim=-1), mask).transpose(-2, -1)  # (B, H, E, N)
+    group = max(1, min(m, GROUP_VALUES // (b * h * values.shape[2] * 3 * n)))
+    out = 0.0
+    for first in range(0, m, group):
+        features = phi_k[..., first : first + group].transpose(-2, -1)  # (B, H, g, N)
+        outer = (features[:, :, :, None] * values[:, :, None]).reshape(b, h, -1, n)  # phi(k_j) [v_j, 1]^T
+        states = toeplitz_product(outer, weights, max_distance).view(b, h, features.shape[2], -1, n)
+        out = out + torch.einsum("bhng,bhgen->bhne", phi_q[..., first : first + group], states)  # (B, H, N, D + 1)
     total = out[..., -1:]
     return out[..., :-1] / torch.where(total > 0, total, 1.0)
