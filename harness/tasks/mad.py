@@ -35,12 +35,13 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from attnbench.options import option, require
-from attnbench.tasks import TaskConfig, register_task
+from attnbench.tasks import TaskConfig, TestRows, register_task
 from attnbench.tasks.sequence import IGNORE, SequenceTaskData, TokenSplit, no_label_noise
 
 Row = tuple[list[int], list[int]]  # (inputs, labels), one label per input
@@ -49,6 +50,8 @@ Row = tuple[list[int], list[int]]  # (inputs, labels), one label per input
 @dataclasses.dataclass
 class MadConfig(TaskConfig):
     """Split sizes shared by MAD's tasks (MAD: 12,800 training and 1,280 test rows, no validation split)."""
+
+    test_rows: ClassVar[TestRows] = "fresh"  # every seed draws its own rows
 
     num_train: int = option(12800, "training rows (MAD grid: 12800 baseline, 6400, 3200, 1600, 800)", minimum=1)
     num_validation: int = option(640, "validation rows (ours: drawn as the test rows)", minimum=1)

@@ -35,13 +35,13 @@ import re
 import string
 from collections.abc import Iterator
 from pydoc_data.topics import topics
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
 
 from attnbench.options import option, require
-from attnbench.tasks import TaskConfig, register_task
+from attnbench.tasks import TaskConfig, TestRows, register_task
 from attnbench.tasks.sequence import IGNORE, SequenceTaskData, TokenSplit, no_label_noise
 
 PAD_ID = 0
@@ -58,6 +58,8 @@ Variant = Literal["single", "multikey", "multivalue", "multiquery", "variable_tr
 @dataclasses.dataclass
 class NiahConfig(TaskConfig):
     """Options of the needle-in-a-haystack generator (defaults: CPU-sized single needles in RULER's noise)."""
+
+    test_rows: ClassVar[TestRows] = "fresh"  # every seed draws its own rows
 
     variant: Variant = option("single", "single | multikey | multivalue | multiquery | variable_tracking (RULER's)")
     level: Literal["token", "byte"] = option("token", "token: a token per word and per value character; byte: UTF-8")

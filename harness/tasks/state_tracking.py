@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
 
 from attnbench.options import option, require
-from attnbench.tasks import TaskConfig, register_task
+from attnbench.tasks import TaskConfig, TestRows, register_task
 from attnbench.tasks.sequence import IGNORE, SequenceTaskData, TokenSplit, no_label_noise
 
 PAD_ID = 0
@@ -39,6 +39,8 @@ GROUP_DEGREES = {"S3": 3, "S5": 5}
 @dataclasses.dataclass
 class StateTrackingConfig(TaskConfig):
     """Lengths and split sizes shared by the state-tracking tasks."""
+
+    test_rows: ClassVar[TestRows] = "fresh"  # every seed draws its own rows
 
     train_lengths: list[int] = option([32], "lengths of the training (and validation, test) rows", minimum=1)
     test_lengths: list[int] = option(
