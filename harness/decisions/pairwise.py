@@ -74,21 +74,31 @@ def family_pairs(
     return list(itertools.combinations(present, 2))
 
 
-def _difference_bounds(info: MetricInfo | None) -> tuple[float, float]:
-    """The range of a - b for a metric with bounds (low, high): [low - high, high - low]."""
+def metric_width(info: MetricInfo | None) -> float:
+    """high - low of a metric's declared bounds (inf where unbounded): no difference is larger."""
     if info is None or info.bounds[0] is None or info.bounds[1] is None:
-        return -math.inf, math.inf
-    width = info.bounds[1] - info.bounds[0]
-    return -width, width
+        return math.inf
+    return info.bounds[1] - info.bounds[0]
 
 
-def _margin(info: MetricInfo | None, margin: float | None, b_mean: float) -> float:
-    """The equivalence margin in the metric's units (NaN: none declared)."""
+def metric_margin(info: MetricInfo | None, margin: float | None, b_mean: float) -> float:
+    """The equivalence margin in the metric's units: as given, else declared (a relative one as a fraction of the
+    compared-against mean `b_mean`); NaN where none is declared."""
     if margin is not None:
         return float(margin)
     if info is None or info.margin is None:
         return math.nan
     return info.margin * abs(b_mean) if info.margin_relative else info.margin
+
+
+def power_figures(
+    spread: Spread, margins: np.ndarray, tested: int, correction: Correction, alpha: float, width: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(mde, seeds_needed) per problem at the family's planning level; an mde past the metric's range is inf (no
+    difference it can take would be detected)."""
+    planning = planning_level(tested, correction, alpha)
+    found = mde(spread, planning)
+    return np.where(found > width, np.inf, found), seeds_needed(spread, margins, planning)
 
 
 def compare_family(
@@ -113,13 +123,15 @@ def compare_family(
     )
     margins = np.array(
         [
-            _margin(info, margin, float(np.mean([family.labels[b].values[s] for s in e.seeds])) if e.seeds else 0.0)
+            metric_margin(
+                info, margin, float(np.mean([family.labels[b].values[s] for s in e.seeds])) if e.seeds else 0.0
+            )
             for (_, b), e in zip(pairs, estimates)
         ]
     )
     decided = decide(stacked.mean, stacked.se, stacked.df, margins, higher_is_better, alpha, correction)
-    planning = planning_level(int(np.isfinite(decided["p"]).sum()), correction, alpha)
-    lowest, highest = _difference_bounds(info)
+    width = metric_width(info)
+    power_mde, needed = power_figures(stacked, margins, int(np.isfinite(decided["p"]).sum()), correction, alpha, width)
     rows = []
     for i, ((a, b), e) in enumerate(zip(pairs, estimates)):
         notes = list(e.notes)
@@ -135,14 +147,14 @@ def compare_family(
                 "label_b": b,
                 "n_seeds": len(e.seeds),
                 "estimate": stacked.mean[i],
-                "low": max(decided["low"][i], lowest),
-                "high": min(decided["high"][i], highest),
+                "low": max(decided["low"][i], -width),
+                "high": min(decided["high"][i], width),
                 "p": decided["p"][i],
                 "p_adjusted": decided["p_adjusted"][i],
                 "verdict": str(decided["verdict"][i]),
                 "margin": margins[i],
-                "mde": mde(e.spread, planning)[0],
-                "seeds_needed": seeds_needed(e.spread, margins[i : i + 1], planning)[0],
+                "mde": power_mde[i],
+                "seeds_needed": needed[i],
                 "level": decided["level"][i],
                 "correction": correction,
                 "design": family.design,

@@ -1,0 +1,125 @@
+"""Each label against a known value (a chance rate, a published number taken as exact, a target): the engine's
+one-sample verdicts, the ones "at chance" flags are read from.
+
+`compare_to_value(frame, metric=..., value=...)`: per task, every label's mean minus `value` (a number, or one
+per task), its spread from seeds and, where stored, test examples (`attnbench.decisions.spread.level_spread`),
+and the verdicts of `attnbench.decisions.verdicts` over the family of the task's labels: "ahead" (above the value,
+in the metric's direction), "behind", "equivalent" (within +-margin of it: e.g. at chance) or "undecided".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from attnbench.decisions.corrections import Correction, check_correction
+from attnbench.decisions.frame import Family, families
+from attnbench.decisions.pairwise import direction_of, metric_margin, metric_width, power_figures
+from attnbench.decisions.spread import level_spread
+from attnbench.decisions.variance import Spread
+from attnbench.decisions.verdicts import decide
+from attnbench.errors import UserError
+from attnbench.metrics import metric_info
+
+COLUMNS = [
+    "task",
+    "metric",
+    "label",
+    "value",
+    "n_seeds",
+    "estimate",
+    "low",
+    "high",
+    "p",
+    "p_adjusted",
+    "verdict",
+    "margin",
+    "mde",
+    "seeds_needed",
+    "level",
+    "correction",
+    "design",
+    "variance",
+    "note",
+]
+
+
+def _family_rows(
+    family: Family, value: float, *, higher_is_better: bool, margin: float | None, alpha: float, correction: Correction
+) -> pd.DataFrame:
+    labels = sorted(family.labels)
+    estimates = [level_spread(family.labels[label], family.design) for label in labels]
+    spreads = Spread(
+        mean=np.array([e.spread.mean[0] - value for e in estimates]),
+        se=np.array([e.spread.se[0] if len(e.seeds) > 1 else np.nan for e in estimates]),
+        df=np.array([e.spread.df[0] for e in estimates]),
+        seeds=0,
+        per_seed=np.array([e.spread.per_seed[0] for e in estimates]),
+        fixed=np.array([e.spread.fixed[0] for e in estimates]),
+    )
+    info = metric_info(family.metric)
+    margins = np.full(len(labels), metric_margin(info, margin, value))
+    decided = decide(spreads.mean, spreads.se, spreads.df, margins, higher_is_better, alpha, correction)
+    tested = int(np.isfinite(decided["p"]).sum())
+    power_mde, needed = power_figures(spreads, margins, tested, correction, alpha, metric_width(info))
+    low_bound, high_bound = info.bounds if info is not None else (None, None)
+    rows = []
+    for i, (label, e) in enumerate(zip(labels, estimates)):
+        notes = list(e.notes) + (["one finite seed: no verdict"] if len(e.seeds) == 1 else [])
+        if len(e.seeds) > 1 and not e.spread.se[0] > 0:
+            notes.append("no spread between seeds (coincident values): no interval, no verdict")
+        rows.append(
+            {
+                "task": family.task,
+                "metric": family.metric,
+                "label": label,
+                "value": value,
+                "n_seeds": len(e.seeds),
+                "estimate": spreads.mean[i],
+                "low": decided["low"][i] if low_bound is None else max(decided["low"][i], low_bound - value),
+                "high": decided["high"][i] if high_bound is None else min(decided["high"][i], high_bound - value),
+                "p": decided["p"][i],
+                "p_adjusted": decided["p_adjusted"][i],
+                "verdict": str(decided["verdict"][i]),
+                "margin": margins[i],
+                "mde": power_mde[i],
+                "seeds_needed": needed[i],
+                "level": decided["level"][i],
+                "correction": correction,
+                "design": family.design,
+                "variance": e.variance,
+                "note": "; ".join(notes),
+            }
+        )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def compare_to_value(
+    frame: pd.DataFrame,
+    *,
+    metric: str,
+    value: float | Mapping[str, float],
+    task: str | None = None,
+    margin: float | None = None,
+    alpha: float = 0.05,
+    correction: Correction = "holm",
+    higher_is_better: bool | None = None,
+) -> pd.DataFrame:
+    """Every label of every task (or `task`) against `value` (one number, or one per task): estimate = mean - value."""
+    check_correction(correction)
+    found = families(frame, metric, task)
+    better = direction_of(metric, higher_is_better)
+    tables = []
+    for family in found:
+        target = value.get(family.task) if isinstance(value, Mapping) else value
+        if target is None or not math.isfinite(float(target)):
+            raise UserError(f"no value to compare task {family.task!r} with; give value={{{family.task!r}: number}}")
+        tables.append(
+            _family_rows(
+                family, float(target), higher_is_better=better, margin=margin, alpha=alpha, correction=correction
+            )
+        )
+    return pd.concat(tables, ignore_index=True)
