@@ -65,7 +65,8 @@ def test_list_kinds(capsys):
     assert all(name in out for name in suite_names())
     assert main(["list", "metrics"]) == 0
     listed = capsys.readouterr().out
-    assert "ece " in listed and "[lower is better]" in listed and "[higher is better]" in listed
+    assert "ece " in listed and "[lower is better; range [0, 1]; margin 0.01]" in listed
+    assert "[higher is better; range [0, inf]; margin 10% of the other]" in listed  # throughput: relative margin
     assert main(["list", "metrics", "ece*"]) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["ece", "ece_equal_mass"]
     assert main(["list", "measurements"]) == 0 and "accuracy:" in capsys.readouterr().out

@@ -112,9 +112,19 @@ def _metric_descriptions() -> dict[str, str]:
     measurement_names()  # imports every measurement module, which declares its metrics
     arrows = {"max": "higher is better", "min": "lower is better", None: "not ranked"}
     return {
-        info.pattern: f"[{arrows[info.direction]}] {info.description}"
+        info.pattern: f"[{'; '.join([arrows[info.direction], *_record_facts(info)])}] {info.description}"
         for info in sorted(METRICS.values(), key=lambda m: m.pattern)
     }
+
+
+def _record_facts(info: Any) -> list[str]:
+    """A metric record's range and equivalence margin, as `list metrics` shows them."""
+    low, high = info.bounds
+    facts = [] if low is None and high is None else [f"range [{'-inf' if low is None else f'{low:g}'}, "
+                                                     f"{'inf' if high is None else f'{high:g}'}]"]  # fmt: skip
+    if info.margin is not None:
+        facts.append(f"margin {info.margin:.0%} of the other" if info.margin_relative else f"margin {info.margin:g}")
+    return facts
 
 
 def _describe(entry: Any, *, show_capabilities: bool) -> str:
