@@ -34,3 +34,16 @@ def test_one_label_is_the_one_sample_t_test_on_its_seeds() -> None:
     row = compare_to_value(data, metric="accuracy", value={"t": 0.5}).iloc[0]
     assert np.isclose(row.p, stats.ttest_1samp(values, 0.5).pvalue) and row.verdict == "ahead"
     assert np.isclose(row.estimate, np.mean(values) - 0.5)
+
+
+def test_a_published_value_from_one_run_carries_a_seed_s_spread() -> None:
+    """value_seeds=1: the published number is one draw of the same training: the prediction-interval t-test."""
+    values = [0.61, 0.58, 0.66, 0.6]
+    data = pd.DataFrame(
+        [{"task": "t", "label": "a", "seed": s, "metric": "accuracy", "value": v} for s, v in enumerate(values)]
+    )
+    row = compare_to_value(data, metric="accuracy", value=0.55, value_seeds=1).iloc[0]
+    sd = np.std(values, ddof=1)
+    t = (np.mean(values) - 0.55) / (sd * np.sqrt(1 / 4 + 1))
+    assert np.isclose(row.p, 2 * stats.t.sf(abs(t), 3))
+    assert row.p > compare_to_value(data, metric="accuracy", value=0.55).iloc[0].p  # exact: narrower, smaller p

@@ -5,6 +5,9 @@ one-sample verdicts, the ones "at chance" flags are read from.
 per task), its spread from seeds and, where stored, test examples (`attnbench.decisions.spread.level_spread`),
 and the verdicts of `attnbench.decisions.verdicts` over the family of the task's labels: "ahead" (above the value,
 in the metric's direction), "behind", "equivalent" (within +-margin of it: e.g. at chance) or "undecided".
+`value_seeds`: the value is itself a mean over that many seeds of the same training (a published number: 1 where
+the paper gives no count), so it carries the label's own seed-to-seed variance too: se^2 = per_seed / S +
+per_seed / value_seeds + the test set's part (None: the value is exact, as a chance rate is).
 """
 
 from __future__ import annotations
@@ -48,17 +51,25 @@ COLUMNS = [
 
 
 def _family_rows(
-    family: Family, value: float, *, higher_is_better: bool, margin: float | None, alpha: float, correction: Correction
+    family: Family,
+    value: float,
+    *,
+    higher_is_better: bool,
+    margin: float | None,
+    alpha: float,
+    correction: Correction,
+    value_seeds: int | None,
 ) -> pd.DataFrame:
     labels = sorted(family.labels)
     estimates = [level_spread(family.labels[label], family.design) for label in labels]
+    extra = 0.0 if value_seeds is None else 1.0 / value_seeds  # the value's own seed variance, in per_seed units
     spreads = Spread(
         mean=np.array([e.spread.mean[0] - value for e in estimates]),
-        se=np.array([e.spread.se[0] if len(e.seeds) > 1 else np.nan for e in estimates]),
+        se=np.array([np.sqrt(e.spread.se[0] ** 2 + extra * e.spread.per_seed[0]) for e in estimates]),
         df=np.array([e.spread.df[0] for e in estimates]),
         seeds=0,
         per_seed=np.array([e.spread.per_seed[0] for e in estimates]),
-        fixed=np.array([e.spread.fixed[0] for e in estimates]),
+        fixed=np.array([e.spread.fixed[0] + extra * e.spread.per_seed[0] for e in estimates]),
     )
     info = metric_info(family.metric)
     margins = np.full(len(labels), metric_margin(info, margin, value))
@@ -107,9 +118,13 @@ def compare_to_value(
     alpha: float = 0.05,
     correction: Correction = "holm",
     higher_is_better: bool | None = None,
+    value_seeds: int | None = None,
 ) -> pd.DataFrame:
-    """Every label of every task (or `task`) against `value` (one number, or one per task): estimate = mean - value."""
+    """Every label of every task (or `task`) against `value` (one number, or one per task): estimate = mean - value;
+    `value_seeds`: the value is a mean over that many seeds (module docstring), None: exact."""
     check_correction(correction)
+    if value_seeds is not None and value_seeds < 1:
+        raise UserError(f"value_seeds={value_seeds} must be at least 1 (1: a single published run), or None")
     found = families(frame, metric, task)
     better = direction_of(metric, higher_is_better)
     tables = []
@@ -119,7 +134,13 @@ def compare_to_value(
             raise UserError(f"no value to compare task {family.task!r} with; give value={{{family.task!r}: number}}")
         tables.append(
             _family_rows(
-                family, float(target), higher_is_better=better, margin=margin, alpha=alpha, correction=correction
+                family,
+                float(target),
+                higher_is_better=better,
+                margin=margin,
+                alpha=alpha,
+                correction=correction,
+                value_seeds=value_seeds,
             )
         )
     return pd.concat(tables, ignore_index=True)
