@@ -54,6 +54,7 @@ def test_crossed_variance_matches_the_spread_of_the_mean_over_redrawn_tests() ->
 def test_nested_keeps_the_example_floor_when_seeds_coincide() -> None:
     rng = np.random.default_rng(2)
     outcomes = (rng.random((1, 3, 400)) < 0.7).astype(float)
+    assert np.isclose(nested(outcomes).se[0], over_seeds(outcomes.mean(axis=2)).se[0])  # fresh rows: the seeds say it
     outcomes[0, 1:] = outcomes[0, 0]  # three seeds that scored the same examples identically
     spread = nested(outcomes)
     within = outcomes[0, 0].var(ddof=1) / 400

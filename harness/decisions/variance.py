@@ -9,9 +9,11 @@ correct, per-row loss), when the run stored them.
 - `over_seeds(values (P, S))`: seeds only: var(values) / S with S - 1 degrees of freedom. Exact for fresh test
   rows (each seed's test set is new: the example noise is inside the seed-to-seed spread); for shared rows it
   leaves out the test set's own sampling error (nothing else is possible without the outcomes).
-- `nested(outcomes (P, S, N))`, fresh rows: the same seed-to-seed variance, kept at least at the mean of the
-  seeds' own sampling variances var_i / N (its expectation cannot be lower), so coincident seeds do not make a
-  zero-width interval.
+- `nested(outcomes (P, S, N))`, fresh rows: the same seed-to-seed variance (it holds the examples' share), and
+  where the seeds' values coincide exactly, the seeds' own sampling variance var_i / N instead (the least that
+  variance can be), so coincident seeds do not make a zero-width interval. Flooring every estimate there, not
+  only the degenerate ones, cost a third of the power at 3 seeds in the simulation (0.22 against 0.34 on a
+  5-point gap).
 - `crossed(outcomes (P, S, N))`, shared rows: the two-way random-effects model y_si = mu + u_s + v_i + w_si
   (seed u, example v, interaction w). From the ANOVA mean squares, Var(mean) = (MS_seed + MS_example -
   MS_residual) / (N S) = tau^2 / S + sigma_v^2 / N + sigma_w^2 / (N S), floored at max(MS_seed, MS_example) /
@@ -60,13 +62,15 @@ def over_seeds(values: np.ndarray) -> Spread:
 
 
 def nested(outcomes: np.ndarray) -> Spread:
-    """Fresh test rows: outcomes (P, S, N) -> the seeds' variance, floored at its example-sampling part."""
+    """Fresh test rows: outcomes (P, S, N) -> the seeds' variance (their sampling variance where they coincide)."""
     outcomes = np.asarray(outcomes, dtype=float)
     p, s, n = outcomes.shape
     seed_means = outcomes.mean(axis=2)
     between = seed_means.var(axis=1, ddof=1) if s > 1 else np.full(p, np.nan)
+    between = _zero_below_rounding(between, seed_means)
     within = outcomes.var(axis=2, ddof=1).mean(axis=1) / n
-    variance = _zero_below_rounding(np.maximum(between, within), outcomes)
+    variance = _zero_below_rounding(np.where(between > 0, between, within), outcomes)
+    variance = np.where(np.isnan(between), np.nan, variance)
     return Spread(
         mean=seed_means.mean(axis=1),
         se=np.sqrt(variance / s),
