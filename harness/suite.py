@@ -556,12 +556,13 @@ class _Validator:
 
 
 def task_inputs(config: Any) -> dict[str, Any]:
-    """What a task config reads beyond its options: 'sha256:<hex>' of each local input file (TaskConfig.input_files)
-    and of what else it reads (TaskConfig.input_digests: a package's corpus), and 'generator' when its
-    generator_version is above 1; empty for generated tasks of the first version."""
-    files = config.input_files() if callable(getattr(config, "input_files", None)) else {}
-    inputs: dict[str, Any] = {name: file_digest(Path(path)) for name, path in sorted(files.items())}
-    inputs |= config.input_digests() if callable(getattr(config, "input_digests", None)) else {}
+    """What a task config reads beyond its options (TaskConfig.inputs): 'sha256:<hex>' of each file's content, the
+    digests the task makes itself (a package's corpus), and 'generator' when its generator_version is above 1;
+    empty for generated tasks of the first version."""
+    declared = config.inputs() if callable(getattr(config, "inputs", None)) else {}
+    inputs: dict[str, Any] = {
+        name: file_digest(source) if isinstance(source, Path) else source for name, source in sorted(declared.items())
+    }
     if getattr(config, "generator_version", 1) != 1:
         inputs["generator"] = config.generator_version
     return inputs

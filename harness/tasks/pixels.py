@@ -10,6 +10,8 @@ longer sequences. Tokens are the grey levels 0-255 row by row; id 256 is padding
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -37,6 +39,17 @@ class PixelsConfig(TaskConfig):
     test_fraction: float = option(0.2, "share of the images held out for test where the source has no test split")
     max_train_examples: int | None = option(None, "keep this many training images (seeded; None = all)")
     split_seed: int = option(0, "seed of the split (fixed across training seeds)", minimum=0, maximum=2**32 - 1)
+
+    def inputs(self) -> dict[str, Path | str]:
+        """digits: the two files scikit-learn bundles and `load_digits` reads (images, description); cifar10 is
+        read from the hub by its name."""
+        if self.source != "digits":
+            return {}
+        sklearn_data = importlib.resources.files("sklearn.datasets")
+        return {
+            "digits": Path(str(sklearn_data / "data" / "digits.csv.gz")),
+            "digits.description": Path(str(sklearn_data / "descr" / "digits.rst")),
+        }
 
     def __post_init__(self) -> None:
         super().__post_init__()

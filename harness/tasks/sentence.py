@@ -54,6 +54,11 @@ class TextTaskConfig(TaskConfig):
 
     path_options: ClassVar[tuple[str, ...]] = ("data_dir", "cache_dir")
 
+    def inputs(self) -> dict[str, Path | str]:
+        """A tokenizer.json file given as `tokenizer` (the trained WordPiece derives from the training split)."""
+        path = Path(self.tokenizer).expanduser()
+        return {"tokenizer": path} if self.tokenizer.endswith(".json") and path.is_file() else {}
+
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.max_length >= 8, f"max_length={self.max_length} must be at least 8")
@@ -103,9 +108,10 @@ class TextFilesConfig(TextTaskConfig):
             resolved["files"] = options["files"]
         return resolved
 
-    def input_files(self) -> dict[str, Path]:
-        """The files by split ('files.train', ...): their content is part of each cell's identity."""
-        return {f"files.{split}": _resolve(str(given), self) for split, given in sorted(self.files.items())}
+    def inputs(self) -> dict[str, Path | str]:
+        """The files by split ('files.train', ...) and a tokenizer file."""
+        files = {f"files.{split}": _resolve(str(given), self) for split, given in sorted(self.files.items())}
+        return {**super().inputs(), **files}
 
     def check_inputs(self) -> None:
         """Every file exists, its format is known and its header holds the text and label columns."""
@@ -145,6 +151,13 @@ class HubTaskConfig(TextTaskConfig):
     """Options of one named data set of HUB_DATASETS (the class attribute `dataset` says which)."""
 
     dataset: ClassVar[str] = ""
+
+    def inputs(self) -> dict[str, Path | str]:
+        """The local files by split ('files.train', ...) in DATA_DIR/<data set>/, and a tokenizer file; nothing
+        for the hub's copy (read only where the network is, by its name)."""
+        folder = local_folder(HUB_DATASETS[self.dataset], self)
+        files = {} if folder is None else dict(_local_files(folder))
+        return {**super().inputs(), **{f"files.{split}": Path(path) for split, path in files.items()}}
 
     def check_inputs(self) -> None:
         """Local files have the data set's columns; without them the hub must be reachable (not offline)."""
@@ -232,6 +245,11 @@ def local_folder(spec: HubDataset, cfg: TextTaskConfig) -> Path | None:
     return folder if folder is not None and (folder / "train.jsonl").is_file() else None
 
 
+def _local_files(folder: Path) -> dict[str, str]:
+    """The split files a local copy of a hub data set holds: {split: path of <split>.jsonl}."""
+    return {s: str(folder / f"{s}.jsonl") for s in SPLITS if (folder / f"{s}.jsonl").is_file()}
+
+
 def missing_local_files(spec: HubDataset, cfg: TextTaskConfig, hub_failure: str | None) -> UserError:
     """The error for a hub task without local files (hub_failure: why the hub cannot serve it, if tried)."""
     directory = data_directory(cfg)
@@ -244,7 +262,7 @@ def load_hub_rows(spec: HubDataset, cfg: TextTaskConfig) -> tuple[dict[str, Text
     """Rows per split from local files in the hub's layout if present, else from the hub."""
     folder = local_folder(spec, cfg)
     if folder is not None:
-        files = {s: str(folder / f"{s}.jsonl") for s in SPLITS if (folder / f"{s}.jsonl").is_file()}
+        files = _local_files(folder)
         with quiet_datasets() as datasets:
             loaded = datasets.load_dataset("json", data_files=files)
         source = {"source": f"local files {folder}", "files": files}
