@@ -81,3 +81,37 @@ def test_recall_table_bolds_the_tested_top_group_per_kv_count(tmp_path):
     bold = dict(zip(table.data["label"], table.best["kv 4"]))
     assert bold == {"softmax": True, "gla": True, "elu": False}  # softmax and gla: not detectably apart
     assert table.data.set_index("label").at["elu", "kv 4 rank"] == "3"
+
+
+def test_no_causal_table_pools_two_tasks_that_share_a_display_field(tmp_path):
+    """Two mqar tasks with 4 key-value pairs at other lengths are two columns (each its own seeds and state bytes),
+    two byte_lm tasks two rows of the position table, two decode tasks two rows: never one mean over both."""
+    from report_fixture import write_cell
+
+    from attnbench.report.causal import decode_crossover_table, lm_positions_table, recall_table
+    from attnbench.report.load import load_runs
+
+    for seq_len, accuracy, state in ((64, 0.9, 100.0), (128, 0.5, 200.0)):
+        for seed in (0, 1):
+            write_cell(tmp_path, label="softmax", task="mqar", measurement="recall", seed=seed,
+                       task_options={"num_kv_pairs": 4, "seq_len": seq_len},
+                       metrics={"accuracy": accuracy + seed / 100, "num_kv_pairs": 4.0, "state_bytes": state})  # fmt: skip
+            buckets = [{"start": 0, "stop": 8, "bits_per_byte": seq_len / 32}]
+            write_cell(tmp_path, label="softmax", task="byte_lm", measurement="lm", seed=seed,
+                       task_options={"block_size": seq_len}, details={"position_buckets": buckets},
+                       metrics={"bits_per_byte": 2.0, "bits_per_byte_2x": seq_len / 16})  # fmt: skip
+            rows = [{"context_length": 64, "decode_ms_per_token": seq_len / 64, "prefill_tokens_per_s": 1.0,
+                     "state_bytes": state}]  # fmt: skip
+            write_cell(tmp_path, label="softmax", task="decode", measurement="decode", seed=seed,
+                       task_options={"block_size": seq_len}, details={"rows": rows})  # fmt: skip
+    results = load_runs([tmp_path])
+    recall = recall_table(results).data.set_index("label")
+    short, long = "kv 4 · mqar(seq_len=64)", "kv 4 · mqar(seq_len=128)"
+    assert recall.at["softmax", short] == pytest.approx(0.905) and recall.at["softmax", long] == pytest.approx(0.505)
+    assert recall.at["softmax", f"state bytes {short}"] == 100 and recall.at["softmax", f"state bytes {long}"] == 200
+    lm = lm_positions_table(results).data.set_index("task")
+    assert lm.at["byte_lm(block_size=64)", "bpb 0-8"] == pytest.approx(2.0)
+    assert lm.at["byte_lm(block_size=128)", "bpb at 2x length"] == pytest.approx(8.0)
+    decode = decode_crossover_table(results).data.set_index("task")
+    assert decode.at["decode(block_size=64)", "ms/token @64"] == pytest.approx(1.0)
+    assert decode.at["decode(block_size=128)", "ms/token @64"] == pytest.approx(2.0)

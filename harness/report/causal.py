@@ -19,6 +19,7 @@ measurement (no section claims it), as are recall's and decode's metrics per tas
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,43 +55,61 @@ def recall_points(results: Results) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["label", "attention", "task", "seed", "num_kv_pairs", "accuracy", "state_bytes"])
 
 
+def recall_tasks(points: pd.DataFrame) -> dict[str, str]:
+    """Each recall task (its full key: name, label and differing options) -> its column and panel title, in order of
+    num_kv_pairs: 'kv 8' where one task has that count, 'kv 8 · <task>' where several do (other lengths), so
+    that no column pools two tasks."""
+    pairs = points.groupby("task")["num_kv_pairs"].first()
+    shared = pairs.value_counts()
+    return {
+        task: f"kv {int(p)}" if shared[p] == 1 else f"kv {int(p)} · {task}"
+        for task, p in sorted(pairs.items(), key=lambda item: (item[1], str(item[0])))
+    }
+
+
 def recall_table(results: Results) -> Table | None:
-    """Accuracy per label (rows) and num_kv_pairs (columns), with state bytes."""
+    """Accuracy per label (rows) and recall task (columns, by num_kv_pairs), with state bytes per task where they
+    differ between tasks (other lengths)."""
     points = recall_points(results)
     if points.empty:
         return None
-    pairs = sorted(points["num_kv_pairs"].dropna().unique())
+    tasks = recall_tasks(points)
     cells, cache = results.of("recall"), PredictionCache()
-    groups = {  # per num_kv_pairs: the labels' tested rank groups on accuracy (one task per count)
-        p: task_standings(
-            cells[cells["task"].isin(set(points.loc[points["num_kv_pairs"] == p, "task"]))],
-            sorted(set(points.loc[points["num_kv_pairs"] == p, "label"])),
-            cache,
+    groups = {  # per task: the labels' tested rank groups on accuracy
+        task: task_standings(
+            cells[cells["task"] == task], sorted(set(points.loc[points["task"] == task, "label"])), cache
         )
-        for p in pairs
+        for task in tasks
     }
+    per_task_state = points.groupby(["label", "attention"])["state_bytes"].nunique().max() > 1
     data, text = [], []
     for (label, attention), part in points.groupby(["label", "attention"], sort=True):
-        rec = {"label": label, "attention": attention, "state bytes": float(part["state_bytes"].mean())}
-        row = {"label": label, "attention": attention, "state bytes": fmt(rec["state bytes"], 0)}
-        for p in pairs:
-            s = summarize(part.loc[part["num_kv_pairs"] == p, "accuracy"])
-            rec[f"kv {int(p)}"], row[f"kv {int(p)}"] = s["mean"], fmt_summary(s)
-            standing = groups[p].get(label)
-            if standing is not None and row[f"kv {int(p)}"] != DASH:
-                rec[f"kv {int(p)} rank"] = standing.rank_text
-                row[f"kv {int(p)}"] += f" ({standing.rank_text})"
+        rec, row = {"label": label, "attention": attention}, {"label": label, "attention": attention}
+        if not per_task_state:
+            rec["state bytes"] = float(part["state_bytes"].mean())
+            row["state bytes"] = fmt(rec["state bytes"], 0)
+        for task, column in tasks.items():
+            mine = part[part["task"] == task]
+            s = summarize(mine["accuracy"])
+            rec[column], row[column] = s["mean"], fmt_summary(s)
+            standing = groups[task].get(label)
+            if standing is not None and row[column] != DASH:
+                rec[f"{column} rank"] = standing.rank_text
+                row[column] += f" ({standing.rank_text})"
+            if per_task_state:
+                state = float(mine["state_bytes"].mean()) if len(mine) else np.nan
+                rec[f"state bytes {column}"], row[f"state bytes {column}"] = state, fmt(state, 0)
         data.append(rec)
         text.append(row)
     data, text = pd.DataFrame(data), pd.DataFrame(text)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
-    for p in pairs:
-        marks = top_group_marks(groups[p], list(data["label"]))
-        best[f"kv {int(p)}"] = marks
+    for task, column in tasks.items():
+        best[column] = top_group_marks(groups[task], list(data["label"]))
     notes = [
         (
-            "MQAR answer accuracy on the test split (mean ± std over seeds, [95% t-interval] from 3) at each "
-            "number of key-value pairs, (rank group): labels whose paired difference with the group's best is "
+            "MQAR answer accuracy on the test split (mean ± std over seeds, [95% t-interval] from 3) per task, "
+            "by its number of key-value pairs (a task's other options, such as its length, after the count "
+            "where two tasks share it), (rank group): labels whose paired difference with the group's best is "
             "not detectable (95% t-interval over shared seeds holds 0) share its ranks; bold: the top group "
             "where it leaves some label out. State bytes: the decoding state per sequence and layer at the row "
             "length (softmax: its KV cache; a feature map: features x head_dim plus the normaliser)."
@@ -109,18 +128,18 @@ def plot_recall_vs_state(context: ReportContext, out_dir: Path) -> list[Plot]:
     points = recall_points(context.results)
     if points.empty:
         return []
-    means = points.groupby(["num_kv_pairs", "attention", "label"], as_index=False)[["accuracy", "state_bytes"]].mean()
-    pairs = sorted(means["num_kv_pairs"].unique())
+    tasks = recall_tasks(points)
+    means = points.groupby(["task", "attention", "label"], as_index=False)[["accuracy", "state_bytes"]].mean()
     colors = causal_colors(context.results)
     family_colors = {name: colors.get(name, None) for name in sorted(means["attention"].unique())}
-    fig = new_figure(3.2 * len(pairs), 3.2)
-    axes = np.atleast_1d(fig.subplots(1, len(pairs), sharey=True))
-    for ax, p in zip(axes, pairs):
-        for family, part in means[means["num_kv_pairs"] == p].groupby("attention", sort=True):
+    fig = new_figure(3.2 * len(tasks), 3.2)
+    axes = np.atleast_1d(fig.subplots(1, len(tasks), sharey=True))
+    for ax, (task, title) in zip(axes, tasks.items()):
+        for family, part in means[means["task"] == task].groupby("attention", sort=True):
             part = part.sort_values("state_bytes")
             ax.plot(part["state_bytes"], part["accuracy"], marker="o", label=family, color=family_colors[family])
         ax.set_xscale("log")
-        ax.set_title(f"{int(p)} key-value pairs", fontsize="small")
+        ax.set_title(_panel_title(title), fontsize="small")
         ax.set_xlabel("state bytes per sequence and layer")
         ax.axhline(0.9, color="grey", linewidth=0.5, linestyle=":")
     axes[0].set_ylabel("MQAR accuracy")
@@ -128,13 +147,20 @@ def plot_recall_vs_state(context: ReportContext, out_dir: Path) -> list[Plot]:
     return [save_plot(fig, out_dir, "recall_vs_state", "MQAR accuracy against state size (Zoology Figure 2)")]
 
 
+def _panel_title(column: str) -> str:
+    """'8 key-value pairs' for the column 'kv 8', with the task after it where it names one."""
+    count, _, task = column.removeprefix("kv ").partition(" · ")
+    return f"{count} key-value pairs" + (f"\n{task}" if task else "")
+
+
 def recall_per_query(results: Results) -> pd.DataFrame:
-    """Mean over seeds of each label's accuracy per query (the k-th question of a row): label, attention,
+    """Mean over seeds of each label's accuracy per query (the k-th question of a row): label, attention, task,
     num_kv_pairs, query (1-based), accuracy."""
     rows = [
         {
             "label": c["label"],
             "attention": c["attention"],
+            "task": c["task"],
             "num_kv_pairs": c["metrics"].get("num_kv_pairs"),
             "query": k + 1,
             "accuracy": value,
@@ -142,8 +168,8 @@ def recall_per_query(results: Results) -> pd.DataFrame:
         for _, c in results.of("recall").iterrows()
         for k, value in enumerate((c["details"] or {}).get("accuracy_per_query") or [])
     ]
-    frame = pd.DataFrame(rows, columns=["label", "attention", "num_kv_pairs", "query", "accuracy"])
-    return frame.groupby(["label", "attention", "num_kv_pairs", "query"], as_index=False)["accuracy"].mean()
+    frame = pd.DataFrame(rows, columns=["label", "attention", "task", "num_kv_pairs", "query", "accuracy"])
+    return frame.groupby(["label", "attention", "task", "num_kv_pairs", "query"], as_index=False)["accuracy"].mean()
 
 
 def plot_recall_per_query(context: ReportContext, out_dir: Path) -> list[Plot]:
@@ -152,14 +178,14 @@ def plot_recall_per_query(context: ReportContext, out_dir: Path) -> list[Plot]:
     points = recall_per_query(context.results)
     if points.empty:
         return []
-    pairs = sorted(points["num_kv_pairs"].unique())
+    tasks = recall_tasks(points)
     colors = causal_colors(context.results)
-    fig = new_figure(3.2 * len(pairs), 3.2)
-    axes = np.atleast_1d(fig.subplots(1, len(pairs), sharey=True))
-    for ax, p in zip(axes, pairs):
-        for label, part in points[points["num_kv_pairs"] == p].groupby("label", sort=True):
+    fig = new_figure(3.2 * len(tasks), 3.2)
+    axes = np.atleast_1d(fig.subplots(1, len(tasks), sharey=True))
+    for ax, (task, title) in zip(axes, tasks.items()):
+        for label, part in points[points["task"] == task].groupby("label", sort=True):
             ax.plot(part["query"], part["accuracy"], marker=".", label=label, color=colors.get(label))
-        ax.set_title(f"{int(p)} key-value pairs", fontsize="small")
+        ax.set_title(_panel_title(title), fontsize="small")
         ax.set_xlabel("query (k-th question of the row)")
     axes[0].set_ylabel("MQAR accuracy (mean over seeds)")
     legend_below(fig, axes)
@@ -170,30 +196,43 @@ def _recall_plots(context: ReportContext, out_dir: Path) -> list[Plot]:
     return plot_recall_vs_state(context, out_dir) + plot_recall_per_query(context, out_dir)
 
 
+def row_keys(points: pd.DataFrame) -> list[str]:
+    """The key columns of a causal table's rows: the label, after the task (its full key) where there are several,
+    so that no row pools two tasks' cells."""
+    return ["task", "label"] if points["task"].nunique() > 1 else ["label"]
+
+
+def _row(keys: list[str], values: Any) -> dict[str, Any]:
+    return dict(zip(keys, values if isinstance(values, tuple) else (values,)))
+
+
 def lm_positions(results: Results) -> pd.DataFrame:
-    """Each ok lm cell's bits per byte per position bucket: label, seed, start, stop, bits_per_byte."""
+    """Each ok lm cell's bits per byte per position bucket: task, label, seed, start, stop, bits_per_byte."""
     rows = [
-        {"label": c["label"], "seed": c["seed"], **bucket}
+        {"task": c["task"], "label": c["label"], "seed": c["seed"], **bucket}
         for _, c in results.of("lm").iterrows()
         for bucket in (c["details"] or {}).get("position_buckets") or []
     ]
-    return pd.DataFrame(rows, columns=["label", "seed", "start", "stop", "bits_per_byte"])
+    return pd.DataFrame(rows, columns=["task", "label", "seed", "start", "stop", "bits_per_byte"])
 
 
 def lm_positions_table(results: Results) -> Table | None:
-    """Bits per byte per position bucket (mean ± std over seeds) and at twice the training length, per label."""
+    """Bits per byte per position bucket (mean ± std over seeds) and at twice the training length, per label (and
+    task, where there are several)."""
     points = lm_positions(results)
     if points.empty:
         return None
     buckets = sorted({(int(a), int(b)) for a, b in zip(points["start"], points["stop"])})
     twice = results.of("lm")
+    keys = row_keys(points)
     data, text = [], []
-    for label, part in points.groupby("label", sort=True):
-        rec, row = {"label": label}, {"label": label}
+    for key, part in points.groupby(keys if len(keys) > 1 else keys[0], sort=True):
+        rec, row = _row(keys, key), _row(keys, key)
         for a, b in buckets:
             s = summarize(part.loc[(part["start"] == a) & (part["stop"] == b), "bits_per_byte"])
             rec[f"bpb {a}-{b}"], row[f"{a}-{b}"] = s["mean"], fmt_summary(s)
-        long = summarize(twice.loc[twice["label"] == label, "metrics"].map(lambda m: m.get("bits_per_byte_2x")))
+        mine = (twice["label"] == rec["label"]) & (twice["task"] == part["task"].iloc[0])
+        long = summarize(twice.loc[mine, "metrics"].map(lambda m: m.get("bits_per_byte_2x")))
         rec["bpb at 2x length"], row["at 2x length"] = long["mean"], fmt_summary(long)
         data.append(rec)
         text.append(row)
@@ -209,7 +248,15 @@ def lm_positions_table(results: Results) -> Table | None:
         )
     ]
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
-    return Table("lm_positions", "Language modelling: bits per byte by position", pd.DataFrame(data), text, best, notes)
+    return Table(
+        "lm_positions",
+        "Language modelling: bits per byte by position",
+        pd.DataFrame(data),
+        text,
+        best,
+        notes,
+        key_columns=len(keys),
+    )
 
 
 def plot_lm_positions(context: ReportContext, out_dir: Path) -> list[Plot]:
@@ -217,16 +264,18 @@ def plot_lm_positions(context: ReportContext, out_dir: Path) -> list[Plot]:
     points = lm_positions(context.results)
     if points.empty:
         return []
+    several = points["task"].nunique() > 1
     means = (
         points.assign(middle=(points["start"] + points["stop"]) / 2)
-        .groupby(["label", "middle"], as_index=False)["bits_per_byte"]
+        .groupby(["task", "label", "middle"], as_index=False)["bits_per_byte"]
         .mean()
     )
     colors = causal_colors(context.results)
     fig = new_figure(4.8, 3.3)
     ax = fig.subplots()
-    for label, part in means.groupby("label", sort=True):
-        ax.plot(part["middle"], part["bits_per_byte"], marker="o", label=label, color=colors.get(label))
+    for (task, label), part in means.groupby(["task", "label"], sort=True):
+        shown = f"{label} · {task}" if several else label
+        ax.plot(part["middle"], part["bits_per_byte"], marker="o", label=shown, color=colors.get(label))
     ax.set_xlabel("position in the block (bucket middle)")
     ax.set_ylabel("held-out bits per byte")
     legend_below(fig, [ax])
@@ -247,7 +296,7 @@ def decode_points(results: Results) -> pd.DataFrame:
         rows[column] = pd.to_numeric(rows[column], errors="coerce") if column in rows else np.nan
     rows["faster"], rows["slower"] = rows["verdict"] == "faster", rows["verdict"] == "slower"
     rows["checked"] = rows["verdict"].notna()
-    keys = ["label", "attention", "context_length"]
+    keys = ["task", "label", "attention", "context_length"]
     means = rows.groupby(keys, as_index=False)[columns + ["paired_ratio"]]
     verdicts = rows.groupby(keys, as_index=False).agg(
         faster=("faster", "all"),
@@ -262,7 +311,7 @@ def decode_points(results: Results) -> pd.DataFrame:
 def crossover(points: pd.DataFrame, label: str) -> float:
     """The shortest measured context from which on `label`'s decoding step was detectably faster than the paired
     (softmax's) step at every longer measured context, by the timing check (NaN: not even at the longest, or no
-    timing check ran)."""
+    timing check ran); `points` of one task."""
     mine = points[points["label"] == label].set_index("context_length").sort_index()
     start = float("nan")
     for n in reversed(list(mine.index)):
@@ -304,19 +353,20 @@ def decode_crossover_table(results: Results) -> Table | None:
     other = paired_name(results)
     column = f"faster than {other} from"
     shortest, longest = points["context_length"].min(), points["context_length"].max()
+    keys = row_keys(points)
     data, text = [], []
-    for (label, attention), part in points.groupby(["label", "attention"], sort=True):
+    for (task, label, attention), part in points.groupby(["task", "label", "attention"], sort=True):
         part = part.set_index("context_length")
         paired = bool(part["checked"].any())
         rec = {
-            "label": label,
+            **_row(keys, (task, label)[-len(keys) :]),
             f"ms/token @{shortest}": part["decode_ms_per_token"].get(shortest, np.nan),
             f"ms/token @{longest}": part["decode_ms_per_token"].get(longest, np.nan),
             f"state bytes @{longest}": part["state_bytes"].get(longest, np.nan),
-            column: crossover(points, label) if paired else np.nan,
+            column: crossover(points[points["task"] == task], label) if paired else np.nan,
         }
         data.append(rec)
-        shown = {k: (v if k == "label" else fmt(v, 0 if "bytes" in k or "from" in k else None)) for k, v in rec.items()}
+        shown = {k: (v if k in keys else fmt(v, 0 if "bytes" in k or "from" in k else None)) for k, v in rec.items()}
         if attention == other and not paired:
             shown[column] = "(reference)"
         elif not paired:
@@ -333,7 +383,9 @@ def decode_crossover_table(results: Results) -> Table | None:
             "a dash: not even at the longest measured. Times are not ranked."
         )
     ]
-    return Table("decode_crossover", "Decoding cost against context length", data, text, best, notes)
+    return Table(
+        "decode_crossover", "Decoding cost against context length", data, text, best, notes, key_columns=len(keys)
+    )
 
 
 def decode_paired_table(results: Results) -> Table | None:
@@ -343,10 +395,11 @@ def decode_paired_table(results: Results) -> Table | None:
         return None
     points, other = points[points["checked"]], paired_name(results)
     lengths = sorted(points["context_length"].unique())
+    keys = row_keys(points)
     data, text = [], []
-    for label, part in points.groupby("label", sort=True):
+    for key, part in points.groupby(keys if len(keys) > 1 else keys[0], sort=True):
         part = part.set_index("context_length")
-        rec, row = {"label": label}, {"label": label}
+        rec, row = _row(keys, key), _row(keys, key)
         for n in lengths:
             point = part.loc[n] if n in part.index else None
             rec[f"ratio @{n}"] = point["paired_ratio"] if point is not None else np.nan
@@ -366,7 +419,13 @@ def decode_paired_table(results: Results) -> Table | None:
         )
     ]
     return Table(
-        "decode_paired", f"Decoding step against {other}'s, timed in alternation", pd.DataFrame(data), text, best, notes
+        "decode_paired",
+        f"Decoding step against {other}'s, timed in alternation",
+        pd.DataFrame(data),
+        text,
+        best,
+        notes,
+        key_columns=len(keys),
     )
 
 
@@ -376,16 +435,14 @@ def plot_decode(context: ReportContext, out_dir: Path) -> list[Plot]:
     if points.empty:
         return []
     colors = causal_colors(context.results)
+    several = points["task"].nunique() > 1
     fig = new_figure(7.5, 3.3)
     axes = fig.subplots(1, 2)
-    for label, part in points.groupby("label", sort=True):
+    for (task, label), part in points.groupby(["task", "label"], sort=True):
         part = part.sort_values("context_length")
-        axes[0].plot(
-            part["context_length"], part["decode_ms_per_token"], marker="o", label=label, color=colors.get(label)
-        )
-        axes[1].plot(
-            part["context_length"], part["prefill_tokens_per_s"], marker="o", label=label, color=colors.get(label)
-        )
+        shown = f"{label} · {task}" if several else label
+        for ax, column in zip(axes, ("decode_ms_per_token", "prefill_tokens_per_s")):
+            ax.plot(part["context_length"], part[column], marker="o", label=shown, color=colors.get(label))
     for ax, ylabel in zip(axes, ("ms per decoded token", "prefill tokens / s")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
