@@ -317,6 +317,7 @@ class _Validator:
                 if self.inputs.get(f"tasks[{i}].options")
             },
         )
+        self.required_labels(measurements, measurements_registry, [a["label"] for a in attentions])
         suite.comparison_keys = validate_comparison_keys(
             raw,
             self,
@@ -328,6 +329,20 @@ class _Validator:
         if not suite.cells():
             raise self.error("exclude", "the exclude patterns leave no cells to run")
         return suite
+
+    def required_labels(self, measurements: list[dict[str, Any]], registry: Registry, labels: list[str]) -> None:
+        """Measurement options that name a row of the suite (`required_labels()` of their options, such as
+        accuracy's parameter_reference) must name one of its attention labels."""
+        for i, measurement in enumerate(measurements):
+            config = registry.make_config(measurement["name"], **measurement["options"])
+            needed = config.required_labels() if callable(getattr(config, "required_labels", None)) else {}
+            for key, label in needed.items():
+                if label not in labels:
+                    raise self.error(
+                        f"measurements[{i}].options.{key}",
+                        f"{label!r} is not a label of this suite's attentions ({', '.join(labels) or 'none'}); "
+                        f"add it to attentions, or name the row to compare with in {key}",
+                    )
 
     def keys(self, mapping: dict[str, Any], valid: tuple[str, ...], path: str, required: tuple[str, ...] = ()) -> None:
         for key in mapping:

@@ -15,7 +15,7 @@ from attnbench.report.lra_table import lra_tables
 ROWS = 200
 
 
-def _cell(run: Path, label: str, task: str, seed: int, correct: np.ndarray, within: bool = True) -> None:
+def _cell(run: Path, label: str, task: str, seed: int, correct: np.ndarray, params: float = 1000.0, **rule) -> None:
     labels = torch.tensor(np.arange(ROWS) % 2)
     predicted = torch.where(torch.tensor(correct), labels, 1 - labels)
     probs = torch.nn.functional.one_hot(predicted, 2).float() * 0.8 + 0.1
@@ -25,11 +25,8 @@ def _cell(run: Path, label: str, task: str, seed: int, correct: np.ndarray, with
         attention=label,
         task=task,
         seed=seed,
-        metrics={"accuracy": float(correct.mean())},
-        details={
-            "predictions": encode_predictions(probs, labels),
-            "parameter_rule": {"within": within, "ratio": 1.0 if within else 1.3},
-        },
+        metrics={"accuracy": float(correct.mean()), "params_total": params},
+        details={"predictions": encode_predictions(probs, labels), "parameter_rule": {"tolerance": 0.1, **rule}},
     )
 
 
@@ -41,7 +38,7 @@ def test_separated_pairs_and_flags(tmp_path: Path) -> None:
         for label in ("softmax", "performer", "linformer"):
             # listops: softmax far ahead of two identical models; pathfinder: all three identical
             _cell(tmp_path, label, "listops", seed, good if label == "softmax" else shared)
-            _cell(tmp_path, label, "pathfinder", seed, shared, within=label != "linformer")
+            _cell(tmp_path, label, "pathfinder", seed, shared, params=1300.0 if label == "linformer" else 1000.0)
     lra, pairs = lra_tables(load_runs([tmp_path]))
     counts = lra.text.set_index("attention").loc["pairs separated"]
     assert counts["listops"] == "2 of 3" and counts["pathfinder"] == "0 of 3"
@@ -84,3 +81,25 @@ def test_bold_is_the_tested_group_not_the_highest_mean(tmp_path: Path) -> None:
 def test_no_lra_tasks_no_table(tmp_path: Path) -> None:
     write_cell(tmp_path, label="softmax", task="sst2", metrics={"accuracy": 0.8})
     assert lra_tables(load_runs([tmp_path])) == []
+
+
+def test_the_parameter_rule_compares_with_the_suites_reference_row_on_the_task(tmp_path: Path) -> None:
+    """A label whose own `model:` override gives it 11.3x the softmax row's parameters breaks the rule (a cell
+    cannot know its overrides; the rows can); another reference label is taken where the cells name one."""
+    correct = np.random.default_rng(2).random(ROWS) < 0.7
+    for seed in range(2):
+        _cell(tmp_path, "softmax", "listops", seed, correct, params=1000.0)
+        _cell(tmp_path, "wide", "listops", seed, correct, params=11300.0)
+        _cell(tmp_path, "narrow", "listops", seed, correct, params=1050.0)
+    lra = lra_tables(load_runs([tmp_path]))[0]
+    rows = lra.data.set_index("label")
+    assert rows.at["wide", "listops:breaks_parameter_rule"] and rows.at["wide", "listops:params_ratio"] == 11.3
+    assert not rows.at["narrow", "listops:breaks_parameter_rule"]
+    assert "wide × listops (11.30× softmax's)" in lra.notes[-1]
+
+    other = tmp_path / "other"
+    for seed in range(2):
+        for label, params in (("base", 11000.0), ("wide", 11300.0), ("softmax", 1000.0)):
+            _cell(other, label, "listops", seed, correct, params=params, reference="base")
+    rows = lra_tables(load_runs([other]))[0].data.set_index("label")
+    assert not rows.at["wide", "listops:breaks_parameter_rule"] and rows.at["softmax", "listops:breaks_parameter_rule"]

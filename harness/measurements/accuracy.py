@@ -16,7 +16,6 @@ from attnbench.measurements.common import attention_runtime, load_cell_task, tra
 from attnbench.metrics import classification_metrics, register_metric, reliability_bins
 from attnbench.model import parameter_counts
 from attnbench.options import option, require
-from attnbench.parameter_budget import parameter_rule, softmax_parameter_count
 from attnbench.predictions import encode_predictions
 from attnbench.progress import Progress
 from attnbench.references import REFERENCE, measure_reference
@@ -31,9 +30,16 @@ class AccuracyOptions:
     eval_split: Literal["test", "validation"] = option("test", "split the selected checkpoint is evaluated on")
     parameter_tolerance: float | None = option(
         None,
-        "LRA's parameter rule: flag a model whose parameter count is not within this fraction of the softmax "
-        "Transformer's (LRA: 0.1); None = not checked",
+        "LRA's parameter rule: flag a model whose parameter count is not within this fraction of the reference "
+        "row's on the same task (LRA: 0.1); None = not checked",
     )
+    parameter_reference: str = option(
+        "softmax", "the label of the suite's row whose parameter count the rule compares with (its softmax row)"
+    )
+
+    def required_labels(self) -> dict[str, str]:
+        """Options naming a label of the suite's attentions: the rule's reference row, when the rule is on."""
+        return {} if self.parameter_tolerance is None else {"parameter_reference": self.parameter_reference}
 
     def __post_init__(self) -> None:
         require(self.n_bins >= 1, f"n_bins={self.n_bins} must be at least 1")
@@ -49,7 +55,7 @@ register_metric("phase_a_seconds", "min", "wall time of phase A", **SECONDS)
 for _name, _direction, _text in (
     ("params_total", None, "parameters of the model"),
     ("params_attention", None, "parameters of the attention layers"),
-    ("params_ratio", None, "parameters over the softmax Transformer's (LRA's rule)"),
+    ("params_ratio", None, "parameters over a softmax model of the cell's own config (earlier runs' rule)"),
 ):
     register_metric(_name, _direction, _text, bounds=(0.0, None), format=",.0f" if _name != "params_ratio" else ".3f")
 
@@ -80,11 +86,9 @@ def measure_accuracy(
     }
     if result.phase_a is not None:
         metrics["phase_a_seconds"] = float(result.phase_a["seconds"])
-    rule = None
+    rule = None  # judged by the report, against the reference row's count on the same task (report/lra_table)
     if options.parameter_tolerance is not None:
-        reference = softmax_parameter_count(result.model.cfg, task, cell.seed)
-        rule = parameter_rule(params["total"], reference, options.parameter_tolerance)
-        metrics["params_ratio"] = rule["ratio"]
+        rule = {"tolerance": options.parameter_tolerance, "reference": options.parameter_reference}
     details = {
         "checkpoint": result.checkpoint,
         "best_epoch": result.best_epoch,

@@ -6,7 +6,8 @@ a task when the 95% t-interval of the per-seed accuracy difference excludes 0 an
 (exact McNemar per seed, combined across seeds) gives p < 0.05: the verdict of the paired comparisons
 (`attnbench.report.paired.paired_difference`), applied to every pair. Bold marks each task's top group
 (`attnbench.report.ranking`), never a point estimate.
-A cell whose model breaks LRA's parameter rule (accuracy option parameter_tolerance) is flagged. Registered as
+A cell whose model breaks LRA's parameter rule (accuracy option parameter_tolerance) against the suite's reference
+row on the same task (parameter_reference, softmax by default) is flagged. Registered as
 the report section `lra`, after the accuracy tables.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from attnbench.parameter_budget import parameter_rule
 from attnbench.report.load import Results
 from attnbench.report.paired import ALPHA, DETECTED, PredictionCache, cells_by_seed, paired_difference
 from attnbench.report.ranking import RANK_METRIC, ranking_note, task_standings, top_group_marks
@@ -28,11 +30,24 @@ from attnbench.report.table import DASH, Table, fmt
 
 LRA_TASKS = ("listops", "byte_text", "byte_retrieval", "pixels", "pathfinder")  # LRA's column order
 FLAG = " ⚑"
+SOFTMAX = "softmax"  # the reference label of cells that name none (the accuracy option's default)
 
 
-def _breaks_rule(cells: pd.DataFrame) -> bool:
-    """Whether any of these cells records a model outside LRA's parameter rule."""
-    return any(((c or {}).get("parameter_rule") or {}).get("within") is False for c in cells["details"])
+def parameter_verdict(cells: pd.DataFrame, task: str, label: str) -> dict[str, Any] | None:
+    """LRA's parameter rule for `label` on `task`: its parameter count against the reference row's (the label
+    its cells name, `parameter_reference`; softmax for cells that name none) on the same task, within the
+    tolerance its cells record; None where the rule is off or no reference cell finished."""
+    mine = cells[(cells["task"] == task) & (cells["label"] == label)]
+    asked = [(d or {}).get("parameter_rule") for d in mine["details"] if (d or {}).get("parameter_rule")]
+    if not asked:
+        return None
+    reference = asked[0].get("reference", SOFTMAX)
+    theirs = cells[(cells["task"] == task) & (cells["label"] == reference)]
+    counts = [m.get("params_total") for m in theirs["metrics"] if m.get("params_total")]
+    total = [m.get("params_total") for m in mine["metrics"] if m.get("params_total")]
+    if not counts or not total:
+        return None
+    return {**parameter_rule(max(total), max(counts), asked[0]["tolerance"]), "reference": reference}
 
 
 def separates(a: dict[int, pd.Series], b: dict[int, pd.Series], cache: PredictionCache) -> dict[str, Any]:
@@ -94,8 +109,10 @@ def lra_tables(results: Results) -> list[Table]:
                 f"{task}:ci_low": s["ci_low"],
                 f"{task}:ci_high": s["ci_high"],
                 f"{task}:n": s["n"],
-                f"{task}:breaks_parameter_rule": _breaks_rule(part),
             }
+            verdict = parameter_verdict(cells, task, lab)
+            row[f"{task}:params_ratio"] = verdict["ratio"] if verdict else math.nan
+            row[f"{task}:breaks_parameter_rule"] = verdict is not None and not verdict["within"]
             shown = (
                 DASH
                 if s["n"] == 0
@@ -112,7 +129,7 @@ def lra_tables(results: Results) -> list[Table]:
                 shown += " (at chance)"
             if row[f"{task}:breaks_parameter_rule"]:
                 shown += FLAG
-                flagged.append(f"{lab} × {task}")
+                flagged.append(f"{lab} × {task} ({verdict['ratio']:.2f}× {verdict['reference']}'s)")
             text[task] = shown
         means = [row[f"{t}:mean"] for t in tasks]
         row["average"] = float(np.mean(means)) if all(math.isfinite(m) for m in means) else math.nan
@@ -143,7 +160,8 @@ def lra_tables(results: Results) -> list[Table]:
     if flagged:
         notes.append(
             f"{FLAG.strip()}: the model breaks LRA's parameter rule (parameters not within the "
-            "tolerance of the softmax Transformer's): " + "; ".join(flagged) + "."
+            "tolerance of the reference row's on the same task, the suite's softmax row unless the accuracy "
+            "option parameter_reference names another): " + "; ".join(flagged) + "."
         )
     tables = [Table("lra", "Long Range Arena: test accuracy per task", data, text, best, notes)]
     if len(pairs):
