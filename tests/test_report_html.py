@@ -177,3 +177,51 @@ def test_browser_shows_tables_images_and_sorts(report: Path, browser) -> None:
     labels = _column(browser, "table-leaderboard", "label")
     _click(browser, "table-leaderboard", "label")
     assert _column(browser, "table-leaderboard", "label") == sorted(labels)
+
+
+def test_report_out_never_deletes_a_users_files(tmp_path: Path, report: Path) -> None:
+    """`--out DIR` where DIR holds the user's plots/figure3.pdf and tables/table1.tex: refused, both kept; a folder
+    the report wrote is replaced, and refused again once the user adds a file of their own to it."""
+    import shutil
+
+    import pytest
+
+    from attnbench.errors import UserError
+    from attnbench.report import MARKER, write_report
+
+    run = report.parent
+    mine = tmp_path / "paper"
+    (mine / "plots").mkdir(parents=True)
+    (mine / "tables").mkdir()
+    (mine / "plots" / "figure3.pdf").write_bytes(b"%PDF")
+    (mine / "tables" / "table1.tex").write_text("\\begin{tabular}")
+    with pytest.raises(UserError, match="was not written by `attnbench report`"):
+        write_report(run, mine)
+    assert (mine / "plots" / "figure3.pdf").read_bytes() == b"%PDF" and (mine / "tables" / "table1.tex").is_file()
+
+    ours = tmp_path / "ours"
+    shutil.copytree(report, ours)
+    assert (ours / MARKER).is_file()
+    write_report(run, ours)  # only what the report wrote: replaced
+    (ours / "plots" / "figure3.pdf").write_bytes(b"%PDF")
+    with pytest.raises(UserError, match=r"holds files its report did not write \(plots/figure3.pdf\)"):
+        write_report(run, ours)
+    assert (ours / "plots" / "figure3.pdf").is_file()
+
+
+def test_labels_whose_names_differ_only_in_punctuation_get_a_file_and_an_id_each(tmp_path: Path) -> None:
+    from report_fixture import write_cell
+
+    from attnbench.report import write_report
+    from attnbench.report.table import slug
+
+    assert len({slug("rt.v1"), slug("rt_v1"), slug("RT_v1"), slug("rt v1")}) == 4 and slug("rt_v1") == "rt_v1"
+    for task, accuracy in (("rt.v1", 0.6), ("rt_v1", 0.9)):
+        for seed in (0, 1):
+            write_cell(tmp_path, label="softmax", task=task, seed=seed, metrics={"accuracy": accuracy})
+    out = write_report(tmp_path)
+    files = sorted(p.name for p in (out / "tables").glob("task_rt*.csv"))
+    assert len(files) == 2, files
+    page = (out / "index.html").read_text()
+    ids = [part.split('"')[0] for part in page.split(' id="')[1:]]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)

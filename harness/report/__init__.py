@@ -13,10 +13,13 @@ A report is written like a cell: into a fresh folder beside its place, then swap
     provenance.json     per run: suite, commits, versions, machine, seeds, cell counts and reasons
     tables/NAME.{md,csv,tex}
     plots/NAME.{png,svg}
+    .attnbench-report.json  the files this report wrote: a later report replaces the folder only while it holds
+                        nothing else, and refuses a folder without it (`--out` never deletes a user's files)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -53,7 +56,7 @@ def write_leaderboard(run_dirs: list[Path], out_dir: Path) -> Path:
     return _write(results, Path(out_dir), title)
 
 
-REPORT_ENTRIES = {"index.html", "report.md", "provenance.json", "tables", "plots"}
+MARKER = ".attnbench-report.json"  # in every report folder: the files that report wrote, and nothing else is ours
 
 
 def _swap_in(fresh: Path, out_dir: Path) -> None:
@@ -68,14 +71,28 @@ def _swap_in(fresh: Path, out_dir: Path) -> None:
 
 
 def _refuse_foreign(out_dir: Path) -> None:
-    """A report replaces its folder whole: refuse a folder that holds anything but an earlier report."""
+    """A report replaces its folder whole: refuse a folder that `attnbench report` did not write (no MARKER in it),
+    and one holding files besides those its report wrote (a figure of the user's put into plots/)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"cannot write the report into {out_dir}: it is a file; give a folder path")
-    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in REPORT_ENTRIES) if out_dir.is_dir() else []
+    present = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if p.is_file()) if out_dir.is_dir() else []
+    if not present:
+        return
+    marker = out_dir / MARKER
+    try:
+        written = set(json.loads(marker.read_text(encoding="utf-8"))["files"]) | {MARKER}
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        raise UserError(
+            f"{out_dir} was not written by `attnbench report` (no readable {MARKER} in it) and holds "
+            f"{len(present)} file(s), e.g. {', '.join(present[:3])}; a report replaces its folder whole: give a new "
+            f"or empty folder (an earlier attnbench's report folder: delete it first)"
+        ) from None
+    foreign = [name for name in present if name not in written]
     if foreign:
         raise UserError(
-            f"{out_dir} holds files that are not part of a report ({', '.join(foreign[:3])}); "
-            f"a report replaces its folder whole: give a new or empty folder"
+            f"{out_dir} holds files its report did not write ({', '.join(foreign[:3])}"
+            f"{f' and {len(foreign) - 3} more' if len(foreign) > 3 else ''}); a report replaces its folder whole: "
+            f"move them out, or give another folder"
         )
 
 
@@ -120,10 +137,25 @@ def _write(results: Results, out_dir: Path, title: str) -> Path:
     return out_dir
 
 
+def _unique_names(tables: list[Table]) -> list[Table]:
+    """The tables with one file name (and HTML id) each: a name made twice (two sections, or a measurement and a
+    task whose joined names meet) gets '-2', '-3' in the order the tables come, never overwriting the first."""
+    seen: set[str] = set()
+    unique = []
+    for table in tables:
+        name, n = table.name, 1
+        while name in seen:
+            n += 1
+            name = f"{table.name}-{n}"
+        seen.add(name)
+        unique.append(table if name == table.name else dataclasses.replace(table, name=name))
+    return unique
+
+
 def _write_into(results: Results, out_dir: Path, title: str) -> None:
     for folder in (out_dir / "tables", out_dir / "plots"):
         folder.mkdir(parents=True, exist_ok=True)
-    tables = all_tables(results)
+    tables = _unique_names(all_tables(results))
     for table in tables:
         write_table(table, out_dir / "tables")
     context = report_context(results, tables)
@@ -135,3 +167,5 @@ def _write_into(results: Results, out_dir: Path, title: str) -> None:
         _markdown(title, tables, [p.name for p in plots], provenance, summary), encoding="utf-8"
     )
     (out_dir / "index.html").write_text(render_page(title, tables, plots, provenance, summary), encoding="utf-8")
+    written = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if p.is_file())
+    (out_dir / MARKER).write_text(json.dumps({"written_by": "attnbench report", "files": written}, indent=1))

@@ -48,8 +48,13 @@ def new_figure(width: float, height: float) -> Figure:
 
 
 def save_plot(fig: Figure, out_dir: Path, name: str, title: str) -> Plot:
-    """Write the figure as out_dir/NAME.png and NAME.svg (the same size in inches); returns the written plot."""
+    """Write the figure as out_dir/NAME.png and NAME.svg (the same size in inches); returns the written plot. A
+    name this report has already written gets '-2', '-3' (never overwriting another plot)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    base, n = name, 1
+    while (out_dir / f"{name}.png").exists():
+        n += 1
+        name = f"{base}-{n}"
     png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
     # tight: the saved canvas grows to hold a suptitle or an outside legend wider than the panels (no clipping)
     fig.savefig(png, dpi=110, bbox_inches="tight", pad_inches=0.1)

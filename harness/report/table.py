@@ -7,12 +7,15 @@ never counted as zero.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
+import string
 
 import numpy as np
 import pandas as pd
 
 DASH = "—"
+SLUG_CHARACTERS = frozenset(string.ascii_lowercase + string.digits + "-_")
 
 
 @dataclasses.dataclass
@@ -82,7 +85,12 @@ def best_mask(values: pd.DataFrame, directions: dict[str, str | None], groups: p
 
 
 def slug(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in str(name)).strip("_")
+    """A file name (and HTML id) for `name`, one per name: lower-case ASCII letters, digits, '-' and '_' are kept;
+    a name with anything else ('rt.v1', 'pathfinder(resolution=32)', 'RT') gets those replaced by '_' and 8 hex
+    digits of its sha256 appended, so that 'rt.v1' and 'rt_v1' never share a file."""
+    text = str(name)
+    kept = "".join(ch if ch in SLUG_CHARACTERS else "_" for ch in text).strip("_")
+    return kept if kept == text else f"{kept}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
 def group_keys(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
