@@ -42,14 +42,40 @@ def _utc_seconds() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def json_value(value: Any, where: str) -> Any:
+    """`value` as the JSON types a result holds: numpy scalars and 0-d tensors as numbers, arrays and tensors as
+    (nested) lists, tuples as lists; a TypeError naming `where` (a key path such as details.curve) for anything
+    else, so that a measurement returning it fails its cell with the reason instead of stopping the run."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise TypeError(f"{where} has the key {key!r} of type {type(key).__name__}; give string keys")
+        return {str(key): json_value(item, f"{where}.{key}") for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if callable(getattr(value, "tolist", None)):  # numpy scalars and arrays, torch tensors (without importing torch)
+        return json_value(value.tolist(), where)
+    raise TypeError(
+        f"{where} is a {type(value).__module__}.{type(value).__name__}, which a result file cannot hold; return "
+        f"numbers, strings, lists or mappings of them (numpy values and tensors are converted)"
+    )
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that readers see the old file or the complete new one, never a partial one."""
+    """Write JSON so that readers see the old file or the complete new one, never a partial one (nor a temporary
+    file left behind when `data` cannot be written)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True, allow_nan=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True, allow_nan=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:

@@ -95,6 +95,25 @@ def echo(cell: CellSpec, options: EchoOptions, *, device: str, progress: Any) ->
 
 
 @dataclasses.dataclass
+class LibraryValuesOptions:
+    """Options of the library-values measurement."""
+
+    unstorable: bool = option(False, "also return a set, which no result file can hold")
+
+
+@MEASUREMENTS.register("library-values", config=LibraryValuesOptions)
+def library_values(cell: CellSpec, options: LibraryValuesOptions, *, device: str, progress: Any) -> dict[str, Any]:
+    """What a plug-in computes with numpy and torch: their scalars, 0-d tensors and arrays."""
+    import numpy as np
+
+    details = {"curve": np.arange(3), "weights": torch.ones(2), "n": np.int64(4), "pair": (np.float64(0.5), 1)}
+    return {
+        "metrics": {"score": np.float32(0.5), "count": torch.tensor(3)},
+        "details": details | ({"kinds": {"a", "b"}} if options.unstorable else {}),
+    }
+
+
+@dataclasses.dataclass
 class SeedOnlyOptions(EchoOptions):
     """Options of a measurement that uses neither task nor attention nor seed (run once per suite)."""
 

@@ -105,6 +105,29 @@ def test_skip_is_recorded_with_its_reason_and_is_not_a_failure(tmp_path):
     assert summary.exit_code == 0 and record["status"] == "skipped" and record["reason"] == "needs a GPU"
 
 
+def test_numpy_and_torch_values_are_stored_as_json_and_an_unstorable_one_fails_only_its_cell(tmp_path):
+    """A plug-in measurement returning np.float32, a 0-d tensor or arrays: stored as numbers and lists; one that
+    returns a set fails its cell with the key path (the run goes on; no temporary file is left)."""
+    measurements = [
+        {"name": "fake_cells:library_values"},
+        {"name": "fake_cells:library_values", "options": {"unstorable": True}},
+    ]
+    tasks = [{"name": "fake_cells:tiny_task"}]
+    suite = load_suite(str(suite_file(tmp_path, ["softmax"], measurements[:1] + ["echo"], tasks=tasks)))
+    run_suite(suite, tmp_path / "run", RunOptions(show_progress=False))
+    stored = {r["cell"]["measurement"]["name"]: r for r in RunStore(tmp_path / "run").records()}
+    values = stored["fake_cells:library_values"]
+    assert values["status"] == "ok" and values["metrics"] == {"score": 0.5, "count": 3}
+    assert values["details"] == {"curve": [0, 1, 2], "weights": [1.0, 1.0], "n": 4, "pair": [0.5, 1]}
+
+    suite = load_suite(str(suite_file(tmp_path, ["softmax"], [measurements[1], "echo"], tasks=tasks)))
+    summary = run_suite(suite, tmp_path / "run2", RunOptions(show_progress=False))
+    stored = {r["cell"]["measurement"]["name"]: r for r in RunStore(tmp_path / "run2").records()}
+    assert summary.counts == {"failed": 1, "ok": 1}
+    assert "details.kinds is a builtins.set" in stored["fake_cells:library_values"]["reason"]
+    assert not list((tmp_path / "run2" / "cells").glob(".*.tmp"))
+
+
 def test_same_cell_same_seed_gives_identical_metrics_and_resume_runs_nothing(tmp_path):
     suite = load_suite(str(suite_file(tmp_path, ["softmax"], ["fake_cells:tiny_train"], seeds=[3])))
     first = run_suite(suite, tmp_path / "a", RunOptions(show_progress=False))

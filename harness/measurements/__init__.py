@@ -3,7 +3,7 @@
 Contract (the executor and tests rely on it):
 
     from attnbench.measurements import run_cell, measurement_names, SkipCell
-    result = run_cell(cell, device="cpu")     # -> {"metrics": {str: float}, "details": {...}}
+    result = run_cell(cell, device="cpu")     # -> {"metrics": {str: float}, "details": {...}}, JSON types only
 
 A measurement is `fn(cell, options, *, device, progress) -> {"metrics", "details"}` registered with
 `@register_measurement(name, config=OptionsDataclass)`; the cell is an `attnbench.cell_spec.CellSpec`
@@ -19,6 +19,7 @@ from typing import Any
 from attnbench.cell_spec import CellSpec
 from attnbench.progress import Progress
 from attnbench.registry import Registry
+from attnbench.store import json_value
 
 ENTRY_POINT_GROUP = "attnbench.measurement"
 
@@ -64,8 +65,13 @@ def run_cell(cell: CellSpec, *, device: str = "cpu", progress: Progress | None =
     name = cell.measurement.name
     options = MEASUREMENTS.make_config(name, **cell.measurement.options)
     result = MEASUREMENTS.get(name).factory(cell, options, device=device, progress=progress)
-    if set(result) != {"metrics", "details"}:
-        raise TypeError(
-            f"measurement {name!r} returned keys {sorted(result)}; it must return exactly 'metrics' and 'details'"
-        )
-    return result
+    if not isinstance(result, dict) or set(result) != {"metrics", "details"}:
+        got = sorted(result) if isinstance(result, dict) else type(result).__name__
+        raise TypeError(f"measurement {name!r} returned {got}; it must return exactly 'metrics' and 'details'")
+    metrics = json_value(result["metrics"], "metrics")
+    if not isinstance(metrics, dict):
+        raise TypeError(f"measurement {name!r} returned metrics {type(result['metrics']).__name__}; give a mapping")
+    for key, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"metrics.{key} is {value!r}; a metric is one number (put the rest in details)")
+    return {"metrics": metrics, "details": json_value(result["details"], "details")}
