@@ -198,3 +198,22 @@ def test_rows_fit_the_shared_classifier(name):
 def test_unknown_option_names_the_closest_valid_one():
     with pytest.raises(ConfigError, match="did you mean 'max_length'"):
         load_task("listops", max_lenght=10)
+
+
+def test_listops_natural_classes_follow_the_generator_and_presets_pick_the_balance():
+    from attnbench.tasks.listops import ListOpsConfig, ListOpsSampler
+
+    options = {"min_length": 16, "max_length": 64, "num_train": 1500, "num_validation": 100, "num_test": 100}
+    natural = load_task("listops", class_balance="natural", **options)
+    counts = np.bincount(natural["train"].labels.numpy(), minlength=10) / 1500
+    sampler, rng, drawn = ListOpsSampler(ListOpsConfig(**options)), np.random.default_rng(7), []
+    while len(drawn) < 3000:  # the generator's own class distribution, drawn independently
+        example = sampler(rng)
+        if example is not None:
+            drawn.append(example[1])
+    expected = np.bincount(drawn, minlength=10) / 3000
+    assert np.abs(counts - expected).max() < 0.04 and counts.max() - counts.min() > 0.02  # not balanced
+    assert ListOpsConfig().class_balance == "balanced" and ListOpsConfig().generator_version == 1
+    lra = ListOpsConfig(preset="lra")
+    assert lra.class_balance == "natural" and lra.generator_version == 2  # LRA's distribution: new cell ids
+    assert ListOpsConfig(preset="lra", class_balance="balanced").generator_version == 1

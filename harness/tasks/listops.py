@@ -9,6 +9,14 @@ values). Expressions outside [min_length, max_length] tokens are rejected. Print
 `preset: lra` sets LRA's sizes (lengths 500-2,000, depth 10, up to 10 arguments, 96k/2k/2k examples;
 google-research/long-range-arena, lra_benchmarks/data/listops.py); `preset: cpu` (the default) keeps the
 options as given. The cell's provenance names the preset that ran.
+
+Class balance: LRA keeps every expression its generator draws, so its classes are as unequal as the values of
+random expressions (its majority class holds 17.3% of its data); `class_balance: balanced` instead gives every
+class an equal share of each split (a classifier cannot then score above 10% by the majority class alone, and
+chance is the same in every split). The default follows the preset: natural under `preset: lra` (LRA's data, so
+that accuracies compare with LRA's), balanced under `preset: cpu` (this harness's earlier choice, which the
+committed lra-cpu run used; its cells keep their ids). Under `preset: lra` the splits changed from balanced to
+natural, so its cells carry generator version 2 and get new ids.
 """
 
 from __future__ import annotations
@@ -47,10 +55,18 @@ class ListOpsConfig(SyntheticConfig):
         "cpu: the options as given; lra: LRA's sizes (lengths 500-2000, "
         "depth 10, 10 arguments, 96k/2k/2k), which then may not be given",
     )
+    class_balance: Literal["balanced", "natural"] | None = option(
+        None,
+        "balanced: every class an equal share of each split; natural: the classes as the generator draws them "
+        "(LRA's data: its majority class holds 17.3%); None: natural under preset lra, balanced under cpu",
+    )
 
     def __post_init__(self) -> None:
         if self.preset == "lra":
             self._apply_lra_preset()
+        self.class_balance = self.class_balance or ("natural" if self.preset == "lra" else "balanced")
+        if self.preset == "lra" and self.class_balance == "natural":
+            self.generator_version = 2  # preset lra made balanced splits before: its cells move, preset cpu's stay
         super().__post_init__()
         require(
             1 <= self.min_length <= self.max_length,
@@ -160,7 +176,8 @@ class ListOpsSampler:
 @register_task("listops", config=ListOpsConfig)
 def listops(cfg: ListOpsConfig) -> TaskData:
     """ListOps: classify the value (0-9) of a nested MAX/MIN/MED/SM expression (LRA generator)."""
-    splits = balanced_splits(ListOpsSampler(cfg), cfg.num_classes, cfg, cfg.max_length, "listops")
+    sampler = ListOpsSampler(cfg)
+    splits = balanced_splits(sampler, cfg.num_classes, cfg, cfg.max_length, "listops", cfg.class_balance == "balanced")
     vocab = vocabulary(cfg.num_classes)
     return TaskData(
         "listops",
@@ -172,6 +189,7 @@ def listops(cfg: ListOpsConfig) -> TaskData:
         info={
             "source": "generated (LRA ListOps semantics)",
             "preset": cfg.preset,
+            "class_balance": cfg.class_balance,
             "vocabulary": vocab,
             "splits": split_info(splits),
         },

@@ -42,13 +42,17 @@ def class_quotas(size: int, num_classes: int) -> list[int]:
     return [size // num_classes + (1 if c < size % num_classes else 0) for c in range(num_classes)]
 
 
-def balanced_splits(sample: Sampler, num_classes: int, cfg: SyntheticConfig, width: int, task: str) -> dict[str, Split]:
-    """Draw unique examples until every split holds its per-class quota; rows shuffled, seeded.
+def balanced_splits(
+    sample: Sampler, num_classes: int, cfg: SyntheticConfig, width: int, task: str, balanced: bool = True
+) -> dict[str, Split]:
+    """Draw unique examples until every split holds its per-class quota (`balanced`), or its size with the classes
+    as the sampler draws them (not balanced: the generator's own distribution); rows shuffled, seeded.
 
     A token sequence appears at most once over all splits, so train/validation/test are disjoint.
     """
     rng = np.random.default_rng(cfg.seed)
-    need = {s: class_quotas(n, num_classes) for s, n in cfg.sizes().items()}
+    buckets = num_classes if balanced else 1  # not balanced: one quota that any class fills
+    need = {s: class_quotas(n, buckets) for s, n in cfg.sizes().items()}
     rows: dict[str, list[Example]] = {s: [] for s in SPLITS}
     remaining = sum(cfg.sizes().values())
     seen: set[tuple[int, ...]] = set()
@@ -56,7 +60,7 @@ def balanced_splits(sample: Sampler, num_classes: int, cfg: SyntheticConfig, wid
     while remaining:
         draws += 1
         if draws > cfg.max_draws:
-            short = {s: [c for c in range(num_classes) if need[s][c]] for s in SPLITS if any(need[s])}
+            short = {s: [c for c in range(buckets) if need[s][c]] for s in SPLITS if any(need[s])}
             raise UserError(
                 f"task {task!r}: after {cfg.max_draws} draws the classes {short} (by split) are "
                 f"still short of examples; lower num_train/num_validation/num_test, widen the "
@@ -66,11 +70,12 @@ def balanced_splits(sample: Sampler, num_classes: int, cfg: SyntheticConfig, wid
         if example is None or example[0] in seen:
             continue
         tokens, label = example
-        split = next((s for s in SPLITS if need[s][label] > 0), None)
+        bucket = label if balanced else 0
+        split = next((s for s in SPLITS if need[s][bucket] > 0), None)
         if split is None:
             continue
         seen.add(tokens)
-        need[split][label] -= 1
+        need[split][bucket] -= 1
         rows[split].append(example)
         remaining -= 1
     out = {}
