@@ -20,6 +20,7 @@ from attnbench.measurements import SkipCell
 from attnbench.model import ModelConfig
 from attnbench.options import make_options
 from attnbench.progress import Progress
+from attnbench.readout import LastPositionReadout
 from attnbench.registry import learning_phase_entry
 from attnbench.runtime import record_what_ran, seed_everything
 from attnbench.sizing import size_to_match
@@ -146,6 +147,8 @@ def train_cell_decoder(
     record_what_ran("model", dataclasses.asdict(sized.config))
     seed_everything(seed)
     model = TransformerDecoder(sized.config, name, sized.options, seed=seed)
+    if task.info.get("readout") == "last":  # MAD's compression: every output from the last position alone
+        model = LastPositionReadout(model)
     training = make_options(TrainConfig, cell.training, what="training")
     result = train_model(model, task, training, NEXT_TOKEN, seed=seed, device=device, progress=progress)
     return dataclasses.replace(result, sizing=sized.record)

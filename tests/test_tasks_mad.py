@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import functools
+import json
+import math
 
 import numpy as np
 import pytest
 import torch
 
+from attnbench.decoder import TransformerDecoder
 from attnbench.errors import ConfigError
+from attnbench.executor import RunOptions, run_suite
+from attnbench.model import ModelConfig
+from attnbench.readout import LastPositionReadout, sinusoidal_positions
+from attnbench.suite import load_suite
 from attnbench.tasks import load_task
 
 IGNORE = -100
@@ -130,11 +137,38 @@ def test_memorization_labels_follow_one_fixed_map_per_seed():
     assert moved > 0  # another seed, another map
 
 
-def test_compression_targets_the_row_and_recall_leaves_it_out():
+def test_compression_targets_the_row_read_out_from_the_last_position():
     data = task("compression", vocab_size=16, seq_len=12)
     test = data["test"]
     assert torch.equal(test.labels, test.input_ids) and bool((test.input_ids[:, -1] == 15).all())
     assert int(test.input_ids[:, :-1].max()) < 15 and data.info["readout"] == "last"
+    cfg = ModelConfig(vocab_size=16, num_classes=16, max_length=12, d_model=16, num_layers=1, num_heads=2,
+                      ffn_dim=32, dropout=0.0, kind="decoder")  # fmt: skip
+    decoder = TransformerDecoder(cfg, "softmax", {}, seed=0).eval()
+    readout = LastPositionReadout(decoder).eval()
+    ids = test.input_ids[:2]
+    changed = ids.clone()
+    changed[:, -2] = (changed[:, -2] + 1) % 15  # only a late token
+    with torch.no_grad():
+        assert torch.equal(decoder(ids)[:, 0], decoder(changed)[:, 0])  # a causal head: position 0 cannot see it
+        assert not torch.allclose(readout(ids)[:, 0], readout(changed)[:, 0])  # the readout's position 0 does
+    code = sinusoidal_positions(3, 4)
+    assert torch.allclose(code[0], torch.tensor([0.0, 1.0, 0.0, 1.0]))
+    assert torch.allclose(code[2], torch.tensor([math.sin(2), math.cos(2), math.sin(0.02), math.cos(0.02)]))
+
+
+def test_compression_trains_through_the_readout_in_the_recall_measurement(tmp_path):
+    (tmp_path / "s.yaml").write_text(
+        "name: compression-tiny\ndescription: compression through the readout\nattentions: [softmax]\n"
+        "tasks: [{name: compression, options: {seq_len: 12, num_train: 64, num_validation: 16, num_test: 16}}]\n"
+        "seeds: [0]\nmodel: {kind: decoder, d_model: 16, num_layers: 1, num_heads: 2, ffn_dim: 32, dropout: 0.0}\n"
+        "training: {epochs: 1, batch_size: 16}\nmeasurements: [recall]\n"
+    )
+    summary = run_suite(load_suite(str(tmp_path / "s.yaml")), tmp_path / "run", RunOptions(show_progress=False))
+    assert not summary.failures, summary
+    (cell,) = [json.loads(p.read_text()) for p in (tmp_path / "run" / "cells").rglob("*.json")]
+    assert cell["status"] == "ok" and cell["details"]["labelled"] == 16 * 12
+    assert 0 <= cell["metrics"]["exact_match"] <= cell["metrics"]["accuracy"] <= 1
 
 
 @pytest.mark.parametrize(

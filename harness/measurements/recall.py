@@ -2,7 +2,7 @@
 
 The tasks: associative recall (mqar), state tracking (parity, modular_count, permutation), the needle tasks
 (niah) and MAD's mechanism tasks; any `SequenceTaskData` whose labels are answers rather than a text's every next
-byte (byte_lm goes with `lm`). Metrics: accuracy over every labelled position of the test split, exact match of
+byte (byte_lm goes with `lm`; MAD's compression is read out from the last position alone, attnbench.readout). Metrics: accuracy over every labelled position of the test split, exact match of
 its answers (an answer: a maximal run of consecutive labelled positions in a row, all of whose tokens must be
 right), the loss (nll, nats), the decoding state per sequence and layer at the row length (`state_bytes`,
 attnbench.measurements.state), so that accuracy can be read against state size, MQAR's number of key-value
@@ -85,11 +85,6 @@ def measure_recall(
         raise SkipCell(
             f"task {task.name!r} does not label answers in token rows; the recall measurement needs a task such as "
             f"mqar, parity or niah (byte_lm goes with the lm measurement)"
-        )
-    if task.info.get("readout") == "last":
-        raise SkipCell(
-            f"task {task.name!r} is scored by reconstructing the row from its last position alone (MAD's "
-            f"auto-encoder); the decoder's per-token head has no such bottleneck, so recall does not score it"
         )
     result = train_cell_decoder(cell, task, device=device, progress=progress, max_length=model_length(task))
     batch = train_config(cell).eval_batch_size

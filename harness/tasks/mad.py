@@ -18,9 +18,9 @@ difficulty grid (its baseline is the default; `configs/tasks/*.yml` vary one opt
   blanks as tokens to copy: the answers are the tokens in order, one per trailing blank.
 - `memorization`: a fixed random key-to-value map (one per seed, shared by every split), asked as key, insert
   token -> value; nothing in the row tells the value: the map must be stored in the weights.
-- `compression`: `seq_len - 1` random tokens and a compression token; the target is the whole row. MAD scores it
-  with an auto-encoder that reconstructs the row from the compression token's state alone; the causal decoder's
-  per-token head has no such bottleneck, so the recall measurement skips it (the rows are generated and tested).
+- `compression`: `seq_len - 1` random tokens and a compression token; the target is the whole row, which MAD's
+  auto-encoder reconstructs from the compression token's state alone: the task says `readout: last` and the
+  decoder is trained and scored through that readout (attnbench.readout).
 Training rows carry MAD's training targets (the recall tasks: every next token, as a language model; the others:
 their answers) and validation and test rows its test targets (the answers only). Deviations from MAD's code, all
 its draws are not reproducible or are slow: the same distributions are drawn with other generators (Python's
@@ -329,6 +329,6 @@ def memorization(cfg: MemorizationConfig) -> SequenceTaskData:
 
 @register_task("compression", config=CompressionConfig)
 def compression(cfg: CompressionConfig) -> SequenceTaskData:
-    """MAD's compression: reconstruct the row from the compression token (needs an auto-encoder readout)."""
+    """MAD's compression: reconstruct the row from the compression token's state alone (an auto-encoder readout)."""
     splits = mad_splits(cfg, lambda rand, training: compression_row(cfg, rand))
     return mad_task("compression", cfg, splits, {"compression_id": cfg.vocab_size - 1, "readout": "last"})
