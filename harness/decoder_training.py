@@ -3,13 +3,18 @@
 The one training loop (`attnbench.train.train_model`) with the phase-B settings of the classifier
 (`TrainConfig`: AdamW, warm-up then cosine decay, clipping, checkpoint chosen on validation) and the objective
 `NEXT_TOKEN`: the loss over labelled positions (`decoder.token_loss`), token accuracy and loss on validation.
-Evaluation gives, per labelled position, the loss in nats and whether the arg-max token was the label.
+Evaluation gives, per labelled position, the loss in nats and whether the arg-max token was the label, from the
+parallel forward or from the recurrent `step` (the same logits), or from whichever of the two times faster on the
+first batch (`form="auto"`: the step only where every layer's state keeps its size, so that its cost per token
+does not grow), recorded with the scores.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import time
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -35,6 +40,7 @@ class TokenScores:
     loss: Tensor
     correct: Tensor
     labelled: Tensor  # (N, L) bool
+    form: dict[str, Any] | None = None  # how the logits were computed: {"form": "parallel" | "step", timings}
 
     def mean_loss(self) -> float:
         return float(self.loss[self.labelled].mean())
@@ -62,17 +68,57 @@ class TokenScores:
         return TokenScores(self.loss[rows], self.correct[rows], self.labelled[rows])
 
 
+def stepped_logits(model: nn.Module, ids: Tensor, mask: Tensor | None = None) -> Tensor:
+    """A decoder's logits (B, N, V) computed one token at a time through its recurrent state (equal to forward's);
+    mask (B, N) bool, False = padding."""
+    state, out = model.init_state(ids.shape[0]), []
+    for t in range(ids.shape[1]):
+        logits, state = model.step(ids[:, t], state, None if mask is None else mask[:, t])
+        out.append(logits)
+    return torch.stack(out, dim=1)
+
+
+def constant_state(model: nn.Module) -> bool:
+    """Whether every layer's decoding state keeps its size as the context grows (a recurrent state, not a cache)."""
+    return all(hasattr(a, "state_size") and a.state_size(1) == a.state_size(1 << 16) for a in model.attention_modules())
+
+
+@torch.no_grad()
+def cheaper_form(model: nn.Module, ids: Tensor, mask: Tensor, probe: int = 16) -> dict[str, Any]:
+    """Which form computes these rows' logits faster: the parallel forward timed on them against the step timed
+    on their first `probe` positions and scaled to the row (its cost per token is constant where the state is,
+    the only case the step is tried)."""
+    if not constant_state(model):
+        return {"form": "parallel", "reason": "a layer's state grows with the context"}
+    start = time.perf_counter()
+    model(ids, mask)
+    parallel = time.perf_counter() - start
+    k = min(probe, ids.shape[1])
+    start = time.perf_counter()
+    stepped_logits(model, ids[:, :k], mask[:, :k])
+    step = (time.perf_counter() - start) * ids.shape[1] / k
+    return {"form": "step" if step < parallel else "parallel", "parallel_s": parallel, "step_s_estimate": step}
+
+
 @torch.no_grad()
 def score_tokens(
-    model: nn.Module, split: TokenSplit, batch_size: int = 64, device: torch.device | str = "cpu"
+    model: nn.Module,
+    split: TokenSplit,
+    batch_size: int = 64,
+    device: torch.device | str = "cpu",
+    form: str = "parallel",
 ) -> TokenScores:
-    """Each labelled position's loss (nats) and arg-max correctness, model in evaluation mode."""
+    """Each labelled position's loss (nats) and arg-max correctness, model in evaluation mode; the logits from
+    `form`: parallel (forward), step (`stepped_logits`) or auto (`cheaper_form` on the first batch)."""
     model.eval()
     losses = torch.full(split.labels.shape, math.nan)
     correct = torch.zeros(split.labels.shape, dtype=torch.bool)
-    start = 0
+    start, chosen = 0, None
     for ids, mask, _, labels in split.batches(batch_size):
-        logits = model(ids.to(device), mask.to(device)).float().cpu()
+        ids, mask = ids.to(device), mask.to(device)
+        if chosen is None:
+            chosen = cheaper_form(model, ids, mask) if form == "auto" else {"form": form}
+        logits = (stepped_logits(model, ids, mask) if chosen["form"] == "step" else model(ids, mask)).float().cpu()
         log_p = torch.log_softmax(logits, dim=-1)
         loss = -log_p.gather(-1, labels.clamp_min(0)[..., None])[..., 0]
         labelled = labels != IGNORE
@@ -80,15 +126,21 @@ def score_tokens(
         losses[rows, :width] = loss.masked_fill(~labelled, math.nan)
         correct[rows, :width] = (logits.argmax(-1) == labels) & labelled
         start += len(ids)
-    return TokenScores(losses, correct, split.labels != IGNORE)
+    return TokenScores(losses, correct, split.labels != IGNORE, chosen)
 
 
 def score_at_lengths(
-    model: nn.Module, task: SequenceTaskData, batch_size: int, device: torch.device | str = "cpu"
+    model: nn.Module,
+    task: SequenceTaskData,
+    batch_size: int,
+    device: torch.device | str = "cpu",
+    form: str = "parallel",
 ) -> dict[int, TokenScores]:
-    """The scores of each of the task's test splits at other lengths (TaskData.eval_splits), keyed by length."""
+    """The scores of each of the task's test splits at other lengths (TaskData.eval_splits), keyed by length, the
+    logits from `form` (score_tokens)."""
     return {
-        length: score_tokens(model, split, batch_size, device) for length, split in sorted(task.eval_splits.items())
+        length: score_tokens(model, split, batch_size, device, form)
+        for length, split in sorted(task.eval_splits.items())
     }
 
 

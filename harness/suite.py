@@ -561,6 +561,8 @@ class _Validator:
         if callable(check_inputs):
             try:
                 check_inputs()
+                if callable(getattr(instance, "length_configs", None)):  # a task: each eval length's options
+                    instance.length_configs()
                 self.inputs[path] = task_inputs(instance)
             except UserError as err:
                 raise self.error(path, str(err)) from None

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from attnbench.cell_spec import CellSpec
 from attnbench.measurements import register_measurement
 from attnbench.measurements.common import attention_runtime, load_cell_task, train_cell_model, train_config
+from attnbench.measurements.lengths import length_metrics
 from attnbench.metrics import classification_metrics, register_metric, reliability_bins
 from attnbench.model import parameter_counts
 from attnbench.options import option, require
@@ -86,6 +87,15 @@ def measure_accuracy(
     }
     if result.phase_a is not None:
         metrics["phase_a_seconds"] = float(result.phase_a["seconds"])
+    batch = train_config(cell).eval_batch_size
+    per_length = [
+        {
+            "length": n,
+            **classification_metrics(predict_proba(result.model, rows, batch, device), rows.labels, options.n_bins),
+        }
+        for n, rows in sorted(task.eval_splits.items())
+    ]
+    metrics |= length_metrics({row["length"]: {"accuracy": row["accuracy"], "nll": row["nll"]} for row in per_length})
     rule = None  # judged by the report, against the reference row's count on the same task (report/lra_table)
     if options.parameter_tolerance is not None:
         rule = {"tolerance": options.parameter_tolerance, "reference": options.parameter_reference}
@@ -102,6 +112,7 @@ def measure_accuracy(
         "validation": classification_metrics(val_probs, validation.labels, options.n_bins),
         "predictions": encode_predictions(probs, split.labels),
         **({"parameter_rule": rule} if rule else {}),
+        **({"per_length": per_length} if per_length else {}),
         **({"sizing": result.sizing} if result.sizing else {}),
     }
     return {"metrics": metrics, "details": details}

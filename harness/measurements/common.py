@@ -8,6 +8,7 @@ from typing import Any
 from attnbench.cell_spec import CellSpec
 from attnbench.errors import ConfigError, InputUnavailable, UserError
 from attnbench.measurements import SkipCell
+from attnbench.measurements.lengths import model_length
 from attnbench.model import ModelConfig, TransformerClassifier
 from attnbench.options import make_options, require
 from attnbench.progress import Progress
@@ -47,7 +48,7 @@ def model_config(cell: CellSpec, task: TaskData) -> ModelConfig:
     sizes = {
         "vocab_size": task.vocab_size,
         "num_classes": task.num_classes,
-        "max_length": task.max_length,
+        "max_length": model_length(task),  # the longest row scored, eval lengths included
         "pad_id": task.pad_id,
         "num_segments": 2 if task.pair else 1,
     }

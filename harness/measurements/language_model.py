@@ -4,8 +4,12 @@ Protocol (attnbench.tasks.byte_lm): non-overlapping blocks of block_size bytes, 
 first scored once. Metrics: nll (nats per byte), bits_per_byte (nll / ln 2) with the half-width of its 95%
 interval over blocks (1.96 standard errors of the block means), perplexity (exp nll), token accuracy, and
 bits per byte at twice the training length (the test text re-cut into blocks of 2 block_size; the model's
-position table is built that long, its second half never trained). Details: bits per byte per position
-bucket (does later context help?), the validation scores a `sweep:` selects on, the training history.
+position table is built that long, its second half never trained). With the task's `eval_lengths`, the test
+text re-cut into blocks of each length: bits_per_byte@<length> and nll@<length>, and per length the bits per byte
+of each position bucket up to the longest block (fla's evals/ppl.py and FoX's per-token loss), so that loss can
+be read against position past the training length (where positions are learned, the table is built as long as
+the longest block, its rows past the training length never trained). Details: bits per byte per position bucket
+(does later context help?), the same per eval length, the validation scores a `sweep:` selects on, the history.
 """
 
 from __future__ import annotations
@@ -13,14 +17,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from typing import Any
+from typing import Any, Literal
 
 from torch import Tensor
 
 from attnbench.cell_spec import CellSpec
-from attnbench.decoder_training import TokenScores, score_tokens, train_cell_decoder
+from attnbench.decoder_training import TokenScores, score_at_lengths, score_tokens, train_cell_decoder
 from attnbench.measurements import SkipCell, register_measurement
 from attnbench.measurements.common import attention_runtime, load_cell_task, train_config
+from attnbench.measurements.lengths import length_metrics, model_length
 from attnbench.metrics import register_metric
 from attnbench.model import parameter_counts
 from attnbench.options import option, require
@@ -32,6 +37,7 @@ BITS = {"bounds": (0.0, None), "margin": 0.01, "paired": True}  # a hundredth of
 for _name, _direction, _text, _record in (
     ("bits_per_byte", "min", "mean -log2 p(next byte) on held-out text", BITS | {"headline": True}),
     ("bits_per_byte_2x", "min", "bits per byte on blocks twice the training length", BITS),
+    ("bits_per_byte@*", "min", "bits per byte on test blocks of the length after @ (the task's eval_lengths)", BITS),
     (
         "bits_per_byte_ci95",
         None,
@@ -54,6 +60,11 @@ class LanguageModelOptions:
 
     position_buckets: int = option(8, "equal buckets of block positions bits per byte is reported in")
     twice_length: bool = option(True, "also evaluate on blocks of twice the training length")
+    eval_form: Literal["parallel", "step", "auto"] = option(
+        "parallel",
+        "how the eval lengths' logits are computed: parallel (forward), step (one token at a time through the "
+        "recurrent state: memory constant in the length), auto (whichever times faster on the first batch)",
+    )
 
     def __post_init__(self) -> None:
         require(self.position_buckets >= 1, f"position_buckets={self.position_buckets} must be at least 1")
@@ -93,9 +104,8 @@ def measure_language_model(
     if not isinstance(task, SequenceTaskData) or task.raw is None:
         raise SkipCell(f"task {task.name!r} is not a byte-level text task; lm needs byte_lm")
     block = task.max_length
-    result = train_cell_decoder(
-        cell, task, device=device, progress=progress, max_length=2 * block if options.twice_length else None
-    )
+    longest = max(model_length(task), 2 * block if options.twice_length else block)
+    result = train_cell_decoder(cell, task, device=device, progress=progress, max_length=longest)
     batch = train_config(cell).eval_batch_size
     test = score_tokens(result.model, task["test"], batch, device)
     validation = score_tokens(result.model, task["validation"], batch, device)
@@ -103,6 +113,20 @@ def measure_language_model(
     if options.twice_length:
         long = score_tokens(result.model, byte_blocks(task.raw["test"], 2 * block), batch, device)
         metrics["bits_per_byte_2x"] = long.mean_loss() / math.log(2)
+    at_lengths = score_at_lengths(result.model, task, batch, device, options.eval_form)
+    metrics |= length_metrics(
+        {n: {"bits_per_byte": s.mean_loss() / math.log(2), "nll": s.mean_loss()} for n, s in at_lengths.items()}
+    )
+    per_length = [
+        {
+            "length": n,
+            "bits_per_byte": metrics[f"bits_per_byte@{n}"],
+            "scored_bytes": int(s.labelled.sum()),
+            "position_buckets": bits_per_bucket(s.loss, options.position_buckets),
+            "form": s.form,
+        }
+        for n, s in at_lengths.items()
+    ]
     params = parameter_counts(result.model)
     metrics |= {
         "train_seconds": result.train_seconds,
@@ -111,6 +135,7 @@ def measure_language_model(
     }
     details = {
         "position_buckets": bits_per_bucket(test.loss, options.position_buckets),
+        **({"per_length": per_length} if per_length else {}),
         "validation": lm_metrics(validation),
         "scored_bytes": int(test.labelled.sum()),
         "checkpoint": result.checkpoint,

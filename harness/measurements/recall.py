@@ -15,7 +15,7 @@ the validation scores a `sweep:` selects on, and the training history.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -27,6 +27,7 @@ from attnbench.measurements.lengths import length_metrics, model_length
 from attnbench.measurements.state import state_row
 from attnbench.metrics import register_metric
 from attnbench.model import parameter_counts
+from attnbench.options import option
 from attnbench.progress import Progress
 from attnbench.tasks.sequence import SequenceTaskData, TokenSplit
 
@@ -42,7 +43,13 @@ register_metric(
 
 @dataclasses.dataclass
 class RecallOptions:
-    """Options of the recall measurement (none yet: the task sets the difficulty)."""
+    """Options of the recall measurement (the task sets the difficulty)."""
+
+    eval_form: Literal["parallel", "step", "auto"] = option(
+        "parallel",
+        "how the eval lengths' logits are computed: parallel (forward), step (one token at a time through the "
+        "recurrent state: memory constant in the length), auto (whichever times faster on the first batch)",
+    )
 
 
 def accuracy_per_query(scores: TokenScores) -> list[float]:
@@ -90,7 +97,8 @@ def measure_recall(
     batch = train_config(cell).eval_batch_size
     test = score_tokens(result.model, task["test"], batch, device)
     validation = score_tokens(result.model, task["validation"], batch, device)
-    at_lengths = {n: scores_of(s) for n, s in score_at_lengths(result.model, task, batch, device).items()}
+    scored = score_at_lengths(result.model, task, batch, device, options.eval_form)
+    at_lengths = {n: scores_of(s) for n, s in scored.items()}
     attention = result.model.attention_modules()[0]
     cfg = result.model.cfg
     state = state_row(attention, task.max_length, cfg.head_dim, cfg.num_heads)
@@ -107,7 +115,11 @@ def measure_recall(
     details = {
         **({"accuracy_per_query": accuracy_per_query(test)} if "num_kv_pairs" in task.info else {}),
         **({"groups": groups} if (groups := scores_by_tags(test, task["test"])) else {}),
-        **({"per_length": [{"length": n, **s} for n, s in sorted(at_lengths.items())]} if at_lengths else {}),
+        **(
+            {"per_length": [{"length": n, **s, "form": scored[n].form} for n, s in at_lengths.items()]}
+            if at_lengths
+            else {}
+        ),
         "state": state,
         "checkpoint": result.checkpoint,
         "best_epoch": result.best_epoch,

@@ -1,11 +1,13 @@
-"""Report section `lengths`: accuracy against test length, from the metrics `accuracy@<length>` a cell reports for
-its task's test splits at other lengths (attnbench.measurements.lengths), whatever measurement scored them.
+"""Report section `lengths`: accuracy (or bits per byte) against test length, from the metrics `accuracy@<length>`
+and `bits_per_byte@<length>` a cell reports for its task's test splits at other lengths
+(attnbench.measurements.lengths), whatever measurement scored them.
 
-- `length_table`: per task, accuracy per label (rows) at each test length (columns), mean ± std over seeds with the
-  95% t-interval from 3, and the longest training length the task's provenance names; the tested rank groups of
-  each `accuracy@<length>` are in the task's own table (every metric with a direction is ranked there).
-- `plot_lengths`: accuracy against length (log axis), a panel per task, a line per label, the training length
-  marked.
+- `length_table`: per task and metric, the metric per label (rows) at each test length (columns), mean ± std over
+  seeds with the 95% t-interval from 3, and the longest training length the task's provenance names; the tested
+  rank groups of each `<metric>@<length>` are in the task's own table (every metric with a direction is ranked
+  there).
+- `plot_lengths`: the metric against length (log axis), a panel per task, a line per label, the training length
+  marked; one figure per metric.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from attnbench.report.sections import ReportContext, register_report_section
 from attnbench.report.stats import summarize
 from attnbench.report.table import Table, fmt_summary
 
-METRIC = "accuracy"
+METRICS = {"accuracy": "accuracy", "bits_per_byte": "bits per byte"}  # metric -> its name in titles and axes
 
 
-def length_points(results: Results, metric: str = METRIC) -> pd.DataFrame:
+def length_points(results: Results, metric: str = "accuracy") -> pd.DataFrame:
     """One row per ok cell and test length: task, label, seed, length, value (of `metric`@length), train_length
     (the longest training row, from the cell's data provenance, NaN where it is not recorded)."""
     rows = []
@@ -53,8 +55,8 @@ def _train_length(cell: pd.Series) -> float:
     return float(data.get("max_length", np.nan))
 
 
-def length_table(results: Results, task: str, points: pd.DataFrame) -> Table:
-    """Accuracy per label (rows) at each test length (columns) of one task."""
+def length_table(results: Results, task: str, points: pd.DataFrame, metric: str = "accuracy") -> Table:
+    """`metric` per label (rows) at each test length (columns) of one task."""
     part = points[points["task"] == task]
     lengths = sorted(part["length"].unique())
     data, text = [], []
@@ -62,33 +64,44 @@ def length_table(results: Results, task: str, points: pd.DataFrame) -> Table:
         rec, row = {"label": label}, {"label": label}
         for n in lengths:
             s = summarize(mine.loc[mine["length"] == n, "value"])
-            rec[f"{METRIC}@{n}"], row[f"@{n}"] = s["mean"], fmt_summary(s)
+            rec[f"{metric}@{n}"], row[f"@{n}"] = s["mean"], fmt_summary(s)
         data.append(rec)
         text.append(row)
     trained = part["train_length"].dropna()
     where = f" (trained on rows up to {int(trained.max())} tokens)" if len(trained) else ""
     notes = [
         (
-            f"Accuracy on test rows of each length{where}, mean ± std over seeds, [95% t-interval] from 3. "
-            "Longer than the training rows, a model meets positions it was never trained on (with learned "
-            "absolute positions, their embeddings are still at their initial values). Each column is ranked in "
-            "tested groups in the task's own table (metric accuracy@<length>)."
+            f"{METRICS[metric].capitalize()} on test rows of each length{where}, mean ± std over seeds, [95% "
+            "t-interval] from 3. Longer than the training rows, a model meets positions it was never trained on "
+            "(with learned absolute positions, their embeddings are still at their initial values; rope and none "
+            "have no table). Each column is ranked in tested groups in the task's own table (metric "
+            f"{metric}@<length>)."
         )
     ]
     text = pd.DataFrame(text)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
-    return Table(f"lengths_{task}", f"Accuracy against test length: {task}", pd.DataFrame(data), text, best, notes)
+    name = f"lengths_{task}" if metric == "accuracy" else f"lengths_{metric}_{task}"
+    title = f"{METRICS[metric].capitalize()} against test length: {task}"
+    return Table(name, title, pd.DataFrame(data), text, best, notes)
 
 
 def length_tables(results: Results) -> list[Table]:
-    """One accuracy-against-length table per task whose cells report accuracy@<length>."""
-    points = length_points(results)
-    return [length_table(results, task, points) for task in sorted(points["task"].unique())]
+    """One table per task and metric whose cells report <metric>@<length> (accuracy, bits per byte)."""
+    tables = []
+    for metric in METRICS:
+        points = length_points(results, metric)
+        tables += [length_table(results, task, points, metric) for task in sorted(points["task"].unique())]
+    return tables
 
 
 def plot_lengths(context: ReportContext, out_dir: Path) -> list[Plot]:
-    """Accuracy against test length (log), a panel per task, a line per label (mean over seeds)."""
-    points = length_points(context.results)
+    """Each metric against test length (log), a panel per task, a line per label (mean over seeds)."""
+    return [plot for metric in METRICS for plot in _plot_metric(context, out_dir, metric)]
+
+
+def _plot_metric(context: ReportContext, out_dir: Path, metric: str) -> list[Plot]:
+    """One figure: `metric` against test length, a panel per task."""
+    points = length_points(context.results, metric)
     if points.empty:
         return []
     tasks = sorted(points["task"].unique())
@@ -105,9 +118,9 @@ def plot_lengths(context: ReportContext, out_dir: Path) -> list[Plot]:
         ax.set_xscale("log", base=2)
         ax.set_title(task, fontsize="small")
         ax.set_xlabel("test length (tokens)")
-    axes[0].set_ylabel("accuracy (mean over seeds)")
+    axes[0].set_ylabel(f"{METRICS[metric]} (mean over seeds)")
     legend_below(fig, axes)
-    return [save_plot(fig, out_dir, "accuracy_vs_length", "Accuracy against test length")]
+    return [save_plot(fig, out_dir, f"{metric}_vs_length", f"{METRICS[metric].capitalize()} against test length")]
 
 
 register_report_section("lengths", order=87, tables=length_tables, plots=plot_lengths)

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
+from attnbench.errors import ConfigError
 from attnbench.options import option, require
 from attnbench.registry import Registry
 from attnbench.tasks.base import Split, TaskData
@@ -54,9 +55,16 @@ class TaskConfig:
 
     seed: int = option(0, "seed of generation and of the label noise", minimum=0, maximum=2**32 - 1)
     label_noise: float = option(0.0, "fraction of TRAIN labels flipped to another class (seeded)")
+    eval_lengths: list[int] = option(
+        [],
+        "also score test rows drawn at these row lengths, each reported as <metric>@<length> (TaskData.eval_splits); "
+        "for tasks with a row length (at_length): mqar, byte_lm, listops",
+        minimum=1,
+    )
 
     def __post_init__(self) -> None:
         require(0.0 <= self.label_noise <= 1.0, f"label_noise={self.label_noise} must lie in [0, 1]")
+        self.eval_lengths = sorted(set(self.eval_lengths))
 
     test_rows: ClassVar[TestRows] = "shared"  # "fresh": the seed draws new test rows (generated tasks); "shared":
     # every seed is scored on the same test rows (files, corpora, a fixed split_seed). The inference engine
@@ -84,6 +92,28 @@ class TaskConfig:
         """`options` with the relative paths among `path_options` (strings, or mappings of strings) made absolute
         against `base`, the suite file's folder, so that a suite runs the same from any working directory."""
         return {key: _absolute(value, base) if key in cls.path_options else value for key, value in options.items()}
+
+    def at_length(self, length: int) -> TaskConfig | None:
+        """These options with rows of `length` tokens, sized to what their test split needs: the options an
+        eval length's test rows are drawn with. None: the task has no row length to vary (the default)."""
+        return None
+
+    def length_configs(self) -> dict[int, TaskConfig]:
+        """The options of each of `eval_lengths` (at_length); ConfigError where the task has no row length or its
+        options refuse one of the lengths. Suite validation calls it, so a bad length fails before anything runs."""
+        configs = {}
+        for length in self.eval_lengths:
+            try:
+                config = self.at_length(length)
+            except ConfigError as err:
+                raise ConfigError(f"eval_lengths: at length {length}: {err}") from None
+            require(
+                config is not None,
+                f"eval_lengths={self.eval_lengths}: {type(self).__name__} has no row length to vary "
+                f"(at_length); eval_lengths works with tasks that have one, e.g. mqar, byte_lm, listops",
+            )
+            configs[length] = config
+        return configs
 
     def inputs(self) -> dict[str, Path | str]:
         """Everything the task reads beyond its options, by a stable name: a local file's path (its own files, a
@@ -125,6 +155,8 @@ def load_task(name: str, seed: int = 0, **options: Any) -> TaskData:
     data = entry.factory(cfg)
     data.info.setdefault("options", dataclasses.asdict(cfg))
     data.info.setdefault("test_rows", cfg.test_rows)
+    for length, config in cfg.length_configs().items():  # test rows drawn at other lengths
+        data.eval_splits[length] = entry.factory(config)["test"]
     if cfg.label_noise > 0:
         train, flipped = flip_labels(data["train"], cfg.label_noise, data.num_classes, seed=cfg.seed)
         data.splits["train"] = train

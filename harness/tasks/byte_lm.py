@@ -74,6 +74,10 @@ class ByteLmConfig(TaskConfig):
         if self.path is not None and not Path(self.path).exists():
             raise UserError(f"byte_lm path {self.path!r} does not exist; give a text file or a folder of .txt files")
 
+    def at_length(self, length: int) -> ByteLmConfig:
+        """The same text cut into blocks of `length` bytes."""
+        return dataclasses.replace(self, block_size=length, eval_lengths=[])
+
     def inputs(self) -> dict[str, Path | str]:
         """The corpus: the file `path` ('path'), each .txt file of the folder `path` ('path/<name>'), or the
         preset's SHA-256 ('corpus'; pydoc's where none is given: CPython's topics change with its version;

@@ -80,6 +80,22 @@ class ListOpsConfig(SyntheticConfig):
             0 < self.operator_probability < 1, f"operator_probability={self.operator_probability} must lie in (0, 1)"
         )
 
+    def at_length(self, length: int) -> ListOpsConfig:
+        """Expressions up to `length` tokens, the shortest scaled alike (min_length x length / max_length), the rest
+        of the options kept (a preset's values included); the training and validation splits shrink to one row
+        per class. Drawn afresh: where the length ranges overlap, a row may also be a training row."""
+        shortest = max(1, min(length, round(self.min_length * length / self.max_length)))
+        few = self.num_classes
+        return dataclasses.replace(
+            self,
+            preset="cpu",
+            min_length=shortest,
+            max_length=length,
+            num_train=few,
+            num_validation=few,
+            eval_lengths=[],
+        )
+
     def _apply_lra_preset(self) -> None:
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         changed = sorted(name for name in LRA_PRESET if getattr(self, name) != defaults[name])

@@ -51,6 +51,11 @@ class MqarConfig(TaskConfig):
         )
         require(self.power_a > 0, f"power_a={self.power_a} must be positive")
 
+    def at_length(self, length: int) -> MqarConfig:
+        """Rows of `length` tokens, the same pairs per row; the test split's seed does not depend on the others'
+        sizes, so they shrink to one row."""
+        return dataclasses.replace(self, seq_len=length, num_train=1, num_validation=1, eval_lengths=[])
+
 
 def multiquery_ar(
     num_examples: int, seq_len: int, vocab_size: int, num_kv_pairs: int, power_a: float, seed: int
