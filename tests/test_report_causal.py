@@ -115,3 +115,27 @@ def test_no_causal_table_pools_two_tasks_that_share_a_display_field(tmp_path):
     decode = decode_crossover_table(results).data.set_index("task")
     assert decode.at["decode(block_size=64)", "ms/token @64"] == pytest.approx(1.0)
     assert decode.at["decode(block_size=128)", "ms/token @64"] == pytest.approx(2.0)
+
+
+def test_lm_per_length_scores_make_a_bits_per_byte_table_and_a_long_position_plot(tmp_path):
+    from report_fixture import write_cell
+
+    from attnbench.report.causal import lm_long_positions, plot_lm_long_positions
+    from attnbench.report.lengths import length_tables
+    from attnbench.report.load import load_runs
+    from attnbench.report.sections import ReportContext
+
+    for seed, late in enumerate((2.0, 2.4)):
+        buckets = [{"start": 0, "stop": 32, "bits_per_byte": 3.0}, {"start": 32, "stop": 64, "bits_per_byte": late}]
+        row = {"length": 64, "bits_per_byte": (3.0 + late) / 2, "position_buckets": buckets}
+        write_cell(tmp_path, label="rope", task="byte_lm", measurement="lm", seed=seed,
+                   metrics={"bits_per_byte": 2.5, "bits_per_byte@64": (3.0 + late) / 2},
+                   details={"per_length": [row]})  # fmt: skip
+    results = load_runs([tmp_path])
+    (table,) = length_tables(results)  # no accuracy@L: the bits per byte table alone
+    assert table.name == "lengths_bits_per_byte_byte_lm" and table.title.startswith("Bits per byte against")
+    assert table.data.set_index("label").loc["rope", "bits_per_byte@64"] == pytest.approx(2.6)
+    points = lm_long_positions(results)
+    assert sorted(points["bits_per_byte"]) == [2.0, 2.4, 3.0, 3.0] and set(points["length"]) == {64}
+    (plot,) = plot_lm_long_positions(ReportContext(results, {}, {}), tmp_path)
+    assert (tmp_path / "lm_long_positions.png").is_file()

@@ -11,7 +11,7 @@
   sign test) per context, and the shortest measured context from which on each label's step is detectably
   faster.
 - `lm_positions_table` and `plot_lm_positions`: bits per byte per position bucket and at twice the training
-  length.
+  length; `plot_lm_long_positions`: per position bucket up to the longest eval length (`eval_lengths`).
 The bits-per-byte table with intervals and tested rank groups is the generic per-task table of the `lm`
 measurement (no section claims it), as are recall's and decode's metrics per task beside the tables here.
 """
@@ -282,6 +282,51 @@ def plot_lm_positions(context: ReportContext, out_dir: Path) -> list[Plot]:
     return [save_plot(fig, out_dir, "lm_positions", "Bits per byte against position in the block")]
 
 
+def lm_long_positions(results: Results) -> pd.DataFrame:
+    """Each ok lm cell's bits per byte per position bucket of its longest eval length (`details.per_length`): task,
+    label, seed, length, train_length (the training block), start, stop, bits_per_byte."""
+    rows = []
+    for _, c in results.of("lm").iterrows():
+        per_length = (c["details"] or {}).get("per_length") or []
+        if per_length:
+            longest = max(per_length, key=lambda row: row["length"])
+            train_length = ((c.get("provenance") or {}).get("data") or {}).get("max_length", np.nan)
+            rows += [
+                {"task": c["task"], "label": c["label"], "seed": c["seed"], "length": longest["length"],
+                 "train_length": train_length, **bucket}
+                for bucket in longest["position_buckets"]
+            ]  # fmt: skip
+    columns = ["task", "label", "seed", "length", "train_length", "start", "stop", "bits_per_byte"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def plot_lm_long_positions(context: ReportContext, out_dir: Path) -> list[Plot]:
+    """Bits per byte against position up to the longest eval length (bucket middles), a panel per task, a line
+    per label (mean over seeds), the training length marked: what a model makes of positions it never trained on."""
+    points = lm_long_positions(context.results)
+    if points.empty:
+        return []
+    colors = causal_colors(context.results)
+    tasks = sorted(points["task"].unique())
+    fig = new_figure(4.2 * len(tasks), 3.3)
+    axes = np.atleast_1d(fig.subplots(1, len(tasks), sharey=True))
+    for ax, task in zip(axes, tasks):
+        part = points[points["task"] == task].assign(middle=lambda p: (p["start"] + p["stop"]) / 2)
+        means = part.groupby(["label", "middle"], as_index=False)["bits_per_byte"].mean()
+        for label, mine in means.groupby("label", sort=True):
+            ax.plot(mine["middle"], mine["bits_per_byte"], marker="o", label=label, color=colors.get(label))
+        ax.axvline(part["train_length"].max(), color="grey", linewidth=0.6, linestyle=":")
+        ax.set_title(f"{task}: blocks of {int(part['length'].max())}", fontsize="small")
+        ax.set_xlabel("position in the block (bucket middle)")
+    axes[0].set_ylabel("held-out bits per byte")
+    legend_below(fig, axes)
+    return [save_plot(fig, out_dir, "lm_long_positions", "Bits per byte against position past the training length")]
+
+
+def _lm_plots(context: ReportContext, out_dir: Path) -> list[Plot]:
+    return plot_lm_positions(context, out_dir) + plot_lm_long_positions(context, out_dir)
+
+
 def decode_points(results: Results) -> pd.DataFrame:
     """Each label's decode rows, means over seeds: context_length, decode_ms_per_token, prefill tokens/s, bytes,
     and where the step was timed in alternation with a paired attention (the timing check) the median pair
@@ -455,7 +500,7 @@ def plot_decode(context: ReportContext, out_dir: Path) -> list[Plot]:
 
 
 register_report_section("recall", order=80, tables=lambda results: [recall_table(results)], plots=_recall_plots)
-register_report_section("lm", order=85, tables=lambda results: [lm_positions_table(results)], plots=plot_lm_positions)
+register_report_section("lm", order=85, tables=lambda results: [lm_positions_table(results)], plots=_lm_plots)
 register_report_section(
     "decode",
     order=90,
