@@ -11,6 +11,7 @@ from attnbench.baselines import (
     hedgehog,  # noqa: F401
     kernelized_rpe,  # noqa: F401
     linformer,  # noqa: F401
+    log_linear,  # noqa: F401
     mamba2,  # noqa: F401
     nystromformer,  # noqa: F401
     performer,  # noqa: F401

@@ -1,6 +1,7 @@
 """The recurrent attentions against fla-core's own reference code (`fla/ops/<op>/naive.py`, fla-core pinned in the dev
 extra, loaded by file path, run in float64): retention, GLA, DeltaNet, BASED's linear part, Gated DeltaNet, Mamba-2's
-core and RWKV-7, each on random inputs with padding and, where the attention has one, a gate from gentle to strong.
+core, RWKV-7 and log-linear attention (over Mamba-2), each on random inputs with padding and, where the attention
+has one, a gate from gentle to strong.
 
 fla's naive functions take no padding mask; fla's layers drop padded tokens before their kernels (unpad_input), so a
 padded sequence's real outputs are compared with the reference on the sequence without its padding (padding inside
@@ -72,6 +73,18 @@ def mamba2(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     g = -decay.a_log.exp() * dt
     naive = load_naive("simple_gla").naive_recurrent_simple_gla
     core = _bthd(in_float64(naive, *(_bthd(x) for x in (q, k, dt * v, g[..., 0])), scale=1.0)[0])
+    return (core + attn.skip * v) * nn.functional.silu(v @ attn.gate)
+
+
+def log_linear(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """naive_log_linear_attn(C, B, dt x, dt A, lambda, scale=1): (B, T, H, D), g (B, T, H), level_scales (B, T, H, L)
+    with lambda = softplus(L x . w_l) written out; then y + D x and the gate silu(x W_z), as Mamba-2's."""
+    decay = attn.decay
+    dt = nn.functional.softplus(v @ decay.weight + decay.dt_bias)
+    g = -decay.a_log.exp() * dt
+    scales = nn.functional.softplus(attn.level_scale * (v @ attn.level_weight))
+    naive = load_naive("log_linear_attn").naive_log_linear_attn
+    core = _bthd(in_float64(naive, *(_bthd(x) for x in (q, k, dt * v, g[..., 0], scales)), scale=1.0))
     return (core + attn.skip * v) * nn.functional.silu(v @ attn.gate)
 
 
@@ -153,6 +166,18 @@ CASES = [
             "as built": _fill(),
             "strong": _fill(("decay.a_log", 3.0), ("decay.dt_bias", 0.0)),
         },
+    ),
+    Case(
+        "log-linear",
+        "log_linear_attn",
+        "naive_log_linear_attn",
+        log_linear,
+        {
+            "gentle": _fill(("decay.a_log", -4.0), ("decay.dt_bias", 0.0)),
+            "as built": _fill(),
+            "strong": _fill(("decay.a_log", 3.0), ("decay.dt_bias", 0.0)),
+        },
+        {"chunk_size": 4},
     ),
     Case(
         "rwkv7",

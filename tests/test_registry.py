@@ -46,7 +46,7 @@ def test_names_are_sorted_and_glob_filtered():
     names = attention_names()
     assert names == sorted(names)
     assert attention_names("*former") == ["linformer", "nystromformer", "performer", "skyformer"]
-    assert attention_names("*linear*") == ["elu-linear"]
+    assert attention_names("*linear*") == ["elu-linear", "log-linear"]
     assert attention_names("nothing-like-this*") == []
 
 

@@ -23,6 +23,8 @@ CASES = [
     ("mamba2", {"short_conv": 4, "chunk_size": 8, "output_norm": False}),
     ("rwkv7", {}),
     ("rwkv7", {"short_conv": 3, "chunk_size": 8, "low_rank": 3}),
+    ("log-linear", {}),
+    ("log-linear", {"short_conv": 3, "chunk_size": 4, "output_norm": False}),
     ("based", {"feature_dim": 4, "window": 5}),
     ("based", {"feature_dim": 3, "window": 64, "short_conv": 2}),
     ("hedgehog", {}),
