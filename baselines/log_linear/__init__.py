@@ -71,6 +71,7 @@ class LogLinearConfig(Mamba2Config):
     num_levels: int = option(16, "lambda's levels: sequences up to 2^(num_levels - 1) tokens (fla: 15)", minimum=2)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         require(
             self.chunk_size & (self.chunk_size - 1) == 0,
             f"chunk_size={self.chunk_size} must be a power of two (the chunks are the Fenwick tree's leaves); "
