@@ -130,6 +130,10 @@ def test_bad_input_is_refused_with_what_to_do() -> None:
         attnbench.compare(data.drop(columns="seed"), metric="accuracy")
     with pytest.raises(UserError, match="share a task, label and seed"):
         attnbench.compare(pd.concat([data, data]), metric="accuracy")
+    with pytest.raises(UserError, match="outcomes must be a 1-D array"):
+        attnbench.compare(data.assign(outcomes=[[0.5, np.nan]] * len(data)), metric="accuracy")
+    with pytest.raises(UserError, match="the outcomes average 0.5, the value is 0.8"):
+        attnbench.compare(data.assign(outcomes=[[0.0, 1.0]] * len(data)), metric="accuracy")
     with pytest.raises(ConfigError, match="correction=.sidak."):
         attnbench.compare(data, metric="accuracy", correction="sidak")  # type: ignore[arg-type]
 
@@ -145,6 +149,8 @@ def test_per_example_outcomes_add_the_shared_test_set_to_the_variance() -> None:
                          "value": correct.mean(), "outcomes": correct, "test_rows": "shared"})  # fmt: skip
     data = pd.DataFrame(rows)
     with_examples = attnbench.compare(data, metric="accuracy").iloc[0]
+    as_lists = attnbench.compare(data.assign(outcomes=[list(o) for o in data["outcomes"]]), metric="accuracy")
+    assert as_lists.iloc[0].p == with_examples.p
     seeds_only = attnbench.compare(data.drop(columns="outcomes"), metric="accuracy").iloc[0]
     assert (with_examples.variance, seeds_only.variance) == ("seeds and examples", "seeds")
     assert with_examples.n_examples == 300 and with_examples.estimate == seeds_only.estimate

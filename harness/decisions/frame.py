@@ -18,6 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from attnbench.decisions.outcomes import AGREEMENT
 from attnbench.errors import UserError
 
 REQUIRED = ("task", "label", "seed", "metric", "value")
@@ -116,7 +117,18 @@ def _family(task: str, metric: str, rows: pd.DataFrame) -> Family:
                 continue
             series.values[seed] = value
             outcomes = getattr(row, "outcomes", None)
-            if isinstance(outcomes, np.ndarray) and outcomes.ndim == 1 and outcomes.size >= 2:
-                series.outcomes[seed] = outcomes.astype(float)
+            if isinstance(outcomes, (np.ndarray, list, tuple)):
+                outcomes = np.asarray(outcomes, dtype=float)
+                if outcomes.ndim != 1 or outcomes.size < 2 or not np.isfinite(outcomes).all():
+                    raise UserError(
+                        f"task {task!r}, label {label!r}, seed {seed}: outcomes must be a 1-D array of at least 2 "
+                        f"finite numbers (one per test example), got shape {outcomes.shape}"
+                    )
+                if abs(outcomes.mean() - value) > AGREEMENT * max(1.0, abs(value)):
+                    raise UserError(
+                        f"task {task!r}, label {label!r}, seed {seed}: the outcomes average {outcomes.mean():.6g}, "
+                        f"the value is {value:.6g}; give the per-example outcomes of this metric on this seed"
+                    )
+                series.outcomes[seed] = outcomes
         labels[str(label)] = series
     return Family(task, metric, design, labels)
