@@ -21,6 +21,11 @@ def test_the_simulated_labels_have_the_accuracies_asked_for() -> None:
     rng = np.random.default_rng(0)
     mu = logit_for(0.85, scenario.total_sd)
     assert math.isclose(true_accuracy(np.array(mu), scenario.total_sd), 0.85, abs_tol=1e-9)
+    failing = logit_for(0.85, scenario.total_sd, failure_rate=0.2, failure_shift=3.0)
+    mixed = 0.8 * true_accuracy(np.array(failing), scenario.total_sd) + 0.2 * true_accuracy(
+        np.array(failing - 3.0), scenario.total_sd
+    )
+    assert math.isclose(mixed, 0.85, abs_tol=1e-9) and failing > mu
     z = rng.normal(0, scenario.total_sd, 2_000_000)
     assert abs(np.mean(1 / (1 + np.exp(-(mu + z)))) - 0.85) < 1e-3  # the quadrature against a plain draw
 
@@ -32,6 +37,15 @@ def test_holm_holds_the_family_wise_error_on_all_null_families(design: str, labe
     rates = run_scenario(Scenario((0.8,) * labels, seeds, design, examples=200), FAMILIES, "holm", rng)
     assert rates.any_false <= 0.05 + ALLOWANCE, rates
     assert rates.coverage >= 0.93, rates
+
+
+@pytest.mark.parametrize("design", ["shared", "fresh"])
+def test_holm_holds_with_heavy_tailed_seeds(design: str) -> None:
+    """One seed in ten fails (its logits 3 lower): skewed seeds, where the t reference is least safe."""
+    rng = np.random.default_rng(17)
+    scenario = Scenario((0.8,) * 5, 5, design, examples=200, failure_rate=0.1)
+    rates = run_scenario(scenario, FAMILIES, "holm", rng)
+    assert rates.any_false <= 0.05 + ALLOWANCE and rates.coverage >= 0.93, rates
 
 
 @pytest.mark.parametrize("design", ["shared", "fresh"])

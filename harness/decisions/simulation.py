@@ -6,7 +6,9 @@ difficulty theta ~ N(0, example_sd^2) that every label shares, and a label-by-ex
 interaction_sd^2) (what one label finds hard and another not). Shared test rows: theta and eta are drawn once and
 every seed is scored on them; fresh rows: each seed draws its own. A label's true accuracy is
 E[sigmoid(mu_k + Z)], Z ~ N(0, seed_sd^2 + example_sd^2 + interaction_sd^2) (Gauss-Hermite quadrature); mu_k is
-solved so that the true accuracies are exactly the ones asked for, so every true difference is known.
+solved so that the true accuracies are exactly the ones asked for, so every true difference is known. With a
+`failure_rate`, that share of seeds fails (its logits drop by `failure_shift`): heavy-tailed seeds, where a
+t-test's normal reference is least safe.
 
 `run_scenario` draws `replicates` families and runs the engine's variance model, corrections and verdicts on all
 of them at once (the modules `variance`, `verdicts`; `attnbench.compare` runs the same functions per pair), and
@@ -43,6 +45,8 @@ class Scenario:
     example_sd: float = 1.5
     interaction_sd: float = 1.0
     margin: float = 0.01
+    failure_rate: float = 0.0  # share of seeds whose training fails: every logit of that label and seed drops by
+    failure_shift: float = 3.0  # this much (heavy-tailed seeds, as some committed runs show)
 
     @property
     def total_sd(self) -> float:
@@ -55,19 +59,29 @@ def true_accuracy(mu: np.ndarray, sd: float) -> np.ndarray:
     return special.expit(np.asarray(mu, dtype=float)[..., None] + sd * nodes) @ weights / weights.sum()
 
 
-def logit_for(accuracy: float, sd: float) -> float:
-    """The mu whose true accuracy is `accuracy` (solved, scipy.optimize.brentq)."""
-    return float(optimize.brentq(lambda mu: true_accuracy(np.array(mu), sd) - accuracy, -30.0, 30.0))
+def logit_for(accuracy: float, sd: float, failure_rate: float = 0.0, failure_shift: float = 0.0) -> float:
+    """The mu whose true accuracy is `accuracy`, a share `failure_rate` of seeds at mu - failure_shift (solved,
+    scipy.optimize.brentq)."""
+
+    def excess(mu: float) -> float:
+        kept = true_accuracy(np.array(mu), sd)
+        failed = true_accuracy(np.array(mu - failure_shift), sd)
+        return float((1 - failure_rate) * kept + failure_rate * failed - accuracy)
+
+    return float(optimize.brentq(excess, -30.0, 30.0))
 
 
 def draw_outcomes(scenario: Scenario, replicates: int, rng: np.random.Generator) -> np.ndarray:
     """0/1 outcomes (replicates, labels, seeds, examples) of the scenario's model."""
     k, s, n = len(scenario.accuracies), scenario.seeds, scenario.examples
-    mu = np.array([logit_for(a, scenario.total_sd) for a in scenario.accuracies])
+    mu = np.array(
+        [logit_for(a, scenario.total_sd, scenario.failure_rate, scenario.failure_shift) for a in scenario.accuracies]
+    )
     per_seed = scenario.design == "fresh"
     theta = rng.normal(0.0, scenario.example_sd, (replicates, 1, s if per_seed else 1, n))
     eta = rng.normal(0.0, scenario.interaction_sd, (replicates, k, s if per_seed else 1, n))
     u = rng.normal(0.0, scenario.seed_sd, (replicates, k, s, 1))
+    u -= scenario.failure_shift * (rng.random((replicates, k, s, 1)) < scenario.failure_rate)
     p = special.expit(mu[None, :, None, None] + u + theta + eta)
     return (rng.random(p.shape) < p).astype(np.float32)
 
