@@ -130,6 +130,10 @@ def test_bad_input_is_refused_with_what_to_do() -> None:
         attnbench.compare(data.drop(columns="seed"), metric="accuracy")
     with pytest.raises(UserError, match="share a task, label and seed"):
         attnbench.compare(pd.concat([data, data]), metric="accuracy")
+    two = pd.concat([data.assign(measurement="accuracy"), data.assign(measurement="robustness", value=0.5)])
+    assert attnbench.compare(two, metric="accuracy", measurement="accuracy").iloc[0].estimate > 0.05
+    with pytest.raises(UserError, match="no results of measurement 'lm'; the results hold: accuracy, robustness"):
+        attnbench.compare(two, metric="accuracy", measurement="lm")
     with pytest.raises(UserError, match="outcomes must be a 1-D array"):
         attnbench.compare(data.assign(outcomes=[[0.5, np.nan]] * len(data)), metric="accuracy")
     with pytest.raises(UserError, match="the outcomes average 0.5, the value is 0.8"):

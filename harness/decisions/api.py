@@ -20,18 +20,30 @@ from attnbench.decisions.corrections import Correction
 from attnbench.decisions.pairwise import compare_frame
 from attnbench.decisions.ranks import standings_frame
 from attnbench.decisions.runs import read_run
+from attnbench.errors import UserError
 from attnbench.measurements import measurement_names
 
 Results = str | Path | pd.DataFrame
 
 
-def _frame(results: Results, metric: str) -> tuple[pd.DataFrame, float | None]:
-    """The results frame, and the suite's margin for `metric` when `results` is a run folder."""
+def _frame(results: Results, metric: str, measurement: str | None) -> tuple[pd.DataFrame, float | None]:
+    """The results frame (of `measurement` only, when given), and the suite's margin for `metric` when `results` is
+    a run folder."""
+    margin = None
     if isinstance(results, (str, Path)):
         frame, settings = read_run(results, metric)
-        return frame, settings.margin(metric)
-    measurement_names()  # every measurement module imported: the records of the metrics they declare
-    return results, None
+        margin = settings.margin(metric)
+    else:
+        measurement_names()  # every measurement module imported: the records of the metrics they declare
+        frame = results
+    if measurement is not None:
+        if "measurement" not in frame.columns or measurement not in set(frame["measurement"]):
+            known = sorted(map(str, set(frame.get("measurement", pd.Series(dtype=object)).dropna())))
+            raise UserError(
+                f"no results of measurement {measurement!r}; the results hold: {', '.join(known) or 'none'}"
+            )
+        frame = frame[frame["measurement"] == measurement]
+    return frame, margin
 
 
 def compare(
@@ -45,11 +57,13 @@ def compare(
     correction: Correction = "holm",
     higher_is_better: bool | None = None,
     pairs: Sequence[tuple[str, str]] | None = None,
+    measurement: str | None = None,
 ) -> pd.DataFrame:
     """Every pair of labels within a task (or each against `reference`, or the given `pairs`): a - b with its
     interval at the family's corrected level, p, p_adjusted, verdict (ahead / behind / equivalent / undecided),
-    margin, mde and seeds_needed (`attnbench.decisions.pairwise`, `attnbench.decisions.verdicts`)."""
-    frame, suite_margin = _frame(results, metric)
+    margin, mde and seeds_needed (`attnbench.decisions.pairwise`, `attnbench.decisions.verdicts`). `measurement`:
+    only its results, where several measurements report the metric on one task."""
+    frame, suite_margin = _frame(results, metric, measurement)
     return compare_frame(
         frame,
         metric=metric,
@@ -70,8 +84,9 @@ def standings(
     task: str | None = None,
     alpha: float = 0.05,
     higher_is_better: bool | None = None,
+    measurement: str | None = None,
 ) -> pd.DataFrame:
     """Each label's mean and interval within a task, its rank by mean, a confidence set for the rank and whether it
     may be the best (`attnbench.decisions.ranks`)."""
-    frame, _ = _frame(results, metric)
+    frame, _ = _frame(results, metric, measurement)
     return standings_frame(frame, metric=metric, task=task, alpha=alpha, higher_is_better=higher_is_better)
