@@ -25,7 +25,7 @@ from torch import Tensor
 from attnbench.errors import UserError
 from attnbench.kernels import native
 from attnbench.recurrence import state_tensors, step_through
-from attnbench.registry import attention_capabilities, attention_entry, build_attention
+from attnbench.registry import ATTENTIONS, attention_capabilities, attention_entry, build_attention
 
 HEAD_DIM, MAX_LENGTH = 16, 4096
 SHAPES = ((1, 1), (2, 3), (3, 4))  # (batch, heads)
@@ -390,11 +390,27 @@ def _verdict(
     return Verdict(prop, on, True)
 
 
+def pattern_attentions(name: str, options: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
+    """The distinct (attention, options) of a pattern of layers (a hybrid), without `causal`, which the checks set."""
+    config = ATTENTIONS.make_config(name, head_dim=HEAD_DIM, max_length=MAX_LENGTH, **(options or {}))
+    distinct = []
+    for layer, layer_options in config.pattern():
+        entry = (layer, {k: v for k, v in layer_options.items() if k != "causal"})
+        if entry not in distinct:
+            distinct.append(entry)
+    return distinct
+
+
 def check_attention(
     name: str, options: dict[str, Any] | None = None, shapes: Iterable[tuple[int, int]] = SHAPES
 ) -> list[Verdict]:
     """Every property of attention `name` (a registered name or "module:Class"), native kernels on and off where
     it has a native path, else once."""
-    attention_entry(name)  # an unknown name fails here, once, with the valid names
+    if attention_entry(name).capabilities.layer_pattern:  # a hybrid: each of its layers' attentions
+        return [
+            dataclasses.replace(verdict, prop=f"{layer}: {verdict.prop}")
+            for layer, layer_options in pattern_attentions(name, options)
+            for verdict in check_attention(layer, layer_options, shapes)
+        ]
     paths = (True, False) if has_native_path(name, options) else (None,)
     return [v for prop in PROPERTIES for v in check_property(name, prop, options, tuple(shapes), paths)]

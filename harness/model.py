@@ -26,7 +26,7 @@ from attnbench.dropout import HashDropout
 from attnbench.kernels.linear.fused import padded_queries_unread
 from attnbench.options import option, require
 from attnbench.recurrence import has_recurrent_form
-from attnbench.registry import attention_entry, build_attention
+from attnbench.registry import attention_entry, build_attention, layer_attentions
 from attnbench.rotary import rotary_angles, rotate
 
 
@@ -226,6 +226,8 @@ class Block(nn.Module):
 class Backbone(nn.Module):
     """What every head shares (Zoology's LMBackbone): token + position (+ segment) embeddings, `num_layers`
     blocks, the final norm. (B, N) ids -> normed hidden states, (B, N, d_model) or the real tokens' (T, d_model).
+    Every block has the attention named, or, for a pattern of layers (a hybrid, attnbench.hybrid), its layer's
+    attention of the pattern (`attnbench.registry.layer_attentions`).
 
     Seeds torch's generator with `seed` and draws its weights in that order (embeddings, blocks, final norm); the
     head built right after it draws from the same stream. Each block's attention draws from its own seed,
@@ -258,7 +260,8 @@ class Backbone(nn.Module):
         self.segment_embedding = nn.Embedding(num_segments, cfg.d_model) if num_segments > 1 else None
         self.embedding_dropout = make_dropout(cfg)
         self.layers = nn.ModuleList(
-            Block(cfg, attention, attention_options, seed=seed * 1000 + i) for i in range(cfg.num_layers)
+            Block(cfg, name, options, seed=seed * 1000 + i)
+            for i, (name, options) in enumerate(layer_attentions(attention, attention_options, cfg.num_layers))
         )
         self.final_norm = nn.LayerNorm(cfg.d_model)
 

@@ -35,6 +35,30 @@ def option(
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
+def rest_option(help: str) -> Any:
+    """A dict option that gathers every key its config has no field for (`fold_rest`): the options a composite
+    passes on to its parts, e.g. a hybrid's `window` for its sliding-window layers; the config checks them itself."""
+    return dataclasses.field(
+        default_factory=dict, metadata={"help": help, "minimum": None, "maximum": None, "rest": True}
+    )
+
+
+def fold_rest(config_cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with every key that names no field of `config_cls` moved into its `rest_option` field, where it has
+    one (values given to that field by name are kept); as given otherwise."""
+    fields = dataclasses.fields(config_cls)
+    rest = next((f.name for f in fields if f.metadata.get("rest")), None)
+    if rest is None:
+        return dict(values)
+    names = {f.name for f in fields}
+    folded = {key: value for key, value in values.items() if key in names}
+    extra = {key: value for key, value in values.items() if key not in names}
+    if extra:
+        given = folded.get(rest, {})
+        folded[rest] = {**given, **extra} if isinstance(given, Mapping) else given
+    return folded
+
+
 def bounds_text(f: dataclasses.Field) -> str:
     """'1..65536', 'at least 0', 'at most 10' or '' for an option's declared bounds."""
     low, high = f.metadata.get("minimum"), f.metadata.get("maximum")
@@ -90,7 +114,7 @@ def make_options(config_cls: type, values: Mapping[str, Any], *, what: str) -> A
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     hints = typing.get_type_hints(config_cls)
     checked = {}
-    for key, value in values.items():
+    for key, value in fold_rest(config_cls, values).items():
         if key not in fields:
             hint = closest(str(key), list(fields))
             did_you_mean = f"; did you mean {hint!r}?" if hint else ""

@@ -39,6 +39,7 @@ class Capabilities:
     positive_features: bool = True  # random-feature maps: features are non-negative
     normalised: bool = True  # outputs are weighted means of values (weights sum to 1), so a lone token returns its v
     recurrent_state: bool = False  # built with causal=True: init_state(batch_size), step(q_t, k_t, v_t, state)
+    layer_pattern: bool = False  # a pattern of attentions over a model's layers (hybrid), not one layer's attention
 
     def as_dict(self) -> dict[str, bool]:
         return dataclasses.asdict(self)
@@ -237,7 +238,9 @@ def _annotations(cls: Callable[..., Any]) -> dict[str, Any]:
         return {}
 
 
-ATTENTIONS = Registry("attention", builtin_modules=["attnbench.baselines"], entry_point_group=ENTRY_POINT_GROUP)
+ATTENTIONS = Registry(
+    "attention", builtin_modules=["attnbench.baselines", "attnbench.hybrid"], entry_point_group=ENTRY_POINT_GROUP
+)
 
 
 def register_attention(
@@ -250,7 +253,7 @@ def register_attention(
     """Register an attention class under `name`; it is built as `cls(config_instance)`.
 
     Capabilities: padding_mask, causal, needs_max_length, learning_phase, positive_features, normalised,
-    recurrent_state; each a bool, or a function of the config instance where it depends on the options.
+    recurrent_state, layer_pattern; each a bool, or a function of the config instance where it depends on the options.
     """
     return ATTENTIONS.register(name, config=config, description=description, **capabilities)
 
@@ -258,6 +261,12 @@ def register_attention(
 def attention_names(pattern: str = "*") -> list[str]:
     """Sorted registered attention names matching a glob pattern, e.g. "*linear*"."""
     return ATTENTIONS.names(pattern)
+
+
+def module_attention_names(pattern: str = "*") -> list[str]:
+    """`attention_names` less the patterns of layers (capability `layer_pattern`, e.g. hybrid): the names
+    `build_attention` makes one module of."""
+    return [name for name in ATTENTIONS.names(pattern) if not ATTENTIONS.get(name).capabilities.layer_pattern]
 
 
 def attention_capabilities(name: str, **options: Any) -> Capabilities:
@@ -268,6 +277,21 @@ def attention_capabilities(name: str, **options: Any) -> Capabilities:
 def attention_entry(name: str) -> Entry:
     """The registry entry (factory, config class, capabilities) for an attention name or "module:Class"."""
     return ATTENTIONS.get(name)
+
+
+def layer_attentions(attention: str, options: dict[str, Any], num_layers: int) -> list[tuple[str, dict[str, Any]]]:
+    """(name, options) of each of a model's `num_layers` layers: the attention itself in every layer, or, for a
+    pattern of layers (capability `layer_pattern`, e.g. attnbench.hybrid), its config's `pattern()` in turn
+    (ConfigError where num_layers is not a multiple of the pattern's length)."""
+    if not ATTENTIONS.get(attention).capabilities.layer_pattern:
+        return [(attention, dict(options))] * num_layers
+    period = ATTENTIONS.make_config(attention, **options).pattern()
+    if num_layers % len(period):
+        raise ConfigError(
+            f"attention {attention!r} is a pattern of {len(period)} layers ({', '.join(n for n, _ in period)}) and "
+            f"the model has num_layers={num_layers}; give num_layers a multiple of {len(period)}"
+        )
+    return [period[i % len(period)] for i in range(num_layers)]
 
 
 LEARNING_PHASES = Registry("learning phase", entry_point_group="attnbench.learning_phase")

@@ -50,8 +50,8 @@ from attnbench.decoder import require_causal_form
 from attnbench.errors import ConfigError, UserError, closest, unknown_name_message
 from attnbench.model import ModelConfig
 from attnbench.names import MODEL_SET_ATTENTION_OPTIONS, NO_ATTENTION, NO_TASK, TASK_SET_MODEL_OPTIONS, task_label
-from attnbench.options import check_option, refuse_missing
-from attnbench.registry import ATTENTIONS, Registry, learning_phase_entry
+from attnbench.options import check_option, fold_rest, refuse_missing
+from attnbench.registry import ATTENTIONS, Registry, layer_attentions, learning_phase_entry
 from attnbench.sizing import check_knob, match_config
 from attnbench.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
 from attnbench.train import TrainConfig
@@ -475,6 +475,12 @@ class _Validator:
             self.resolved[path][label] = self.registry_options(
                 registry, entry, options, f"{item_path}.options", resolved_model
             )
+            if labels and entry.capabilities.layer_pattern:  # its layers against the model's depth and kind
+                causal = {"causal": True} if resolved_model["kind"] == "decoder" else {}
+                try:
+                    layer_attentions(name, {**options, **causal}, resolved_model["num_layers"])
+                except UserError as err:
+                    raise self.error(f"{item_path}.options", str(err)) from None
             out.append(normal)
         return out
 
@@ -533,7 +539,7 @@ class _Validator:
 
     def config(self, value: Any, path: str, config_cls: type, what: str) -> dict[str, Any]:
         """Check every key and value against a config dataclass; the resolved config as a dict."""
-        values = self.mapping(value, path)
+        values = fold_rest(config_cls, self.mapping(value, path))
         hints = typing.get_type_hints(config_cls)
         fields = {f.name: f for f in dataclasses.fields(config_cls)}
         checked = {}

@@ -11,11 +11,11 @@ from attnbench.attention_properties import PROPERTIES, check_property, has_nativ
 from attnbench.errors import ConfigError
 from attnbench.model import ModelConfig, TransformerClassifier
 from attnbench.recurrence import state_tensors
-from attnbench.registry import attention_entry, attention_names, build_attention
+from attnbench.registry import attention_entry, build_attention, module_attention_names
 from attnbench.tasks.base import Split, TaskData
 from attnbench.train import TrainConfig, predict_proba, train_classifier
 
-NAMES = [name for name in attention_names() if not name.startswith("test-")]  # not other test modules' fakes
+NAMES = [name for name in module_attention_names() if not name.startswith("test-")]  # not other test modules' fakes
 CAUSAL = [name for name in NAMES if attention_entry(name).capabilities.causal]
 # smaller than the defaults where a variant's cost grows with them, to keep training tests to seconds
 FAST = {

@@ -13,10 +13,10 @@ from attnbench.attention_properties import check_attention, check_property, has_
 from attnbench.cli import main
 from attnbench.kernels import native
 from attnbench.kernels.masks import key_padding_mask
-from attnbench.registry import attention_names, build_attention
+from attnbench.registry import build_attention, module_attention_names
 
 sys.path.insert(0, str(Path(__file__).parent))  # plugin_attentions
-NAMES = [name for name in attention_names() if not name.startswith("test-")]
+NAMES = [name for name in module_attention_names() if not name.startswith("test-")]
 FAST = {
     "performer": {"num_features": 16},
     "random-features": {"num_features": 16},

@@ -13,7 +13,7 @@ from attnbench.attention_properties import (
 )
 from attnbench.kernels.linear.parallel import linear_attention
 from attnbench.recurrence import state_bytes, step_through
-from attnbench.registry import attention_capabilities, attention_entry, attention_names, build_attention
+from attnbench.registry import attention_capabilities, attention_entry, build_attention, module_attention_names
 
 CAUSAL_ATTENTIONS = [
     ("softmax", {}),
@@ -27,7 +27,7 @@ CAUSAL_ATTENTIONS = [
 ]
 CAUSAL_ATTENTIONS += [
     (name, {})
-    for name in attention_names()
+    for name in module_attention_names()
     if not name.startswith("test-")
     and attention_entry(name).capabilities.causal
     and name not in dict(CAUSAL_ATTENTIONS)

@@ -92,6 +92,7 @@ def test_every_entry_has_documented_options_and_capabilities():
             "positive_features",
             "normalised",
             "recurrent_state",
+            "layer_pattern",
         }
     assert attention_entry("linformer").capabilities.needs_max_length
     assert not attention_entry("nystromformer").capabilities.causal
@@ -206,6 +207,10 @@ def test_capability_flags_match_behaviour(name):
     """needs_max_length: building without one fails exactly then; positive_features (feature-map attentions,
     for every map they offer): the features of random inputs are never negative exactly then."""
     entry = attention_entry(name)
+    if entry.capabilities.layer_pattern:  # a model builds it layer by layer (tests/test_hybrid.py)
+        with pytest.raises(ConfigError, match="layer by layer"):
+            build_attention(name, head_dim=16)
+        return
     if entry.capabilities.needs_max_length:
         with pytest.raises(ConfigError, match="max_length"):
             build_attention(name, head_dim=16)

@@ -43,6 +43,15 @@ def check_capabilities(attention: str, task: TaskData) -> None:
         raise SkipCell(f"attention {attention!r} needs a maximum length and task {task.name!r} has none")
 
 
+def require_one_attention(attention: str, measurement: str) -> None:
+    """SkipCell for a pattern of attentions over the layers (a hybrid) in a measurement of one attention module."""
+    if attention_entry(attention).capabilities.layer_pattern:
+        raise SkipCell(
+            f"attention {attention!r} is a pattern of attentions over a model's layers, and {measurement} measures "
+            f"one attention module; measure its layers' attentions by name"
+        )
+
+
 def model_config(cell: CellSpec, task: TaskData) -> ModelConfig:
     """ModelConfig from the cell's overrides; vocabulary, classes, length, padding and segments from the task."""
     sizes = {

@@ -114,14 +114,15 @@ def decode_row(
     twin: TransformerDecoder | None = None,
 ) -> dict[str, Any]:
     """Prefill of `length` tokens, then timed single-token steps from that state (in alternation with `twin`'s,
-    if given); state bytes of the first layer after prefill."""
+    if given); state bytes after prefill, per layer (a hybrid's mean over its layers) and over every layer."""
     ids = torch.randint(model.cfg.vocab_size, (1, length), device=device)
     prefill_s, state, token = _prefilled(model, ids)
     row: dict[str, Any] = {
         "context_length": length,
         "prefill_seconds": prefill_s,
         "prefill_tokens_per_s": length / prefill_s,
-        "state_bytes": state_bytes(state["layers"][0]),
+        "state_bytes": sum(map(state_bytes, state["layers"])) / len(state["layers"]),
+        "state_bytes_total": sum(map(state_bytes, state["layers"])),
     }
     mine = lambda: model.step(token, state)  # noqa: E731 - a step from the same state each call
     with torch.no_grad(), torch_threads(options.threads):
@@ -196,6 +197,7 @@ def measure_decode(
             f"prefill_tokens_per_s@{n}": row["prefill_tokens_per_s"],
             f"decode_ms_per_token@{n}": row["decode_ms_per_token"],
             f"state_bytes@{n}": float(row["state_bytes"]),
+            f"state_bytes_total@{n}": float(row["state_bytes_total"]),
         }
         if "paired_ratio" in row:
             metrics[f"decode_paired_ratio@{n}"] = row["paired_ratio"]

@@ -35,7 +35,7 @@ import torch
 from attnbench.cell_spec import CellSpec
 from attnbench.kernels.cpu_threads import torch_threads
 from attnbench.measurements import register_measurement
-from attnbench.measurements.common import check_paired_attention, paired_spec
+from attnbench.measurements.common import check_paired_attention, paired_spec, require_one_attention
 from attnbench.measurements.cost import point_cost
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
@@ -552,6 +552,7 @@ def measure_efficiency(
     cell: CellSpec, options: EfficiencyOptions, *, device: str = "cpu", progress: Progress | None = None
 ) -> dict[str, Any]:
     """Time and peak memory of the attention alone per (N, B, H, mode), against the machine's roofline."""
+    require_one_attention(cell.attention.name, "efficiency")
     threads_before = torch.get_num_threads()
     torch.set_num_threads(options.threads)
     try:

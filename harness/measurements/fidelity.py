@@ -25,7 +25,13 @@ from torch import Tensor
 
 from attnbench.cell_spec import CellSpec
 from attnbench.measurements import SkipCell, register_measurement
-from attnbench.measurements.common import has_option, load_cell_task, model_config, train_cell_model
+from attnbench.measurements.common import (
+    has_option,
+    load_cell_task,
+    model_config,
+    require_one_attention,
+    train_cell_model,
+)
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
 from attnbench.progress import Progress
@@ -147,6 +153,7 @@ def measure_fidelity(
 ) -> dict[str, Any]:
     """Relative and max error of the cell's attention against exact softmax, per input source, N and budget."""
     name, seed = cell.attention.name, cell.seed
+    require_one_attention(name, "fidelity")
     base = cell.attention.options
     budgets = _budgets(cell, options)
     rows: list[dict[str, Any]] = []

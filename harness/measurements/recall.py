@@ -24,11 +24,12 @@ from attnbench.decoder_training import TokenScores, score_at_lengths, score_toke
 from attnbench.measurements import SkipCell, register_measurement
 from attnbench.measurements.common import attention_runtime, load_cell_task, train_config
 from attnbench.measurements.lengths import length_metrics, model_length
-from attnbench.measurements.state import state_row
+from attnbench.measurements.state import layer_states
 from attnbench.metrics import register_metric
 from attnbench.model import parameter_counts
 from attnbench.options import option
 from attnbench.progress import Progress
+from attnbench.registry import layer_attentions
 from attnbench.tasks.sequence import SequenceTaskData, TokenSplit
 
 register_metric("num_kv_pairs", None, "key-value pairs per MQAR row", bounds=(1.0, None), format=".0f")
@@ -39,6 +40,18 @@ register_metric(
     bounds=(0.0, 1.0),
     margin=0.01,
 )
+
+
+register_metric("layer_ratio", None, "a hybrid's layers of its first attention per layer of the other (3 = 3:1)")
+
+
+def layer_ratio(layers: list[str]) -> float | None:
+    """The linear-to-full ratio of a model of two kinds of layer: layers of the kind its first layer has per layer of
+    the other (3.0 for gdn, gdn, gdn, swa); None for one kind, or more than two."""
+    if len(set(layers)) != 2:
+        return None
+    first = layers.count(layers[0])
+    return first / (len(layers) - first)
 
 
 @dataclasses.dataclass
@@ -99,13 +112,17 @@ def measure_recall(
     validation = score_tokens(result.model, task["validation"], batch, device)
     scored = score_at_lengths(result.model, task, batch, device, options.eval_form)
     at_lengths = {n: scores_of(s) for n, s in scored.items()}
-    attention = result.model.attention_modules()[0]
     cfg = result.model.cfg
-    state = state_row(attention, task.max_length, cfg.head_dim, cfg.num_heads)
+    state = layer_states(result.model.attention_modules(), task.max_length, cfg.head_dim, cfg.num_heads)
+    model = result.model
+    layers = [name for name, _ in layer_attentions(model.attention_name, model.attention_options, cfg.num_layers)]
+    ratio = layer_ratio(layers)
     params = parameter_counts(result.model)
     metrics = {
         **scores_of(test),
-        "state_bytes": float(state["bytes"]),
+        "state_bytes": float(state["mean"]),
+        "state_bytes_total": float(state["total"]),
+        **({"layer_ratio": ratio} if ratio is not None else {}),
         **({"num_kv_pairs": float(task.info["num_kv_pairs"])} if "num_kv_pairs" in task.info else {}),
         **length_metrics(at_lengths),
         "train_seconds": result.train_seconds,
@@ -120,7 +137,8 @@ def measure_recall(
             if at_lengths
             else {}
         ),
-        "state": state,
+        "state": state["layers"],
+        "layers": layers,
         "checkpoint": result.checkpoint,
         "best_epoch": result.best_epoch,
         "history": result.history,

@@ -20,7 +20,7 @@ from attnbench.metrics import register_metric
 from attnbench.options import option, require
 from attnbench.progress import Progress
 from attnbench.recurrence import state_bytes, step_through
-from attnbench.registry import build_attention
+from attnbench.registry import attention_entry, build_attention, layer_attentions
 from attnbench.runtime import seed_everything
 
 register_metric(
@@ -68,28 +68,42 @@ def state_row(attention: nn.Module, context_length: int, head_dim: int, heads: i
     return {"context_length": context_length, "bytes": carried, "formula_bytes": formula}
 
 
+def layer_states(modules: list[nn.Module], context_length: int, head_dim: int, heads: int) -> dict[str, Any]:
+    """`state_row` of each layer's attention at one context length, their mean (bytes per layer, as a uniform
+    model's every layer) and their total (the model's whole decoding state)."""
+    rows = [state_row(module, context_length, head_dim, heads) for module in modules]
+    total = sum(row["bytes"] for row in rows)
+    return {"layers": rows, "mean": total / len(rows), "total": total}
+
+
 @register_measurement("state", config=StateOptions)
 def measure_state(
     cell: CellSpec, options: StateOptions, *, device: str = "cpu", progress: Progress | None = None
 ) -> dict[str, Any]:
-    """Bytes of the decoding state per sequence and layer at each context length (no training)."""
+    """Bytes of the decoding state per sequence and layer at each context length (no training); a hybrid's per
+    layer of its pattern, their mean per layer and their total over the model's layers."""
     name = cell.attention.name
     require_causal_form(name)
     model = cell.model
     heads = model.get("num_heads", 2)
     head_dim = model.get("d_model", 128) // heads
+    num_layers = model.get("num_layers", 2)
     seed_everything(cell.seed)
-    attention = build_attention(
-        name,
-        head_dim=head_dim,
-        num_heads=heads,
-        max_length=max(options.context_lengths),
-        seed=cell.seed,
-        causal=True,
-        **cell.attention.options,
-    ).eval()
-    rows = [state_row(attention, n, head_dim, heads) for n in options.context_lengths]
-    return {
-        "metrics": {f"state_bytes@{row['context_length']}": float(row["bytes"]) for row in rows},
-        "details": {"rows": rows, "heads": heads, "head_dim": head_dim, "dtype": "float32"},
-    }
+    modules = [
+        build_attention(
+            layer,
+            head_dim=head_dim,
+            num_heads=heads,
+            max_length=max(options.context_lengths),
+            seed=cell.seed * 1000 + i,
+            **{**layer_options, "causal": True},
+        ).eval()
+        for i, (layer, layer_options) in enumerate(layer_attentions(name, cell.attention.options, num_layers))
+    ]
+    if not attention_entry(name).capabilities.layer_pattern:
+        modules = modules[:1]  # every layer alike: one stands for all
+    states = {n: layer_states(modules, n, head_dim, heads) for n in options.context_lengths}
+    metrics = {f"state_bytes@{n}": float(s["mean"]) for n, s in states.items()}
+    metrics |= {f"state_bytes_total@{n}": float(s["mean"] * num_layers) for n, s in states.items()}
+    rows = [{**s["layers"][0], "mean_bytes": s["mean"], "layers": s["layers"]} for s in states.values()]
+    return {"metrics": metrics, "details": {"rows": rows, "heads": heads, "head_dim": head_dim, "dtype": "float32"}}
