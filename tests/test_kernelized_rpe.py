@@ -7,7 +7,7 @@ import pytest
 import torch
 from recurrent_forms import prefilled_state_bytes
 
-from attnbench.baselines.kernelized_rpe import fft
+from attnbench.baselines.kernelized_rpe import DENSE_UP_TO, fft
 from attnbench.baselines.kernelized_rpe.fft import toeplitz_product
 from attnbench.baselines.kernelized_rpe.naive import offset_weights
 from attnbench.kernels.linear.parallel import linear_attention
@@ -18,6 +18,7 @@ B, H, N, D = 2, 3, 31, 8
 
 
 def rpe(causal: bool, max_distance: int, seed: int = 0, **options) -> torch.nn.Module:
+    options = {"form": "fft", **options}  # the FFT form at any length (auto takes the dense one at these lengths)
     attn = build_attention(
         "kernelized-rpe", head_dim=D, num_heads=H, causal=causal, max_distance=max_distance, seed=2, **options
     ).double()
@@ -133,3 +134,14 @@ def test_features_taken_in_groups_give_the_same_outputs(monkeypatch):
     whole = attn(q, k, v)
     monkeypatch.setattr(fft, "GROUP_VALUES", B * H * (D + 1) * 3 * N * 3)
     torch.testing.assert_close(attn(q, k, v), whole, rtol=1e-13, atol=1e-13)
+
+
+def test_auto_form_is_dense_on_short_sequences_and_the_fft_beyond():
+    attn = build_attention("kernelized-rpe", head_dim=D, num_heads=H, num_features=8, max_distance=8).double()
+    for n, route in ((DENSE_UP_TO, "dense"), (DENSE_UP_TO + 1, "fft")):
+        q, k, v = inputs(seed=7, n=n)
+        attn.reset_routes()
+        with torch.no_grad():
+            out = attn(q, k, v)
+            torch.testing.assert_close(out, attn.naive_forward(q, k, v), rtol=1e-12, atol=1e-12)
+        assert attn.kernel_routes == {route: 1}

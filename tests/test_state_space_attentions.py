@@ -33,8 +33,8 @@ CASES = [
     ("fox", {"short_conv": 3}),
     ("sliding-window", {"window": 5}),
     ("sliding-window", {"window": 64, "short_conv": 2}),
-    ("kernelized-rpe", {"max_distance": 6}),
-    ("kernelized-rpe", {"max_distance": 64, "num_features": 16, "short_conv": 3}),
+    ("kernelized-rpe", {"max_distance": 6, "form": "fft"}),
+    ("kernelized-rpe", {"max_distance": 64, "num_features": 16, "short_conv": 3, "form": "fft"}),
 ]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in options.items()) or 'default'}" for name, options in CASES]
 

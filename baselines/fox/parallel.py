@@ -18,8 +18,9 @@ import torch
 from torch import Tensor, nn
 
 
-def _fused(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
-    """softmax(q k^T + mask) v with scale 1, causal by `is_causal` or folded into a bool `mask` (B, 1, N, N)."""
+def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+    """softmax(q k^T + mask) v with scale 1, causal by `is_causal` or folded into a bool `mask` (B, 1, N, N); a query
+    that sees no key returns 0."""
     if causal and mask is not None:  # SDPA takes a mask or is_causal, not both: combine them
         n = q.shape[2]
         mask = mask & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
@@ -40,9 +41,9 @@ def forgetting_attention(
         q_plus = torch.cat([q / math.sqrt(q.shape[-1]), cumulative, ones], dim=-1)
         k_plus = torch.cat([k, ones, -cumulative], dim=-1)
         v_plus = nn.functional.pad(v, (0, q_plus.shape[-1] - v.shape[-1]))  # the fused kernels want one head size
-        return _fused(q_plus, k_plus, v_plus, real, causal=True)[..., : v.shape[-1]]
+        return fused_attention(q_plus, k_plus, v_plus, real, causal=True)[..., : v.shape[-1]]
     bias = -(cumulative - cumulative.transpose(-2, -1)).abs()
     if real is not None:
         bias = bias.masked_fill(~real, -math.inf)
-    out = _fused(q / math.sqrt(q.shape[-1]), k, v, bias, causal=False)
+    out = fused_attention(q / math.sqrt(q.shape[-1]), k, v, bias, causal=False)
     return out if real is None else out.masked_fill(~real.any(dim=-1, keepdim=True), 0.0)

@@ -15,13 +15,15 @@ positions further apart than `max_distance` K share b_{+-K} (Shaw et al.'s clipp
 leaves the range open); a causal attention keeps r = -K .. 0 only. Relative positions count padded positions too;
 padded keys are never read.
 
-Renderings (this folder): `naive` (the dense Toeplitz matrix), `fft` (training), `recurrent` (causal decoding in a
-fixed-size state: the last K keys each with their own weight, the earlier ones in one sum at weight c(K)).
+Renderings (this folder): `naive` (the dense Toeplitz matrix, also the training form up to DENSE_UP_TO positions,
+where it is the faster: option `form`), `fft` (training beyond), `recurrent` (causal decoding in a fixed-size
+state: the last K keys each with their own weight, the earlier ones in one sum at weight c(K)).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -35,12 +37,21 @@ from attnbench.kernels.short_conv import ShortConvConfig, unfiltered
 from attnbench.options import option
 from attnbench.registry import register_attention
 
+# the dense form's N x N weights cost N^2 (M + D), the FFT's transforms about 3 N M D log2(3K) with a large constant:
+# at N = 64 (M 64, D 32, a training step on CPU) the FFT took some 20 times the dense form's time
+DENSE_UP_TO = 256
+
 
 @dataclasses.dataclass
 class KernelizedRPEConfig(ShortConvConfig):
     num_features: int = option(64, "M positive random features per head", minimum=1, maximum=65536)
     max_distance: int = option(
         128, "K: relative positions further apart than K share one learned bias (and decoding keeps K keys)", minimum=1
+    )
+    form: Literal["auto", "fft", "dense"] = option(
+        "auto",
+        "training form: fft (the Toeplitz sums by FFT, O(N log K) per channel), dense (the N x N weights, O(N^2)), "
+        f"auto (dense up to {DENSE_UP_TO} positions, where it is the faster, fft beyond); the route is recorded",
     )
 
 
@@ -69,6 +80,10 @@ class KernelizedRPEAttention(PrefillsState, RecurrentAttention):
         return per_head(self.position_bias, heads)
 
     def parallel(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        form = self.cfg.form if self.cfg.form != "auto" else "dense" if q.shape[2] <= DENSE_UP_TO else "fft"
+        self._took(form)
+        if form == "dense":
+            return self.naive(q, k, v, mask)
         weights = offset_weights(self.bias(q.shape[1]).to(q.dtype), self.cfg.max_distance, self.causal, q.shape[2])
         return fft_rpe_attention(self.features(q), self.features(k), v, weights, self.cfg.max_distance, mask)
 

@@ -8,18 +8,21 @@ returns 0. With w at least the sequence length it is softmax attention. It is Fo
 window (fla's `naive_forgetting_attn` with g = 0 and `window_size`).
 
 Renderings (this folder): `naive` (FoX's dense definition with no gates and a window), the banded form for
-training (the engine's `attnbench.kernels.window`: O(N w d)), `recurrent` (decoding with a ring buffer of the
+training (the engine's `attnbench.kernels.window`: O(N w d); where the window holds the whole sequence, torch's
+fused softmax attention, the same sums without the band), `recurrent` (decoding with a ring buffer of the
 last w keys and values, so the state stops growing once the window is full).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 from torch import Tensor
 
 from attnbench.baselines.fox.naive import naive_forgetting_attention
+from attnbench.baselines.fox.parallel import fused_attention
 from attnbench.baselines.sliding_window.recurrent import init_ring, ring_prefill, ring_step
 from attnbench.kernels.recurrent_attention import PrefillsState, RecurrentAttention, State, real_rows
 from attnbench.kernels.short_conv import ShortConvConfig, unfiltered
@@ -47,6 +50,9 @@ class SlidingWindowAttention(PrefillsState, RecurrentAttention):
     padding_takes_positions = True  # the window counts positions, padded ones included
 
     def parallel(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        if self.cfg.window >= q.shape[2]:  # the window holds the whole sequence: softmax, through the fused kernel
+            real = None if mask is None else mask[:, None, None, :]
+            return fused_attention(q / math.sqrt(q.shape[-1]), k, v, real, self.causal)
         real = torch.ones(q.shape[0], q.shape[2], dtype=torch.bool, device=q.device) if mask is None else mask
         values = real_rows(torch.cat([v, torch.ones_like(v[..., :1])], dim=-1), mask)
         sums, _ = banded_softmax(q, k, values, real, self.cfg.window, self.causal)
