@@ -175,11 +175,18 @@ class MultiHeadAttention(nn.Module):
         turned = rotate(q, cos, sin)
         return turned, turned if k is q else rotate(k, cos, sin)
 
+    def queries_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Queries and keys of x (..., d_model), by qk_projection, before the heads split: the one rule of the
+        parallel forward and the step. none: x itself (each head its slice); shared: one projection, k is q."""
+        q = x if self.q_proj is None else self.q_proj(x)
+        return q, q if self.k_proj is None else self.k_proj(x)
+
     def forward(self, x: Tensor, mask: Tensor | None, tokens: Tokens | None = None) -> Tensor:
         """x (B, N, d_model), or the real tokens (T, d_model) of `tokens` -> the same layout."""
         spread = (lambda t: t) if tokens is None else tokens.unpack
-        q = self._heads(spread(x if self.q_proj is None else self.q_proj(x)))  # none: each head's slice of x
-        k = q if self.k_proj is None else self._heads(spread(self.k_proj(x)))
+        q_flat, k_flat = self.queries_keys(x)
+        q = self._heads(spread(q_flat))
+        k = q if k_flat is q_flat else self._heads(spread(k_flat))
         q, k = self.positioned(q, k, torch.arange(q.shape[2], device=q.device))  # a row's tokens come first
         with contextlib.nullcontext() if tokens is None else padded_queries_unread():  # pack reads real rows only
             out = self.attention(q, k, self._heads(spread(self.v_proj(x))), key_padding_mask=mask)
@@ -211,8 +218,9 @@ class Block(nn.Module):
         attn = self.attn
         b = x.shape[0]
         h = self.norm1(x)
-        q = attn.q_proj(h).view(b, attn.num_heads, attn.head_dim)
-        k = q if attn.k_proj is None else attn.k_proj(h).view(b, attn.num_heads, attn.head_dim)
+        q_flat, k_flat = attn.queries_keys(h)
+        q = q_flat.view(b, attn.num_heads, attn.head_dim)
+        k = q if k_flat is q_flat else k_flat.view(b, attn.num_heads, attn.head_dim)
         q, k = attn.positioned(q, k, torch.tensor([position], device=x.device))
         v = attn.v_proj(h).view(b, attn.num_heads, attn.head_dim)
         if not has_recurrent_form(attn.attention):

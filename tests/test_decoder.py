@@ -1,5 +1,7 @@
 """The causal decoder (attnbench.decoder): causality, stepping against the parallel forward, tying, refusal."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -62,6 +64,26 @@ def test_stepping_and_prefill_equal_the_parallel_forward(name, options):
         for t in range(30, 40):
             logits, prefilled = model.step(ids[:, t], prefilled)
             torch.testing.assert_close(logits, parallel[:, t], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("qk_projection", ["none", "shared", "separate"])
+def test_every_qk_projection_steps_and_generates_like_the_parallel_forward(qk_projection):
+    """The step projects queries and keys by the same rule as the parallel forward (none: the input itself)."""
+    cfg = dataclasses.replace(CFG, qk_projection=qk_projection, tie_qk=None)
+    model = TransformerDecoder(cfg, "elu-linear").eval()
+    ids = _ids(n=12)
+    with torch.no_grad():
+        parallel = model(ids)
+        state, stepped = model.init_state(2), []
+        for t in range(ids.shape[1]):
+            logits, state = model.step(ids[:, t], state)
+            stepped.append(logits)
+        torch.testing.assert_close(torch.stack(stepped, 1), parallel, rtol=1e-4, atol=1e-4)
+        out = model.generate(ids[:, :5], 3)
+        expected = ids[:, :5]
+        for _ in range(3):
+            expected = torch.cat([expected, model(expected)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(out, expected)
 
 
 def test_padded_batches_give_each_row_its_unpadded_logits():
