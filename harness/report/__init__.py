@@ -31,7 +31,7 @@ from attnbench.report.formats import to_markdown, write_table
 from attnbench.report.html import cell_counts, provenance_value, render_page
 from attnbench.report.load import Results, load_runs, run_provenance
 from attnbench.report.plots import all_plots
-from attnbench.report.sections import report_context, report_sections
+from attnbench.report.sections import SectionGuard, report_context, report_sections
 from attnbench.report.table import Table
 from attnbench.report.tables import all_tables
 
@@ -155,12 +155,14 @@ def _unique_names(tables: list[Table]) -> list[Table]:
 def _write_into(results: Results, out_dir: Path, title: str) -> None:
     for folder in (out_dir / "tables", out_dir / "plots"):
         folder.mkdir(parents=True, exist_ok=True)
-    tables = _unique_names(all_tables(results))
+    guard = SectionGuard()
+    tables = _unique_names(all_tables(results, guard))
     for table in tables:
         write_table(table, out_dir / "tables")
     context = report_context(results, tables)
-    summary = [sentence for section in report_sections() for sentence in section.summary(context)]
-    plots = all_plots(context, out_dir / "plots")
+    summary = guard.parts(report_sections(), "summary", context)
+    plots = all_plots(context, out_dir / "plots", guard)
+    summary += guard.lines  # sections left out, one line each: the CLI prints the summary
     provenance = run_provenance(results)
     (out_dir / "provenance.json").write_text(json.dumps(provenance, indent=1), encoding="utf-8")
     (out_dir / "report.md").write_text(

@@ -15,7 +15,9 @@ registered beside the code that draws them. A report is every registered section
   (default: order).
 
 The harness's sections are registered by the modules in BUILTIN_MODULES, imported when a report is built; a
-plugin's by an entry point in the group `attnbench.report_section` naming the module that registers them.
+plugin's by an entry point in the group `attnbench.report_section` naming the module that registers them. A
+plugin cannot break a report: one that fails to import, a section under a harness's name, and a section part that
+raises are each named in one line at the top of the report (`SectionGuard`) and left out.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import importlib.metadata
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from attnbench.errors import ConfigError, UserError
+from attnbench.errors import ConfigError
 from attnbench.report.load import Results
 from attnbench.report.plot import Plot, label_colors
 from attnbench.report.table import Table
@@ -90,6 +92,21 @@ class ReportSection:
 
 
 _SECTIONS: dict[str, ReportSection] = {}
+_LOAD_PROBLEMS: list[str] = []  # sections refused or not loaded: one line each, shown at the top of every report
+
+
+def _module_of(section: ReportSection) -> str:
+    """The module that drew the section (of its first part that is not a default)."""
+    parts = [
+        f for f in (section.tables, section.plots, section.summary) if f not in (_no_tables, _no_plots, _no_summary)
+    ]
+    return getattr(parts[0], "__module__", "") or ""
+
+
+def _builtin(section: ReportSection) -> bool:
+    """Whether the harness (or a plugin it ships, attnbench.baselines.coulomb) registered the section."""
+    module = _module_of(section)
+    return module == "attnbench" or module.startswith("attnbench.")
 
 
 def register_report_section(
@@ -102,7 +119,9 @@ def register_report_section(
     measurements: Iterable[str] = (),
     plot_order: float | None = None,
 ) -> ReportSection:
-    """Register (or replace) the report section `name`; see the module docstring for each part."""
+    """Register (or replace) the report section `name`; see the module docstring for each part. The harness's
+    section names are reserved: another module's section under one of them is left out, saying so at the top of
+    every report, and the harness's own is kept."""
     if not isinstance(order, (int, float)) or isinstance(order, bool):
         raise ConfigError(f"report section {name!r}: order must be a number, got {order!r}")
     if isinstance(measurements, str):
@@ -118,6 +137,15 @@ def register_report_section(
         summary,
         tuple(measurements),
     )
+    existing = _SECTIONS.get(name)
+    if existing is not None and _builtin(existing) != _builtin(section):
+        other = section if _builtin(existing) else existing
+        _LOAD_PROBLEMS.append(
+            f"report section {name!r} from {_module_of(other)} was left out: {name!r} is the harness's own "
+            f"section; register it under another name"
+        )
+        if _builtin(existing):
+            return existing
     _SECTIONS[name] = section
     return section
 
@@ -126,6 +154,39 @@ def report_sections() -> list[ReportSection]:
     """Every registered section (the harness's and installed plugins'), in table order."""
     _load_sections()
     return sorted(_SECTIONS.values(), key=lambda s: (s.order, s.name))
+
+
+class SectionGuard:
+    """Runs the sections' parts for one report: a part that raises, or returns what is not a Table (tables) or a
+    Plot (plots), is named in one line and its section's later parts are skipped; the report goes on. `lines`
+    also holds the sections refused or not loaded (a plugin that failed to import)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = list(dict.fromkeys(_LOAD_PROBLEMS))
+        self.failed: set[str] = set()
+
+    def parts(self, sections: Iterable[ReportSection], part: str, *args: object) -> list:
+        """Every section's `part` (tables, plots or summary) called with `args`, flattened, in order."""
+        kinds = {"tables": (Table, type(None)), "plots": (Plot,), "summary": (str,)}[part]
+        out = []
+        for section in sections:
+            if section.name in self.failed:
+                continue
+            try:
+                made = list(getattr(section, part)(*args))
+                wrong = [type(x).__name__ for x in made if not isinstance(x, kinds)]
+                if wrong:
+                    raise TypeError(f"it returned a {wrong[0]} among its {part}")
+            except Exception as err:  # noqa: BLE001 - a plugin's section, whatever it raises, costs only itself
+                self.failed.add(section.name)
+                reason = (str(err).strip().splitlines() or [""])[0]
+                self.lines.append(
+                    f"report section {section.name!r} failed in its {part} ({type(err).__name__}: {reason}); "
+                    f"left out of this report"
+                )
+                continue
+            out += made
+        return out
 
 
 def report_context(results: Results, tables: Iterable[Table]) -> ReportContext:
@@ -141,8 +202,9 @@ def _load_sections() -> None:
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             ep.load()
-        except Exception as err:
-            raise UserError(
-                f"report section plugin {ep.name!r} ({ep.value}) failed to import: {err}; "
-                f"fix or uninstall the package that declares it"
-            ) from err
+        except Exception as err:  # noqa: BLE001 - a broken plugin costs its own sections, not the report
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            _LOAD_PROBLEMS.append(
+                f"report section plugin {ep.name!r} ({ep.value}) failed to import ({reason}); its sections are "
+                f"left out: fix or uninstall the package that declares it"
+            )

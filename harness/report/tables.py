@@ -16,7 +16,7 @@ from attnbench.metrics import metric_timed
 from attnbench.report.load import Results, metric_frame, not_ok
 from attnbench.report.paired import ALPHA, PredictionCache
 from attnbench.report.ranking import RANK_METRIC, Standing, ranking_note, task_standings, top_group_marks
-from attnbench.report.sections import report_sections
+from attnbench.report.sections import SectionGuard, report_sections
 from attnbench.report.stats import metric_direction, summarize
 from attnbench.report.table import DASH, Table, finite, fmt, fmt_summary, slug
 
@@ -379,11 +379,12 @@ def problems_table(results: Results) -> Table | None:
     )
 
 
-def all_tables(results: Results) -> list[Table]:
-    """Every table the results support, in report order: each registered section's, then one per task of every
-    measurement no section shows in full, then the cells without results."""
+def all_tables(results: Results, guard: SectionGuard | None = None) -> list[Table]:
+    """Every table the results support, in report order: each registered section's (a failing one named in
+    `guard` and left out), then one per task of every measurement no section shows in full, then the cells without
+    results."""
     sections = report_sections()
-    tables = [table for section in sections for table in section.tables(results)]
+    tables = (guard or SectionGuard()).parts(sections, "tables", results)
     shown = {measurement for section in sections for measurement in section.measurements}
     other = results.ok[~results.ok["measurement"].isin(shown)]
     tables += [
