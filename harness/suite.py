@@ -102,13 +102,51 @@ def find_suite(name_or_path: str) -> Path:
     )
 
 
+MAX_YAML_NODES = 100_000  # a suite's values with every alias expanded: shipped suites hold a few hundred
+
+
+def load_yaml(text: str) -> Any:
+    """The YAML document in `text`, refusing a key given twice, an alias inside its own anchor, and aliases that
+    expand to more than MAX_YAML_NODES values ('billion laughs'): DuplicateKeyError or AliasError."""
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    _expanded_size(node, {}, set())
+    _refuse_duplicate_keys(node, "")
+    return yaml.safe_load(text)
+
+
+class AliasError(Exception):
+    """YAML aliases that recurse or expand beyond MAX_YAML_NODES values."""
+
+
+def _expanded_size(node: yaml.Node | None, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """How many values `node` holds with every alias expanded (each node counted once per place it appears),
+    computed once per node; an AliasError for a node inside itself or a total above MAX_YAML_NODES."""
+    if node is None or id(node) in sizes:
+        return sizes.get(id(node), 0)
+    if id(node) in open_nodes:
+        raise AliasError(
+            f"line {node.start_mark.line + 1}: an alias refers to the anchor it is inside (a recursive alias); "
+            f"write the value out"
+        )
+    open_nodes.add(id(node))
+    children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
+    size = 1 + (sum(_expanded_size(c, sizes, open_nodes) for c in children) if isinstance(children, list) else 0)
+    open_nodes.discard(id(node))
+    if size > MAX_YAML_NODES:
+        raise AliasError(
+            f"line {node.start_mark.line + 1}: aliases expand this value to {size:,} values, more than "
+            f"{MAX_YAML_NODES:,} (nested aliases, a 'billion laughs'); write the suite without them"
+        )
+    sizes[id(node)] = size
+    return size
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
-    """The raw mapping in a suite file (no validation beyond 'is a YAML mapping')."""
+    """The raw mapping in a suite file (no validation beyond 'is a YAML mapping'; aliases bounded)."""
     try:
         text = path.read_text()
-        _refuse_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), "")
-        data = yaml.safe_load(text)
-    except DuplicateKeyError as err:
+        data = load_yaml(text)
+    except (DuplicateKeyError, AliasError) as err:
         raise UserError(f"{path}: {err}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(

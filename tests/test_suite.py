@@ -187,6 +187,24 @@ def test_a_key_given_twice_is_refused_with_its_key_path(tmp_path):
     assert "attentions[0].options.num_features: key 'num_features' is given twice" in error_of(path)
 
 
+def test_yaml_aliases_that_recurse_or_expand_without_bound_are_refused_in_one_line(tmp_path):
+    """A recursive alias (a RecursionError traceback) and nested aliases (validation busy until killed): one line
+    each, naming the line; an anchor used within bounds still works."""
+    recursive = tmp_path / "recursive.yaml"
+    recursive.write_text("name: r\ndescription: d\nattentions: &a [softmax, *a]\ntasks: [listops]\nseeds: [0]\n"
+                         "measurements: [accuracy]\n")  # fmt: skip
+    assert "line 3: an alias refers to the anchor it is inside" in error_of(recursive)
+    lines = ["name: l", "description: d", "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    laughs = tmp_path / "laughs.yaml"
+    laughs.write_text("\n".join(lines) + "\nattentions: [softmax]\n")
+    assert "more than 100,000 (nested aliases, a 'billion laughs')" in error_of(laughs)
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("name: s\ndescription: d\nattentions: [softmax]\ntasks: [listops]\nseeds: [0]\n"
+                      "model: &m {d_model: 16}\nmeasurements: [accuracy]\ntraining: {epochs: 1}\n")  # fmt: skip
+    assert load_suite(str(shared)).model == {"d_model": 16}
+
+
 @pytest.mark.parametrize("seed", [-1, 2**32])
 def test_seeds_outside_numpys_range_are_refused(tmp_path, seed):
     assert f"seeds[1]: is {seed}; a seed must be an integer in 0..4294967295" in error_of(

@@ -50,13 +50,18 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _parse_options(pairs: list[str]) -> dict[str, Any]:
-    """['num_features=64', ...] -> {'num_features': 64, ...}, each value read as YAML."""
+    """['num_features=64', ...] -> {'num_features': 64, ...}, each value read as YAML (aliases bounded)."""
     import yaml
+
+    from attnbench.suite import AliasError, load_yaml
 
     options = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise UserError(f"--option {pair!r} is not KEY=VALUE; e.g. --option num_features=64")
-        options[key] = yaml.safe_load(value)
+        try:
+            options[key] = load_yaml(value)
+        except (AliasError, yaml.YAMLError) as err:
+            raise UserError(f"--option {pair!r}: {err}") from None
     return options
