@@ -14,17 +14,10 @@ cumulative log gates (<= 0 below the diagonal), so no gate, however strong, over
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from attnbench.kernels.chunks import chunk_length, split_chunks
 from attnbench.kernels.gated_recurrence import decay_matrix
-
-
-def _chunks(x: Tensor, c: int) -> Tensor:
-    """(B, H, N, ...) -> (B, H, N / C, C, ...), zero-padded at the end to a multiple of C."""
-    pad = (-x.shape[2]) % c
-    if pad:
-        x = nn.functional.pad(x, (0, 0) * (x.dim() - 3) + (0, pad))
-    return x.view(*x.shape[:2], x.shape[2] // c, c, *x.shape[3:])
 
 
 def chunk_delta_rule(
@@ -38,12 +31,18 @@ def chunk_delta_rule(
 ) -> tuple[Tensor, Tensor]:
     """Causal: the same outputs (B, H, N, Dv) and last state (B, H, Dk, Dv) as `naive_delta_rule`."""
     b, h, n, dk = k.shape
-    qc, kc, vc, bc = _chunks(q, chunk), _chunks(k, chunk), _chunks(v, chunk), _chunks(beta, chunk)[..., None]
+    chunk = chunk_length(chunk, n)
+    qc, kc, vc, bc = (
+        split_chunks(q, chunk),
+        split_chunks(k, chunk),
+        split_chunks(v, chunk),
+        split_chunks(beta, chunk)[..., None],
+    )
     eye = torch.eye(chunk, dtype=k.dtype, device=k.device)
     products, start_keys, end_keys, decay = kc @ kc.transpose(-2, -1), kc, kc, None
     carries: list[Tensor | None] = [None] * qc.shape[2]
     if log_gate is not None:
-        total = _chunks(log_gate, chunk).cumsum(dim=3)  # (B, H, nc, C): log G_t, padding adds 0
+        total = split_chunks(log_gate, chunk).cumsum(dim=3)  # (B, H, nc, C): log G_t, padding adds 0
         decay = decay_matrix(total)
         products, start_keys = products * decay, kc * total.exp()[..., None]
         end_keys = kc * (total[..., -1:] - total).exp()[..., None]

@@ -12,16 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from attnbench.kernels.chunks import chunk_length, split_chunks
 from attnbench.kernels.gated_recurrence import decay_matrix
-
-
-def _chunks(x: Tensor, c: int) -> Tensor:
-    """(B, H, N, D) -> (B, H, N / C, C, D), zero-padded at the end to a multiple of C."""
-    pad = (-x.shape[2]) % c
-    x = nn.functional.pad(x, (0, 0, 0, pad)) if pad else x
-    return x.view(*x.shape[:2], x.shape[2] // c, c, x.shape[3])
 
 
 def chunk_gated_recurrence(
@@ -29,8 +23,9 @@ def chunk_gated_recurrence(
 ) -> tuple[Tensor, Tensor]:
     """Causal: the same outputs (B, H, N, Dv) and last state (B, H, Dk, Dv) as `naive_gated_recurrence`."""
     b, h, n, dk = q.shape
-    qc, kc, vc = _chunks(q, chunk), _chunks(k, chunk), _chunks(v, chunk)
-    g = _chunks(log_gate.expand(b, h, n, dk), chunk).cumsum(dim=3)  # b: (B, H, nc, C, Dk), padding adds 0
+    chunk = chunk_length(chunk, n)
+    qc, kc, vc = split_chunks(q, chunk), split_chunks(k, chunk), split_chunks(v, chunk)
+    g = split_chunks(log_gate.expand(b, h, n, dk), chunk).cumsum(dim=3)  # b: (B, H, nc, C, Dk), padding adds 0
     last = g[:, :, :, -1:]  # each chunk's total log gate
     q_in, k_in = qc * g.exp(), kc * (-g).exp()
     scores = (q_in @ k_in.transpose(-2, -1)).tril()  # (B, H, nc, C, C), keys j <= i inside the chunk
@@ -56,8 +51,9 @@ def chunk_headwise_recurrence(
     positions form one (C, C) matrix per head (`decay_matrix`, fla's simple GLA), so gates of any strength stay
     finite, where the per-channel form above needs them floored."""
     b, h, n, dk = q.shape
-    qc, kc, vc = _chunks(q, chunk), _chunks(k, chunk), _chunks(v, chunk)
-    total = _chunks(log_gate[..., :1], chunk)[..., 0].cumsum(dim=3)  # (B, H, nc, C), padding adds 0
+    chunk = chunk_length(chunk, n)
+    qc, kc, vc = split_chunks(q, chunk), split_chunks(k, chunk), split_chunks(v, chunk)
+    total = split_chunks(log_gate[..., :1], chunk)[..., 0].cumsum(dim=3)  # (B, H, nc, C), padding adds 0
     within = ((qc @ kc.transpose(-2, -1)) * decay_matrix(total)) @ vc
     q_in = qc * total.exp()[..., None]
     writes = (kc * (total[..., -1:] - total).exp()[..., None]).transpose(-2, -1) @ vc  # the chunk's keys at its end

@@ -14,14 +14,9 @@ is bounded, |g| < exp(-1/2); `rwkv7.MAX_CHUNK`). Only the (Dk, Dv) state runs ac
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-
-def _chunks(x: Tensor, c: int) -> Tensor:
-    """(B, H, N, D) -> (B, H, N / C, C, D), zero-padded at the end to a multiple of C."""
-    pad = (-x.shape[2]) % c
-    x = nn.functional.pad(x, (0, 0, 0, pad)) if pad else x
-    return x.view(*x.shape[:2], x.shape[2] // c, c, x.shape[3])
+from attnbench.kernels.chunks import chunk_length, split_chunks
 
 
 def chunk_dplr(
@@ -36,7 +31,8 @@ def chunk_dplr(
 ) -> tuple[Tensor, Tensor]:
     """Causal: the same outputs (B, H, N, Dv) and last state (B, H, Dk, Dv) as `naive_dplr`."""
     b, h, n, dk = k.shape
-    qc, kc, vc, ac, bc, gc = (_chunks(x, chunk) for x in (q, k, v, alpha, beta, log_gate))
+    chunk = chunk_length(chunk, n)
+    qc, kc, vc, ac, bc, gc = (split_chunks(x, chunk) for x in (q, k, v, alpha, beta, log_gate))
     total = gc.cumsum(dim=3)  # b_t, (B, H, nc, C, Dk); padding adds 0
     grown, shrunk, end = total.exp(), (-total).exp(), total[..., -1:, :].exp()  # exp(b_t), exp(-b_t), exp(b_C)
     q_in, a_in = qc * grown, ac * (total - gc).exp()
