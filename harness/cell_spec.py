@@ -17,9 +17,24 @@ import hashlib
 import json
 from typing import Any
 
+KINDS: dict[str, tuple[type, ...]] = {  # what each key of a cell's mappings holds
+    "name": (str,),
+    "label": (str,),
+    "suite": (str,),
+    "metric": (str,),
+    "seed": (int,),
+    "trial": (int,),
+    "options": (dict,),
+    "values": (dict,),
+    "model": (dict,),
+    "training": (dict,),
+    "inputs": (dict,),
+}
+
 
 def _read(data: Any, required: tuple[str, ...], optional: tuple[str, ...], what: str) -> dict[str, Any]:
-    """`data` as a mapping with every required key and no unknown one (a dropped key would change the cell's id)."""
+    """`data` as a mapping with every required key, no unknown one (a dropped key would change the cell's id) and
+    each value of its kind (KINDS: a seed an integer, options a mapping)."""
     if not isinstance(data, dict):
         raise ValueError(f"{what} must be a mapping, not {type(data).__name__} {data!r}")
     missing = [k for k in required if k not in data]
@@ -30,6 +45,11 @@ def _read(data: Any, required: tuple[str, ...], optional: tuple[str, ...], what:
             + (f"lacks {', '.join(missing)}" if missing else f"has unknown keys {', '.join(unknown)}")
             + f"; it takes {', '.join(required + optional)}"
         )
+    for key, kinds in KINDS.items():
+        value = data.get(key)
+        if key in data and (not isinstance(value, kinds) or isinstance(value, bool)):
+            word = {str: "text", int: "an integer", dict: "a mapping"}[kinds[0]]
+            raise ValueError(f"{what}'s {key} is {type(value).__name__} {value!r}, not {word}")
     return data
 
 

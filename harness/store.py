@@ -126,7 +126,31 @@ def read_result(path: Path, cid: str | None = None) -> tuple[dict[str, Any] | No
         or not isinstance(data.get("cell"), dict)
     ):
         return None, "not the result of this cell (its cell_id, status or cell is missing or wrong)"
-    return data, None
+    problem = _malformed(data)
+    return (None, f"malformed: {problem}") if problem else (data, None)
+
+
+def _malformed(data: dict[str, Any]) -> str | None:
+    """What is wrong with the parts of a result `run` and `report` read (the cell as a CellSpec whose id is the
+    file's, metrics a mapping of numbers, details and provenance mappings, reason text), or None."""
+    try:
+        spec = CellSpec.from_json(data["cell"])
+    except ValueError as err:
+        return str(err)
+    if spec.id != data.get("cell_id"):
+        return f"its cell hashes to {spec.id}, not to its cell_id {data.get('cell_id')!r}"
+    metrics = data.get("metrics", {})
+    if not isinstance(metrics, dict):
+        return f"metrics is {type(metrics).__name__}, not a mapping"
+    for key, value in metrics.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"metrics.{key} is {type(value).__name__} {value!r}, not a number"
+    for key in ("details", "provenance"):
+        if not isinstance(data.get(key) or {}, dict):
+            return f"{key} is {type(data[key]).__name__}, not a mapping"
+    if not isinstance(data.get("reason") or "", str) or not isinstance(data.get("label") or "", str):
+        return "its reason or label is not text"
+    return None
 
 
 def _unreadable(path: Path, cid: str | None) -> str | None:

@@ -158,3 +158,32 @@ def writable(folder) -> None:
     if os.geteuid() == 0:
         subprocess.run(["chattr", "-i", str(folder)])
     folder.chmod(0o755)
+
+
+MALFORMED = {
+    "metrics a list": (lambda r: r.__setitem__("metrics", [1, 2]), "metrics is list, not a mapping"),
+    "a metric a string": (lambda r: r["metrics"].__setitem__("accuracy", "high"), "metrics.accuracy is str"),
+    "cell.task a string": (lambda r: r["cell"].__setitem__("task", "listops"), "a cell's task must be a mapping"),
+    "seed a string": (lambda r: r["cell"].__setitem__("seed", "0"), "a cell's seed is str '0', not an integer"),
+    "details a string": (lambda r: r.__setitem__("details", "x"), "details is str, not a mapping"),
+    "provenance a list": (lambda r: r.__setitem__("provenance", [1]), "provenance is list, not a mapping"),
+    "a cell of another id": (lambda r: r["cell"].__setitem__("seed", 7), "its cell hashes to"),
+}
+
+
+@pytest.mark.parametrize("change, words", MALFORMED.values(), ids=list(MALFORMED))
+def test_a_malformed_cell_is_unreadable_to_run_and_report_alike(tmp_path, change, words):
+    """A wrong-typed part of a result file: `run` sets it aside and runs its cell again (it was kept as finished);
+    `load_results` and `report` read it as an 'unreadable' row with the reason (they crashed on 5 of 6)."""
+    from attnbench.report.load import load_results
+
+    store = RunStore(tmp_path / "run")
+    store.open({"name": "smoke"}, [CELL.id], {})
+    record = result_record(CELL, status="ok", metrics={"accuracy": 0.5}, details={"x": 1})
+    change(record)
+    store.cell_path(CELL.id).write_text(json.dumps(record))
+    assert store.read_cell(CELL.id) is None and store.status(CELL.id) is None  # not finished: it runs again
+    rows = load_results(tmp_path / "run")
+    assert list(rows["status"]) == ["unreadable"] and words in rows["reason"][0], rows["reason"][0]
+    notes = store.open({"name": "smoke"}, [CELL.id], {})
+    assert len(notes) == 1 and words in notes[0] and not store.cell_path(CELL.id).exists()
