@@ -219,7 +219,7 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
             if sources:
                 sitting_threads = split.threads if split is not None else options.ray_threads
                 ran_on = device_name(device) if device != "auto" else "auto"  # Ray's auto: no twin matches
-                notes += adopt_results(store, [c.spec for c in cells], sources, ran_on, sitting_threads)
+                notes += adopt_results(store, [c.spec for c in cells], sources, ran_on, sitting_threads, provenance)
             keep = FINISHED if options.retry_failed else FINISHED + ("failed",)
             ran, tried = 0, set()
             while True:  # once, or again for the cells a sweep's selection seeds have just chosen

@@ -69,6 +69,39 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+ISA_PREFIXES = (
+    "sse",
+    "ssse",
+    "avx",
+    "fma",
+    "f16c",
+    "amx",
+    "bmi",
+    "popcnt",
+    "aes",
+    "sha",
+    "vnni",
+    "neon",
+    "asimd",
+    "sve",
+)
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_instruction_sets() -> str:
+    """The CPU's vector and arithmetic instruction-set extensions (the /proc/cpuinfo flags that `-march=native`
+    builds the native kernels for: sse4_2, avx2, avx512f, ...), sorted and space-separated; the machine name where
+    the OS does not list them. Two CPUs that differ here may round the same kernel differently."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = line.split(":", 1)[1].split()
+                return " ".join(sorted({f for f in flags if f.startswith(ISA_PREFIXES)}))
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity where the OS has one, else all)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -111,6 +144,7 @@ def machine_provenance(device: str, command: str | None = None) -> dict[str, Any
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu": cpu_model(),
+        "cpu_isa": cpu_instruction_sets(),
         "cpu_count": os.cpu_count(),
         "device": device_name(device),
         "threads": torch.get_num_threads(),

@@ -4,12 +4,15 @@ Suites often share cells that differ only in the suite's name: phase-a-study's p
 Tomatoes are paper-rt-qk-none's seeds 0-2, cell for cell. A cell's result depends on its spec (task and its
 input files, attention, seed, model, training, measurement), the device and the torch threads it ran with, not
 on the name of the suite that planned it. So a cell not finished here whose twin (the same spec under the other
-run's suite name) finished ok there, on the same device and threads, is adopted instead of recomputed: its
-record is copied with this run's spec and id, and its provenance gains `reused_from` (folder, suite, cell id).
+run's suite name) finished ok there, on the same device and threads (on a CPU: of the same instruction sets, which
+the native kernels are built for), is adopted instead of recomputed: its record is copied with this run's spec and
+id, and its provenance gains `reused_from` (folder, suite, cell id). The run's notes say how many cells were not
+adopted and why, always when none was.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
@@ -47,29 +50,74 @@ def adopted_record(record: dict[str, Any], spec: CellSpec, source: Path, suite: 
 
 
 def adopt_results(
-    store: RunStore, specs: Iterable[CellSpec], sources: list[tuple[RunStore, str]], device: str, threads: int | None
+    store: RunStore,
+    specs: Iterable[CellSpec],
+    sources: list[tuple[RunStore, str]],
+    device: str,
+    threads: int | None,
+    here: dict[str, Any] | None = None,
 ) -> list[str]:
     """Copy into `store` the ok results of the unfinished `specs` that a source holds for the same spec under its
-    suite name, run on `device` with `threads` torch threads. Returns notes on what was adopted and what not."""
-    adopted, other_setup = 0, 0
+    suite name, run on `device` (on a CPU: one of the same instruction sets as `here`, this machine's provenance,
+    whose native kernels are built for it) with `threads` torch threads. Returns notes on what was adopted and why
+    the rest was not, always one when nothing was."""
+    here = here or {}
+    adopted, unfinished, why_not = 0, 0, collections.Counter()
     for spec in specs:
         if store.status(spec.id) in FINISHED:
             continue
+        unfinished += 1
+        reasons = []
         for source, suite in sources:
-            record = source.read_cell(dataclasses.replace(spec, suite=suite).id)
-            if record is None or record.get("status") != "ok":
-                continue
-            ran = record.get("provenance", {})
-            if ran.get("device") != device or ran.get("threads") != threads:
-                other_setup += 1
-                continue
-            store.write_cell(adopted_record(record, spec, source.run_dir, suite))
-            adopted += 1
-            break
+            twin = dataclasses.replace(spec, suite=suite).id
+            record = source.read_cell(twin)
+            reason = REASONS[4] if record is None and source.cell_path(twin).is_file() else None
+            reason = reason or _not_adoptable(record, device, threads, here)
+            if reason is None:
+                store.write_cell(adopted_record(record, spec, source.run_dir, suite))
+                adopted += 1
+                break
+            reasons.append(reason)
+        else:
+            why_not[min(reasons, key=REASONS.index)] += 1
     notes = [f"adopted {adopted} finished cells from --reuse (provenance: reused_from)"] if adopted else []
-    if other_setup:
-        notes.append(
-            f"--reuse: {other_setup} twin results ran on another device or thread count than this sitting "
-            f"({device}, {threads} threads) and were not adopted (their last bits may differ); they run here"
-        )
+    if unfinished and not adopted:
+        notes.append(f"--reuse adopted none of the {unfinished} cells not finished here")
+    for reason, count in sorted(why_not.items(), key=lambda item: REASONS.index(item[0])):
+        notes.append(f"--reuse: {count} cells {reason.format(device=device, threads=threads)}; they run here")
     return notes
+
+
+REASONS = (  # why a cell was not adopted, most telling first
+    "have twins that ran on another CPU, of other instruction sets (the native kernels are built for the "
+    "machine's; their last bits may differ)",
+    "have twins that ran on another device than this sitting's ({device})",
+    "have twins that ran with another thread count than this sitting's {threads} (their last bits may differ)",
+    "have twins there that did not end ok (failed or skipped)",
+    "have twins whose result files there are unreadable (`attnbench report` on that folder says why)",
+    "have no finished twin in the --reuse folders (the same task and inputs, attention, seed, model, training and "
+    "measurement under the folder's suite name)",
+)
+
+
+def _not_adoptable(record: dict[str, Any] | None, device: str, threads: int | None, here: dict[str, Any]) -> str | None:
+    """Why a twin's record is not adopted here (one of REASONS), or None when it is."""
+    if record is None:
+        return REASONS[5]
+    if record.get("status") != "ok":
+        return REASONS[3]
+    ran = record["provenance"]
+    if ran.get("device") != device:
+        return REASONS[1]
+    if device == "cpu" and not _same_cpu(ran, here):
+        return REASONS[0]
+    if ran.get("threads") != threads:
+        return REASONS[2]
+    return None
+
+
+def _same_cpu(ran: dict[str, Any], here: dict[str, Any]) -> bool:
+    """Whether a record's CPU has this machine's instruction sets (records without them: the same CPU model)."""
+    if ran.get("cpu_isa") and here.get("cpu_isa"):
+        return ran["cpu_isa"] == here["cpu_isa"]
+    return ran.get("cpu") == here.get("cpu")

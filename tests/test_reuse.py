@@ -73,7 +73,7 @@ def test_another_spec_or_thread_count_is_not_adopted(tmp_path):
     assert longer.ran == 2 and not any("reused_from" in r["provenance"] for r in RunStore(tmp_path / "b").records())
     other_threads = RunOptions(show_progress=False, workers=1, threads=2, reuse=(tmp_path / "a",))
     summary = run_suite(suite(tmp_path, "third", ["softmax"]), tmp_path / "c", other_threads)
-    assert summary.ran == 2 and any("another device or thread count" in note for note in summary.notes)
+    assert summary.ran == 2 and any("another thread count than this sitting's 2" in note for note in summary.notes)
 
 
 def test_a_folder_that_is_not_a_run_is_refused_before_anything_is_written(tmp_path, capsys):
@@ -84,3 +84,31 @@ def test_a_folder_that_is_not_a_run_is_refused_before_anything_is_written(tmp_pa
     assert code == 2 and "--reuse" in capsys.readouterr().err
     assert not (tmp_path / "b" / "cells").exists() or not any((tmp_path / "b" / "cells").iterdir())
     assert not (tmp_path / "b" / "run.json").exists()
+
+
+def test_reuse_says_why_it_adopted_nothing_and_takes_another_cpus_twins_for_another_device(tmp_path):
+    """No twin at all, twins of another CPU's instruction sets, a twin whose provenance is a list (an
+    AttributeError that aborted the run): each a note naming the reason; the cells run here."""
+    import json
+
+    run_suite(suite(tmp_path, "first", ["softmax"]), tmp_path / "a", RunOptions(**OPTIONS))
+    other = run_suite(
+        suite(tmp_path, "second", ["elu-linear"]), tmp_path / "b", RunOptions(**OPTIONS, reuse=(tmp_path / "a",))
+    )
+    assert "--reuse adopted none of the 2 cells not finished here" in other.notes
+    assert any("2 cells have no finished twin in the --reuse folders" in note for note in other.notes)
+
+    store = RunStore(tmp_path / "a")
+    records = sorted(store.records(), key=lambda r: r["cell"]["seed"])
+    records[0]["provenance"]["cpu_isa"] = "sse sse2"  # seed 0 ran on an older CPU
+    store.write_cell(records[0])
+    records[1]["provenance"] = [records[1]["provenance"]]  # seed 1's file is malformed
+    store.cell_path(records[1]["cell_id"]).write_text(json.dumps(records[1]))
+    summary = run_suite(
+        suite(tmp_path, "third", ["softmax"]), tmp_path / "c", RunOptions(**OPTIONS, reuse=(tmp_path / "a",))
+    )
+    assert summary.ran == 2 and summary.counts == {"ok": 2}
+    assert any(
+        "1 cells have twins that ran on another CPU, of other instruction sets" in note for note in summary.notes
+    )
+    assert any("1 cells have twins whose result files there are unreadable" in note for note in summary.notes)
