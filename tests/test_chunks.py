@@ -13,6 +13,7 @@ CHUNKED = [  # (attention, its largest chunk_size, the modules whose chunked pas
     ("gated-deltanet", 4096, ["attnbench.baselines.deltanet.chunk"]),
     ("gla", None, ["attnbench.baselines.gla.chunk"]),  # no option: its chunks of 64
     ("mamba2", 4096, ["attnbench.baselines.gla.chunk"]),
+    ("log-linear", 4096, ["attnbench.baselines.log_linear.chunk"]),
     ("rwkv7", 128, ["attnbench.baselines.rwkv7.chunk"]),
 ]
 

@@ -12,27 +12,21 @@ end of their row first (`compacted`), so that positions count real tokens only, 
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from attnbench.baselines.log_linear.naive import bit_length
+from attnbench.kernels.chunks import chunk_length, split_chunks
 from attnbench.kernels.gated_recurrence import decay_matrix
-
-
-def _chunks(x: Tensor, c: int) -> Tensor:
-    """(B, H, N, ...) -> (B, H, N / C, C, ...), zero-padded at the end to a multiple of C."""
-    pad = (-x.shape[2]) % c
-    if pad:
-        x = nn.functional.pad(x, (0, 0) * (x.dim() - 3) + (0, pad))
-    return x.view(*x.shape[:2], x.shape[2] // c, c, *x.shape[3:])
 
 
 def chunk_log_linear_packed(q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor, scales: Tensor, chunk: int) -> Tensor:
     """Causal, every row's real tokens first (padding, if any, at the end with key 0 and gate 0): outputs
     (B, H, N, Dv). q, k (B, H, N, Dk), v (B, H, N, Dv), log_gate (B, H, N), scales (B, H, N, L); chunk a power of 2."""
     b, h, n, _ = q.shape
+    chunk = chunk_length(chunk, 1 << (n - 1).bit_length())  # never past the power of two that holds the row
     inner = chunk.bit_length() - 1  # c: levels 0 .. c inside a chunk
-    qc, kc, vc, lam = _chunks(q, chunk), _chunks(k, chunk), _chunks(v, chunk), _chunks(scales, chunk)
-    total = _chunks(log_gate[..., None], chunk)[..., 0].cumsum(dim=3)  # (B, H, nc, C)
+    qc, kc, vc, lam = (split_chunks(x, chunk) for x in (q, k, v, scales))
+    total = split_chunks(log_gate[..., None], chunk)[..., 0].cumsum(dim=3)  # (B, H, nc, C)
     offsets = torch.arange(chunk, device=q.device)
     level = bit_length(offsets[:, None] ^ offsets[None, :], inner + 1).expand(*lam.shape[:3], chunk, chunk)
     weights = (qc @ kc.transpose(-2, -1)) * decay_matrix(total) * lam.gather(4, level)
