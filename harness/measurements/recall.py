@@ -114,8 +114,7 @@ def measure_recall(
     at_lengths = {n: scores_of(s) for n, s in scored.items()}
     cfg = result.model.cfg
     state = layer_states(result.model.attention_modules(), task.max_length, cfg.head_dim, cfg.num_heads)
-    model = result.model
-    layers = [name for name, _ in layer_attentions(model.attention_name, model.attention_options, cfg.num_layers)]
+    layers = [name for name, _ in layer_attentions(cell.attention.name, cell.attention.options, cfg.num_layers)]
     ratio = layer_ratio(layers)
     params = parameter_counts(result.model)
     metrics = {
