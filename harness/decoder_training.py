@@ -63,6 +63,14 @@ class TokenScores:
         exact match: each token right given a right prefix)."""
         return float(self.answers_right().float().mean())
 
+    def per_row(self, values: Tensor) -> Tensor:
+        """Each row's sum of `values` (N, L) over its labelled positions, over the mean labelled count per row ->
+        (N,) float64, whose mean is the mean of `values` over every labelled position (a row's own mean where every
+        row labels as many): the per-example outcomes of a position-averaged metric (`encode_outcomes`)."""
+        counts = self.labelled.sum(dim=1).double()
+        sums = torch.where(self.labelled, values.double().nan_to_num(0.0), 0.0).sum(dim=1)
+        return sums / counts.mean().clamp_min(1.0)
+
     def subset(self, rows: Tensor) -> TokenScores:
         """The scores of some rows (a bool (N,) mask or an index)."""
         return TokenScores(self.loss[rows], self.correct[rows], self.labelled[rows])

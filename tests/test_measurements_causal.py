@@ -9,14 +9,16 @@ import pytest
 import torch
 from torch import nn
 
+from attnbench.decisions.outcomes import cell_outcomes
 from attnbench.decoder import TransformerDecoder
 from attnbench.decoder_training import TokenScores, score_tokens
 from attnbench.errors import ConfigError
 from attnbench.executor import RunOptions, run_suite
 from attnbench.measurements.decode import DecodeOptions, decode_row
-from attnbench.measurements.language_model import bits_per_bucket, lm_metrics
-from attnbench.measurements.recall import accuracy_per_query
+from attnbench.measurements.language_model import bits_per_bucket, block_outcomes, lm_metrics
+from attnbench.measurements.recall import accuracy_per_query, row_outcomes
 from attnbench.model import ModelConfig
+from attnbench.predictions import decode_outcomes
 from attnbench.recurrence import state_bytes, step_through
 from attnbench.registry import build_attention
 from attnbench.suite import load_suite
@@ -71,6 +73,19 @@ def test_bits_per_byte_equal_a_hand_computation():
     assert [b["bits_per_byte"] for b in buckets] == pytest.approx([(1 + 2 + 1 + 1) / 4, (3 + 3 + 2) / 3])
 
 
+def test_per_row_outcomes_average_to_the_position_averaged_metrics():
+    ids = torch.zeros(2, 4, dtype=torch.long)
+    labels = torch.tensor([[0, 1, 2, 3], [0, 0, -100, 1]])  # 4 and 3 labelled bytes
+    scores = score_tokens(FixedDistribution(), TokenSplit(ids, torch.ones_like(ids, dtype=torch.bool), labels))
+    blocks = decode_outcomes(block_outcomes(scores)["bits_per_byte"])
+    assert blocks.tolist() == pytest.approx([(1 + 2 + 3 + 3) / 3.5, (1 + 1 + 2) / 3.5])  # each block's bits / 3.5
+    assert blocks.mean() == pytest.approx(lm_metrics(scores)["bits_per_byte"])
+    rows = decode_outcomes(row_outcomes(scores)["accuracy"])
+    assert rows.tolist() == pytest.approx([1 / 3.5, 2 / 3.5]) and rows.mean() == pytest.approx(scores.accuracy())
+    even = TokenScores(torch.zeros(2, 2), torch.tensor([[True, False], [True, True]]), torch.ones(2, 2, dtype=bool))
+    assert decode_outcomes(row_outcomes(even)["accuracy"]).tolist() == [0.5, 1.0]  # equal rows: each row's accuracy
+
+
 def test_accuracy_per_query_keeps_row_order():
     labelled = torch.tensor([[False, True, False, True], [True, False, True, False]])
     correct = torch.tensor([[False, True, False, False], [True, False, True, False]])
@@ -110,6 +125,13 @@ def test_the_tiny_causal_suite_runs_end_to_end(tmp_path):
         assert cell["details"]["paired"] == {"name": "softmax", "options": {}}
         assert all("verdict" in row for row in cell["details"]["rows"])
     assert all(c["details"]["paired"] is None for c in softmax)  # the reference is not paired with itself
+    scored = [
+        c for c in cells if c["status"] == "ok" and ("num_kv_pairs" in c["metrics"] or "bits_per_byte" in c["metrics"])
+    ]
+    assert scored
+    for cell in scored:  # the engine reads each row's (block's) outcomes, and they average to the stored metric
+        metric = "bits_per_byte" if "bits_per_byte" in cell["metrics"] else "accuracy"
+        assert cell_outcomes(cell["details"], metric, cell["metrics"][metric]) is not None
     hedgehog = [c for c in cells if c["label"] == "hedgehog" and "num_kv_pairs" in c["metrics"]]
     assert hedgehog and all(c["status"] == "ok" for c in hedgehog)  # its distillation runs in the decoder too
     for cell in hedgehog:

@@ -9,7 +9,8 @@ text re-cut into blocks of each length: bits_per_byte@<length> and nll@<length>,
 of each position bucket up to the longest block (fla's evals/ppl.py and FoX's per-token loss), so that loss can
 be read against position past the training length (where positions are learned, the table is built as long as
 the longest block, its rows past the training length never trained). Details: bits per byte per position bucket
-(does later context help?), the same per eval length, the validation scores a `sweep:` selects on, the history.
+(does later context help?), the same per eval length, each test block's bits per byte (`outcomes`, for the
+inference engine), the validation scores a `sweep:` selects on, the history.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from attnbench.measurements.lengths import length_metrics, model_length
 from attnbench.metrics import register_metric
 from attnbench.model import parameter_counts
 from attnbench.options import option, require
+from attnbench.predictions import encode_outcomes
 from attnbench.progress import Progress
 from attnbench.tasks.byte_lm import byte_blocks
 from attnbench.tasks.sequence import SequenceTaskData
@@ -82,6 +84,13 @@ def lm_metrics(scores: TokenScores) -> dict[str, float]:
         "perplexity": math.exp(nll),
         "accuracy": scores.accuracy(),
     }
+
+
+def block_outcomes(scores: TokenScores) -> dict[str, Any]:
+    """Per test block, its bits per byte and nll (`TokenScores.per_row`; blocks scoring fewer bytes weigh less),
+    stored for the inference engine (`attnbench.decisions`): the blocks as a source of variance beside the seeds."""
+    nll = scores.per_row(scores.loss)
+    return {"bits_per_byte": encode_outcomes(nll / math.log(2)), "nll": encode_outcomes(nll)}
 
 
 def bits_per_bucket(loss: Tensor, buckets: int) -> list[dict[str, float]]:
@@ -138,6 +147,7 @@ def measure_language_model(
         **({"per_length": per_length} if per_length else {}),
         "validation": lm_metrics(validation),
         "scored_bytes": int(test.labelled.sum()),
+        "outcomes": block_outcomes(test),
         "checkpoint": result.checkpoint,
         "best_epoch": result.best_epoch,
         "history": result.history,

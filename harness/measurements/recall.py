@@ -9,7 +9,8 @@ attnbench.measurements.state), so that accuracy can be read against state size, 
 pairs, and the same scores on each of the task's test splits at other lengths as `<metric>@<length>`
 (attnbench.measurements.lengths). Details: MQAR's accuracy per query (the k-th question of a row, in row
 order), the scores per group of test rows where the task tags its rows (a needle's depth and context length),
-the validation scores a `sweep:` selects on, and the training history.
+each test row's share of accuracy and nll (`outcomes`, for the inference engine), the validation scores a
+`sweep:` selects on, and the training history.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from attnbench.measurements.state import layer_states
 from attnbench.metrics import register_metric
 from attnbench.model import parameter_counts
 from attnbench.options import option
+from attnbench.predictions import encode_outcomes
 from attnbench.progress import Progress
 from attnbench.registry import layer_attentions
 from attnbench.tasks.sequence import SequenceTaskData, TokenSplit
@@ -77,6 +79,16 @@ def accuracy_per_query(scores: TokenScores) -> list[float]:
 def scores_of(scores: TokenScores) -> dict[str, float]:
     """Accuracy, exact match and nll of some scored rows."""
     return {"accuracy": scores.accuracy(), "exact_match": scores.exact_match(), "nll": scores.mean_loss()}
+
+
+def row_outcomes(scores: TokenScores) -> dict[str, Any]:
+    """Per test row, its share of accuracy and nll (`TokenScores.per_row`: a row's accuracy over its answers where
+    every row holds as many), stored for the inference engine (`attnbench.decisions`): the test rows as a source of
+    variance beside the seeds."""
+    return {
+        "accuracy": encode_outcomes(scores.per_row(scores.correct)),
+        "nll": encode_outcomes(scores.per_row(scores.loss)),
+    }
 
 
 def scores_by_tags(scores: TokenScores, split: TokenSplit) -> list[dict[str, Any]]:
@@ -136,6 +148,7 @@ def measure_recall(
             if at_lengths
             else {}
         ),
+        "outcomes": row_outcomes(test),
         "state": state["layers"],
         "layers": layers,
         "checkpoint": result.checkpoint,
