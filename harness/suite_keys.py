@@ -15,6 +15,7 @@ and `sweep_trials`.
       - source: "arXiv 2607.23869v1, Table 3"
         task: rotten_tomatoes              # the task's label (its name unless given); optional with one task
         note: "..."                        # optional, shown under the table
+        seeds: 3                           # optional: the seeds each value is a mean over (unsaid: read as 1)
         values: {softmax: {accuracy: 0.6801, nll: 0.6396}}
     sweep:                                 # tuning on validation, the same trials for every attention
       metric: accuracy                     # a declared metric, read on the validation split
@@ -51,7 +52,7 @@ from attnbench.train import TrainConfig
 COMPARISON_KEYS = ("references", "comparisons", "published", "sweep")
 SWEEP_KEYS = ("metric", "grid", "budget", "seed", "select_seeds")
 SWEPT_MEASUREMENTS = ("accuracy", "recall", "lm")  # the training measurements, whose details hold validation scores
-PUBLISHED_KEYS = ("source", "task", "note", "values")
+PUBLISHED_KEYS = ("source", "task", "note", "seeds", "values")
 
 
 class Checker(Protocol):
@@ -197,8 +198,12 @@ def _published(value: Any, v: Checker, labels: list[str], tasks: list[str]) -> l
                 if problem:
                     raise v.error(where, problem)
                 values[label][metric] = float(number)
+        seeds = block.get("seeds")
+        if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
+            raise v.error(f"{path}.seeds", f"is {seeds!r}, expected the number of seeds each value is a mean over (>= 1)")
         out.append(
             {"source": source, "task": task, "note": v.string(block.get("note", ""), f"{path}.note"), "values": values}
+            | ({"seeds": seeds} if seeds is not None else {})
         )
     return out
 
