@@ -200,7 +200,9 @@ def _published(value: Any, v: Checker, labels: list[str], tasks: list[str]) -> l
                 values[label][metric] = float(number)
         seeds = block.get("seeds")
         if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
-            raise v.error(f"{path}.seeds", f"is {seeds!r}, expected the number of seeds each value is a mean over (>= 1)")
+            raise v.error(
+                f"{path}.seeds", f"is {seeds!r}, expected the number of seeds each value is a mean over (>= 1)"
+            )
         out.append(
             {"source": source, "task": task, "note": v.string(block.get("note", ""), f"{path}.note"), "values": values}
             | ({"seeds": seeds} if seeds is not None else {})

@@ -62,8 +62,10 @@ def write_cell(
     suite: str = "smoke",
     device: str = "cpu",
     sweep: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
 ) -> Path:
-    """Write one cell result file RUN_DIR/cells/<cell_id>.json and return its path (`sweep`: the cell's trial)."""
+    """Write one cell result file RUN_DIR/cells/<cell_id>.json and return its path (`sweep`: the cell's trial;
+    `data`: the provenance's data block, e.g. {"task": name, "test_rows": "fresh"})."""
     cell = {
         "suite": suite,
         "task": {"name": task, "options": task_options or {}},
@@ -86,7 +88,7 @@ def write_cell(
         "error": "Traceback ...\nRuntimeError: boom" if status == "failed" else None,
         "metrics": metrics or {},
         "details": details or {},
-        "provenance": provenance(seed, device),
+        "provenance": provenance(seed, device) | ({"data": data} if data is not None else {}),
     }
     path = run_dir / "cells" / f"{cell_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -149,8 +151,8 @@ def _phase_a(rng: np.random.Generator, steps: int = 40) -> dict[str, Any]:
         },
         "walk": {
             "drift": 1e-4,
-            "noise": 0.07,
-            "drift_noise_ratio": 1e-4 / 0.07,
+            "noise": (noise := float(0.07 + rng.normal(0, 0.002))),
+            "drift_noise_ratio": 1e-4 / noise,
             "norm_before_projection": 1.5,
             "norm_after_projection": 1.49,
         },

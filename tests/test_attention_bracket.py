@@ -1,58 +1,42 @@
-"""The bracket of kernel comparisons: softmax against the uniform floor, against a hand count."""
-
-import itertools
-import math
+"""The bracket of kernel comparisons: softmax against the uniform floor, read from the inference engine's verdict
+and checked against an independent computation of the same test (a paired t over seeds, scipy)."""
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from attnbench.predictions import encode_predictions
-from attnbench.report.attention_bracket import NOT_EXERCISED, attention_bracket_table, bracket_row
-
-CELL_IDS = itertools.count()
+from attnbench.report.attention_bracket import NOT_EXERCISED, VERDICT_WORDS, attention_bracket_table, bracket_rows
 
 
-def cells(accuracies, correct_rows):
-    """Accuracy cells per seed with stored predictions: each row's true class gets 0.9 where correct."""
+def cells(accuracies, task="t", attention="softmax", label="softmax", rows=400):
+    """Accuracy cells per seed with stored predictions whose correct rows give exactly the accuracy; each seed's
+    test rows are its own (fresh rows)."""
     out = []
-    labels = np.zeros(len(correct_rows[0]), dtype=int)
-    for seed, (acc, correct) in enumerate(zip(accuracies, correct_rows)):
-        probs = np.where(np.asarray(correct)[:, None], [[0.9, 0.1]], [[0.1, 0.9]])
+    for seed, acc in enumerate(accuracies):
+        correct = np.arange(rows) < round(acc * rows)
+        probs = np.where(correct[:, None], [[0.9, 0.1]], [[0.1, 0.9]])
         out.append(
             {
                 "run": "r",
-                "cell_id": f"{next(CELL_IDS)}",  # distinct per cell: the report caches predictions by it
+                "cell_id": f"{label}-{seed}",
+                "measurement": "accuracy",
+                "task": task,
+                "attention": attention,
+                "label": label,
                 "seed": seed,
                 "metrics": {"accuracy": acc},
-                "details": {"predictions": encode_predictions(probs, labels)},
-            }
+                "details": {"predictions": encode_predictions(probs, np.zeros(rows, dtype=int))},
+                "provenance": {"data": {"task": "associative_recall", "test_rows": "fresh"}},
+            }  # fmt: skip
         )
     return pd.DataFrame(out)
 
 
-def test_a_floor_equal_to_softmax_says_the_task_does_not_exercise_attention():
-    same = [True] * 30 + [False] * 10
-    row = bracket_row("t", cells([0.75, 0.76, 0.75], [same] * 3), cells([0.75, 0.75, 0.76], [same] * 3))
-    assert row["verdict"] == NOT_EXERCISED and not row["exercises_attention"]
-    assert row["p_value"] == 1.0  # no discordant pair: McNemar p = 1
-
-
-def test_softmax_far_above_the_floor_exercises_attention():
-    good, bad = [True] * 40, [True] * 10 + [False] * 30
-    row = bracket_row("t", cells([0.25, 0.26, 0.24], [bad] * 3), cells([1.0, 0.99, 1.0], [good] * 3))
-    assert row["exercises_attention"] and row["mean_diff"] > 0.7
-    assert math.isclose(row["p_value"], min(1.0, 2 * 2 * 0.5**30))  # McNemar: 30 discordant, all one way
-
-
-def test_one_seed_is_judged_by_the_per_example_test_alone():
-    good, bad = [True] * 40, [True] * 10 + [False] * 30
-    assert bracket_row("t", cells([0.25], [bad]), cells([1.0], [good]))["exercises_attention"]
-    same = [True] * 30 + [False] * 10
-    assert bracket_row("t", cells([0.75], [same]), cells([0.75], [same]))["verdict"] == NOT_EXERCISED
-
-
 class _Results:
-    """The one call attention_bracket_table makes of a Results: its accuracy cells."""
+    """What the bracket reads of a Results: its accuracy cells, and runs without suite settings."""
+
+    runs: list = []
 
     def __init__(self, frame):
         self.frame = frame
@@ -61,24 +45,47 @@ class _Results:
         return self.frame
 
 
-def labelled(frame, task, attention, label):
-    return frame.assign(task=task, attention=attention, label=label)
+def bracket(softmax, floor, **kw):
+    frame = pd.concat([cells(softmax, **kw), cells(floor, attention="uniform", label="uniform", **kw)])
+    return bracket_rows(_Results(frame.reset_index(drop=True))).iloc[0]
+
+
+def test_softmax_far_above_the_floor_exercises_attention():
+    row = bracket([0.95, 0.96, 0.97, 0.95, 0.96], [0.50, 0.52, 0.51, 0.49, 0.50])
+    assert row["verdict"] == "ahead" and row["exercises_attention"] and row["words"] == VERDICT_WORDS["ahead"]
+    # fresh test rows: the seeds' own spread of a - b (attnbench.decisions.variance), i.e. a paired t over seeds
+    d = np.array([0.95, 0.96, 0.97, 0.95, 0.96]) - np.array([0.50, 0.52, 0.51, 0.49, 0.50])
+    assert abs(row["p"] - stats.ttest_1samp(d, 0.0).pvalue) < 1e-12  # one pair: Holm leaves its p as it is
+
+
+def test_a_floor_within_the_margin_of_softmax_says_the_task_does_not_exercise_attention():
+    row = bracket([0.750, 0.752, 0.751, 0.750, 0.751], [0.751, 0.750, 0.751, 0.752, 0.750])
+    assert row["verdict"] == "equivalent" and row["exercises_attention"] == False  # noqa: E712
+    assert NOT_EXERCISED in row["words"]
+
+
+def test_a_noisy_gap_is_undecided_not_a_verdict_either_way():
+    row = bracket([0.80, 0.60, 0.75], [0.70, 0.72, 0.55])
+    assert row["verdict"] == "undecided" and pd.isna(row["exercises_attention"])
+    assert "undecided" in row["words"]
+
+
+def test_one_seed_gives_no_verdict():
+    assert bracket([1.0], [0.25])["verdict"] == "undecided"
 
 
 def test_the_table_has_one_row_per_softmax_label_each_against_the_floor():
-    """A suite with softmax on learned W_q, W_k and softmax on the heads' own slices: each gets its own verdict
-    (pooled by seed they would overwrite each other)."""
-    good, bad = [True] * 40, [True] * 10 + [False] * 30
+    """A suite with softmax on learned W_q, W_k and softmax on the heads' own slices: each gets its own verdict."""
     frame = pd.concat(
         [
-            labelled(cells([0.25, 0.26, 0.24], [bad] * 3), "t", "uniform", "uniform"),
-            labelled(cells([1.0, 0.99, 1.0], [good] * 3), "t", "softmax", "softmax"),
-            labelled(cells([0.25, 0.25, 0.25], [bad] * 3), "t", "softmax", "softmax-qk-none"),
+            cells([0.50, 0.52, 0.51, 0.49, 0.50], attention="uniform", label="uniform"),
+            cells([0.95, 0.96, 0.97, 0.95, 0.96]),
+            cells([0.5025, 0.52, 0.51, 0.4925, 0.50], label="softmax-qk-none"),
         ],
         ignore_index=True,
     )
     table = attention_bracket_table(_Results(frame))
-    verdicts = dict(zip(table.data["softmax_label"], table.data["verdict"]))
-    assert verdicts["softmax-qk-none"] == NOT_EXERCISED
-    assert verdicts["softmax"] != NOT_EXERCISED and len(table.data) == 2
+    verdicts = dict(zip(table.data["label_a"], table.data["verdict"]))
+    assert verdicts == {"softmax": "ahead", "softmax-qk-none": "equivalent"}
     assert list(table.text["softmax row"]) == ["softmax", "softmax-qk-none"]
+    assert "Holm" in " ".join(table.notes) and "±0.010" in " ".join(table.notes)

@@ -1,58 +1,63 @@
-"""The causal report sections: the decoding crossover read off the timing check of measured points."""
+"""The causal report sections: the decoding crossover read off the timing check's verdicts, the timing verdicts
+against the binomial by hand, and the recall table's best set."""
 
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
+from report_fixture import write_cell
 
-from attnbench.measurements.decode import sign_test
-from attnbench.report.causal import crossover
+from attnbench.measurements.decode import sign_counts
+from attnbench.report.causal import crossover, decode_points
+from attnbench.report.load import load_runs
 
 
 def _points(verdicts: dict[int, str], checked: bool = True) -> pd.DataFrame:
     """A label's decode points with the verdicts of its timing check against softmax."""
     return pd.DataFrame(
         [
-            {
-                "label": "elu",
-                "attention": "elu-linear",
-                "context_length": n,
-                "checked": checked,
-                "faster": verdict == "faster",
-                "slower": verdict == "slower",
-            }
+            {"label": "elu", "attention": "elu-linear", "context_length": n, "checked": checked, "verdict": verdict}
             for n, verdict in verdicts.items()
         ]
     )
 
 
 def test_crossover_is_where_the_linear_step_stays_detectably_faster():
-    points = _points({256: "faster", 1024: "no detectable difference", 4096: "faster", 16384: "faster"})
-    assert crossover(points, "elu") == 4096  # faster at 256, not detectably at 1024, faster from 4096 on
+    points = _points({256: "ahead", 1024: "undecided", 4096: "ahead", 16384: "ahead"})
+    assert crossover(points, "elu") == 4096  # faster at 256, undecided at 1024, faster from 4096 on
 
 
 def test_no_crossover_when_not_faster_at_the_longest_context_or_without_a_check():
-    assert math.isnan(crossover(_points({256: "faster", 1024: "slower"}), "elu"))
-    assert math.isnan(crossover(_points({256: "faster", 1024: "faster"}, checked=False), "elu"))
+    assert math.isnan(crossover(_points({256: "ahead", 1024: "behind"}), "elu"))
+    assert math.isnan(crossover(_points({256: "ahead", 1024: "ahead"}, checked=False), "elu"))
 
 
-def test_sign_test_against_the_binomial_by_hand():
-    found = sign_test(np.array([1.5] * 10))  # this step faster in all 10 pairs: p = 2 / 2**10
-    assert found["pairs_faster"] == 10 and found["sign_p"] == pytest.approx(2 / 2**10)
-    assert found["verdict"] == "faster"
-    found = sign_test(np.array([1.2] * 6 + [0.8] * 4))  # 6 of 10: p = 2 * P(X >= 6) = 2 * 386 / 1024
-    assert found["sign_p"] == pytest.approx(2 * 386 / 1024) and found["verdict"] == "no detectable difference"
-    found = sign_test(np.array([0.5] * 9 + [1.0]))  # the tie is dropped: 0 of 9 faster
-    assert found["pairs_faster"] == 0 and found["sign_p"] == pytest.approx(2 / 2**9)
-    assert found["verdict"] == "slower"
+def test_sign_counts_drop_ties_and_keep_each_ratio():
+    found = sign_counts(np.array([1.5] * 6 + [0.8] * 3 + [1.0]))
+    assert (found["pairs"], found["pairs_faster"], found["pairs_slower"]) == (10, 6, 3)
+    assert found["pair_ratios"] == [1.5] * 6 + [0.8] * 3 + [1.0]
+
+
+def test_decode_verdicts_are_sign_tests_corrected_over_the_table(tmp_path):
+    """Three points: 16 of 16 pairs faster (p = 2 / 2**16: ahead), 12 of 16 (p = 2 P(X >= 12) = 0.077: undecided)
+    and 8 of 16 with every ratio within 1 +- 10% (equivalent); Holm over the table's points."""
+    rows = [
+        {"context_length": 64, "decode_ms_per_token": 1.0, "prefill_tokens_per_s": 1.0, "state_bytes": 1,
+         "paired_ratio": 2.0, **sign_counts(np.full(16, 2.0))},
+        {"context_length": 256, "decode_ms_per_token": 1.0, "prefill_tokens_per_s": 1.0, "state_bytes": 1,
+         "paired_ratio": 1.3, **sign_counts(np.r_[np.full(12, 1.3), np.full(4, 0.7)])},
+        {"context_length": 1024, "decode_ms_per_token": 1.0, "prefill_tokens_per_s": 1.0, "state_bytes": 1,
+         "paired_ratio": 1.0, **sign_counts(np.r_[np.full(8, 1.02), np.full(8, 0.99)])},
+    ]  # fmt: skip
+    write_cell(tmp_path, label="elu", task="none", measurement="decode", details={"rows": rows})
+    points = decode_points(load_runs([tmp_path])).set_index("context_length")
+    assert list(points["verdict"]) == ["ahead", "undecided", "equivalent"]
+    assert points.at[64, "p_adjusted"] == pytest.approx(3 * 2 / 2**16)  # Holm: the smallest of three, times 3
 
 
 def test_lm_positions_table_averages_each_bucket_over_seeds(tmp_path):
-    from report_fixture import write_cell
-
     from attnbench.report.causal import lm_positions_table
-    from attnbench.report.load import load_runs
 
     for seed, (early, late) in enumerate(((3.0, 2.0), (3.2, 2.4))):
         buckets = [{"start": 0, "stop": 8, "bits_per_byte": early}, {"start": 8, "stop": 16, "bits_per_byte": late}]
@@ -66,11 +71,8 @@ def test_lm_positions_table_averages_each_bucket_over_seeds(tmp_path):
     assert not table.best.to_numpy().any()  # shown, never ranked here
 
 
-def test_recall_table_bolds_the_tested_top_group_per_kv_count(tmp_path):
-    from report_fixture import write_cell
-
+def test_recall_table_bolds_the_best_set_per_kv_count(tmp_path):
     from attnbench.report.causal import recall_table
-    from attnbench.report.load import load_runs
 
     scores = {"softmax": (1.0, 1.0, 0.999), "gla": (0.99, 1.0, 0.995), "elu": (0.3, 0.25, 0.28)}
     for label, values in scores.items():
@@ -80,16 +82,15 @@ def test_recall_table_bolds_the_tested_top_group_per_kv_count(tmp_path):
     table = recall_table(load_runs([tmp_path]))
     bold = dict(zip(table.data["label"], table.best["kv 4"]))
     assert bold == {"softmax": True, "gla": True, "elu": False}  # softmax and gla: not detectably apart
-    assert table.data.set_index("label").at["elu", "kv 4 rank"] == "3"
+    data = table.data.set_index("label")
+    assert data.at["elu", "kv 4 rank"] == 3 and data.at["elu", "kv 4 rank_low"] == 3  # detectably below both
+    assert "(seeds 1.000 1.000 0.999)" in table.text.set_index("label").at["softmax", "kv 4"]
 
 
 def test_no_causal_table_pools_two_tasks_that_share_a_display_field(tmp_path):
     """Two mqar tasks with 4 key-value pairs at other lengths are two columns (each its own seeds and state bytes),
     two byte_lm tasks two rows of the position table, two decode tasks two rows: never one mean over both."""
-    from report_fixture import write_cell
-
     from attnbench.report.causal import decode_crossover_table, lm_positions_table, recall_table
-    from attnbench.report.load import load_runs
 
     for seq_len, accuracy, state in ((64, 0.9, 100.0), (128, 0.5, 200.0)):
         for seed in (0, 1):

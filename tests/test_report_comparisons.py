@@ -8,15 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from report_fixture import write_cell
 from scipy import stats as scipy_stats
-from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.formula.api import ols
+from statsmodels.stats.anova import anova_lm
+from statsmodels.stats.multitest import multipletests
 
 from attnbench.predictions import encode_predictions
 from attnbench.report import write_report
 from attnbench.report.load import load_runs
-from attnbench.report.paired import paired_comparison_table, resolve_pairs, verdict
+from attnbench.report.paired import paired_comparison_table, resolve_pairs
 from attnbench.report.published import published_table
 from attnbench.report.sweep import best_trial, sweep_table
 from attnbench.report.tables import leaderboard_table, task_table
@@ -79,54 +82,64 @@ def paired_run(tmp_path: Path) -> tuple[Path, dict]:
     return tmp_path, truth
 
 
+def crossed_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Independently of the engine: the two-way random-effects model of shared test rows (seed x example ANOVA by
+    statsmodels), Var(mean) = (MS_seed + MS_example - MS_residual) / (N S) floored at max(MS_seed, MS_example) /
+    (N S), Student's t with S - 1 degrees of freedom (docs/decisions.md)."""
+    d = a.astype(float) - b.astype(float)  # (S, N)
+    s, n = d.shape
+    long = pd.DataFrame({"y": d.ravel(), "seed": np.repeat(np.arange(s), n), "row": np.tile(np.arange(n), s)})
+    table = anova_lm(ols("y ~ C(seed) + C(row)", long).fit())
+    ms_seed, ms_row, ms_res = table["mean_sq"]
+    se = np.sqrt(max(ms_seed + ms_row - ms_res, ms_seed, ms_row) / (n * s))
+    return float(2 * scipy_stats.t.sf(abs(d.mean()) / se, s - 1))
+
+
 def test_paired_table_against_scipy_and_statsmodels(paired_run: tuple[Path, dict]) -> None:
     run, truth = paired_run
     table = paired_comparison_table(load_runs([run]))
-    assert {"task", "a", "b", "metric", "seeds", "mean_diff", "ci_low", "ci_high", "p_value"} <= set(table.data)
-    row = table.data[
-        (table.data["a"] == "kernel-x") & (table.data["b"] == "vanilla-x") & (table.data["metric"] == "accuracy")
-    ].iloc[0]
-    d = np.array([truth[s][0].mean() - truth[s][1].mean() for s in (0, 1, 2)])
-    low, high = scipy_stats.t.interval(0.95, 2, loc=d.mean(), scale=scipy_stats.sem(d))
-    assert row["seeds"] == 3 and row["mean_diff"] == pytest.approx(d.mean())
-    assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high), rel=1e-6)
-    p_seeds = []
-    for a, b in truth.values():
-        p_seeds.append(mcnemar([[np.sum(a & b), np.sum(a & ~b)], [np.sum(~a & b), np.sum(~a & ~b)]], exact=True).pvalue)
-    assert row["p_value"] == pytest.approx(min(1.0, 2 * np.mean(p_seeds)), rel=1e-9)
-    assert row["verdict"].startswith("a better" if low > 0 else "no detectable difference")
+    data = table.data[table.data["metric"] == "accuracy"].set_index(["label_a", "label_b"])
+    a, b = (np.stack([truth[s][i] for s in (0, 1, 2)]) for i in (0, 1))
+    row = data.loc[("kernel-x", "vanilla-x")]
+    assert row["n_seeds"] == 3 and row["estimate"] == pytest.approx((a.mean(axis=1) - b.mean(axis=1)).mean())
+    assert row["p"] == pytest.approx(crossed_p(a, b), rel=1e-9)
+    p = [crossed_p(a, b), np.nan, crossed_p(b, a)]  # kernel-x - softmax: identical, no test
+    expected = multipletests([p[0], p[2]], method="holm")[1]
+    assert data["p_adjusted"].loc[[("kernel-x", "vanilla-x"), ("vanilla-x", "softmax")]].tolist() == pytest.approx(
+        expected
+    )
+    assert row["verdict"] == ("ahead" if expected[0] < 0.05 else "undecided")
+    assert "Holm" in " ".join(table.notes) and "±0.010" in " ".join(table.notes)
 
 
-def test_identical_models_show_no_detectable_difference(paired_run: tuple[Path, dict]) -> None:
+def test_identical_models_get_no_verdict_either_way(paired_run: tuple[Path, dict]) -> None:
     table = paired_comparison_table(load_runs([paired_run[0]]))
-    same = table.data[(table.data["a"] == "kernel-x") & (table.data["b"] == "softmax")]
-    assert set(same["metric"]) == {"accuracy", "nll"}  # the metrics the cells have
-    assert (same["mean_diff"] == 0).all() and (same["p_value"] == 1.0).all()
-    assert set(same["verdict"]) == {"no detectable difference"}
-    nll = table.data[
-        (table.data["a"] == "vanilla-x") & (table.data["b"] == "softmax") & (table.data["metric"] == "nll")
-    ]
-    assert nll["verdict"].iloc[0] in ("b better", "no detectable difference")  # lower NLL is better: softmax's
+    same = table.data[(table.data["label_a"] == "kernel-x") & (table.data["label_b"] == "softmax")]
+    assert set(same["metric"]) == {"accuracy", "nll"}  # the paired metrics the cells have
+    assert (same["estimate"] == 0).all() and same["p"].isna().all()
+    assert set(same["verdict"]) == {"undecided"} and same["note"].str.contains("coincident").all()
 
 
 def test_suite_pairs_replace_the_default_pairs(paired_run: tuple[Path, dict]) -> None:
     run, _ = paired_run
     _plan(run, comparisons=[["vanilla-x", "kernel-x"]])
     table = paired_comparison_table(load_runs([run]))
-    assert set(zip(table.data["a"], table.data["b"])) == {("vanilla-x", "kernel-x")}
+    assert set(zip(table.data["label_a"], table.data["label_b"])) == {("vanilla-x", "kernel-x")}
     assert resolve_pairs(
         ["default", ["softmax", "kernel-x"], ["vanilla-x", "kernel-x"]], ["kernel-x", "softmax", "vanilla-x"]
     ) == [("kernel-x", "vanilla-x"), ("kernel-x", "softmax"), ("vanilla-x", "softmax")]  # each pair once
     assert resolve_pairs([["softmax", "kernel-x"]], ["kernel-x", "softmax"]) == [("softmax", "kernel-x")]
 
 
-def test_verdict_says_when_the_examples_do_not_back_the_seeds() -> None:
-    steady = {"mean": 0.02, "ci_low": 0.01, "ci_high": 0.03}
-    assert verdict(steady, "max", 0.001) == "a better"
-    assert verdict(steady, "min", 0.001) == "b better"  # e.g. NLL: a higher is a worse
-    assert verdict(steady, "max", 0.3) == "a better across seeds, not across examples (p ≥ 0.05)"
-    assert verdict({"mean": 0.02, "ci_low": -0.01, "ci_high": 0.05}, "max", 0.001) == "no detectable difference"
-    assert verdict({"mean": 0.02, "ci_low": math.nan, "ci_high": math.nan}, "max", 0.001) == "one seed: no interval"
+def test_suite_margin_and_correction_are_the_tables(paired_run: tuple[Path, dict]) -> None:
+    run, _ = paired_run
+    _plan(run, comparisons={"pairs": ["default"], "margin": {"accuracy": 0.5}, "correction": "none"})
+    table = paired_comparison_table(load_runs([run]))
+    row = table.data[(table.data["label_a"] == "kernel-x") & (table.data["label_b"] == "vanilla-x")]
+    assert (row["correction"] == "none").all() and row.loc[row["metric"] == "accuracy", "margin"].item() == 0.5
+    assert "±0.500 (the suite's)" in " ".join(table.notes) and "no multiple-comparison correction" in " ".join(
+        table.notes
+    )
 
 
 def test_paired_and_published_tables_in_every_format_and_the_page(paired_run: tuple[Path, dict]) -> None:
@@ -141,22 +154,27 @@ def test_paired_and_published_tables_in_every_format_and_the_page(paired_run: tu
         assert f'id="table-{name}"' in (report / "index.html").read_text()
 
 
-def test_published_table_arithmetic(tmp_path: Path) -> None:
-    for seed, acc in enumerate((0.70, 0.72, 0.74)):
+def test_published_values_carry_our_seed_spread(tmp_path: Path) -> None:
+    ours = [0.70, 0.72, 0.74]
+    for seed, acc in enumerate(ours):
         write_cell(tmp_path, label="softmax", attention="softmax", task="rt", seed=seed, metrics={"accuracy": acc})
     _plan(
         tmp_path,
         published=[
-            {"source": "Table 3", "task": "rt", "note": "", "values": {"softmax": {"accuracy": 0.66}}},
-            {"source": "Table 9", "task": "rt", "note": "", "values": {"softmax": {"accuracy": 0.73}}},
+            {"source": "Table 3", "task": "rt", "note": "", "values": {"softmax": {"accuracy": 0.50}}},
+            {"source": "Table 9", "task": "rt", "note": "", "seeds": 3, "values": {"softmax": {"accuracy": 0.73}}},
         ],
     )
     data = published_table(load_runs([tmp_path])).data
-    half = scipy_stats.t.ppf(0.975, 2) * np.std([0.70, 0.72, 0.74], ddof=1) / math.sqrt(3)
     assert data["ours_mean"].tolist() == pytest.approx([0.72, 0.72])
-    assert data["ours_ci_low"].iloc[0] == pytest.approx(0.72 - half, rel=1e-6)
-    assert data["difference"].tolist() == pytest.approx([0.06, -0.01])
-    assert data["inside"].tolist() == [False, True]  # 0.66 < 0.72 - 0.0497 < 0.73 < 0.72 + 0.0497
+    assert data["difference"].tolist() == pytest.approx([0.22, -0.01])
+    sd = np.std(ours, ddof=1)
+    for row, seeds in zip(data.itertuples(), (1, 3)):  # theirs: a mean over `seeds` runs with our seeds' spread
+        se = sd * np.sqrt(1 / 3 + 1 / seeds)
+        assert row.p_adjusted == pytest.approx(2 * scipy_stats.t.sf(abs(row.difference) / se, 2))  # one per family
+        half = scipy_stats.t.isf(0.025, 2) * se
+        assert row.difference_high == pytest.approx(min(row.difference + half, 1 - row.theirs))
+    assert data["verdict"].tolist() == ["ahead", "undecided"]  # 0.22 above theirs; 0.01 below, within the noise
 
 
 def test_published_value_without_our_run_keeps_its_label(tmp_path: Path) -> None:
@@ -252,4 +270,4 @@ def test_references_are_marked_and_not_ranked(tmp_path: Path) -> None:
     assert not table.best.loc[table.text["label"] == "tfidf-logreg (reference)"].any(axis=None)
     board = leaderboard_table(results)
     assert "tfidf-logreg (reference)" in set(board.text["label"])
-    assert math.isnan(board.data.set_index("label").at["tfidf-logreg", "avg_rank"])
+    assert math.isnan(board.data.set_index("label").at["tfidf-logreg", "mean_rank"])

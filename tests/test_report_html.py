@@ -71,6 +71,7 @@ def test_report_folder_layout(report: Path) -> None:
         "lra",  # listops is an LRA task: the LRA-style table and the pairs each task separates
         "lra_pairs",
         "phase_a_mechanism",  # the fixture's coulomb cells carry phase-A diagnostics
+        "quality_cost",  # accuracy against training time and the attention's forward time, per task
     } == tables
     for stem in tables:
         assert (report / "tables" / f"{stem}.md").exists() and (report / "tables" / f"{stem}.tex").exists()

@@ -1,4 +1,4 @@
-"""The LRA table: per-task means, and the pairs a task separates by the paired rule (hand-built predictions)."""
+"""The LRA table: per-task means, and the inference engine's verdict on every pair (hand-built predictions)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from attnbench.predictions import encode_predictions
 from attnbench.report.load import load_runs
 from attnbench.report.lra_table import lra_tables
 
-ROWS = 200
+ROWS = 1000
 
 
 def _cell(run: Path, label: str, task: str, seed: int, correct: np.ndarray, params: float = 1000.0, **rule) -> None:
@@ -30,7 +30,7 @@ def _cell(run: Path, label: str, task: str, seed: int, correct: np.ndarray, para
     )
 
 
-def test_separated_pairs_and_flags(tmp_path: Path) -> None:
+def test_verdict_counts_and_flags(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     for seed in range(3):
         shared = rng.random(ROWS) < 0.7
@@ -40,10 +40,11 @@ def test_separated_pairs_and_flags(tmp_path: Path) -> None:
             _cell(tmp_path, label, "listops", seed, good if label == "softmax" else shared)
             _cell(tmp_path, label, "pathfinder", seed, shared, params=1300.0 if label == "linformer" else 1000.0)
     lra, pairs = lra_tables(load_runs([tmp_path]))
-    counts = lra.text.set_index("attention").loc["pairs separated"]
-    assert counts["listops"] == "2 of 3" and counts["pathfinder"] == "0 of 3"
-    separated = pairs.data[pairs.data["separated"]]
-    assert sorted(zip(separated["a"], separated["b"])) == [("linformer", "softmax"), ("performer", "softmax")]
+    counts = lra.text.set_index("attention").loc["pairs: ahead / behind / equivalent / undecided"]
+    assert counts["listops"] == "0 / 2 / 0 / 1" and counts["pathfinder"] == "0 / 0 / 0 / 3"
+    behind = pairs.data[pairs.data["verdict"] == "behind"]
+    assert sorted(zip(behind["label_a"], behind["label_b"])) == [("linformer", "softmax"), ("performer", "softmax")]
+    assert set(pairs.data.loc[pairs.data["task"] == "pathfinder", "verdict"]) == {"undecided"}  # identical: no test
     softmax = lra.data.set_index("label").loc["softmax"]
     assert abs(softmax["average"] - (softmax["listops:mean"] + softmax["pathfinder:mean"]) / 2) < 1e-12
     assert lra.text.set_index("attention").loc["linformer", "pathfinder"].endswith("⚑")
@@ -54,15 +55,20 @@ def test_separated_pairs_and_flags(tmp_path: Path) -> None:
         "linformer": False,
         "performer": False,
         "softmax": True,
-        "pairs separated": False,
+        "pairs: ahead / behind / equivalent / undecided": False,
     }
     assert not bold["pathfinder"].any() and not bold["average"].any()
-    ranks = lra.data.set_index("label")["listops:rank"]
-    assert ranks["softmax"] == "1" and ranks["performer"] == ranks["linformer"] == "2–3"
+    data = lra.data.set_index("label")
+    assert (
+        data.at["softmax", "listops:rank"] == 1
+        and data.at["performer", "listops:rank"] == 2 == data.at["linformer", "listops:rank"]
+    )
+    assert (data.at["performer", "listops:rank_low"], data.at["performer", "listops:rank_high"]) == (2, 3)
 
 
-def test_bold_is_the_tested_group_not_the_highest_mean(tmp_path: Path) -> None:
-    """Two labels whose accuracies differ by a few examples per seed: the higher mean is not bolded alone."""
+def test_bold_is_the_best_set_not_the_highest_mean(tmp_path: Path) -> None:
+    """Two labels whose accuracies differ by two examples in 1,000 per seed: the higher mean is not bolded alone, and
+    the pair is equivalent (its gap, 0.002, lies well within the 0.01 margin)."""
     rng = np.random.default_rng(1)
     for seed in range(3):
         base = rng.random(ROWS) < 0.7
@@ -75,7 +81,7 @@ def test_bold_is_the_tested_group_not_the_highest_mean(tmp_path: Path) -> None:
         lra.data.set_index("label").loc["softmax", "listops:mean"]
         > lra.data.set_index("label").loc["performer", "listops:mean"]
     )
-    assert not lra.best["listops"].any() and not pairs.data["separated"].any()
+    assert not lra.best["listops"].any() and set(pairs.data["verdict"]) == {"equivalent"}
 
 
 def test_no_lra_tasks_no_table(tmp_path: Path) -> None:

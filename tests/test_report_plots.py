@@ -6,12 +6,9 @@ import itertools
 
 import matplotlib.colors as mcolors
 import matplotlib.image as mpimg
-import numpy as np
-import pandas as pd
 import pytest
 from report_fixture import make_fake_run
 
-from attnbench.report.efficiency import pareto_front
 from attnbench.report.load import load_runs
 from attnbench.report.plot import label_colors
 from attnbench.report.plots import all_plots
@@ -38,31 +35,13 @@ def test_label_colors_keyed_by_sorted_labels() -> None:
     assert len(set(many.values())) == 25
 
 
-def test_pareto_front_matches_brute_force() -> None:
-    rng = np.random.default_rng(0)
-    pts = pd.DataFrame({"x": rng.random(30), "y": rng.random(30)})
-    front = set(pareto_front(pts, "x", "y").index)
-    brute = {
-        i
-        for i in pts.index
-        if not any(
-            pts.x[j] >= pts.x[i] and pts.y[j] >= pts.y[i] and (pts.x[j], pts.y[j]) != (pts.x[i], pts.y[i])
-            for j in pts.index
-        )
-    }
-    assert front == brute and front
-    chain = pd.DataFrame({"x": [1.0, 2.0, 3.0], "y": [3.0, 2.0, 1.0]})
-    assert set(pareto_front(chain, "x", "y").index) == {0, 1, 2}
-    assert set(pareto_front(pd.DataFrame({"x": [1.0, 2.0], "y": [1.0, 2.0]}), "x", "y").index) == {1}
-
-
 def test_every_plot_written_non_empty_and_readable(written: tuple[list, dict]) -> None:
     plots, _ = written
     names = {p.name for p in plots}
     assert {
         "time_vs_length",
         "memory_vs_length",
-        "accuracy_vs_throughput",
+        "quality_cost_sst2",
         "reliability_sst2",
         "robustness_sst2",
         "coulomb_sst2_kernel-favor",
@@ -82,11 +61,11 @@ def test_oom_points_marked_and_legends_name_labels(written: tuple[list, dict]) -
     svg = {p.name: p.svg.read_text() for p in plots}
     assert "OOM / timeout" in svg["time_vs_length"] and "OOM / timeout" in svg["memory_vs_length"]
     assert "sequence length (tokens)" in svg["time_vs_length"] and "(ms)" in svg["time_vs_length"]
-    assert "Pareto front" in svg["accuracy_vs_throughput"]
+    assert "the front by the engine" in svg["quality_cost_sst2"] and "training seconds" in svg["quality_cost_sst2"]
     assert "langevin lambda=0.5" in svg["kernel_experiment"] and "test F1" in svg["kernel_experiment"]
     assert "langevin lambda=1.5" in svg["kernel_ablation"]
     assert "γ = 0.80 (paper 0.80)" in svg["kernel_scaling"]
-    for name, label in itertools.product(("time_vs_length", "robustness_sst2", "accuracy_vs_throughput"), LABELS):
+    for name, label in itertools.product(("time_vs_length", "robustness_sst2", "quality_cost_sst2"), LABELS):
         assert label in svg[name], (name, label)
 
 
@@ -95,6 +74,6 @@ def test_same_colour_for_a_label_in_every_plot(written: tuple[list, dict]) -> No
     svg = {p.name: p.svg.read_text().lower() for p in plots}
     for label in LABELS:
         hex_colour = mcolors.to_hex(colors[label])
-        for name in ("time_vs_length", "memory_vs_length", "robustness_sst2", "accuracy_vs_throughput"):
+        for name in ("time_vs_length", "memory_vs_length", "robustness_sst2", "quality_cost_sst2"):
             assert hex_colour in svg[name], (label, name)
     assert mcolors.to_hex(colors["kernel-favor"]) in svg["coulomb_sst2_kernel-favor"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import shutil
@@ -13,6 +14,8 @@ import pandas as pd
 import pytest
 from processes import HANG_GUARD
 from report_fixture import make_fake_run, write_cell
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 from attnbench.errors import UserError
 from attnbench.report import write_leaderboard, write_report
@@ -21,7 +24,7 @@ from attnbench.report.fidelity import fidelity_table
 from attnbench.report.formats import latex_escape, to_latex, to_markdown, write_table
 from attnbench.report.load import detail_rows, load_runs, run_provenance
 from attnbench.report.robustness import robustness_tables
-from attnbench.report.stats import metric_direction, summarize, t_quantile_975
+from attnbench.report.stats import metric_direction
 from attnbench.report.tables import all_tables, leaderboard_table, task_table
 
 # accuracy, ece per (task, label) over seeds 0, 1, 2; "c" has no result on task "t2" (it failed there)
@@ -72,68 +75,71 @@ def hand_run(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_t_quantile_matches_published_table() -> None:
-    for df, expected in ((1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (30, 2.042)):
-        assert t_quantile_975(df) == pytest.approx(expected, abs=5e-4)
+def holm_detected(values: dict[str, list[float]]) -> dict[tuple[str, str], bool]:
+    """Independently of the engine: every pair's paired t-test over seeds (scipy), Holm's correction (statsmodels)."""
+    pairs = list(itertools.combinations(sorted(values), 2))
+    p = [stats.ttest_rel(values[a], values[b]).pvalue for a, b in pairs]
+    return dict(zip(pairs, multipletests(p, method="holm")[0]))
 
 
-def test_summarize_matches_numpy_and_t_interval() -> None:
-    x = [0.80, 0.82, 0.84, 0.79]
-    s = summarize(x)
-    half = 3.182446305 * np.std(x, ddof=1) / 2.0  # t_{0.975, 3} / sqrt(4)
-    assert (s["mean"], s["std"], s["n"]) == (pytest.approx(np.mean(x)), pytest.approx(np.std(x, ddof=1)), 4)
-    assert (s["ci_low"], s["ci_high"]) == (pytest.approx(np.mean(x) - half), pytest.approx(np.mean(x) + half))
-    two = summarize([0.5, 0.7])
-    assert math.isnan(two["ci_low"]) and two["std"] == pytest.approx(np.std([0.5, 0.7], ddof=1))
-    assert summarize([])["n"] == 0 and math.isnan(summarize([0.3])["std"])
-
-
-def test_task_table_mean_std_rank_best(hand_run: Path) -> None:
+def test_task_table_intervals_ranks_and_best_set_by_hand(hand_run: Path) -> None:
     table = task_table(load_runs([hand_run]), "t1")
     data = table.data.set_index("label")
     for label in "abc":
-        assert data.at[label, "accuracy_mean"] == pytest.approx(np.mean(ACC[("t1", label)]))
-        assert data.at[label, "accuracy_std"] == pytest.approx(np.std(ACC[("t1", label)], ddof=1))
+        acc = ACC[("t1", label)]
+        half = stats.t.isf(0.025, 2) * np.std(acc, ddof=1) / np.sqrt(3)  # seeds only: these cells store no outcomes
+        assert data.at[label, "accuracy_mean"] == pytest.approx(np.mean(acc))
+        assert data.at[label, "accuracy_low"] == pytest.approx(max(0.0, np.mean(acc) - half))
+        assert data.at[label, "accuracy_high"] == pytest.approx(min(1.0, np.mean(acc) + half))
         assert data.at[label, "accuracy_n"] == 3
         assert data.at[label, "ece_mean"] == pytest.approx(np.mean(ECE[("t1", label)]))
-    # accuracy: higher is better (c > a > b), each gap steady over the seeds (no predictions: no per-example test)
+    # ranks by mean, never against it: c > a > b on accuracy; lower ECE is better: b < a < c
     assert list(data["accuracy_rank"].loc[["c", "a", "b"]]) == [1, 2, 3]
-    assert data["ece_rank"].isna().all()  # only accuracy is ranked in tested groups
-    assert list(table.text["label"]) == ["c", "a", "b"]  # sorted by accuracy rank
-    best = table.best.set_index(table.text["label"])
-    assert best.at["c", "accuracy"] and not best.at["a", "accuracy"] and not best["ece"].any()
-    md = to_markdown(table)
-    assert f"**{table.text.set_index('label').at['c', 'accuracy']}**" in md
-    assert "(1)" in table.text.set_index("label").at["c", "accuracy"]
+    assert list(data["ece_rank"].loc[["b", "a", "c"]]) == [1, 2, 3]
+    assert list(table.text["label"]) == ["c", "a", "b"]  # by the headline metric's rank
+    detected = holm_detected({lab: ACC[("t1", lab)] for lab in "abc"})
+    best = {lab for lab in "abc" if not any(detected[tuple(sorted((lab, o)))] and np.mean(ACC[("t1", o)])
+            > np.mean(ACC[("t1", lab)]) for o in "abc" if o != lab)}  # fmt: skip
+    marks = table.best.set_index(table.text["label"])["accuracy"]
+    assert {lab for lab in "abc" if marks[lab]} == (best if len(best) < 3 else set())
+    assert set(data.index[data["accuracy_best_set"].astype(bool)]) == best
     text = table.text.set_index("label")
+    assert "(seeds 0.900 0.900 0.930)" in text.at["c", "accuracy"] and "rank 1" in text.at["c", "accuracy"]
     assert (text.at["c", "params"], text.at["c", "attention params"], text.at["a", "attention params"]) == (
         "1,000",
         "150",
         "100",
     )
     assert "params_total" not in table.text.columns and not table.best["train_seconds"].any()
-    assert re.search(r"\\textbf\{0\.910 \$\\pm\$", to_latex(table))  # c's accuracy is bold in LaTeX
+    assert "rank" not in text.at["c", "train_seconds"]  # times are not ranked
+    assert "Holm" in " ".join(table.notes) and "Seeds only on t1" in " ".join(table.notes)
+    md, latex = to_markdown(table), to_latex(table)
+    for lab in best if len(best) < 3 else ():
+        assert f"**{text.at[lab, 'accuracy']}**" in md and re.search(
+            r"\\textbf\{" + re.escape(text.at[lab, "accuracy"][:5]), latex
+        )
 
 
-def test_leaderboard_leaves_missing_cells_out_of_averages(hand_run: Path) -> None:
+def test_leaderboard_ranks_each_task_and_leaves_missing_cells_out(hand_run: Path) -> None:
     table = leaderboard_table(load_runs([hand_run]))
     data = table.data.set_index("label")
-    # c only has t1: its mean is its t1 mean, not (t1 + 0) / 2
-    assert data.at["c", "accuracy_mean"] == pytest.approx(np.mean(ACC[("t1", "c")]))
-    assert data.at["a", "accuracy_mean"] == pytest.approx((np.mean(ACC[("t1", "a")]) + np.mean(ACC[("t2", "a")])) / 2)
-    assert math.isnan(data.at["c", "t2:accuracy_mean"]) and data.at["c", "tasks"] == 1
-    # accuracy groups by hand (every gap steady over seeds): t1 c1 a2 b3; t2 b1 a2 (b - a: .06, .04, .08)
-    assert (data.at["c", "t1:rank"], data.at["a", "t1:rank"], data.at["b", "t1:rank"]) == ("1", "2", "3")
-    assert (data.at["b", "t2:rank"], data.at["a", "t2:rank"]) == ("1", "2")
-    assert data.at["b", "top_group_tasks"] == 1 and data.at["c", "top_group_tasks"] == 1
-    assert data.at["a", "avg_rank"] == pytest.approx(2.0)
+    assert data.at["c", "t1:mean"] == pytest.approx(np.mean(ACC[("t1", "c")]))
+    assert pd.isna(data.at["c", "t2:mean"]) and data.at["c", "tasks"] == 1
+    assert (data.at["c", "t1:rank"], data.at["a", "t1:rank"], data.at["b", "t1:rank"]) == (1, 2, 3)
+    assert (data.at["b", "t2:rank"], data.at["a", "t2:rank"]) == (1, 2)
+    assert data.at["a", "mean_rank"] == pytest.approx(2.0)
+    for task, labels in (("t1", "abc"), ("t2", "ab")):
+        detected = holm_detected({lab: ACC[(task, lab)] for lab in labels})
+        for lab in labels:
+            beaten = any(detected[tuple(sorted((lab, o)))] and np.mean(ACC[(task, o)]) > np.mean(ACC[(task, lab)])
+                         for o in labels if o != lab)  # fmt: skip
+            assert bool(data.at[lab, f"{task}:best_set"]) == (not beaten)
     text = table.text.set_index("label")
-    assert (
-        text.at["c", "t2 accuracy"] == "—" and text.at["c", "tasks"] == "1/2" and text.at["c", "top group"] == "1 of 1"
-    )
+    assert text.at["c", "t2 accuracy"] == "—" and text.at["c", "tasks"] == "1/2"
     footnote = " ".join(table.notes)
     assert "c × t2" in footnote and "out of memory" in footnote and "never counted as zero" in footnote
-    assert list(table.text["label"]) == ["c", "b", "a"]  # by top-group tasks, then mean group rank
+    order = data.assign(b=-data["best_set_tasks"]).sort_values(["b", "mean_rank"]).index
+    assert list(table.text["label"]) == list(order)
 
 
 def test_efficiency_ratios_against_softmax_of_the_same_run(tmp_path: Path) -> None:
@@ -293,14 +299,14 @@ def test_robustness_tables_from_fake_run(tmp_path: Path) -> None:
     assert pick["accuracy_mean"].item() == pytest.approx(expect["accuracy"].mean())
     assert pick["accuracy_n"].item() == 3
     auc = robustness_tables(results)[0].text.set_index(["label", "perturbation"])
-    assert auc.at[("softmax", "delete"), "AUC"] == "0.730 ± 0.000 [0.730, 0.730]"  # robustness_auc_delete
+    assert auc.at[("softmax", "delete"), "AUC"] == "0.730 ± 0.000"  # robustness_auc_delete: mean ± std
     budget = robustness_tables(results)[1]
     assert budget.name == "robustness_feature_budget" and set(budget.text["label"]) == {"kernel-favor"}
     assert budget.data.set_index("level").at[16, "accuracy_mean"] == pytest.approx(0.79 - 0.05)
 
 
-def test_robustness_bold_is_a_tested_top_group(tmp_path: Path) -> None:
-    """Bold marks the labels whose paired seed interval with the best holds 0, only where that leaves one out."""
+def test_robustness_bold_is_the_best_set(tmp_path: Path) -> None:
+    """Bold marks the labels no other label is detectably better than (the engine, Holm), where that leaves one out."""
     run = tmp_path / "run"
     clean = {"steady": (0.9, 0.91, 0.89), "behind": (0.7, 0.72, 0.69), "noisy": (0.95, 0.6, 0.9)}
     for label, values in clean.items():
@@ -391,8 +397,8 @@ def test_leaderboard_merge_tags_clashing_labels(tmp_path: Path) -> None:
     write_cell(tmp_path / "gpu", label="only-gpu", task="t1", seed=0, metrics={"accuracy": 0.5})
     out = write_leaderboard([tmp_path / "cpu", tmp_path / "gpu"], tmp_path / "board")
     board = pd.read_csv(out / "tables" / "leaderboard.csv").set_index("label")
-    assert board.at["softmax [cpu]", "accuracy_mean"] == pytest.approx(0.7)
-    assert board.at["softmax [gpu]", "accuracy_mean"] == pytest.approx(0.8)
+    assert board.at["softmax [cpu]", "t1:mean"] == pytest.approx(0.7)
+    assert board.at["softmax [gpu]", "t1:mean"] == pytest.approx(0.8)
     assert "only-gpu" in board.index
     prov = (out / "provenance.json").read_text()
     assert '"run": "cpu"' in prov and '"run": "gpu"' in prov
@@ -503,5 +509,5 @@ def test_one_task_run_with_two_option_sets_is_two_tasks(tmp_path: Path) -> None:
             metrics={"accuracy": acc},
         )
     board = leaderboard_table(load_runs([tmp_path])).data
-    assert board.at[0, "listops(max_length=512):accuracy_mean"] == pytest.approx(0.6)
-    assert board.at[0, "listops(max_length=1024):accuracy_mean"] == pytest.approx(0.5)
+    assert board.at[0, "listops(max_length=512):mean"] == pytest.approx(0.6)
+    assert board.at[0, "listops(max_length=1024):mean"] == pytest.approx(0.5)

@@ -13,12 +13,13 @@ import numpy as np
 import pandas as pd
 
 from attnbench.baselines.coulomb.plots import plot_coulomb, plot_kernel_experiment
+from attnbench.decisions.settings import ComparisonSettings
+from attnbench.report import inference
 from attnbench.report.attention_bracket import attention_bracket_table
 from attnbench.report.load import Results, detail_rows
-from attnbench.report.ranking import top_group_marks, value_standings
 from attnbench.report.sections import register_report_section
 from attnbench.report.stats import summarize
-from attnbench.report.table import DASH, Table, best_mask, finite, fmt, fmt_summary
+from attnbench.report.table import DASH, Table, finite, fmt, fmt_summary
 
 
 def kernel_rows(results: Results, part: str) -> pd.DataFrame:
@@ -92,12 +93,27 @@ def _sweep_table(rows: pd.DataFrame, metric: str, name: str, title: str, note: s
 
 
 def trial_top_group(rows: pd.DataFrame, metric: str, order: list[str]) -> list[bool]:
-    """Bold per method of `order`: the top group on `metric` (higher is better) with methods paired by trial (the
-    trials draw one data set for every method): a method whose paired 95% t-interval with the best holds 0 shares
-    it; no bold where every method is in it, or with one trial."""
+    """Bold per method of `order`: the inference engine's best set on `metric` (higher is better, within [0, 1]),
+    methods paired by trial (each trial draws one data set for every method, so the trials are the replicates);
+    none where every method is in it, or with one trial."""
     keyed = rows.assign(seed=rows["seed"] * 100_000 + rows["trial"] if "seed" in rows else rows["trial"])
-    values = pd.DataFrame({"label": keyed["method"], "seed": keyed["seed"], "value": keyed[metric]})
-    return top_group_marks(value_standings(values, "accuracy"), order)  # 'accuracy': a 'max' metric
+    values = pd.DataFrame(
+        {
+            "task": "kernel",
+            "label": keyed["method"],
+            "seed": keyed["seed"],
+            "metric": "accuracy",
+            "value": keyed[metric],
+        }
+    )  # 'accuracy': the record of a 'max' metric in [0, 1]
+    return inference.frame_standings(values.dropna(subset=["value"]), "accuracy").marks(order)
+
+
+TRIAL_BOLD = (
+    "Bold: the best set per σ (inference engine: the methods no other method is detectably better than, methods "
+    "paired by trial, each trial one data draw, Holm's correction over the σ's pairs), where it leaves some method "
+    "out. A trial is the replicate: repeated fits on one data draw are not independent evidence."
+)
 
 
 def kernel_table(results: Results) -> Table | None:
@@ -111,8 +127,7 @@ def kernel_table(results: Results) -> Table | None:
         "kernel_experiment",
         "Synthetic experiment (Figure 1): test accuracy by σ",
         "Mean ± sd over trials; D = 200 features for every random-feature method; linear SVM heads. "
-        "The CSV also holds seconds; kernel_f1 the F1. Bold: the top group per σ (methods paired by trial; a "
-        "paired 95% t-interval with the best that holds 0 shares it), where it leaves some method out.",
+        "The CSV also holds seconds; kernel_f1 the F1. " + TRIAL_BOLD,
     )
 
 
@@ -126,8 +141,7 @@ def kernel_f1_table(results: Results) -> Table | None:
         "f1",
         "kernel_f1",
         "Synthetic experiment: test F1 (binary) by σ",
-        "Mean ± sd over trials. Bold: the top group per σ (methods paired by trial; a paired 95% t-interval "
-        "with the best that holds 0 shares it), where it leaves some method out.",
+        "Mean ± sd over trials. " + TRIAL_BOLD,
     )
 
 
@@ -209,8 +223,7 @@ def kernel_ablation_table(results: Results) -> Table | None:
         "accuracy",
         "kernel_ablation",
         "Synthetic experiment (Figure 2): λ ablation, test accuracy by σ",
-        "Langevin particles only, repulsion weight λ; mean ± sd over the ablation's trials. Bold: the top group "
-        "per σ (paired by trial), where it leaves some λ out.",
+        "Langevin particles only, repulsion weight λ; mean ± sd over the ablation's trials. " + TRIAL_BOLD,
     )
 
 
@@ -438,6 +451,35 @@ def _phase_a_record(pa: dict) -> dict[str, float]:
     return {k: float(v) if finite(v) else np.nan for k, v in record.items()}
 
 
+WALK_MARGIN = 0.1  # a drift / noise ratio within 1 +- 0.1: as large as the noise
+WALK_WORDS = {
+    "behind": "drift below noise: a random walk",
+    "ahead": "drift above noise",
+    "equivalent": "drift as large as the noise",
+    "undecided": "undecided",
+}
+
+
+def walk_verdicts(frame: pd.DataFrame, settings: ComparisonSettings) -> dict[tuple[str, str], str]:
+    """Per (task, label) of the phase-A records (columns task, label, seed, drift_noise_ratio): the ratio against 1,
+    as the inference engine judges a label against a known value, in words (WALK_WORDS)."""
+    values = pd.DataFrame(
+        {
+            "task": frame["task"],
+            "label": frame["label"],
+            "seed": frame["seed"],
+            "metric": "drift_noise_ratio",
+            "value": pd.to_numeric(frame["drift_noise_ratio"], errors="coerce"),
+        }  # fmt: skip
+    ).dropna(subset=["value"])
+    if values.empty:
+        return {}
+    found = inference.against_value(
+        values, "drift_noise_ratio", 1.0, settings, margin=WALK_MARGIN, higher_is_better=True
+    )
+    return {(r.task, r.label): WALK_WORDS[r.verdict] for r in found.itertuples()}
+
+
 def coulomb_table(results: Results) -> Table | None:
     """Phase-A diagnostics of learned-kernel cells: whether the particles drift or walk, and the validation
     alignments before and after (the same three the phase-A plot marks)."""
@@ -459,13 +501,11 @@ def coulomb_table(results: Results) -> Table | None:
         return None
     frame = pd.DataFrame(recs)
     numbers = [c for c in frame.columns if c not in ("task", "label", "seed", "objective", "probe")]
-    data, text_rows, numeric = [], [], []
+    walks = walk_verdicts(frame, inference.run_settings(results))
+    data, text_rows = [], []
     for (task, label), part in frame.groupby(["task", "label"], sort=True):
         stats = {c: summarize(pd.to_numeric(part[c], errors="coerce")) for c in numbers}
-        ratio = stats["drift_noise_ratio"]["mean"]
-        verdict = (
-            DASH if not finite(ratio) else "drift below noise: a random walk" if ratio < 1 else "drift above noise"
-        )
+        verdict = walks.get((task, label), DASH)
         data.append(
             {
                 "task": task,
@@ -493,11 +533,9 @@ def coulomb_table(results: Results) -> Table | None:
             "steps": fmt(stats["steps"]["mean"], 0),
         }
         text_rows.append(row)
-        numeric.append({"drift / noise": ratio})
     text = pd.DataFrame(text_rows)
-    best = best_mask(pd.DataFrame(numeric), {"drift / noise": "max"}, text["task"])
-    best = best.reindex(columns=text.columns, fill_value=False)
-    walks = [f"{r['label']} on {r['task']}" for r in text_rows if r["walk?"].startswith("drift below")]
+    best = pd.DataFrame(False, index=text.index, columns=text.columns)
+    below = [f"{r['label']} on {r['task']}" for r in text_rows if r["walk?"] == WALK_WORDS["behind"]]
     notes = [
         "Per phase-A step and particle: drift |eta N grad H| and Langevin noise |sqrt(2 eta / beta) xi| (medians "
         "over particles, then over steps, layers and heads), their ratio, and the mean particle norm before and "
@@ -505,12 +543,13 @@ def coulomb_table(results: Results) -> Table | None:
         "split in the header): within-class (eq. C.4) and centred kernel-target alignment (App. D) of the "
         "mean-pooled attention outputs, and the eq. 2.2 u-statistic of the feature-map kernel on the pooled "
         "inputs; the phase-A plot marks the objective's one (column 'objective') beside its training-batch curve. Relative move: |Omega_after - Omega_before| / "
-        "|Omega_before|. Mean ± std over seeds; bold: largest drift / noise per task."
+        "|Omega_before|. Mean ± std over seeds. walk?: the drift / noise ratio against 1 (inference engine: "
+        f"below, above, equivalent within ±{WALK_MARGIN}, or undecided; Holm's correction over the task's labels)."
     ]
-    if walks:
+    if below:
         notes.append(
             "Drift below noise (a random walk: the alignment term barely moves the particles, the noise and "
-            "the projection do): " + "; ".join(walks) + "."
+            "the projection do): " + "; ".join(below) + "."
         )
     return Table("coulomb", "Coulomb phase A diagnostics", pd.DataFrame(data), text, best, notes, key_columns=2)
 

@@ -9,8 +9,9 @@ The model is untrained (cost does not depend on the weights); batch 1, float32, 
 The timing check: with `paired` (default softmax) the same decoder with the paired attention is prefilled
 too, and the two steps are timed in alternation, pair after pair (A B, then B A; `time_alternating`), so a
 slow spell of a shared machine slows both. Per context: the median over pairs of paired time / this time,
-the pairs where this step was the faster, and the exact two-sided sign test on them; "faster" only where
-p < 0.05 and the median ratio > 1. A linear attention's step costs the same at every L while softmax's
+the pairs where this step was the faster and the slower, and each pair's ratio; the report judges them with the
+inference engine's sign tests (`attnbench.decisions.signs`: ahead / behind / equivalent within the ratio's margin
+/ undecided, corrected over the table). A linear attention's step costs the same at every L while softmax's
 grows with its cache: where the two cross is read from these verdicts (report: `decode_crossover_table`),
 not assumed. The other processes' load while timing is recorded per context.
 """
@@ -23,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import stats as scipy_stats
 
 from attnbench.cell_spec import CellSpec
 from attnbench.decoder import TransformerDecoder
@@ -37,8 +37,6 @@ from attnbench.progress import Progress
 from attnbench.recurrence import state_bytes
 from attnbench.runtime import record_what_ran, seed_everything
 from attnbench.timing import cpu_snapshot, others_cores, pair_ratios, quartiles, time_alternating, time_repeated
-
-ALPHA = 0.05  # the sign test's level for a "faster" or "slower" verdict
 
 RELATIVE = {"margin": 0.1, "margin_relative": True}  # within 10%: the same
 for _pattern, _direction, _text, _record in (
@@ -85,18 +83,15 @@ class DecodeOptions:
         check_paired_attention(paired_spec(self.paired), {"name", "options"}, "paired", self.paired)
 
 
-def sign_test(ratios: np.ndarray) -> dict[str, Any]:
-    """Per-pair ratios (paired time / this time) -> pairs where this was faster, the exact two-sided sign test
-    on them (ties dropped) and the verdict: 'faster' / 'slower' where p < ALPHA, else 'no detectable
-    difference'."""
-    faster, slower = int(np.sum(ratios > 1.0)), int(np.sum(ratios < 1.0))
-    p = float(scipy_stats.binomtest(faster, faster + slower, 0.5).pvalue) if faster + slower else 1.0
-    median = float(np.median(ratios))
-    if p < ALPHA and median != 1.0:
-        verdict = "faster" if median > 1.0 else "slower"
-    else:
-        verdict = "no detectable difference"
-    return {"pairs": int(len(ratios)), "pairs_faster": faster, "sign_p": p, "verdict": verdict}
+def sign_counts(ratios: np.ndarray) -> dict[str, Any]:
+    """Per-pair ratios (paired time / this time) -> the pairs, those where this step was the faster and the slower,
+    and each pair's ratio: what the report's timing verdict reads (`attnbench.decisions.signs`)."""
+    return {
+        "pairs": int(len(ratios)),
+        "pairs_faster": int(np.sum(ratios > 1.0)),
+        "pairs_slower": int(np.sum(ratios < 1.0)),
+        "pair_ratios": [float(f"{r:.6g}") for r in ratios],
+    }
 
 
 def _prefilled(model: TransformerDecoder, ids: torch.Tensor) -> tuple[float, Any, torch.Tensor]:
@@ -152,7 +147,7 @@ def decode_row(
             "paired_ratio": median,
             "paired_ratio_q25": q25,
             "paired_ratio_q75": q75,
-            **sign_test(ratios),
+            **sign_counts(ratios),
         }
     return row
 

@@ -39,6 +39,7 @@ from attnbench.measurements.common import check_paired_attention, paired_spec, r
 from attnbench.measurements.cost import point_cost
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
+from attnbench.predictions import encode_outcomes
 from attnbench.progress import Progress
 from attnbench.registry import build_attention
 from attnbench.timing import (
@@ -419,12 +420,17 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
             _finish(point, times[i], rates[i], rounds)
             point.row |= _load_summary(loads[i]) | _starvation_summary(shares[i], accepted[i], options)
             if twin_times[i]:
-                q25, median, q75 = quartiles(pair_ratios(times[i], twin_times[i]))
+                ratios = pair_ratios(times[i], twin_times[i])
+                q25, median, q75 = quartiles(ratios)
                 point.row |= {
                     "paired_median_ms": float(np.median(twin_times[i])),
                     "paired_ratio": median,
                     "paired_ratio_q25": q25,
                     "paired_ratio_q75": q75,
+                    "paired_pairs": int(len(ratios)),
+                    "paired_faster": int(np.sum(ratios > 1.0)),
+                    "paired_slower": int(np.sum(ratios < 1.0)),
+                    "paired_ratios": encode_outcomes(ratios),  # each pair's ratio: the report's timing verdict
                 }
             if point.twin is not None:
                 point.twin.fn = None

@@ -1,8 +1,8 @@
 """Report sections of the causal setting: recall against state size (`recall`), and the decoding crossover
 (`decode`); both plots colour labels and attention names alike (`causal_colors`).
 
-- `recall_table`: MQAR answer accuracy per attention label at each num_kv_pairs (mean ± std over seeds, 95%
-  t-interval from 3), with the state bytes per sequence and layer.
+- `recall_table`: MQAR answer accuracy per attention label at each num_kv_pairs (the inference engine's mean,
+  interval, rank and best set), with the state bytes per sequence and layer.
 - `plot_recall_vs_state`: Zoology's Figure 2 - accuracy against state bytes (log axis), one panel per
   num_kv_pairs, one line per attention family (the registered name) through its labels (widths, features).
 - `plot_recall_per_query`: accuracy of the k-th question of a row against k, a panel per num_kv_pairs.
@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from attnbench.decisions.signs import timing_verdicts
+from attnbench.metrics import MetricInfo, metric_info
+from attnbench.report import inference
 from attnbench.report.load import Results, detail_rows
-from attnbench.report.paired import PredictionCache
 from attnbench.report.plot import Plot, label_colors, legend_below, new_figure, save_plot
-from attnbench.report.ranking import task_standings, top_group_marks
 from attnbench.report.sections import ReportContext, register_report_section
 from attnbench.report.stats import summarize
 from attnbench.report.table import DASH, Table, fmt, fmt_summary
@@ -69,18 +70,13 @@ def recall_tasks(points: pd.DataFrame) -> dict[str, str]:
 
 def recall_table(results: Results) -> Table | None:
     """Accuracy per label (rows) and recall task (columns, by num_kv_pairs), with state bytes per task where they
-    differ between tasks (other lengths)."""
+    differ between tasks (other lengths): the inference engine's interval, rank and best set per task."""
     points = recall_points(results)
     if points.empty:
         return None
     tasks = recall_tasks(points)
-    cells, cache = results.of("recall"), PredictionCache()
-    groups = {  # per task: the labels' tested rank groups on accuracy
-        task: task_standings(
-            cells[cells["task"] == task], sorted(set(points.loc[points["task"] == task, "label"])), cache
-        )
-        for task in tasks
-    }
+    cells = results.of("recall")
+    groups = {task: inference.label_standings(cells[cells["task"] == task], "accuracy") for task in tasks}
     per_task_state = points.groupby(["label", "attention"])["state_bytes"].nunique().max() > 1
     data, text = [], []
     for (label, attention), part in points.groupby(["label", "attention"], sort=True):
@@ -89,14 +85,17 @@ def recall_table(results: Results) -> Table | None:
             rec["state bytes"] = float(part["state_bytes"].mean())
             row["state bytes"] = fmt(rec["state bytes"], 0)
         for task, column in tasks.items():
-            mine = part[part["task"] == task]
-            s = summarize(mine["accuracy"])
-            rec[column], row[column] = s["mean"], fmt_summary(s)
             standing = groups[task].get(label)
-            if standing is not None and row[column] != DASH:
-                rec[f"{column} rank"] = standing.rank_text
-                row[column] += f" ({standing.rank_text})"
+            rec |= inference.standing_columns(f"{column} ", standing)
+            rec[column] = np.nan if standing is None else standing["mean"]
+            row[column] = (
+                DASH
+                if standing is None
+                else inference.interval_text(standing["mean"], standing["low"], standing["high"], standing["values"])
+                + f" (rank {inference.rank_text(standing)})"
+            )
             if per_task_state:
+                mine = part[part["task"] == task]
                 state = float(mine["state_bytes"].mean()) if len(mine) else np.nan
                 rec[f"state bytes {column}"], row[f"state bytes {column}"] = state, fmt(state, 0)
         data.append(rec)
@@ -104,17 +103,14 @@ def recall_table(results: Results) -> Table | None:
     data, text = pd.DataFrame(data), pd.DataFrame(text)
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     for task, column in tasks.items():
-        best[column] = top_group_marks(groups[task], list(data["label"]))
+        best[column] = groups[task].marks(list(data["label"]))
     notes = [
-        (
-            "MQAR answer accuracy on the test split (mean ± std over seeds, [95% t-interval] from 3) per task, "
-            "by its number of key-value pairs (a task's other options, such as its length, after the count "
-            "where two tasks share it), (rank group): labels whose paired difference with the group's best is "
-            "not detectable (95% t-interval over shared seeds holds 0) share its ranks; bold: the top group "
-            "where it leaves some label out. State bytes: the decoding state per sequence and layer at the row "
-            "length (softmax: its KV cache; a feature map: features x head_dim plus the normaliser)."
-        )
+        "MQAR answer accuracy on the test split per task, by its number of key-value pairs (a task's other options, "
+        "such as its length, after the count where two tasks share it). " + inference.STANDINGS_NOTE,
+        "State bytes: the decoding state per sequence and layer at the row length (softmax: its KV cache; a feature "
+        "map: features x head_dim plus the normaliser).",
     ]
+    notes += [n for n in (inference.variance_note(g.table for g in groups.values()),) if n]
     return Table("recall", "Associative recall (MQAR) against state size", data, text, best, notes, key_columns=2)
 
 
@@ -239,12 +235,11 @@ def lm_positions_table(results: Results) -> Table | None:
     text = pd.DataFrame(text)
     notes = [
         (
-            "Held-out bits per byte of the positions in each range of the block (mean ± std over seeds, [95% "
-            "t-interval] from 3). Each range holds other bytes of the text (the blocks are cut at fixed offsets), "
+            "Held-out bits per byte of the positions in each range of the block (mean ± std over seeds). Each range holds other bytes of the text (the blocks are cut at fixed offsets), "
             "so read a column across attentions (what more context buys one mechanism over another at that "
             "depth), not a row across ranges, whose differences are mostly the text's. At 2x length: blocks "
             "twice the training length, beyond the positions the model was trained on. Not ranked here; the "
-            "per-task table ranks bits per byte in tested groups."
+            "per-task table ranks bits per byte (inference engine)."
         )
     ]
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
@@ -329,28 +324,50 @@ def _lm_plots(context: ReportContext, out_dir: Path) -> list[Plot]:
 
 def decode_points(results: Results) -> pd.DataFrame:
     """Each label's decode rows, means over seeds: context_length, decode_ms_per_token, prefill tokens/s, bytes,
-    and where the step was timed in alternation with a paired attention (the timing check) the median pair
-    ratio and `faster` / `slower`: whether every seed's sign test found this step faster / slower."""
+    and where the step was timed in alternation with a paired attention (the timing check) the median pair ratio,
+    the pairs pooled over seeds and the verdict of the inference engine's sign tests (`attnbench.decisions.signs`:
+    ahead = this step faster, behind, equivalent within the ratio's margin, undecided; Holm over every checked
+    point of the table)."""
     rows = detail_rows(results, "decode")
     if rows.empty:
         return rows
     columns = ["decode_ms_per_token", "prefill_tokens_per_s", "state_bytes"]
-    if "verdict" not in rows:
-        rows["verdict"] = None
-    for column in ("paired_ratio", "pairs", "pairs_faster"):
+    for column in ("paired_ratio", "pairs", "pairs_faster", "pairs_slower"):
         rows[column] = pd.to_numeric(rows[column], errors="coerce") if column in rows else np.nan
-    rows["faster"], rows["slower"] = rows["verdict"] == "faster", rows["verdict"] == "slower"
-    rows["checked"] = rows["verdict"].notna()
+    if "pair_ratios" not in rows:
+        rows["pair_ratios"] = None
+    rows["pairs_slower"] = rows["pairs_slower"].fillna(rows["pairs"] - rows["pairs_faster"])  # runs before ties counted
     keys = ["task", "label", "attention", "context_length"]
-    means = rows.groupby(keys, as_index=False)[columns + ["paired_ratio"]]
-    verdicts = rows.groupby(keys, as_index=False).agg(
-        faster=("faster", "all"),
-        slower=("slower", "all"),
-        checked=("checked", "all"),
+    points = rows.groupby(keys, as_index=False)[columns + ["paired_ratio"]].mean()
+    pooled = rows.groupby(keys, as_index=False).agg(
+        checked=("pairs", lambda x: bool(x.notna().all())),
         pairs=("pairs", "sum"),
         pairs_faster=("pairs_faster", "sum"),
+        pairs_slower=("pairs_slower", "sum"),
+        ratios=("pair_ratios", _pooled_ratios),
     )
-    return means.mean().merge(verdicts, on=keys)
+    points = points.merge(pooled, on=keys)
+    checked = points[points["checked"]]
+    points["verdict"], points["p_adjusted"] = None, np.nan
+    if len(checked):
+        settings = inference.run_settings(results)
+        given = settings.margin("decode_paired_ratio")
+        margin = given if given is not None else (metric_info("decode_paired_ratio@1") or MARGINLESS).margin
+        found = timing_verdicts(checked["pairs_faster"], checked["pairs_slower"], list(checked["ratios"]),
+                                float(margin or 0.0), alpha=inference.ALPHA, correction=settings.correction)  # fmt: skip
+        points.loc[checked.index, "verdict"] = found["verdict"]
+        points.loc[checked.index, "p_adjusted"] = found["p_adjusted"]
+    return points
+
+
+MARGINLESS = MetricInfo("none", None, "")
+
+
+def _pooled_ratios(stored: pd.Series) -> np.ndarray | None:
+    """Every seed's pair ratios of one point, or None where a seed did not store them (runs before they were)."""
+    if not all(isinstance(r, list) and r for r in stored):
+        return None
+    return np.concatenate([np.asarray(r, dtype=float) for r in stored])
 
 
 def crossover(points: pd.DataFrame, label: str) -> float:
@@ -360,22 +377,20 @@ def crossover(points: pd.DataFrame, label: str) -> float:
     mine = points[points["label"] == label].set_index("context_length").sort_index()
     start = float("nan")
     for n in reversed(list(mine.index)):
-        if not (mine.at[n, "checked"] and mine.at[n, "faster"]):
+        if not (mine.at[n, "checked"] and mine.at[n, "verdict"] == "ahead"):
             break
         start = float(n)
     return start
 
 
-def _verdict(point: pd.Series) -> str:
-    """A checked point's verdict over its seeds: 'faster', 'slower' or 'no detectable difference'."""
-    return "faster" if point["faster"] else "slower" if point["slower"] else "no detectable difference"
+TIMING_WORDS = {"ahead": "faster", "behind": "slower", "equivalent": "≈ (within the margin)", "undecided": "undecided"}
 
 
 def _verdict_text(point: pd.Series) -> str:
-    """'1.42× faster (64/64)' from a point's timing check (≈: no detectable difference), or a dash without one."""
+    """'1.42× faster (64/64)' from a point's timing check, or a dash without one."""
     if not point["checked"] or not np.isfinite(point["paired_ratio"]):
         return DASH
-    word = {"no detectable difference": "≈"}.get(_verdict(point), _verdict(point))
+    word = TIMING_WORDS.get(point["verdict"], DASH)
     return f"{point['paired_ratio']:.2f}× {word} ({int(point['pairs_faster'])}/{int(point['pairs'])})"
 
 
@@ -424,8 +439,9 @@ def decode_crossover_table(results: Results) -> Table | None:
             "Median wall time of one decoding step (batch 1, float32, from the prefilled state) and the state or "
             f"KV cache bytes per sequence and layer. '{column}': the shortest measured context from "
             f"which on the label's step was detectably faster than {other}'s at every longer one, by the timing "
-            "check (the two steps timed in alternation, pair after pair; exact sign test on the pairs, p < 0.05); "
-            "a dash: not even at the longest measured. Times are not ranked."
+            "check (the two steps timed in alternation, pair after pair; the inference engine's sign test on the "
+            "pairs, Holm's correction over every checked point); a dash: not even at the longest measured. Times "
+            "are not ranked."
         )
     ]
     return Table(
@@ -448,7 +464,7 @@ def decode_paired_table(results: Results) -> Table | None:
         for n in lengths:
             point = part.loc[n] if n in part.index else None
             rec[f"ratio @{n}"] = point["paired_ratio"] if point is not None else np.nan
-            rec[f"verdict @{n}"] = None if point is None else _verdict(point)
+            rec[f"verdict @{n}"] = None if point is None else point["verdict"]
             row[f"@{n}"] = _verdict_text(point) if point is not None else DASH
         data.append(rec)
         text.append(row)
@@ -457,10 +473,12 @@ def decode_paired_table(results: Results) -> Table | None:
     notes = [
         (
             f"The timing check of each decoding step against {other}'s at each context length: the median over "
-            f"alternated pairs of {other}'s step time / this one's (> 1: this one is faster), 'faster' or "
-            "'slower' where the exact two-sided sign test over the pairs gives p < 0.05 in every seed, else ≈; "
-            "(pairs where this one was faster / pairs). Consecutive pairs share the machine's state, so the "
-            "test is read as a check on the direction, not a precise p."
+            f"alternated pairs of {other}'s step time / this one's (> 1: this one is faster), pooled over seeds; "
+            "the inference engine's verdict (attnbench.decisions.signs): faster / slower where the exact two-sided "
+            "sign test over the pairs separates them after Holm's correction over every cell of this table, ≈ "
+            "where two one-sided sign tests put the median ratio within the ratio's margin (runs that stored each "
+            "pair's ratio), else undecided; (pairs where this one was faster / pairs). Consecutive pairs share "
+            "the machine's state, so the tests read as a check on the direction, not a precise p."
         )
     ]
     return Table(

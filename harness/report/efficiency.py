@@ -1,6 +1,6 @@
 """The efficiency section: time, tokens/s and peak memory by sequence length with ratios against softmax of the
-same run, the paired timings, the plots of time and memory against length and of accuracy against throughput
-(Pareto front), and a summary sentence naming the points refused as not measured."""
+same run, the paired timings with the engine's timing verdicts, the plots of time and memory against length, and
+a summary sentence naming the points refused as not measured (quality against cost: `attnbench.report.quality_cost`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.transforms import blended_transform_factory
 
+from attnbench.decisions.signs import timing_verdicts
+from attnbench.predictions import decode_outcomes
+from attnbench.report import inference
 from attnbench.report.load import Results, detail_rows
 from attnbench.report.plot import Plot, legend_below, new_figure, save_plot
 from attnbench.report.sections import ReportContext, register_report_section
@@ -166,13 +169,7 @@ def efficiency_table(results: Results) -> Table | None:
             "memory × softmax": eff["memory_vs_softmax"],
         }
     )
-    directions = {
-        "time ms (q25–q75)": "min",
-        "tokens/s": "max",
-        "peak MiB": "min",
-        "speed × softmax": "max",
-        "memory × softmax": "min",
-    }
+    directions = {"peak MiB": "min", "memory × softmax": "min"}  # times: only through the timing check
     groups = group_keys(eff, ["run", "mode", "seq_len", "batch", "heads", "head_dim"])
     best = best_mask(numeric, directions, groups).reindex(columns=text.columns, fill_value=False)
     refs = ", ".join(f"{run}: {lab}" for run, lab in sorted(_softmax_reference(eff).items()))
@@ -190,7 +187,8 @@ def efficiency_table(results: Results) -> Table | None:
         "bandwidth), from the machine probed around the point; roofline fraction = bound / time. "
         "OOM / TIMEOUT: the point did not fit (a result, not a crash). NOT MEASURED: the timed threads were "
         "kept off the cores (a busy machine; attnbench.timing.time_unstarved), so the point has no time, ratio, "
-        "rank or place on the Pareto front. Bold: best per run, mode and shape."
+        "rank or place on the quality-against-cost plots. Bold: the smallest peak memory per run, mode and shape "
+        "(memory is counted, not timed); times are not bolded: the paired timing check is their verdict."
     ]
     if eff["busy"].any():
         notes.append(
@@ -232,14 +230,23 @@ def paired_table(results: Results) -> Table | None:
         return None
     for col in ("paired_ratio", "paired_ratio_q25", "paired_ratio_q75", "paired_median_ms", "median_ms"):
         rows[col] = pd.to_numeric(rows[col] if col in rows else np.nan, errors="coerce")
+    for col in ("paired_pairs", "paired_faster", "paired_slower"):
+        rows[col] = pd.to_numeric(rows[col] if col in rows else np.nan, errors="coerce")
+    if "paired_ratios" not in rows:
+        rows["paired_ratios"] = None
     keys = ["run", "label", "paired_label", "mode", "seq_len", "batch", "heads", "head_dim"]
-    data = (
-        rows.groupby(keys, sort=True)[
-            ["median_ms", "paired_median_ms", "paired_ratio", "paired_ratio_q25", "paired_ratio_q75"]
-        ]
-        .mean()
-        .reset_index()
-    )
+    grouped = rows.groupby(keys, sort=True)
+    data = grouped[["median_ms", "paired_median_ms", "paired_ratio", "paired_ratio_q25", "paired_ratio_q75"]].mean()
+    data = data.join(
+        grouped.agg(
+            checked=("paired_pairs", lambda x: bool(x.notna().all())),
+            pairs=("paired_pairs", "sum"),
+            faster=("paired_faster", "sum"),
+            slower=("paired_slower", "sum"),
+            ratios=("paired_ratios", _pooled_ratios),
+        )
+    ).reset_index()
+    data["verdict"] = _timing_verdicts(data, results)
     many_runs = data["run"].nunique() > 1
     text = pd.DataFrame(
         [
@@ -257,6 +264,8 @@ def paired_table(results: Results) -> Table | None:
                     if finite(r.paired_ratio)
                     else DASH
                 ),
+                "verdict": TIMING_WORDS.get(r.verdict, DASH)
+                + (f" ({int(r.faster)}/{int(r.pairs)})" if r.checked else ""),
             }
             for r in data.itertuples()
         ]
@@ -266,9 +275,39 @@ def paired_table(results: Results) -> Table | None:
         "Each pair of calls ran back to back, A B then B A, so a slow spell of the machine slows both. "
         "paired / this: the median over pairs of the paired attention's time / this one's (> 1: this one is "
         "faster), with its quartiles; the times are the medians of each attention's calls in those pairs. "
-        "Mean over seeds."
+        "Mean over seeds. verdict: the inference engine's sign tests on the pairs (attnbench.decisions.signs): "
+        "faster / slower where the two-sided sign test separates them after Holm's correction over the table, "
+        f"≈ where two one-sided sign tests put the median ratio within 1 ± {TIMING_MARGIN:g}, else undecided "
+        "(pairs where this one was faster / pairs); a dash: the run stored no pair counts (before they were "
+        "recorded). Consecutive pairs share the machine's state: a check on the direction, not a precise p."
     ]
     return Table("paired_timing", "Paired timing", data, text, best, notes, key_columns=6 if many_runs else 5)
+
+
+TIMING_MARGIN = 0.1  # a time ratio within 1 +- 10%: the same (the paired-ratio metrics' declared margin)
+TIMING_WORDS = {"ahead": "faster", "behind": "slower", "equivalent": "≈", "undecided": "undecided"}
+
+
+def _pooled_ratios(stored: pd.Series) -> np.ndarray | None:
+    """Every seed's pair ratios of one point (stored encoded), or None where a seed stored none."""
+    if not all(isinstance(r, dict) for r in stored):
+        return None
+    return np.concatenate([decode_outcomes(r) for r in stored])
+
+
+def _timing_verdicts(data: pd.DataFrame, results: Results) -> list[str | None]:
+    """The engine's timing verdict of each checked row of the paired table (None where no counts were stored),
+    corrected over the table's checked rows."""
+    out: list[str | None] = [None] * len(data)
+    checked = data.index[data["checked"]]
+    if len(checked):
+        settings = inference.run_settings(results)
+        found = timing_verdicts(data.loc[checked, "faster"], data.loc[checked, "slower"],
+                                list(data.loc[checked, "ratios"]), TIMING_MARGIN, alpha=inference.ALPHA,
+                                correction=settings.correction)  # fmt: skip
+        for i, verdict in zip(checked, found["verdict"]):
+            out[i] = str(verdict)
+    return out
 
 
 def plot_efficiency(eff: pd.DataFrame, colors: Mapping[str, Any], out_dir: Path) -> list[Plot]:
@@ -357,67 +396,9 @@ def plot_efficiency(eff: pd.DataFrame, colors: Mapping[str, Any], out_dir: Path)
     return plots
 
 
-def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
-    """Rows not dominated by any other (no other row has both x and y at least as large, one larger)."""
-    keep = []
-    for i, p in points.iterrows():
-        dominated = ((points[x] >= p[x]) & (points[y] >= p[y]) & ((points[x] > p[x]) | (points[y] > p[y]))).any()
-        if not dominated:
-            keep.append(i)
-    return points.loc[keep].sort_values(x)
-
-
-def plot_accuracy_vs_throughput(
-    leaderboard: pd.DataFrame, eff: pd.DataFrame, colors: Mapping[str, Any], out_dir: Path
-) -> list[Plot]:
-    """Mean accuracy over tasks vs forward tokens/s at one common length; Pareto front marked."""
-    if eff.empty or leaderboard.empty:
-        return []
-    fwd = eff[(eff["status"] == "ok") & (eff["mode"] == "forward") & eff["tokens_per_s"].notna()]
-    labels = sorted(set(fwd["label"]) & set(leaderboard.loc[leaderboard["accuracy_mean"].notna(), "label"]))
-    if not labels:
-        return []
-    fwd = fwd[fwd["label"].isin(labels)]
-    common = [n for n, g in fwd.groupby("seq_len") if set(g["label"]) == set(labels)]
-    length = max(common) if common else fwd["seq_len"].max()
-    at = fwd[fwd["seq_len"] == length].groupby("label")["tokens_per_s"].mean()
-    acc = leaderboard.set_index("label")["accuracy_mean"]
-    points = pd.DataFrame({"label": at.index, "throughput": at.values, "accuracy": acc.reindex(at.index).values})
-    front = pareto_front(points, "throughput", "accuracy")
-    fig = new_figure(6.5, 4.2)
-    ax = fig.subplots()
-    for r in points.itertuples():
-        ax.scatter(r.throughput, r.accuracy, color=colors[r.label], s=40, label=r.label, zorder=3)
-    ax.plot(front["throughput"], front["accuracy"], "-", color="black", lw=1, zorder=2)
-    ax.scatter(
-        front["throughput"],
-        front["accuracy"],
-        s=140,
-        facecolors="none",
-        edgecolors="black",
-        zorder=4,
-        label="Pareto front",
-    )
-    ax.set_xscale("log")
-    ax.set_xlabel(f"forward throughput at length {int(length)} (tokens/s)")
-    ax.set_ylabel("mean accuracy over tasks")
-    ax.grid(True, which="both", alpha=0.3)
-    title = "Accuracy vs throughput (Pareto front circled)"
-    ax.set_title(title)
-    legend_below(fig, ax)
-    return [save_plot(fig, out_dir, "accuracy_vs_throughput", title)]
-
-
 def efficiency_plots(context: ReportContext, out_dir: Path) -> list[Plot]:
-    """Time and memory against length; accuracy against throughput where the report has a leaderboard."""
-    eff = efficiency_frame(context.results)
-    leaderboard = context.tables.get("leaderboard")
-    return [
-        *plot_efficiency(eff, context.colors, out_dir),
-        *plot_accuracy_vs_throughput(
-            leaderboard.data if leaderboard is not None else pd.DataFrame(), eff, context.colors, out_dir
-        ),
-    ]
+    """Time and memory against length (quality against cost is the section `quality_cost`'s)."""
+    return plot_efficiency(efficiency_frame(context.results), context.colors, out_dir)
 
 
 def efficiency_summary(context: ReportContext) -> list[str]:
@@ -427,14 +408,14 @@ def efficiency_summary(context: ReportContext) -> list[str]:
         return []
     return [
         f"Efficiency: {len(refused)} point(s) not measured (timed threads kept off the cores by other "
-        f"work), left out of every ratio, rank and the Pareto front: {', '.join(refused)}."
+        f"work), left out of every ratio, verdict and quality-against-cost plot: {', '.join(refused)}."
     ]
 
 
 register_report_section(
     "efficiency",
     order=50,
-    plot_order=5,  # the time, memory and throughput plots lead the plots
+    plot_order=5,  # the time and memory plots lead the plots, after quality against cost
     tables=lambda results: [efficiency_table(results), paired_table(results)],
     plots=efficiency_plots,
     summary=efficiency_summary,

@@ -3,9 +3,8 @@ and `bits_per_byte@<length>` a cell reports for its task's test splits at other 
 (attnbench.measurements.lengths), whatever measurement scored them.
 
 - `length_table`: per task and metric, the metric per label (rows) at each test length (columns), mean ± std over
-  seeds with the 95% t-interval from 3, and the longest training length the task's provenance names; the tested
-  rank groups of each `<metric>@<length>` are in the task's own table (every metric with a direction is ranked
-  there).
+  seeds, and the longest training length the task's provenance names; the inference engine's intervals and ranks
+  of each `<metric>@<length>` are in the task's own table (every metric with a direction is ranked there).
 - `plot_lengths`: the metric against length (log axis), a panel per task, a line per label, the training length
   marked; one figure per metric.
 """
@@ -71,10 +70,10 @@ def length_table(results: Results, task: str, points: pd.DataFrame, metric: str 
     where = f" (trained on rows up to {int(trained.max())} tokens)" if len(trained) else ""
     notes = [
         (
-            f"{METRICS[metric].capitalize()} on test rows of each length{where}, mean ± std over seeds, [95% "
-            "t-interval] from 3. Longer than the training rows, a model meets positions it was never trained on "
-            "(with learned absolute positions, their embeddings are still at their initial values; rope and none "
-            "have no table). Each column is ranked in tested groups in the task's own table (metric "
+            f"{METRICS[metric].capitalize()} on test rows of each length{where}, mean ± std over seeds. Longer "
+            "than the training rows, a model meets positions it was never trained on (with learned absolute "
+            "positions, their embeddings are still at their initial values; rope and none have no table). The "
+            "intervals and ranks of each column (inference engine) are in the task's own table (metric "
             f"{metric}@<length>)."
         )
     ]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from attnbench.report import inference
 from attnbench.report.load import Results, detail_rows, metric_frame
 from attnbench.report.plot import Plot, legend_below, new_figure, save_plot
-from attnbench.report.ranking import top_group_marks, value_standings
 from attnbench.report.sections import ReportContext, register_report_section
 from attnbench.report.stats import metric_direction, summarize
 from attnbench.report.table import Table, fmt_summary, slug
@@ -91,17 +91,20 @@ def _level_table(
 
 
 def _top_groups(text: pd.DataFrame, per_seed: pd.DataFrame, measures: dict[str, str]) -> pd.DataFrame:
-    """Bold per task, perturbation and column: the top group of labels whose paired seed interval with the best
-    holds 0 (`value_standings`), where that group leaves some label out; nothing with one seed."""
+    """Bold per task, perturbation and column: the engine's best set of the labels' per-seed values there
+    (`attnbench.report.inference`), where it leaves some label out; a column whose metric has no direction, none."""
     best = pd.DataFrame(False, index=text.index, columns=text.columns)
     if per_seed.empty:
         return best
     for (task, group, column), values in per_seed.groupby(["task", "perturbation", "column"], sort=False):
-        if not metric_direction(measures[column]):
+        metric = measures[column]
+        if not metric_direction(metric):
             continue
         rows = text.index[(text["task"] == task) & (text["perturbation"] == group)]
-        marks = top_group_marks(value_standings(values, measures[column]), list(text.loc[rows, "label"]))
-        best.loc[rows, column] = marks
+        frame = values.dropna(subset=["value"]).assign(task=f"{task} {group} {column}", metric=metric)
+        if frame.empty:
+            continue
+        best.loc[rows, column] = inference.frame_standings(frame, metric).marks(list(text.loc[rows, "label"]))
     return best
 
 
@@ -124,8 +127,9 @@ def robustness_tables(results: Results) -> list[Table]:
                     "acc@s / ece@s: accuracy and ECE at severity (or training label-noise rate) s, mean ± std over seeds. "
                     "AUC: area under accuracy vs severity for this perturbation, over max severity x clean accuracy "
                     "(1 = no loss); overall AUC: the measurement's one-number summary (robustness_auc). "
-                    "Bold: the top group per task and perturbation (labels whose paired 95% t-interval over seeds with the "
-                    "best holds 0 share it), where it leaves some label out; one seed: no bold."
+                    "Bold: the best set per task, perturbation and column (the labels no other label is detectably "
+                    "better than, inference engine, Holm over the column's pairs), where it leaves some label out; one "
+                    "seed: no bold."
                 ],
                 with_auc=True,
             )
@@ -141,8 +145,8 @@ def robustness_tables(results: Results) -> list[Table]:
                 "M=",
                 [
                     "acc@M=m / ece@M=m: accuracy and ECE when the model is retrained with m random features, mean ± std "
-                    "over seeds. Bold: the top group per task (paired seed interval with the best holds 0), where it leaves "
-                    "some label out."
+                    "over seeds. Bold: the best set per task and column (the labels no other label is detectably better than, "
+                    "inference engine), where it leaves some label out."
                 ],
                 with_auc=False,
             )

@@ -44,6 +44,7 @@ BUILTIN_MODULES = (
     "attnbench.report.causal",
     "attnbench.report.lengths",
     "attnbench.report.niah",
+    "attnbench.report.quality_cost",
     "attnbench.baselines.coulomb.report",
 )
 

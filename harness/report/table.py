@@ -51,20 +51,17 @@ def fmt(x: object, decimals: int | None = None) -> str:
     return f"{x:,.{d}f}"
 
 
-def fmt_summary(s: dict[str, float], rank_value: float = float("nan"), row_n: int | None = None) -> str:
-    """'mean ± std [95% CI] (rank)'; std only for n >= 2, CI only for n >= 3; n shown if it differs."""
+def fmt_summary(s: dict[str, float], row_n: int | None = None) -> str:
+    """'mean ± std' over seeds (std from 2 seeds; n shown where it differs from the row's): a description of the
+    seeds' spread, not an interval (intervals come from the inference engine, `attnbench.report.inference`)."""
     if s["n"] == 0 or not finite(s["mean"]):
         return DASH
     d = None if abs(s["mean"]) < 1e-3 and s["mean"] != 0 else _decimals(s["mean"])
     text = fmt(s["mean"], d)
     if s["n"] >= 2:
         text += f" ± {fmt(s['std'], d)}"
-    if s["n"] >= 3:
-        text += f" [{fmt(s['ci_low'], d)}, {fmt(s['ci_high'], d)}]"
     if row_n is not None and s["n"] != row_n:
         text += f" n={s['n']}"
-    if finite(rank_value):
-        text += f" ({int(rank_value)})"
     return text
 
 
