@@ -33,6 +33,7 @@ import dataclasses
 import fnmatch
 import math
 import warnings
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import numpy as np
@@ -129,6 +130,16 @@ def metric_info(name: str) -> MetricInfo | None:
     if name in METRICS:
         return METRICS[name]
     return next((m for m in METRICS.values() if fnmatch.fnmatchcase(name, m.pattern)), None)
+
+
+def headline_metric(names: Iterable[str]) -> str | None:
+    """The metric some results are judged by: accuracy where they have it, else their first (sorted) ranked
+    headline metric, else their first ranked one; never a wall-clock figure; None where none is ranked."""
+    ranked = sorted(
+        n for n in set(names) if (i := metric_info(n)) is not None and i.direction is not None and not i.timed
+    )
+    headline = [n for n in ranked if metric_info(n).headline]
+    return "accuracy" if "accuracy" in ranked else (headline or ranked or [None])[0]
 
 
 def metric_direction(name: str) -> Direction | None:

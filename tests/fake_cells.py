@@ -2,7 +2,8 @@
 
 `tiny_train` trains a tiny classifier on a seeded synthetic task (no task registry needed; its
 aliases `sleeper` and `crasher` let one suite hold it with different options); `echo` is a
-per-task measurement that only echoes its cell; `tiny_task` is a task; `Raises` and `ReturnsNaN`
+per-task measurement that only echoes its cell; `scored` draws an accuracy around a known mean per label;
+`tiny_task` is a task; `Raises` and `ReturnsNaN`
 are attentions that fail the two ways a real one can.
 """
 
@@ -111,6 +112,23 @@ def library_values(cell: CellSpec, options: LibraryValuesOptions, *, device: str
         "metrics": {"score": np.float32(0.5), "count": torch.tensor(3)},
         "details": details | ({"kinds": {"a", "b"}} if options.unstorable else {}),
     }
+
+
+@dataclasses.dataclass
+class ScoredOptions:
+    """Options of the scored measurement: each label's true accuracy and the seeds' spread around it."""
+
+    uses_task: ClassVar[bool] = False
+    means: dict = option({}, "true accuracy per attention label")
+    noise: float = option(0.01, "standard deviation of a seed's accuracy around its label's mean")
+
+
+@MEASUREMENTS.register("scored", config=ScoredOptions)
+def scored(cell: CellSpec, options: ScoredOptions, *, device: str, progress: Any) -> dict[str, Any]:
+    """An accuracy drawn around a known mean, seeded by the cell's seed and label (for the until-decided loop)."""
+    generator = torch.Generator().manual_seed(cell.seed * 1009 + sum(map(ord, cell.attention.label)))
+    noise = float(torch.randn((), generator=generator)) * options.noise
+    return {"metrics": {"accuracy": min(1.0, max(0.0, options.means[cell.attention.label] + noise))}, "details": {}}
 
 
 @dataclasses.dataclass

@@ -38,7 +38,39 @@ def add_parser(verbs: Any) -> argparse.ArgumentParser:
     )
     _add_where_flags(p)
     _add_which_cells_flags(p)
+    _add_until_decided_flags(p)
     return p
+
+
+def _add_until_decided_flags(p: argparse.ArgumentParser) -> None:
+    """Rounds that add seeds while pairs stay undecided (attnbench.until_decided)."""
+    p.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="after the suite's cells, add seeds to a task's labels (kept paired) while pairs of interest are "
+        "undecided by the inference engine and more seeds within --max-seeds could decide them; resumable; "
+        "the report lists what stayed undecided and the seeds it would need",
+    )
+    p.add_argument(
+        "--max-seeds",
+        type=_at_least_two,
+        default=10,
+        metavar="N",
+        help="--until-decided: at most N seeds per label (default 10)",
+    )
+    p.add_argument(
+        "--pairs",
+        choices=("reference", "all"),
+        default="reference",
+        help="--until-decided: the pairs of interest, each label against --reference (default) or every pair of a task",
+    )
+    p.add_argument(
+        "--reference",
+        default=None,
+        metavar="LABEL",
+        help="--until-decided --pairs reference: the label the others are compared with (default: the suite's "
+        "first softmax label)",
+    )
 
 
 def _add_where_flags(p: argparse.ArgumentParser) -> None:
@@ -149,6 +181,13 @@ def _workers(text: str) -> int | str:
     return value
 
 
+def _at_least_two(text: str) -> int:
+    value = _positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{text}: one seed decides nothing; give at least 2")
+    return value
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not 0 < value < float("inf"):  # nan and inf too
@@ -161,6 +200,7 @@ def execute(args: argparse.Namespace) -> int:
     from attnbench.executor import RunOptions, run_suite
     from attnbench.store import default_run_dir
     from attnbench.suite import load_suite
+    from attnbench.until_decided import UntilDecided, run_until_decided
 
     suite = load_suite(args.suite)  # validates everything before anything is written
     if args.executor == "local" and args.address:
@@ -186,7 +226,15 @@ def execute(args: argparse.Namespace) -> int:
         reuse=tuple(args.reuse),
         announce=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True),
     )
-    summary = run_suite(suite, run_dir, options)
+    if args.until_decided:
+        settings = UntilDecided(max_seeds=args.max_seeds, pairs=args.pairs, reference=args.reference)
+        announce = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+        summary, rows = run_until_decided(suite, run_dir, options, settings, announce)
+        _print_undecided(rows)
+    elif args.max_seeds != 10 or args.pairs != "reference" or args.reference is not None:
+        raise UserError("--max-seeds, --pairs and --reference shape --until-decided; add --until-decided or drop them")
+    else:
+        summary = run_suite(suite, run_dir, options)
     for note in summary.notes:
         print(f"note: {note}", file=sys.stderr)
     for name, cid, reason in summary.failures:
@@ -200,3 +248,17 @@ def execute(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return summary.exit_code
+
+
+def _print_undecided(rows: Any) -> None:
+    """The pairs of interest that stayed undecided, with the seeds each would need (stderr)."""
+    if rows is None or not len(rows):
+        return
+    left = rows[rows["verdict"] == "undecided"]
+    print(f"until-decided: {len(rows) - len(left)} of {len(rows)} pairs of interest decided", file=sys.stderr)
+    for r in left.itertuples():
+        needed = f"{int(r.seeds_needed)} seeds" if r.seeds_needed == r.seeds_needed else "no number of seeds"
+        print(
+            f"  undecided: {r.task}: {r.label_a} vs {r.label_b} after {r.n_seeds} seeds (needs {needed})",
+            file=sys.stderr,
+        )

@@ -21,7 +21,7 @@ import pandas as pd
 
 from attnbench.decisions.cells import cells_frame
 from attnbench.decisions.settings import ComparisonSettings
-from attnbench.metrics import metric_info
+from attnbench.metrics import headline_metric, metric_info
 from attnbench.report import inference
 from attnbench.report.load import Results
 from attnbench.report.plot import Plot, legend_below, new_figure, save_plot
@@ -50,14 +50,6 @@ COSTS = (
     Cost("decode ms/token", "decode", "decode_ms_per_token@*", "decode ms per token"),
     Cost("forward ms", "efficiency", "forward_ms@*", "attention forward ms"),
 )
-
-
-def _quality_metric(cells: pd.DataFrame) -> str | None:
-    """The quality measurement's ranked headline metric among the cells' metrics (else its first ranked one)."""
-    names = sorted({str(m) for metrics in cells["metrics"] for m in (metrics or {})})
-    ranked = [m for m in names if (i := metric_info(m)) is not None and i.direction is not None and not i.timed]
-    headline = [m for m in ranked if metric_info(m).headline]
-    return (["accuracy"] if "accuracy" in ranked else headline or ranked or [None])[0]
 
 
 def _pick_metric(cells: pd.DataFrame, pattern: str, labels: set[str]) -> str | None:
@@ -118,7 +110,7 @@ def quality_cost_rows(results: Results) -> pd.DataFrame:
         cells = results.of(measurement)
         cells = cells[~cells["label"].isin(references)]
         for task, quality in cells.groupby("task", sort=True):
-            metric = _quality_metric(quality)
+            metric = headline_metric({str(m) for metrics in quality["metrics"] for m in (metrics or {})})
             if metric is None:
                 continue
             settings = inference.run_settings(results)

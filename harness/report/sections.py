@@ -45,6 +45,7 @@ BUILTIN_MODULES = (
     "attnbench.report.lengths",
     "attnbench.report.niah",
     "attnbench.report.quality_cost",
+    "attnbench.report.undecided",
     "attnbench.baselines.coulomb.report",
 )
 
