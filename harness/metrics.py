@@ -132,14 +132,18 @@ def metric_info(name: str) -> MetricInfo | None:
     return next((m for m in METRICS.values() if fnmatch.fnmatchcase(name, m.pattern)), None)
 
 
+JUDGED_FIRST = ("bits_per_byte", "accuracy")  # a language model is judged by bits per byte, any other by accuracy
+
+
 def headline_metric(names: Iterable[str]) -> str | None:
-    """The metric some results are judged by: accuracy where they have it, else their first (sorted) ranked
+    """The metric some results are judged by: the first of JUDGED_FIRST they have, else their first (sorted) ranked
     headline metric, else their first ranked one; never a wall-clock figure; None where none is ranked."""
     ranked = sorted(
         n for n in set(names) if (i := metric_info(n)) is not None and i.direction is not None and not i.timed
     )
+    first = [n for n in JUDGED_FIRST if n in ranked]
     headline = [n for n in ranked if metric_info(n).headline]
-    return "accuracy" if "accuracy" in ranked else (headline or ranked or [None])[0]
+    return (first or headline or ranked or [None])[0]
 
 
 def metric_direction(name: str) -> Direction | None:

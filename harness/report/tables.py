@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnbench.metrics import MetricInfo, metric_info, metric_timed
+from attnbench.metrics import headline_metric, metric_info, metric_timed
 from attnbench.report import inference
 from attnbench.report.load import Results, not_ok
 from attnbench.report.sections import SectionGuard, report_sections
@@ -70,13 +70,6 @@ def _ranked(metric: str) -> bool:
     return info is not None and info.direction is not None and not info.timed
 
 
-def _lead_metric(metrics: list[str]) -> str | None:
-    """The metric a table is ordered by: its first ranked headline metric, else its first ranked one."""
-    ranked = [m for m in metrics if _ranked(m)]
-    headline = [m for m in ranked if (metric_info(m) or MetricInfo(m, None, "")).headline]
-    return (headline or ranked or [None])[0]
-
-
 def _metric_names(cells: pd.DataFrame) -> list[str]:
     return _ordered_metrics({str(m) for metrics in cells["metrics"] for m in (metrics or {})})
 
@@ -106,7 +99,7 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     references = results.reference_labels()
     metrics = _metric_names(ok)
     found = {m: inference.label_standings(ok, m, references) for m in metrics}
-    lead = _lead_metric(metrics)
+    lead = headline_metric(metrics)
     chance = (
         inference.chance_verdicts(ok, inference.run_settings(results), references)
         if measurement == "accuracy"
