@@ -332,6 +332,18 @@ def variance_note(tables: Iterable[pd.DataFrame]) -> str | None:
     )
 
 
+def left_out_notes(found: dict[str, Standings]) -> list[str]:
+    """One note per label and metric whose seeds the engine left out (a value that is not a number): named, never
+    pooled into the label's mean or interval."""
+    notes = []
+    for metric, standing in found.items():
+        for row in standing.table.itertuples():
+            left = [n for n in str(getattr(row, "note", "") or "").split("; ") if "not a number" in n]
+            if left:
+                notes.append(f"{row.label}, {metric}: " + "; ".join(left) + ".")
+    return notes
+
+
 def seeds_needed_text(value: float) -> str:
     """Seeds needed for display: a count, or a dash where none can decide the margin (or nothing is known)."""
     return str(int(value)) if finite(value) else DASH
