@@ -68,8 +68,9 @@ class Standings:
 
 
 def _ranked(metric: str) -> bool:
+    """Ranked: a direction, and not a wall-clock time (times swing with the machine's load; shown, never ranked)."""
     info = metric_info(metric)
-    return info is not None and info.direction is not None
+    return info is not None and info.direction is not None and not info.timed
 
 
 def label_standings(cells: pd.DataFrame, metric: str, references: Iterable[str] = ()) -> Standings:
