@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnbench.kernels.masks import key_padding_mask as padding_mask
+from attnbench.kernels.recurrent_attention import check_step
 from attnbench.kernels.short_conv import ShortConvConfig, short_conv_for, unfiltered
 from attnbench.options import option
 from attnbench.registry import register_attention
@@ -50,6 +51,7 @@ class SoftmaxAttention(nn.Module):
         self.cfg = cfg
         self.short_conv = short_conv_for(cfg)
         self.last_backend: str | None = None  # the backend that ran last, recorded with results
+        self.register_buffer("anchor", torch.zeros(()), persistent=False)  # dtype and device of new states
 
     @property
     def backend(self) -> str:
@@ -75,10 +77,14 @@ class SoftmaxAttention(nn.Module):
 
     def init_state(self, batch_size: int) -> dict[str, Tensor]:
         """The KV cache before any token: keys, values (B, H, 0, D) and real (B, 0) bool (False = a padded
-        token), in float32 on the CPU until the first `step` brings its inputs' dtype and device."""
+        token), in the module's dtype and device (its buffer `anchor`, which `.to` converts)."""
         heads, dim = self.cfg.num_heads, self.cfg.head_dim
-        empty = torch.zeros(batch_size, heads, 0, dim)
-        state = {"keys": empty, "values": empty.clone(), "real": torch.zeros(batch_size, 0, dtype=torch.bool)}
+        empty = self.anchor.new_zeros(batch_size, heads, 0, dim)
+        state = {
+            "keys": empty,
+            "values": empty.clone(),
+            "real": torch.zeros(batch_size, 0, dtype=torch.bool, device=empty.device),
+        }
         if self.short_conv is not None:
             state["conv"] = self.short_conv.init_state(batch_size, heads, dim, empty.dtype, empty.device)
         return state
@@ -91,6 +97,7 @@ class SoftmaxAttention(nn.Module):
         cache but never attended to. Equals `forward` with causal=True at that position (0 before any real key)."""
         if not self.cfg.causal:
             raise ValueError("step is the recurrent form of causal attention; build the attention with causal=True")
+        check_step(self, q_t, k_t, v_t, state)
         real_t = (
             torch.ones(q_t.shape[0], 1, dtype=torch.bool, device=q_t.device)
             if key_padding_mask is None

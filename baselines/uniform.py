@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from attnbench.errors import ConfigError
 from attnbench.kernels import masks
+from attnbench.kernels.recurrent_attention import check_step
 from attnbench.registry import AttentionConfig, register_attention
 
 
@@ -30,6 +31,7 @@ class UniformAttention(nn.Module):
     def __init__(self, cfg: UniformConfig):
         super().__init__()
         self.cfg = cfg
+        self.register_buffer("anchor", torch.zeros(()), persistent=False)  # dtype and device of new states
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         key_padding_mask = masks.key_padding_mask(key_padding_mask, v)
@@ -43,18 +45,20 @@ class UniformAttention(nn.Module):
         return (values.sum(dim=2, keepdim=True) / counts.sum(dim=2, keepdim=True).clamp_min(1.0)).expand_as(v)
 
     def init_state(self, batch_size: int) -> dict[str, Tensor]:
-        """The running sum of the real values (B, H, D) and their count (B, 1, 1), zero before the first token."""
+        """The running sum of the real values (B, H, D) and their count (B, 1, 1), zero before the first token, in
+        the module's dtype and device (its buffer `anchor`)."""
         if not self.cfg.causal:
             raise ConfigError(
                 "uniform was built with causal=False, so it has no recurrent step; build it with causal=True"
             )
         heads, dim = self.cfg.num_heads, self.cfg.head_dim
-        return {"sum": torch.zeros(batch_size, heads, dim), "count": torch.zeros(batch_size, 1, 1)}
+        return {"sum": self.anchor.new_zeros(batch_size, heads, dim), "count": self.anchor.new_zeros(batch_size, 1, 1)}
 
     def step(
         self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: dict[str, Tensor], key_padding_mask: Tensor | None = None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """One token: the mean of the real values so far (B, H, D); a padded token (mask False) adds nothing."""
+        check_step(self, q_t, k_t, v_t, state)
         real = (
             torch.ones(v_t.shape[0], 1, 1, dtype=v_t.dtype)
             if key_padding_mask is None

@@ -7,7 +7,9 @@ The contract every attention built with causal=True keeps (`Capabilities.causal`
 
 `step` leaves the state it is given unchanged (so a state can be stepped from twice) and may take
 `key_padding_mask=` (B,) bool, False = a padded token that adds nothing to the state. A state is a dict
-of tensors; `state_bytes` counts what it carries.
+of tensors, each with the batch on its first axis; `state_bytes` counts what it carries. A token that does not fit
+(another batch, heads or head_dim than the state and the attention, another dtype) is refused with a ValueError
+(`attnbench.kernels.recurrent_attention.check_step`, which every built-in step calls).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from attnbench.attention_properties import (
     rounding_sensitivity,
 )
 from attnbench.kernels.linear.parallel import linear_attention
+from attnbench.kernels.short_conv import ShortConvConfig
 from attnbench.recurrence import state_bytes, step_through
 from attnbench.registry import attention_capabilities, attention_entry, build_attention, module_attention_names
 
@@ -137,6 +138,40 @@ def test_step_leaves_its_state_alone_and_prefill_equals_stepping(name, options):
         again, _ = attn.step(q[:, :, 0], k[:, :, 0], v[:, :, 0], stepped)
     assert all(torch.equal(before[key], stepped[key]) for key in before)
     torch.testing.assert_close(first, again, rtol=0, atol=0)
+
+
+STEPPED = [(name, options) for name, options in CAUSAL_ATTENTIONS if name != "random-features"]
+STEPPED += [
+    (name, {**options, "short_conv": 3})
+    for name, options in STEPPED
+    if issubclass(attention_entry(name).config, ShortConvConfig)
+]
+
+
+@pytest.mark.parametrize("name, options", STEPPED, ids=lambda x: x if isinstance(x, str) else str(x or ""))
+def test_a_token_that_does_not_fit_the_state_is_refused(name, options):
+    """A batch-2 state stepped with a batch-1 token, one head, four features or float64 raises a ValueError
+    naming the mismatch (broadcasting returned batch-2 outputs, or cast the state), whether the state was stepped
+    to or prefilled; a fitting token still steps."""
+    attn = build_attention(name, head_dim=8, num_heads=2, causal=True, max_length=64, **options).eval()
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 2, 6, 8, generator=g) for _ in range(3))
+    with torch.no_grad():
+        stepped = step_through(attn, q, k, v)[1]
+        states = [stepped] + ([attn.prefill_state(k, v, q=q)] if hasattr(attn, "prefill_state") else [])
+        wrong = {
+            "batch of 2": lambda x: x[:1],
+            "num_heads=2": lambda x: x[:, :1],
+            "head_dim=8": lambda x: x[..., :4],
+            "float64": lambda x: x.double(),
+        }
+        for state in states:
+            for said, change in wrong.items():
+                token = [change(x[:, :, -1]) for x in (q, k, v)]
+                with pytest.raises(ValueError, match=said):
+                    attn.step(*token, state)
+            out, _ = attn.step(q[:, :, -1], k[:, :, -1], v[:, :, -1], state)
+            assert out.shape == (2, 2, 8)
 
 
 def test_performer_causal_form_is_exactly_causal():

@@ -7,12 +7,14 @@ after the recurrence (their GroupNorm / RMSNorm; the recurrence itself has no no
 
 The recurrent contract: an attention built with causal=True offers `init_state(batch_size)` and
 `step(q_t, k_t, v_t, state) -> (out_t, state)`, q_t, k_t, v_t, out_t (B, H, D); H is the attention's
-`num_heads`. A state is a dict of tensors.
+`num_heads`. A state is a dict of tensors, each with the batch on its first axis; `check_step` refuses a token
+that does not fit the attention or its state (every built-in step calls it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
@@ -126,6 +128,7 @@ class RecurrentAttention(RecordsRoutes, nn.Module):
         """One token: q_t, k_t, v_t (B, H, D) -> out_t (B, H, D) and the state after it; `key_padding_mask` (B,)
         False = a padded token, which reads the core state but leaves it as it was, and enters the short
         convolution's window as 0, as in the parallel form (the given state is never changed)."""
+        check_step(self, q_t, k_t, v_t, state)
         real = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
         new: State = {}
         if self.short_conv is not None:
@@ -141,6 +144,38 @@ class RecurrentAttention(RecordsRoutes, nn.Module):
                 }
         new.update({f"core.{name}": t for name, t in after.items()})
         return (out if self.output_norm is None else self.output_norm(out, per_position=False)), new
+
+
+def check_step(attention: nn.Module, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Mapping[str, Tensor]) -> None:
+    """Refuse a step whose token does not fit: q_t, k_t, v_t (B, H, D) alike, H and D as the attention was built
+    (its `cfg`; H may be any where one head's parameters serve every head), and every tensor of the state with
+    the token's batch B on its first axis and, where floating, the token's dtype. A ValueError saying what differs,
+    where broadcasting would otherwise return another batch's outputs or cast the state silently."""
+    name = type(attention).__name__
+    if q_t.dim() != 3 or k_t.shape != q_t.shape or v_t.shape[:2] != q_t.shape[:2] or v_t.dim() != 3:
+        shapes = ", ".join(str(tuple(x.shape)) for x in (q_t, k_t, v_t))
+        raise ValueError(f"{name}.step takes one position of q, k, v, each (B, H, D) with one B and H; got {shapes}")
+    batch, heads, dim = q_t.shape
+    cfg = getattr(attention, "cfg", None)
+    if hasattr(cfg, "num_heads"):
+        check_heads(name, cfg.num_heads, heads)
+    if hasattr(cfg, "head_dim") and dim != cfg.head_dim:
+        raise ValueError(f"{name} was built with head_dim={cfg.head_dim} and stepped with tokens of {dim} features")
+    dtypes = {x.dtype for x in (q_t, k_t, v_t)}
+    if len(dtypes) > 1:
+        raise ValueError(f"{name}.step: q, k, v in different dtypes ({', '.join(sorted(map(str, dtypes)))})")
+    for key, t in state.items():
+        if t.dim() == 0 or t.shape[0] != batch:
+            raise ValueError(
+                f"{name}.step: the state's {key!r} {tuple(t.shape)} holds a batch of "
+                f"{t.shape[0] if t.dim() else 'none'} and the token a batch of {batch}; step a state made for "
+                f"that batch (init_state({batch}) or prefill_state)"
+            )
+        if t.is_floating_point() and t.dtype != q_t.dtype:
+            raise ValueError(
+                f"{name}.step: the state's {key!r} is {t.dtype} and the token {q_t.dtype}; convert the attention "
+                f"(.to(dtype)) before init_state, or the token, so that both are one dtype"
+            )
 
 
 class PrefillsState:

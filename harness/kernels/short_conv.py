@@ -62,8 +62,9 @@ class ShortConvolution(nn.Module):
     def init_state(
         self, batch_size: int, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device
     ) -> Tensor:
-        """The last K - 1 inputs of each stream, zeros at the start: (3, B, H, K - 1, D)."""
-        return torch.zeros(len(STREAMS), batch_size, heads, self.kernel_size - 1, head_dim, dtype=dtype, device=device)
+        """The last K - 1 inputs of each stream, zeros at the start: (B, 3, H, K - 1, D) (batch first, as every
+        tensor of a recurrent state)."""
+        return torch.zeros(batch_size, len(STREAMS), heads, self.kernel_size - 1, head_dim, dtype=dtype, device=device)
 
     def state_bytes(self, heads: int, head_dim: int, dtype: torch.dtype) -> int:
         """Bytes of one sequence's window (`init_state`): the last K - 1 inputs of q, k and v."""
@@ -71,10 +72,10 @@ class ShortConvolution(nn.Module):
 
     def window(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """The state `step` holds after q, k, v (B, H, N, D): their last K - 1 inputs (padded ones as 0, zeros
-        before the start), (3, B, H, K - 1, D)."""
-        x = torch.stack([q, k, v])
+        before the start), (B, 3, H, K - 1, D)."""
+        x = torch.stack([q, k, v], dim=1)
         if key_padding_mask is not None:
-            x = x * key_padding_mask[None, :, None, :, None].to(x.dtype)
+            x = x * key_padding_mask[:, None, None, :, None].to(x.dtype)
         tail = x[:, :, :, max(0, x.shape[3] - (self.kernel_size - 1)) :]
         return nn.functional.pad(tail, (0, 0, self.kernel_size - 1 - tail.shape[3], 0))
 
@@ -83,13 +84,13 @@ class ShortConvolution(nn.Module):
     ) -> tuple[tuple[Tensor, Tensor, Tensor], Tensor]:
         """One position: q_t, k_t, v_t (B, H, D) and the window `state` -> filtered (B, H, D) each, new state;
         `key_padding_mask` (B,) False = a padded token, which enters the window as 0, as in `forward`."""
-        x = torch.stack([q_t, k_t, v_t])
+        x = torch.stack([q_t, k_t, v_t], dim=1)
         if key_padding_mask is not None:
-            x = x * key_padding_mask.to(x.device, x.dtype)[None, :, None, None]
-        window = torch.cat([state.to(x), x[:, :, :, None]], dim=3)  # (3, B, H, K, D)
-        weight = self.weight.transpose(-2, -1)[:, None]  # (3, 1, heads, K, D): the last tap meets the newest input
+            x = x * key_padding_mask.to(x.device, x.dtype)[:, None, None, None]
+        window = torch.cat([state.to(x), x[:, :, :, None]], dim=3)  # (B, 3, H, K, D)
+        weight = self.weight.transpose(-2, -1)  # (3, heads, K, D): the last tap meets the newest input
         out = nn.functional.silu((window * weight).sum(dim=3))
-        return (out[0], out[1], out[2]), window[:, :, :, 1:]
+        return (out[:, 0], out[:, 1], out[:, 2]), window[:, :, :, 1:]
 
 
 def unfiltered(cfg: ShortConvConfig) -> bool:

@@ -15,6 +15,7 @@ from attnbench.kernels.linear.fused import fused_linear_attention
 from attnbench.kernels.linear.parallel import factored_linear_attention, guard_denominator, linear_attention
 from attnbench.kernels.linear.route import choose_route
 from attnbench.kernels.masks import key_padding_mask as padding_mask
+from attnbench.kernels.recurrent_attention import check_step
 from attnbench.kernels.routes import RecordsRoutes
 
 
@@ -40,6 +41,7 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
         self.short_conv = short_conv  # the `short_conv` option (attnbench.kernels.short_conv), on q, k, v first
         self.eps, self.causal, self.redraw_every = eps, causal, redraw_every
         self.register_buffer("training_steps", torch.zeros((), dtype=torch.long))
+        self.register_buffer("anchor", torch.zeros(()), persistent=False)  # dtype and device of new states
 
     @property
     def redraw_policy(self) -> str:
@@ -75,12 +77,12 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
     def init_state(self, batch_size: int) -> dict[str, Tensor]:
         """The recurrent state before any token: kv (B, H, M, D) = sum_j phi(k_j) v_j^T, ksum (B, H, M) =
         sum_j phi(k_j) (the normaliser) and, for maps with a causal anchor, anchor (B, H, 1, 1); zeros (anchor
-        -inf) in the module's dtype and device. H and D are the built num_heads and head_dim (`self.cfg`); an
-        attention without that config starts from zeros of size 1 in H, M and D, which the first step
-        broadcasts to the full shape."""
+        -inf) in the module's dtype and device (its buffer `anchor`, which `.to` converts). H and D are the built
+        num_heads and head_dim (`self.cfg`); an attention without that config starts from zeros of size 1 in H, M
+        and D, which the first step broadcasts to the full shape."""
         heads, dim = _built_heads(self) or (1, 1)
         m = 1 if dim == 1 else feature_count(self.feature_map, torch.zeros(1, heads, 1, dim))
-        like = _module_tensor(self)
+        like = self.anchor
         state = {"kv": like.new_zeros(batch_size, heads, m, dim), "ksum": like.new_zeros(batch_size, heads, m)}
         if self.feature_map.causal_anchor:
             state["anchor"] = like.new_full((batch_size, heads, 1, 1), -math.inf)
@@ -95,6 +97,7 @@ class LinearKernelAttention(RecordsRoutes, nn.Module):
         state (the given one is left unchanged); `key_padding_mask` (B,) False = a padded token, which reads
         the state but adds nothing to it. Equals `forward` with causal=True at that position."""
         self._require_causal("step")
+        check_step(self, q_t, k_t, v_t, state)
         mask = None if key_padding_mask is None else key_padding_mask[:, None]
         conv = {}
         if self.short_conv is not None:
@@ -165,15 +168,6 @@ def _built_heads(attention: nn.Module) -> tuple[int, int] | None:
     if cfg is None or not hasattr(cfg, "num_heads") or not hasattr(cfg, "head_dim"):
         return None
     return cfg.num_heads, cfg.head_dim
-
-
-def _module_tensor(module: nn.Module) -> Tensor:
-    """An empty tensor in the dtype and device of the module's first floating parameter or buffer (else the
-    default dtype on the CPU): what a fresh recurrent state is made like."""
-    for t in (*module.parameters(), *module.buffers()):
-        if t.is_floating_point():
-            return t.new_empty(0)
-    return torch.empty(0)
 
 
 def linear_kernel_cost(
