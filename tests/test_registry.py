@@ -8,8 +8,16 @@ import pytest
 import torch
 
 from attnbench.errors import ConfigError, UnknownNameError, UserError
-from attnbench.model import ModelConfig, TransformerClassifier
-from attnbench.registry import ATTENTIONS, attention_capabilities, attention_entry, attention_names, build_attention
+from attnbench.kernels.short_conv import ShortConvConfig
+from attnbench.model import ModelConfig, MultiHeadAttention, TransformerClassifier
+from attnbench.registry import (
+    ATTENTIONS,
+    attention_capabilities,
+    attention_entry,
+    attention_names,
+    build_attention,
+    module_attention_names,
+)
 
 PLUGIN = '''
 import torch
@@ -262,3 +270,40 @@ def test_a_third_party_learning_phase_is_declared_with_its_own_config_type():
     finally:
         ATTENTIONS._entries.pop("toy-with-phase")
         LEARNING_PHASES._entries.pop("toy-warmup")
+
+
+def _initial_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {**module.state_dict(), **{f"buffer {n}": b for n, b in module.named_buffers()}}
+
+
+SEEDED = [(name, {}) for name in module_attention_names()]
+SEEDED += [
+    (name, {"short_conv": 3})
+    for name in module_attention_names()
+    if issubclass(ATTENTIONS.get(name).config, ShortConvConfig)
+]
+
+
+@pytest.mark.parametrize("name, options", SEEDED, ids=lambda x: x if isinstance(x, str) else str(x or ""))
+def test_the_seed_alone_fixes_every_initial_weight(name, options):
+    """build_attention(name, seed=s) twice, whatever torch's global generator holds in between, gives the same
+    parameters and buffers (BASED, GLA and every short_conv filter drew from the global generator)."""
+    built = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        built.append(_initial_tensors(build_attention(name, head_dim=8, num_heads=2, max_length=64, seed=3, **options)))
+    assert built[0].keys() == built[1].keys()
+    differ = [key for key in built[0] if not torch.equal(built[0][key], built[1][key])]
+    assert not differ, f"{name} {options}: {differ} drawn from torch's global generator"
+
+
+@pytest.mark.parametrize("name", ["based", "gla", "deltanet", "performer"])
+def test_a_models_attention_is_the_one_its_seed_builds(name):
+    """The model builds each layer's attention with the global generator seeded by the layer's seed, as results so
+    far were computed; the attention's own generator draws the same values, so committed cells recompute the same."""
+    options = {"short_conv": 3} | ({"num_features": 8} if name == "performer" else {})
+    torch.manual_seed(5)
+    layer = MultiHeadAttention(ModelConfig(d_model=16, num_heads=2, num_layers=1, max_length=32), name, options, 7)
+    alone = build_attention(name, head_dim=8, num_heads=2, max_length=32, seed=7, **options)
+    mine, theirs = _initial_tensors(layer.attention), _initial_tensors(alone)
+    assert all(torch.equal(mine[key], theirs[key]) for key in theirs)

@@ -50,10 +50,11 @@ class BasedAttention(RecurrentAttention):
     """Taylor-feature linear attention beyond a sliding window, exact softmax within it, one normaliser."""
 
     def __init__(self, cfg: BasedConfig):
-        super().__init__(cfg)
-        scale = 1 / math.sqrt(cfg.head_dim)
-        self.project_q = nn.Parameter(torch.randn(cfg.num_heads, cfg.head_dim, cfg.feature_dim) * scale)
-        self.project_k = nn.Parameter(torch.randn(cfg.num_heads, cfg.head_dim, cfg.feature_dim) * scale)
+        generator = torch.Generator().manual_seed(cfg.seed)  # the short convolution's filters, then the projections
+        super().__init__(cfg, generator)
+        scale, shape = 1 / math.sqrt(cfg.head_dim), (cfg.num_heads, cfg.head_dim, cfg.feature_dim)
+        self.project_q = nn.Parameter(torch.randn(shape, generator=generator) * scale)
+        self.project_k = nn.Parameter(torch.randn(shape, generator=generator) * scale)
         self.feature_map = TaylorFeatureMap(cfg.feature_dim)
 
     def parallel(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:

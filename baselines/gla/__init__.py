@@ -62,11 +62,17 @@ class GLAAttention(GatedRecurrence):
     renderings = gated_linear(CHUNK, fla=fla_route.gated_recurrence)
 
     def __init__(self, cfg: GLAConfig):
-        super().__init__(cfg)
+        generator = torch.Generator().manual_seed(cfg.seed)  # the short convolution's filters, then the gate's
+        super().__init__(cfg, generator)
         heads, d, r = cfg.num_heads, cfg.head_dim, cfg.gate_rank
-        self.gate_down = nn.Parameter(torch.empty(heads, d, r).uniform_(-1 / math.sqrt(d), 1 / math.sqrt(d)))
-        self.gate_up = nn.Parameter(torch.empty(heads, r, d).uniform_(-1 / math.sqrt(r), 1 / math.sqrt(r)))
-        self.gate_bias = nn.Parameter(torch.empty(heads, 1, d).uniform_(-1 / math.sqrt(r), 1 / math.sqrt(r)))
+
+        def uniform(*shape: int, fan_in: int) -> nn.Parameter:
+            bound = 1 / math.sqrt(fan_in)
+            return nn.Parameter(torch.empty(shape).uniform_(-bound, bound, generator=generator))
+
+        self.gate_down = uniform(heads, d, r, fan_in=d)
+        self.gate_up = uniform(heads, r, d, fan_in=r)
+        self.gate_bias = uniform(heads, 1, d, fan_in=r)
 
     def log_gate(self, k: Tensor) -> Tensor:
         """log alpha (B, H, N, D) from keys (B, H, N, D): logsigmoid(k W1 W2 + b) / tau, floored."""

@@ -66,10 +66,11 @@ class RecurrentAttention(RecordsRoutes, nn.Module):
     # BASED's window, `core_step` takes `real_t` (B,) instead and keeps the slot empty.
     padding_takes_positions = False
 
-    def __init__(self, cfg: ShortConvConfig):
+    def __init__(self, cfg: ShortConvConfig, generator: torch.Generator | None = None):
+        """`generator`: where a subclass draws its own initial parameters, the short convolution draws first."""
         super().__init__()
         self.cfg, self.causal = cfg, cfg.causal
-        self.short_conv = short_conv_for(cfg)
+        self.short_conv = short_conv_for(cfg, generator)
         norm = getattr(cfg, "output_norm", False)  # a RecurrentConfig option; normalised attentions go without
         self.output_norm = HeadRMSNorm(cfg.num_heads, cfg.head_dim) if norm else None
         self.register_buffer("anchor", torch.zeros(()), persistent=False)  # dtype and device of new states

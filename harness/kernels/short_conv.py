@@ -35,13 +35,15 @@ class ShortConvConfig(AttentionConfig):
 
 
 class ShortConvolution(nn.Module):
-    """Depthwise causal filters on q, k, v (B, H, N, D) -> the same shapes; weights (3, heads, D, K)."""
+    """Depthwise causal filters on q, k, v (B, H, N, D) -> the same shapes; weights (3, heads, D, K), drawn from
+    `generator` (never torch's global one, so that a seed alone fixes them)."""
 
-    def __init__(self, num_heads: int, head_dim: int, kernel_size: int):
+    def __init__(self, num_heads: int, head_dim: int, kernel_size: int, generator: torch.Generator):
         super().__init__()
         self.num_heads, self.kernel_size = num_heads, kernel_size
         bound = 1.0 / math.sqrt(kernel_size)  # nn.Conv1d's default for a depthwise filter (fan-in K)
-        self.weight = nn.Parameter(torch.empty(len(STREAMS), num_heads, head_dim, kernel_size).uniform_(-bound, bound))
+        weight = torch.empty(len(STREAMS), num_heads, head_dim, kernel_size)
+        self.weight = nn.Parameter(weight.uniform_(-bound, bound, generator=generator))
 
     def filter(self, x: Tensor, weight: Tensor) -> Tensor:
         """One stream: x (B, H, N, D), weight (heads, D, K) -> silu of the causal filter, (B, H, N, D)."""
@@ -99,6 +101,11 @@ def unfiltered(cfg: ShortConvConfig) -> bool:
     return cfg.short_conv == 0
 
 
-def short_conv_for(cfg: ShortConvConfig) -> ShortConvolution | None:
-    """The convolution `cfg.short_conv` asks for, or None when it is 0."""
-    return ShortConvolution(cfg.num_heads, cfg.head_dim, cfg.short_conv) if cfg.short_conv > 0 else None
+def short_conv_for(cfg: ShortConvConfig, generator: torch.Generator | None = None) -> ShortConvolution | None:
+    """The convolution `cfg.short_conv` asks for, or None when it is 0; its filters are the first draws of
+    `generator` (an attention that draws more passes its own, and goes on drawing from it), by default a new one
+    seeded with `cfg.seed`."""
+    if cfg.short_conv == 0:
+        return None
+    generator = torch.Generator().manual_seed(cfg.seed) if generator is None else generator
+    return ShortConvolution(cfg.num_heads, cfg.head_dim, cfg.short_conv, generator)
