@@ -29,6 +29,7 @@ from typing import Any, Literal
 from attnbench.cell import DEFAULT_CELL_TIMEOUT, PROCESS_DIED, Cell, CellSink, Executor, died_before, output_to
 from attnbench.cell_spec import CellSpec
 from attnbench.errors import UserError
+from attnbench.kernels import fla_route
 from attnbench.progress import ProgressUI
 from attnbench.provenance import device_name, machine_provenance, now, resolve_device
 from attnbench.reuse import adopt_results, reuse_sources
@@ -205,6 +206,7 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
             device=device,
         )
     )
+    refuse_fla_off_cuda([c.spec for c in cells if store.status(c.spec.id) not in FINISHED], device)
     store.check_writable()
     store.refuse_other_suite(suite.name)
     sources = reuse_sources(options.reuse, run_dir)  # before anything is written: a bad folder is exit 2
@@ -252,6 +254,20 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
     return RunSummary(
         run_dir, len(cells), ran, len(cells) - ran, counts, failures, time.perf_counter() - start, foreign, notes
     )
+
+
+def refuse_fla_off_cuda(specs: list[CellSpec], device: str) -> None:
+    """A UserError before anything is written where a cell to run insists on `backend: fla` (fla's Triton
+    kernels, CUDA only) and this run cannot take that route: another device, or fla not installed."""
+    reason = None if device == "auto" else fla_route.unavailable_on(device)  # Ray's auto: the workers decide
+    insisting = [s for s in specs if reason is not None and fla_route.asks_for_fla(s.attention.options)]
+    if insisting:
+        more = f" (and {len(insisting) - 1} more cells)" if len(insisting) > 1 else ""
+        raise UserError(
+            f"{insisting[0].name}{more}: attention {insisting[0].attention.label!r} has backend 'fla', which cannot "
+            f"run here: {reason}; use backend 'auto' (fla where it can run, else pytorch) or 'pytorch', or run with "
+            f"--device cuda where flash-linear-attention is installed"
+        )
 
 
 def resumed_threads(first: dict[str, Any] | None, options: RunOptions) -> tuple[int | None, str | None]:

@@ -169,3 +169,34 @@ def test_fla_kernels_match_our_chunked_forms_on_gpu(name: str, options: dict, ca
     torch.testing.assert_close(got, expected, atol=2e-3, rtol=2e-3)  # fla's kernels may use TF32 inside
     for mine, fla in zip(grads, (t.grad for t in inputs), strict=True):
         torch.testing.assert_close(fla, mine, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with CUDA may take the fla route")
+def test_backend_fla_on_a_run_without_cuda_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys) -> None:
+    """It passed validation and failed in the cell (exit 1, after the data was loaded); now one line, exit 2, nothing
+    written: a hybrid whose layer asks for fla as well."""
+    import yaml
+
+    from attnbench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    layers = [{"name": "gla", "options": {"backend": "fla"}}, "softmax"]
+    for attention in (
+        {"name": "gla", "options": {"backend": "fla"}},
+        {"name": "hybrid", "options": {"layers": layers}},
+    ):
+        suite = {
+            "name": "fla-here",
+            "description": "backend fla on this machine",
+            "attentions": [attention],
+            "seeds": [0],
+            "tasks": [{"name": "mqar", "options": {"num_train": 8, "num_validation": 8, "num_test": 8}}],
+            "model": {"d_model": 16, "num_heads": 2, "num_layers": 2},
+            "training": {"epochs": 1},
+            "measurements": ["recall"],
+        }
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump(suite))
+        assert main(["run", "s.yaml", "--out", "run", "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "has backend 'fla', which cannot run here: its Triton kernels run on CUDA, and this runs on cpu" in err
+        assert err.count("\n") == 1 and not (tmp_path / "run").exists(), err

@@ -18,7 +18,7 @@ our chunked forms do (GLA and retention: a forward and a reversed pass; DeltaNet
 from __future__ import annotations
 
 import importlib
-from typing import Literal
+from typing import Any, Literal
 
 from torch import Tensor
 
@@ -30,8 +30,13 @@ PACKAGE = "flash-linear-attention"
 
 def unavailable(x: Tensor) -> str | None:
     """Why the fla route cannot take inputs like `x` here (None: it can)."""
-    if x.device.type != "cuda":
-        return f"its Triton kernels run on CUDA, and these inputs are on {x.device.type}"
+    return unavailable_on(x.device.type)
+
+
+def unavailable_on(device: str) -> str | None:
+    """Why the fla route cannot run on `device` ('cpu', 'cuda', 'cuda:1') here (None: it can)."""
+    if not device.startswith("cuda"):
+        return f"its Triton kernels run on CUDA, and this runs on {device}"
     try:
         importlib.import_module("fla.ops")
     except ImportError as err:
@@ -48,6 +53,13 @@ def use_fla(backend: Backend, x: Tensor) -> bool:
     if backend == "fla" and reason is not None:
         raise ConfigError(f"backend 'fla' cannot run: {reason}; use backend 'auto' or 'pytorch' instead")
     return reason is None
+
+
+def asks_for_fla(options: Any) -> bool:
+    """Whether attention options insist on the fla route (`backend: fla`, also in a hybrid's layers)."""
+    if isinstance(options, dict):
+        return options.get("backend") == "fla" or any(asks_for_fla(v) for v in options.values())
+    return isinstance(options, list) and any(asks_for_fla(v) for v in options)
 
 
 def _fla(x: Tensor) -> Tensor:
