@@ -426,3 +426,32 @@ def test_a_malformed_csv_names_the_file_and_what_the_reader_said(tmp_path):
     path.write_text('text,label\n"unclosed quote,1\n' + "fine,0\n" * 5)
     with pytest.raises(UserError, match=r"train.csv': cannot be read as csv \(.*\); check the file"):
         load_task("text", files={"train": str(path)}, max_length=12, vocab_size=100)
+
+
+def _cut_files(folder: Path) -> dict[str, Path]:
+    """train.jsonl whose line 14 is cut short and train.csv whose line 9 holds a third field."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [json.dumps({"sentence": f"film {i} was fine", "text": f"film {i}", "label": i % 2}) for i in range(20)]
+    rows[13] = rows[13][:12]
+    (folder / "train.jsonl").write_text("\n".join(rows) + "\n")
+    (folder / "train.csv").write_text("text,label\n" + "".join(f"film {i},{i % 2}\n" for i in range(20)))
+    (folder / "train.csv").write_text((folder / "train.csv").read_text().replace("film 7,1\n", "film 7,1,extra\n"))
+    return {"jsonl": folder / "train.jsonl", "csv": folder / "train.csv"}
+
+
+@pytest.mark.parametrize(
+    "task, kind, line",
+    [("byte_text", "jsonl", 14), ("byte_text", "csv", 9), ("sst2", "jsonl", 14), ("text", "jsonl", 14)],
+)
+def test_every_task_file_reader_names_the_file_and_line_it_cannot_read(tmp_path, cache_dir, task, kind, line):
+    """byte_text on a JSONL with a cut line said only 'DatasetGenerationError' (sst2's local files the same; the
+    text task named the file but not the line): each now names both."""
+    path = _cut_files(tmp_path / "sst2")[kind]
+    files = {"files": {"train": str(path)}}
+    options = {
+        "byte_text": {**files, "max_length": 64},
+        "sst2": {"data_dir": str(tmp_path), "cache_dir": cache_dir, "max_length": 16},
+        "text": {**files, "cache_dir": cache_dir, "max_length": 16, "vocab_size": 100},
+    }[task]
+    with pytest.raises(UserError, match=rf"{path}': (line {line} is not JSON|cannot be read as csv .* line {line},)"):
+        load_task(task, **options)

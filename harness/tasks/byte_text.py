@@ -29,6 +29,7 @@ from attnbench.tasks.sentence import (
     hub_offline,
     label_ids,
     quiet_datasets,
+    read_data_file,
     refuse_bad_rows,
 )
 
@@ -138,13 +139,7 @@ def load_rows(cfg: ByteTextConfig, name: str) -> tuple[dict[str, TextRows], dict
     with quiet_datasets() as datasets:
         if cfg.files:
             paths = {split: cfg.path(str(given)) for split, given in cfg.files.items()}
-            loaded = {}
-            for split, path in paths.items():
-                fmt = file_format(path)
-                extra = {"delimiter": "\t"} if fmt == "tsv" else {}
-                loaded[split] = datasets.load_dataset(
-                    "csv" if fmt == "tsv" else fmt, data_files={split: str(path)}, **extra
-                )[split]
+            loaded = {s: read_data_file(p, file_format(p), s, f"task {name!r} file") for s, p in paths.items()}
             source: dict[str, Any] = {"source": "local files", "files": {s: str(p) for s, p in paths.items()}}
         else:
             try:

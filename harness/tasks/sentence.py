@@ -263,8 +263,7 @@ def load_hub_rows(spec: HubDataset, cfg: TextTaskConfig) -> tuple[dict[str, Text
     folder = local_folder(spec, cfg)
     if folder is not None:
         files = _local_files(folder)
-        with quiet_datasets() as datasets:
-            loaded = datasets.load_dataset("json", data_files=files)
+        loaded = {s: read_data_file(Path(f), "json", s, f"task {spec.name!r} file") for s, f in files.items()}
         source = {"source": f"local files {folder}", "files": files}
     elif cfg.data_dir is not None:
         raise missing_local_files(spec, cfg, None)
@@ -582,27 +581,60 @@ def text_files(cfg: TextFilesConfig) -> TaskData:
 
 
 def read_text_file(path: Path, split: str, cfg: TextFilesConfig) -> Any:
-    """One split's file as a `datasets.Dataset`; a file that cannot be read is a UserError naming the file, the byte
-    and line where known, and the fix."""
+    """One split's file of the `text` task as a `datasets.Dataset` (read_data_file, in the task's format and
+    encoding)."""
     fmt = _format(path, cfg.format)
     if fmt != "parquet":
         check_encoding(path, cfg.encoding)
-    extra = {"delimiter": "\t"} if fmt == "tsv" else {}
+    return read_data_file(path, fmt, split, "text task file", cfg.encoding)
+
+
+def read_data_file(path: Path, fmt: str, split: str, what: str, encoding: str = "utf-8") -> Any:
+    """One split's data file (csv, tsv, json lines or array, parquet) as a `datasets.Dataset`, for every task that
+    reads one; a file that cannot be read is a UserError naming `what` and the file, the line where the reader or
+    a look at the file can tell it, and the fix."""
+    extra: dict[str, Any] = {"delimiter": "\t"} if fmt == "tsv" else {}
     if fmt != "parquet":
-        extra["encoding"] = cfg.encoding
+        extra["encoding"] = encoding
     try:
         with quiet_datasets() as datasets:
             return datasets.load_dataset("csv" if fmt == "tsv" else fmt, data_files={split: str(path)}, **extra)[split]
     except Exception as err:  # datasets wraps the reader's error (pandas, pyarrow) in DatasetGenerationError
+        line = bad_json_line(path, encoding) if fmt == "json" else None
+        if line is not None:
+            raise UserError(f"{what} {str(path)!r}: {line}; fix or remove that line") from None
         cause = err
         while cause.__cause__ is not None or cause.__context__ is not None:
             cause = cause.__cause__ or cause.__context__
         text = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise UserError(
-            f"text task file {str(path)!r}: cannot be read as {fmt} ({type(cause).__name__}: {text}); "
-            f"check the file, or set the task options format (csv, tsv, json, parquet) and "
-            f"encoding"
+            f"{what} {str(path)!r}: cannot be read as {fmt} ({type(cause).__name__}: {text}); check the file, or "
+            f"its format (csv, tsv, json, parquet) and encoding"
         ) from None
+
+
+def bad_json_line(path: Path, encoding: str) -> str | None:
+    """Where a JSON file first fails to parse ('line N is not ...'), read as JSON lines (one object a line) or,
+    where it opens with '[', as one document; None when it parses (the reader failed for another reason)."""
+    import json
+
+    data = path.read_bytes()
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        return f"line {line} is not {encoding} ({err.reason})"
+    lines = text.split("\n")
+    documents = [(1, text)] if text.lstrip().startswith("[") else enumerate(lines, 1)
+    for first, document in documents:
+        if not document.strip():
+            continue
+        try:
+            json.loads(document)
+        except json.JSONDecodeError as err:
+            at = first + err.lineno - 1
+            return f"line {at} is not JSON ({err.msg}, column {err.colno}): {lines[at - 1][:60]!r}"
+    return None
 
 
 def normalise_labels(rows: dict[str, TextRows]) -> dict[str, TextRows]:
