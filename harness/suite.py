@@ -356,6 +356,7 @@ class _Validator:
             },
         )
         self.required_labels(measurements, measurements_registry, [a["label"] for a in attentions])
+        self.row_lengths(tasks, measurements, tasks_registry, measurements_registry)
         suite.comparison_keys = validate_comparison_keys(
             raw,
             self,
@@ -381,6 +382,28 @@ class _Validator:
                         f"{label!r} is not a label of this suite's attentions ({', '.join(labels) or 'none'}); "
                         f"add it to attentions, or name the row to compare with in {key}",
                     )
+
+    def row_lengths(
+        self,
+        tasks: list[dict[str, Any]],
+        measurements: list[dict[str, Any]],
+        tasks_registry: Registry,
+        registry: Registry,
+    ) -> None:
+        """Each task's test split holds the rows each measurement scores beyond the task's own (`row_lengths()` of
+        its options, such as lm's twice_length), so that a cell cannot train and then fail on them."""
+        for j, measurement in enumerate(measurements):
+            config = registry.make_config(measurement["name"], **measurement["options"])
+            if not callable(getattr(config, "row_lengths", None)):
+                continue
+            for i, task in enumerate(tasks):
+                task_config = tasks_registry.make_config(task["name"], **task["options"])
+                try:
+                    task_config.check_lengths(config.row_lengths(task_config))
+                except UserError as err:
+                    raise self.error(
+                        f"tasks[{i}].options", f"{err} (measurements[{j}]: {measurement['name']})"
+                    ) from None
 
     def keys(self, mapping: dict[str, Any], valid: tuple[str, ...], path: str, required: tuple[str, ...] = ()) -> None:
         for key in mapping:

@@ -126,3 +126,23 @@ def test_lm_and_accuracy_report_their_metrics_per_length(tmp_path):
     other.mkdir()
     (cell,) = cells_of(other, suite_file(other, listops, {"positions": "none"}, ["accuracy"]))
     assert 0 <= cell["metrics"]["accuracy@128"] <= 1 and cell["details"]["per_length"][0]["length"] == 128
+
+
+def test_a_split_too_short_for_the_rows_scored_is_refused_when_the_suite_loads(tmp_path):
+    """byte_lm whose test split holds a block of 64 bytes but not of 128: the model trained, then the cell failed on
+    lm's twice-length rows naming block_size=128, a value the user never set. Now the suite is refused, naming the
+    option that asks for the rows; the task's own block_size and eval_lengths are checked on every split."""
+    text = tmp_path / "text.txt"
+    text.write_bytes(bytes(range(32, 127)) * 21)  # 1,995 bytes: 99 each for validation and test
+    task = {"name": "byte_lm", "options": {"path": str(text), "block_size": 64}}
+    once = [{"name": "lm", "options": {"twice_length": False}}]
+    with pytest.raises(
+        UserError,
+        match=r"tasks\[0\].options: byte_lm's test split holds 99 bytes \(test_fraction of the corpus's 1,995\), too "
+        r"few for one block of 128 bytes .* for lm's twice_length \(2 x block_size=64\);.*\(measurements\[0\]: lm\)",
+    ):
+        load_suite(suite_file(tmp_path, [task], {"kind": "decoder"}, ["lm"]))
+    assert len(load_suite(suite_file(tmp_path, [task], {"kind": "decoder"}, once)).cells()) == 1
+    longer = {**task, "options": {**task["options"], "eval_lengths": [128]}}
+    with pytest.raises(UserError, match=r"validation split holds 99 bytes .* for eval_lengths \[128\] \(128\)"):
+        load_suite(suite_file(tmp_path, [longer], {"kind": "decoder"}, once))

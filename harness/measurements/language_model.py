@@ -71,6 +71,12 @@ class LanguageModelOptions:
     def __post_init__(self) -> None:
         require(self.position_buckets >= 1, f"position_buckets={self.position_buckets} must be at least 1")
 
+    def row_lengths(self, task: Any) -> dict[str, int]:
+        """The test rows scored beyond the task's own, by the option that asks for them (TaskConfig.check_lengths):
+        twice the task's block_size."""
+        block = getattr(task, "block_size", None)
+        return {f"lm's twice_length (2 x block_size={block})": 2 * block} if self.twice_length and block else {}
+
 
 def lm_metrics(scores: TokenScores) -> dict[str, float]:
     """nll (nats per token), bits per token with its 95% half-interval over rows, perplexity, accuracy."""

@@ -115,6 +115,11 @@ class TaskConfig:
             configs[length] = config
         return configs
 
+    def check_lengths(self, needed: dict[str, int]) -> None:
+        """Refuse (UserError) a test split that holds no row of one of `needed`'s lengths (tokens, by what asks for
+        it: a measurement's option, `row_lengths` of its options), naming that option. Suite validation calls it;
+        generated tasks draw rows of any length, so the default checks nothing."""
+
     def inputs(self) -> dict[str, Path | str]:
         """Everything the task reads beyond its options, by a stable name: a local file's path (its own files, a
         data-dir file, a file a package bundles), whose sha256 is taken, or a digest the task makes of what is no

@@ -71,8 +71,40 @@ class ByteLmConfig(TaskConfig):
         )
 
     def check_inputs(self) -> None:
+        """The corpus exists, and each split holds a block of block_size (and of each of eval_lengths)."""
         if self.path is not None and not Path(self.path).exists():
             raise UserError(f"byte_lm path {self.path!r} does not exist; give a text file or a folder of .txt files")
+        lengths = {f"block_size={self.block_size}": self.block_size}
+        lengths |= {f"eval_lengths {self.eval_lengths} ({n})": n for n in self.eval_lengths}
+        for split in ("train", "validation", "test"):
+            self.check_split(split, lengths)
+
+    def check_lengths(self, needed: dict[str, int]) -> None:
+        self.check_split("test", needed)
+
+    def check_split(self, split: str, lengths: dict[str, int]) -> None:
+        """A UserError where `split` holds no block of one of `lengths` (bytes, by the option that sets it)."""
+        try:
+            sizes = split_sizes(self.corpus_size(), self)
+        except InputUnavailable:
+            return  # the cell is skipped, saying why
+        for why, length in lengths.items():
+            if sizes[split] < length + 1:
+                share = {"validation": "validation_fraction", "test": "test_fraction"}.get(split, "the rest")
+                raise UserError(
+                    f"byte_lm's {split} split holds {sizes[split]:,} bytes ({share} of the corpus's "
+                    f"{sum(sizes.values()):,}), too few for one block of {length:,} bytes ({length + 1:,} with the byte it "
+                    f"starts from) for {why}; lower that length or drop what asks for it, or give more text (path, "
+                    f"corpus, max_bytes, {share})"
+                )
+
+    def corpus_size(self) -> int:
+        """The corpus's bytes as byte_lm reads them (files' sizes, not their bytes, for a path)."""
+        if self.path is None:
+            size = len(load_corpus(self.corpus or "pydoc").data)
+        else:
+            size = sum(f.stat().st_size for f in corpus_files(self.path))
+        return size if self.max_bytes is None else min(size, self.max_bytes)
 
     def at_length(self, length: int) -> ByteLmConfig:
         """The same text cut into blocks of `length` bytes."""
@@ -116,6 +148,13 @@ def corpus_files(path: str) -> list[Path]:
     return sorted(p.glob("*.txt")) if p.is_dir() else [p]
 
 
+def split_sizes(n: int, cfg: ByteLmConfig) -> dict[str, int]:
+    """The bytes of each split of an n-byte corpus: the last test_fraction for test, validation_fraction before."""
+    test = int(n * cfg.test_fraction)
+    validation = int(n * cfg.validation_fraction)
+    return {"train": n - test - validation, "validation": validation, "test": test}
+
+
 def byte_blocks(data: bytes, block_size: int) -> TokenSplit:
     """Non-overlapping blocks: row r predicts bytes r*block_size + 1 ... (r+1)*block_size from the bytes before
     them in the row -> inputs, labels (R, block_size)."""
@@ -137,8 +176,8 @@ def byte_lm(cfg: ByteLmConfig) -> SequenceTaskData:
     if cfg.max_bytes is not None:
         data = data[: cfg.max_bytes]
     n = len(data)
-    test_start = n - int(n * cfg.test_fraction)
-    val_start = test_start - int(n * cfg.validation_fraction)
+    sizes = split_sizes(n, cfg)
+    val_start, test_start = sizes["train"], sizes["train"] + sizes["validation"]
     raw = {"train": data[:val_start], "validation": data[val_start:test_start], "test": data[test_start:]}
     splits = {name: byte_blocks(part, cfg.block_size) for name, part in raw.items()}
     info = {
