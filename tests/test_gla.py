@@ -51,3 +51,20 @@ def test_gates_are_floored_so_the_chunked_form_stays_finite():
 def test_step_needs_the_causal_form():
     with pytest.raises(ConfigError, match="causal=True"):
         build_attention("gla", head_dim=4).init_state(2)
+
+
+def test_a_temperature_that_floors_the_gates_is_refused_and_the_least_one_learns():
+    """gate_temperature 0.001 (the old minimum) put every gate at its floor, with no gradient: `attnbench check`
+    flagged it, validation did not. At the least temperature now, a gate at logit 0 is above the floor and learns."""
+    with pytest.raises(
+        ConfigError, match=r"'gate_temperature' of attention 'gla' is 0.001, outside its bounds \(at least 0.15\)"
+    ):
+        build_attention("gla", head_dim=4, gate_temperature=0.001)
+    attn = build_attention("gla", head_dim=4, causal=True, gate_temperature=0.15)
+    with torch.no_grad():
+        attn.gate_down.zero_()
+        attn.gate_bias.zero_()  # every logit 0: log alpha = -log(2) / 0.15 = -4.62, above the floor of -5
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 1, 12, 4, generator=g) for _ in range(3))
+    attn(q, k, v).square().sum().backward()
+    assert attn.gate_bias.grad.abs().min() > 0

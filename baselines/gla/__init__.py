@@ -50,7 +50,12 @@ def gated_linear(chunk: int, fla: CausalPass | None = None, chunk_pass: CausalPa
 @dataclasses.dataclass
 class GLAConfig(RecurrentConfig):
     gate_rank: int = option(16, "rank r of the gate's projection W1 W2 (paper: 16)", minimum=1)
-    gate_temperature: float = option(16.0, "tau: alpha = sigmoid(.)^(1/tau) (paper: 16)", minimum=1e-3)
+    gate_temperature: float = option(
+        16.0,
+        "tau: alpha = sigmoid(.)^(1/tau) (paper: 16); at least 0.15, above log(2) / 5 = 0.139, below which a gate at "
+        "logit 0 sits at its floor (log alpha = -5), where it has no gradient",
+        minimum=0.15,
+    )
 
 
 @register_attention(
