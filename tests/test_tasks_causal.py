@@ -63,3 +63,15 @@ def test_byte_lm_reads_a_local_file(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"hello world, " * 100)
     data = load_task("byte_lm", path=str(tmp_path), block_size=16)
     assert data.info["corpus_bytes"] == 1300 and "1 file" in data.info["source"]
+
+
+def test_mqar_power_a_whose_gap_weights_overflow_is_refused_in_one_line():
+    """power_a 1000 failed inside numpy ('probabilities contain NaN'); it is refused where the options are read."""
+    with pytest.raises(
+        UserError, match=r"power_a=1000(.0)?: the query gaps' weights g\^\(power_a - 1\) over gaps 1..24"
+    ):
+        load_task("mqar", num_kv_pairs=8, seq_len=64, power_a=1000)
+    data = load_task(
+        "mqar", num_kv_pairs=4, seq_len=32, vocab_size=64, num_train=5, num_validation=5, num_test=5, power_a=10
+    )
+    assert len(data["test"]) == 5

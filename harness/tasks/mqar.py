@@ -50,11 +50,26 @@ class MqarConfig(TaskConfig):
             f"num_kv_pairs={self.num_kv_pairs} distinct keys need vocab_size above {2 * self.num_kv_pairs}",
         )
         require(self.power_a > 0, f"power_a={self.power_a} must be positive")
+        space = (self.seq_len - 2 * self.num_kv_pairs) // 2
+        with np.errstate(all="ignore"):
+            weights = gap_weights(space, self.power_a)
+        require(
+            bool(np.isfinite(weights).all()) and np.count_nonzero(weights) >= self.num_kv_pairs,
+            f"power_a={self.power_a}: the query gaps' weights g^(power_a - 1) over gaps 1..{space} overflow or vanish "
+            f"(no {self.num_kv_pairs} distinct gaps can be drawn from them); use a smaller power_a (Zoology: 0.01; "
+            f"above 1 favours long gaps, e.g. 2 or 10)",
+        )
 
     def at_length(self, length: int) -> MqarConfig:
         """Rows of `length` tokens, the same pairs per row; the test split's seed does not depend on the others'
         sizes, so they shrink to one row."""
         return dataclasses.replace(self, seq_len=length, num_train=1, num_validation=1, eval_lengths=[])
+
+
+def gap_weights(space: int, power_a: float) -> np.ndarray:
+    """The probability of each query gap 1..space: p(g) ~ g^(power_a - 1), as Zoology draws them."""
+    p = power_a * np.arange(1, space + 1) ** (power_a - 1)
+    return p / p.sum()
 
 
 def multiquery_ar(
@@ -74,8 +89,7 @@ def multiquery_ar(
     kvs = np.zeros((num_examples, context), dtype=np.int64)
     kvs[:, 0::2], kvs[:, 1::2] = keys, values
     space = (seq_len - context) // 2
-    p = power_a * np.arange(1, space + 1) ** (power_a - 1)
-    p = p / p.sum()
+    p = gap_weights(space, power_a)
     gaps = np.stack([rng.choice(space, size=num_kv_pairs, replace=False, p=p) for _ in range(num_examples)])
     queries = np.zeros((num_examples, seq_len - context + 1), dtype=np.int64)
     np.put_along_axis(queries, gaps * 2, keys, axis=1)
