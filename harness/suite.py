@@ -53,7 +53,13 @@ from attnbench.names import MODEL_SET_ATTENTION_OPTIONS, NO_ATTENTION, NO_TASK, 
 from attnbench.options import check_option, fold_rest, refuse_missing
 from attnbench.registry import ATTENTIONS, Registry, layer_attentions, learning_phase_entry
 from attnbench.sizing import check_knob, match_config
-from attnbench.suite_keys import COMPARISON_KEYS, reference_entries, sweep_trials, validate_comparison_keys
+from attnbench.suite_keys import (
+    COMPARISON_KEYS,
+    reference_entries,
+    refuse_unswept,
+    sweep_trials,
+    validate_comparison_keys,
+)
 from attnbench.train import TrainConfig
 
 SUITE_KEYS = (
@@ -365,6 +371,8 @@ class _Validator:
             suite.seeds,
             {a["label"]: {**model, **a.get("model", {})} for a in suite.attentions},
         )
+        if "sweep" in suite.comparison_keys:
+            refuse_unswept([m["name"] for m in measurements], self)
         if not suite.cells():
             raise self.error("exclude", "the exclude patterns leave no cells to run")
         return suite

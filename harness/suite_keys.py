@@ -39,6 +39,7 @@ import numpy as np
 
 from attnbench.cell_spec import CellSpec, SweepSpec
 from attnbench.errors import ConfigError, UserError
+from attnbench.measurements import MEASUREMENTS
 from attnbench.metrics import metric_direction, metric_info
 from attnbench.model import ModelConfig
 from attnbench.names import REFERENCE, TASK_SET_MODEL_OPTIONS
@@ -51,7 +52,6 @@ from attnbench.train import TrainConfig
 
 COMPARISON_KEYS = ("references", "comparisons", "published", "sweep")
 SWEEP_KEYS = ("metric", "grid", "budget", "seed", "select_seeds")
-SWEPT_MEASUREMENTS = ("accuracy", "recall", "lm")  # the training measurements, whose details hold validation scores
 PUBLISHED_KEYS = ("source", "task", "note", "seeds", "values")
 
 
@@ -349,7 +349,7 @@ def sweep_trials(
     With `select_seeds`, a cell at another seed is the (task label, attention label)'s `chosen` trial only,
     and none while that label's choice is not known."""
     sweep = extras.get("sweep")
-    if not sweep or cell.attention.name == REFERENCE or cell.measurement.name not in SWEPT_MEASUREMENTS:
+    if not sweep or cell.attention.name == REFERENCE or not swept(cell.measurement.name):
         return [cell]
     out = []
     for i, trial in enumerate(sweep["trials"]):
@@ -364,6 +364,33 @@ def sweep_trials(
             )
         )
     return out
+
+
+def swept(measurement: str) -> bool:
+    """Whether a sweep's trials apply to a measurement's cells: its options declare `swept = True` (it trains and
+    stores its validation scores in details["validation"], which choose the trial): accuracy, recall, lm."""
+    return getattr(MEASUREMENTS.get(measurement).config, "swept", False) is True
+
+
+def refuse_unswept(measurements: list[str], v: Checker) -> None:
+    """A sweep none of the suite's measurements takes, or beside a plug-in measurement that does not say whether
+    it takes one, is refused: its trials would be silently not applied."""
+    if not any(swept(name) for name in measurements):
+        raise v.error(
+            "sweep",
+            f"none of this suite's measurements ({', '.join(measurements)}) takes a sweep's trials: they apply to "
+            f"measurements that train and store validation scores (accuracy, recall, lm, or a plug-in whose options "
+            f"declare swept = True); remove sweep, or add such a measurement",
+        )
+    for i, name in enumerate(measurements):
+        entry = MEASUREMENTS.get(name)
+        if entry.source != "builtin" and not hasattr(entry.config, "swept"):
+            raise v.error(
+                f"measurements[{i}]",
+                f"plug-in measurement {name!r} does not say whether the sweep applies to it; declare "
+                f"`swept: ClassVar[bool] = True` on its options class (it trains and stores "
+                f"details['validation'][metric]) or False (its cells run once, untuned)",
+            )
 
 
 def selects_at(sweep: dict[str, Any], seed: int) -> bool:

@@ -233,3 +233,22 @@ def test_a_sweep_grid_is_checked_against_the_suites_model_not_the_default(tmp_pa
         sweep={"metric": "accuracy", "grid": {"d_model": [15, 30]}},
     )  # the default num_heads=2 refused 15
     assert [t["model"] for t in suite.comparison_keys["sweep"]["trials"]] == [{"d_model": 15}, {"d_model": 30}]
+
+
+def test_a_sweep_over_a_plug_in_measurement_is_refused_unless_it_declares_it_takes_one(tmp_path, monkeypatch):
+    """A sweep over `fake_cells:tiny_train` only was silently not applied (one untuned cell per label); now refused,
+    and applied once the plug-in's options declare `swept = True`."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins
+    from fake_cells import TinyTrainOptions
+
+    sweep = {"metric": "accuracy", "grid": {"lr": [1e-3, 3e-3]}}
+    tiny = {"measurements": ["fake_cells:tiny_train"], "sweep": sweep}
+    assert "sweep: none of this suite's measurements (fake_cells:tiny_train) takes a sweep's trials" in error_of(
+        tmp_path, **tiny
+    )
+    mixed = error_of(tmp_path, **{**tiny, "measurements": ["accuracy", "fake_cells:tiny_train"]})
+    assert "measurements[1]: plug-in measurement 'fake_cells:tiny_train' does not say whether the sweep" in mixed
+    monkeypatch.setattr(TinyTrainOptions, "swept", True, raising=False)
+    assert {c.sweep.trial for c in load(tmp_path, **tiny).cells() if c.sweep is not None} == {0, 1}

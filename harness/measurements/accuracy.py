@@ -8,7 +8,7 @@ reference models (attention name "reference", `attnbench.references`) are fitted
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from attnbench.cell_spec import CellSpec
 from attnbench.measurements import register_measurement
@@ -27,6 +27,7 @@ from attnbench.train import predict_proba
 class AccuracyOptions:
     """Options of the accuracy measurement."""
 
+    swept: ClassVar[bool] = True  # a sweep tunes it: it trains and stores details["validation"]
     n_bins: int = option(15, "equal-width bins of the ECE and the reliability diagram")
     eval_split: Literal["test", "validation"] = option("test", "split the selected checkpoint is evaluated on")
     parameter_tolerance: float | None = option(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from torch import Tensor
 
@@ -60,6 +60,7 @@ for _name, _direction, _text, _record in (
 class LanguageModelOptions:
     """Options of the language-modelling measurement."""
 
+    swept: ClassVar[bool] = True  # a sweep tunes it: it trains and stores details["validation"]
     position_buckets: int = option(8, "equal buckets of block positions bits per byte is reported in")
     twice_length: bool = option(True, "also evaluate on blocks of twice the training length")
     eval_form: Literal["parallel", "step", "auto"] = option(

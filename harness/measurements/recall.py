@@ -16,7 +16,7 @@ each test row's share of accuracy and nll (`outcomes`, for the inference engine)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -60,6 +60,7 @@ def layer_ratio(layers: list[str]) -> float | None:
 class RecallOptions:
     """Options of the recall measurement (the task sets the difficulty)."""
 
+    swept: ClassVar[bool] = True  # a sweep tunes it: it trains and stores details["validation"]
     eval_form: Literal["parallel", "step", "auto"] = option(
         "parallel",
         "how the eval lengths' logits are computed: parallel (forward), step (one token at a time through the "
