@@ -307,3 +307,22 @@ def test_a_models_attention_is_the_one_its_seed_builds(name):
     alone = build_attention(name, head_dim=8, num_heads=2, max_length=32, seed=7, **options)
     mine, theirs = _initial_tensors(layer.attention), _initial_tensors(alone)
     assert all(torch.equal(mine[key], theirs[key]) for key in theirs)
+
+
+def test_the_readmes_plugin_rules_are_stated_and_name_what_exists():
+    """The README said nothing of a causal plug-in's recurrent step nor of how a plug-in reads padding masks (the
+    issue itself named `attnbench.baselines.masks`, since moved): each rule is stated, and every `attnbench.*`
+    module or function its Extend section names exists."""
+    import importlib
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    extend = text[text.index("## Extend") : text.index("## Layout")]
+    assert "attnbench.kernels.masks.key_padding_mask" in extend and "`causal=True`" in extend
+    assert "init_state(batch_size)" in extend and "step(q_t, k_t, v_t, state" in extend
+    for dotted in sorted(set(re.findall(r'(?<!")\battnbench(?:\.[a-z_]+)+', extend))):  # not entry-point groups
+        module, _, name = dotted.rpartition(".")
+        try:
+            importlib.import_module(dotted)
+        except ModuleNotFoundError:
+            assert hasattr(importlib.import_module(module), name), dotted

@@ -152,8 +152,9 @@ def _add_which_cells_flags(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="RUN_DIR",
         help="adopt the ok results another run folder holds for the same cells under its suite's name (same "
-        "task, attention, seed, model, training, measurement, device and threads) instead of recomputing "
-        "them; each adopted record names its source in provenance.reused_from (repeatable)",
+        "task, attention, seed, model, training, measurement, device, CPU instruction sets and threads) instead of "
+        "recomputing them; each adopted record names its source in provenance.reused_from, and the run's notes say "
+        "why the others were not adopted (repeatable)",
     )
     p.add_argument("--quiet", action="store_true", help="no live progress, only the summary")
 
