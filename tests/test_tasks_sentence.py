@@ -455,3 +455,13 @@ def test_every_task_file_reader_names_the_file_and_line_it_cannot_read(tmp_path,
     }[task]
     with pytest.raises(UserError, match=rf"{path}': (line {line} is not JSON|cannot be read as csv .* line {line},)"):
         load_task(task, **options)
+
+
+def test_a_tokenizer_file_that_does_not_parse_names_the_file_and_line(tmp_path):
+    """A cut tokenizer.json stopped with a bare 'Exception: EOF while parsing a value at line 2 column 0'."""
+    from attnbench.tasks.tokenizer import pretrained_tokenizer
+
+    path = tmp_path / "tokenizer.json"
+    path.write_text('{"model": \n')
+    with pytest.raises(UserError, match=rf"tokenizer file '{path}' cannot be read \(EOF while parsing .* line 2"):
+        pretrained_tokenizer(str(path))

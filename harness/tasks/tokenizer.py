@@ -80,8 +80,15 @@ def _loads(path: Path) -> Tokenizer | None:
 
 def pretrained_tokenizer(name: str) -> Tokenizer:
     """A tokenizer.json file path, or a hub tokenizer such as 'bert-base-uncased' (needs the network)."""
-    if name.endswith(".json") and Path(name).expanduser().is_file():
-        return Tokenizer.from_file(str(Path(name).expanduser()))
+    path = Path(name).expanduser()
+    if name.endswith(".json") and path.is_file():
+        try:
+            return Tokenizer.from_file(str(path))
+        except Exception as err:  # noqa: BLE001 - the tokenizers parser raises a bare Exception with the line
+            raise UserError(
+                f"tokenizer file {str(path)!r} cannot be read ({err}); give a tokenizer.json that the tokenizers "
+                f"package wrote (Tokenizer.save), or use tokenizer: {LOCAL} to train one on the training split"
+            ) from None
     try:
         return Tokenizer.from_pretrained(name)
     except Exception as err:  # offline, unknown repository, or no tokenizer.json in it
