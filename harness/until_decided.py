@@ -26,13 +26,14 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from attnbench.decisions.budget import WORTH, budget_state
+from attnbench.decisions.budget import WORTH, budget_states
 from attnbench.decisions.cells import cells_frame
 from attnbench.decisions.pairwise import compare_frame
 from attnbench.decisions.settings import comparison_settings
 from attnbench.errors import UserError
 from attnbench.executor import RunOptions, RunSummary, run_suite
 from attnbench.metrics import headline_metric
+from attnbench.report.inference import ALPHA
 from attnbench.report.load import load_runs
 from attnbench.suite import Suite
 
@@ -153,13 +154,14 @@ def pairs_of_interest(run_dir: Path, suite: Suite, settings: UntilDecided) -> pd
             metric=metric,
             reference=reference,
             margin=comparisons.margin(metric),
+            alpha=ALPHA,
             correction=comparisons.correction,
         )
         found.append(rows.assign(measurement=measurement))
     rows = pd.concat(found, ignore_index=True) if found else pd.DataFrame()
     if rows.empty:
         return rows
-    return rows.assign(budget=[budget_state(r, settings.max_seeds) for r in rows.itertuples()])
+    return rows.assign(budget=budget_states(rows, settings.max_seeds, ALPHA))
 
 
 def next_seeds(rows: pd.DataFrame, suite: Suite, extra: dict[tuple[str, str], set[int]]) -> dict[tuple[str, str], int]:

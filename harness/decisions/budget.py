@@ -3,9 +3,11 @@ what its report says of the pairs that stayed undecided.
 
 A pair is worth more seeds when it is undecided, has fewer than `max_seeds`, and the engine's power figures
 (`attnbench.decisions.power`) say `max_seeds` could decide it: the seeds needed for its margin are within the
-budget, or the gap seen so far would be detected there (the minimum detectable effect of the seeds' part shrinks
-with the square root of the seeds). Neither holds for a pair no number of seeds within the budget can decide (a
-shared test set too small for the margin, a gap far below the noise).
+budget, or the gap seen so far would be detected there. The minimum detectable effect at the budget is the one at
+the seeds run with the seeds' part of the standard error shrunk by the square root of the seeds and the t quantile
+of the budget's degrees of freedom (at 3 seeds a Holm-corrected t has 2: its quantiles are several times the
+normal's, so more seeds decide far more than the square root alone says). Neither holds for a pair no number of
+seeds within the budget can decide (a shared test set too small for the margin, a gap far below the noise).
 """
 
 from __future__ import annotations
@@ -13,19 +15,47 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
+from attnbench.decisions.corrections import planning_level
+from attnbench.decisions.power import mde
+from attnbench.decisions.variance import Spread
+
 DECIDED, AT_BUDGET, BEYOND_BUDGET, WORTH = "decided", "budget reached", "beyond the budget", "worth more seeds"
 
 
-def budget_state(row: Any, max_seeds: int) -> str:
-    """An engine pair row (attnbench.compare columns) against a budget of `max_seeds` seeds per label: decided,
-    budget reached, beyond the budget (more seeds within it would not decide it), or worth more seeds."""
+def _detectable_shift(df: float, level: float) -> float:
+    """The gap, in standard errors, that a two-sided t-test with `df` degrees of freedom at `level` detects with
+    the engine's power (`attnbench.decisions.power.mde` of a unit standard error)."""
+    one = np.ones(1)
+    return float(mde(Spread(mean=0 * one, se=one, df=df * one, seeds=0, per_seed=one, fixed=0 * one), level)[0])
+
+
+def budget_state(row: Any, max_seeds: int, level: float) -> str:
+    """An engine pair row (attnbench.compare columns) against a budget of `max_seeds` seeds per label, its family's
+    planning `level` (`corrections.planning_level`): decided, budget reached, beyond the budget (more seeds within
+    it would not decide it), or worth more seeds."""
     if row.verdict != "undecided":
         return DECIDED
     if row.n_seeds >= max_seeds:
         return AT_BUDGET
-    if row.n_seeds < 1:
+    if row.n_seeds < 2:
         return BEYOND_BUDGET
     if math.isfinite(row.seeds_needed) and row.seeds_needed <= max_seeds:
         return WORTH
-    at_budget = row.mde * math.sqrt(row.n_seeds / max_seeds) if math.isfinite(row.mde) else math.inf
-    return WORTH if math.isfinite(row.estimate) and abs(row.estimate) >= at_budget else BEYOND_BUDGET
+    if not (math.isfinite(row.mde) and math.isfinite(row.estimate)):
+        return BEYOND_BUDGET
+    shrink = _detectable_shift(max_seeds - 1, level) / _detectable_shift(row.n_seeds - 1, level)
+    at_budget = row.mde * math.sqrt(row.n_seeds / max_seeds) * shrink
+    return WORTH if abs(row.estimate) >= at_budget else BEYOND_BUDGET
+
+
+def budget_states(rows: pd.DataFrame, max_seeds: int, alpha: float) -> list[str]:
+    """`budget_state` of every engine pair row, each at its family's planning level (its task and metric's pairs
+    with a test, under the rows' correction, at `alpha`)."""
+    tested = rows.groupby(["task", "metric"])["p"].transform(lambda p: int(np.isfinite(p).sum()))
+    return [
+        budget_state(r, max_seeds, planning_level(int(n), r.correction, alpha))
+        for r, n in zip(rows.itertuples(), tested)
+    ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnbench.decisions.budget import DECIDED, budget_state
+from attnbench.decisions.budget import DECIDED, budget_states
 from attnbench.decisions.settings import comparison_settings
 from attnbench.metrics import headline_metric
 from attnbench.report import inference
@@ -35,7 +35,7 @@ def undecided_rows(results: Results) -> pd.DataFrame:
                 cells = cells[cells["task"].isin(set(cells.loc[cells["label"] == reference, "task"]))]
             rows = inference.pairs(cells, metric, settings, reference=reference)
             if len(rows):
-                budget = [budget_state(r, int(loop["max_seeds"])) for r in rows.itertuples()]
+                budget = budget_states(rows, int(loop["max_seeds"]), inference.ALPHA)
                 found.append(rows.assign(run=run.tag, measurement=measurement, budget=budget,
                                          max_seeds=int(loop["max_seeds"])))  # fmt: skip
     return pd.concat(found, ignore_index=True) if found else pd.DataFrame()
