@@ -62,7 +62,7 @@ def mean_sd_text(s: dict[str, float]) -> str:
 
 
 def _sweep_table(rows: pd.DataFrame, metric: str, name: str, title: str, note: str) -> Table:
-    """Method x sigma grid of one metric, mean ± sd over trials (and seeds); bold: the tested top group per sigma."""
+    """Method x sigma grid of one metric, mean ± sd over trials (and seeds); bold: the engine's best set per sigma."""
     sigmas = sorted(rows["sigma"].unique())
     order = list(dict.fromkeys(rows["method"]))
     data, text_rows = [], []

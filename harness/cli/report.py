@@ -67,7 +67,7 @@ def execute(args: argparse.Namespace) -> int:
 
 def print_leaderboard(report_dir: Path) -> None:
     """Print the leaderboard table the report wrote (tables/leaderboard.md), when there is one, then the report's
-    summary (top groups, labels at chance, points not measured: the bullets at the top of report.md)."""
+    summary (best sets, labels at chance, points not measured: the bullets at the top of report.md)."""
     table = report_dir / "tables" / "leaderboard.md"
     if table.is_file():
         print(table.read_text().rstrip())

@@ -25,7 +25,7 @@ def accuracy_tables(results: Results) -> list[Table]:
 
 
 def accuracy_summary(context: ReportContext) -> list[str]:
-    """Per task: the top group, the labels at chance, or that no ranking is supported (from the leaderboard)."""
+    """Per task: the best set, the labels at chance, or that no label is detectably better (from the leaderboard)."""
     leaderboard = context.tables.get("leaderboard")
     return headline_summary(leaderboard) if leaderboard is not None else []
 

@@ -48,7 +48,7 @@ def _level_table(
     levels = sorted(rows["level"].unique())
     data, text_rows = [], []
     measures: dict[str, str] = {}  # each column's registered metric, whose direction ranks it
-    per_seed: list[dict] = []  # each cell's value per seed, for the tested groups that bold
+    per_seed: list[dict] = []  # each cell's value per seed, for the best sets that bold
     for (task, label, group), part in rows.groupby(["task", "label", "group"], sort=True):
         text = {"task": task, "label": label, "perturbation": group}
         summary = {}
