@@ -70,7 +70,8 @@ def undecided_table(results: Results) -> Table | None:
         f"The run added seeds (at most {int(data['max_seeds'].max())} per label, kept paired) while a pair of "
         "interest was undecided and more seeds within that budget could decide it. loop: decided; budget reached "
         "(undecided at the most seeds allowed); beyond the budget (the seeds that would decide the margin exceed "
-        "it, or no number of seeds can: a dash). " + inference.method_note(None, settings)
+        "it, or no number of seeds can: a dash, and the gap seen so far would not be detected at the budget "
+        "either). " + inference.method_note(None, settings)
     ]
     return Table("undecided", "Until decided: the pairs of interest and the seeds they would need", inference.pair_data(data),
                  text, best, notes, key_columns=3)  # fmt: skip
