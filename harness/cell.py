@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from attnbench.cell_spec import CellSpec
+from attnbench.code_fingerprint import cell_code
 from attnbench.measurements import SkipCell, run_cell
 from attnbench.model import ModelConfig
 from attnbench.options import make_options
@@ -132,6 +133,10 @@ class Cell:
         provenance.update(
             started_at=started, finished_at=now(), seconds=seconds, seed=self.spec.seed, config=self.resolved
         )
+        try:
+            provenance["code"] = cell_code(self.spec)
+        except Exception as err:  # noqa: BLE001 - a part that cannot be found: its record says so (unknown code)
+            provenance["code"] = {"unreadable": failure_reason(err)}
         return provenance
 
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from attnbench.cell import DEFAULT_CELL_TIMEOUT, PROCESS_DIED, Cell, CellSink, Executor, died_before, output_to
 from attnbench.cell_spec import CellSpec
+from attnbench.code_fingerprint import UNKNOWN, cell_code, changed_modules, code_changed
 from attnbench.errors import UserError
 from attnbench.kernels import fla_route
 from attnbench.progress import ProgressUI
@@ -56,6 +57,7 @@ class RunOptions:
     show_progress: bool = True
     announce: Callable[[str], None] | None = None  # receives the line saying which split runs (local executor)
     reuse: tuple[Path, ...] = ()  # other run folders whose ok twins of unfinished cells are adopted (attnbench.reuse)
+    rerun_changed_code: bool = False  # rerun finished cells computed by other code (attnbench.code_fingerprint)
 
     @property
     def ray_threads(self) -> int:
@@ -76,6 +78,8 @@ class RunSummary:
     seconds: float
     foreign: int = 0  # stored results of cells that are not in this suite (an earlier version of it)
     notes: list[str] = dataclasses.field(default_factory=list)  # files set aside, deaths recorded, lock taken over
+    code_changed: int = 0  # finished cells whose code differs from this checkout's (kept, or rerun when asked)
+    code_rerun: bool = False  # whether those were rerun (--rerun-changed-code)
 
     @property
     def exit_code(self) -> int:
@@ -85,9 +89,16 @@ class RunSummary:
         c = self.counts
         return (
             f"{suite_name}: {self.selected} cells: {c.get('ok', 0)} ok, {c.get('failed', 0)} failed, "
-            f"{c.get('skipped', 0)} skipped ({self.resumed} kept from before, {self.ran} run) "
+            f"{c.get('skipped', 0)} skipped ({self.resumed} kept from before, {self.ran} run{self._code()}) "
             f"in {self.seconds:.1f} s -> {self.run_dir}"
         )
+
+    def _code(self) -> str:
+        if not self.code_changed:
+            return ""
+        if self.code_rerun:
+            return f", {self.code_changed} of them again as their code changed"
+        return f"; {self.code_changed} of those kept were computed by other code: --rerun-changed-code reruns them"
 
 
 def select_cells(suite: Suite, filters: tuple[str, ...], cells: list[CellSpec] | None = None) -> list[CellSpec]:
@@ -222,6 +233,8 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
                 sitting_threads = split.threads if split is not None else options.ray_threads
                 ran_on = device_name(device) if device != "auto" else "auto"  # Ray's auto: no twin matches
                 notes += adopt_results(store, [c.spec for c in cells], sources, ran_on, sitting_threads, provenance)
+            changed, code_notes = check_code(store, cells, options.rerun_changed_code)
+            notes += code_notes
             keep = FINISHED if options.retry_failed else FINISHED + ("failed",)
             ran, tried = 0, set()
             while True:  # once, or again for the cells a sweep's selection seeds have just chosen
@@ -252,7 +265,17 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
             failures.append((cell.name, cell.id, record["reason"]))
     foreign = len({p.stem for p in store.cells_dir.glob("*.json")} - set(planned))
     return RunSummary(
-        run_dir, len(cells), ran, len(cells) - ran, counts, failures, time.perf_counter() - start, foreign, notes
+        run_dir,
+        len(cells),
+        ran,
+        len(cells) - ran,
+        counts,
+        failures,
+        time.perf_counter() - start,
+        foreign,
+        notes,
+        changed,
+        options.rerun_changed_code,
     )
 
 
@@ -268,6 +291,47 @@ def refuse_fla_off_cuda(specs: list[CellSpec], device: str) -> None:
             f"run here: {reason}; use backend 'auto' (fla where it can run, else pytorch) or 'pytorch', or run with "
             f"--device cuda where flash-linear-attention is installed"
         )
+
+
+def check_code(store: RunStore, cells: list[Cell], rerun: bool) -> tuple[int, list[str]]:
+    """(how many finished cells were computed by other code than this checkout's, notes naming them and the
+    modules that differ, and the cells that record no code); with `rerun`, those cells' records are moved to
+    RUN_DIR/pruned/ so that they run again. Code is provenance, not identity: the cells keep their ids."""
+    changed: dict[str, list[str]] = {}
+    modules: set[str] = set()
+    unknown = 0
+    for cell in cells:
+        record = store.read_cell(cell.id)
+        if record is None or record.get("status") not in FINISHED:
+            continue
+        stored = (record.get("provenance") or {}).get("code")
+        try:
+            current = cell_code(cell.spec)
+        except Exception:  # noqa: BLE001 - a part that cannot be found here: the cell itself will say why
+            current = {}
+        parts = code_changed(stored, current) if current else None
+        if parts is None:
+            unknown += 1
+        elif parts:
+            changed[cell.id] = [cell.name, ", ".join(parts)]
+            modules.update(changed_modules(stored, current))
+    notes = []
+    if unknown:
+        notes.append(
+            f"{unknown} finished cells record no code fingerprint ({UNKNOWN}: computed before fingerprints were "
+            f"recorded, or their code could not be read); they are kept"
+        )
+    if changed:
+        names = "; ".join(f"{name} ({parts})" for name, parts in list(changed.values())[:3])
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        what = f"{len(changed)} finished cells were computed by other code: {names}{more}; modules that differ: "
+        what += ", ".join(sorted(modules)[:8]) + (" ..." if len(modules) > 8 else "")
+        if rerun:
+            where = store.set_aside(list(changed))
+            notes.append(f"{what}; they run again, their earlier results moved to {where}")
+        else:
+            notes.append(f"{what}; kept (attnbench run --rerun-changed-code reruns them)")
+    return len(changed), notes
 
 
 def resumed_threads(first: dict[str, Any] | None, options: RunOptions) -> tuple[int | None, str | None]:

@@ -56,6 +56,7 @@ class Entry:
     capabilities: Capabilities  # with the default options where a flag depends on them
     source: str = "builtin"
     depends: tuple[tuple[str, Callable[[Any], bool]], ...] = ()  # (flag, config -> bool) for option-dependent flags
+    module: str = ""  # the module that defines the registered object (its code's fingerprint starts there)
 
     def options(self) -> list[dict[str, Any]]:
         return option_table(self.config)
@@ -87,9 +88,8 @@ class Registry:
             doc = description or (inspect.getdoc(factory) or "").split("\n")[0]
             depends = tuple((flag, rule) for flag, rule in capabilities.items() if callable(rule))
             defaults = {flag: bool(rule(config())) for flag, rule in depends}
-            entry = Entry(
-                name, factory, config, doc, Capabilities(**{**capabilities, **defaults}), _source_of(factory), depends
-            )
+            capabilities_ = Capabilities(**{**capabilities, **defaults})
+            entry = Entry(name, factory, config, doc, capabilities_, _source_of(factory), depends, factory.__module__)
             self._entries[name] = entry
             factory.__attnbench_entry__ = entry
             return factory
@@ -227,7 +227,7 @@ def _entry_for_plain_class(name: str, cls: Callable[..., Any], source: str) -> E
         return cls(**{k: v for k, v in kwargs.items() if accepts_all or k in params})
 
     doc = (inspect.getdoc(cls) or "").split("\n")[0]
-    return Entry(name, factory, config, doc, Capabilities(), source)
+    return Entry(name, factory, config, doc, Capabilities(), source, module=getattr(cls, "__module__", ""))
 
 
 def _annotations(cls: Callable[..., Any]) -> dict[str, Any]:

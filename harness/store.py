@@ -380,21 +380,30 @@ class RunStore:
             return []
         return [p for p in sorted(self.cells_dir.glob("*.json")) if p.stem not in planned]
 
+    def set_aside(self, cell_ids: list[str]) -> Path | None:
+        """Move the stored records of `cell_ids` (and their logs) to RUN_DIR/pruned/<time stamp>/, never deleting
+        them, so that those cells run again; the folder they went to, or None when there were none."""
+        paths = [self.cell_path(cid) for cid in cell_ids if self.cell_path(cid).is_file()]
+        return self._move_aside(paths)
+
     def prune(self) -> tuple[list[Path], Path | None]:
         """Move the stale cell files (and their logs) to RUN_DIR/pruned/<time stamp>/, never deleting them;
         (the files moved, the folder they went to or None when there were none)."""
         stale = self.stale()
-        if not stale:
-            return [], None
+        return stale, self._move_aside(stale)
+
+    def _move_aside(self, paths: list[Path]) -> Path | None:
+        if not paths:
+            return None
         target = self.run_dir / "pruned" / _stamp()
         (target / "cells").mkdir(parents=True)
-        for path in stale:
+        for path in paths:
             os.replace(path, target / "cells" / path.name)
             log = self.log_path(path.stem)
             if log.is_file():
                 (target / "logs").mkdir(exist_ok=True)
                 os.replace(log, target / "logs" / log.name)
-        return stale, target
+        return target
 
     def first_split(self) -> dict[str, Any] | None:
         """The split of the cores the run's first sitting ran with (run.json), or None for a new folder."""

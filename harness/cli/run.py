@@ -156,6 +156,13 @@ def _add_which_cells_flags(p: argparse.ArgumentParser) -> None:
         "recomputing them; each adopted record names its source in provenance.reused_from, and the run's notes say "
         "why the others were not adopted (repeatable)",
     )
+    p.add_argument(
+        "--rerun-changed-code",
+        action="store_true",
+        help="run again the finished cells computed by other code than this checkout's (the modules of their "
+        "attention, task or measurement differ; their earlier results go to RUN_DIR/pruned/); without it they "
+        "are kept and the summary says how many",
+    )
     p.add_argument("--quiet", action="store_true", help="no live progress, only the summary")
 
 
@@ -225,6 +232,7 @@ def execute(args: argparse.Namespace) -> int:
         command=shlex.join(["attnbench", *sys.argv[1:]]),
         show_progress=not args.quiet,
         reuse=tuple(args.reuse),
+        rerun_changed_code=args.rerun_changed_code,
         announce=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True),
     )
     if args.until_decided:
