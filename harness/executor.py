@@ -37,7 +37,15 @@ from attnbench.reuse import adopt_results, reuse_sources
 from attnbench.store import FINISHED, RunStore, process_alive
 from attnbench.suite import Suite
 from attnbench.suite_keys import chosen_trials
-from attnbench.workers import Split, available_gib, choose_split, machine_facts, running_workers, suite_facts
+from attnbench.workers import (
+    LOAD_SECONDS,
+    Split,
+    available_gib,
+    choose_split,
+    machine_facts,
+    running_workers,
+    suite_facts,
+)
 
 
 @dataclasses.dataclass
@@ -211,7 +219,7 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
         if options.executor == "ray"
         else choose_split(
             suite_facts(suite),
-            machine_facts(),
+            machine_facts(LOAD_SECONDS if options.workers == "auto" else 0.0),
             workers=None if options.workers == "auto" else options.workers,
             threads=threads,
             device=device,

@@ -4,6 +4,10 @@
 (`MachineFacts`); `suite_facts` and `machine_facts` gather them. The rules, in order:
 
 - `--workers N`: N processes (1: this process) with cores // N torch threads each, or `--threads`;
+- auto never gives a process more torch threads than the cores other work leaves free (`MachineFacts.free_cores`,
+  watched for LOAD_SECONDS at the start): torch's threads wait for each other at every operation, so one of them
+  kept off its core by another process stalls them all (smoke beside a 2-thread job: 278 s on 2 threads, 74 s on
+  one); where the load cannot be read, one thread;
 - cells on a GPU: one at a time (they would share it);
 - a suite with a measurement that times calls or measures memory (its options dataclass declares
   `measures_time = True`, a typing.ClassVar): one cell at a time with all cores, since cells side by
@@ -22,7 +26,9 @@ left, little memory free now) and leaves the threads as they are.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,8 @@ SPAWN_SECONDS = 3.0  # one worker process, spawn to ready
 TINY_SECONDS = 12.0  # estimated work under this runs here: two workers' start (4-6 s) would eat even a 2x gain
 TOKENS_PER_SECOND = 30_000.0  # in one process: between 2 threads on the busy machine (11,000) and 1 thread (90,000)
 FEW_CELLS = 8  # fewer cells run here: with ~3 s cells, two workers' start outweighs what they save below about 8
+LOAD_SECONDS = 0.5  # how long `attnbench run --workers auto` watches the machine's CPU counters before choosing
+BUSY_CORE = 0.25  # a core counts as taken by other work that keeps more than this share of it busy
 # Peak resident memory of one cell's process: paper-rt (d_model 128, M = 256, length 128) peaked at 1.43 GiB in a
 # worker (VmHWM), compare-quick at 0.65 GiB; the estimate leaves room above the larger.
 CELL_FOOTPRINT_GIB = 2.0
@@ -51,6 +59,23 @@ class MachineFacts:
     memory_gib: float  # total memory, which does not change between sittings (available memory bounds only
     # the processes started, in running_workers)
     torch_threads: int  # this process's torch threads (all cores unless OMP_NUM_THREADS says otherwise)
+    others_cores: float | None = 0.0  # cores other processes kept busy at the start (None: unknown)
+
+    @property
+    def free_cores(self) -> int:
+        """The cores other work leaves free (at least 1): one per core that others keep busy beyond BUSY_CORE of
+        it goes; 1 where the load is unknown (when in doubt, one thread)."""
+        if self.others_cores is None:
+            return 1
+        return max(1, min(self.cores, self.cores - math.ceil(self.others_cores - BUSY_CORE)))
+
+    def busy_note(self, threads: int) -> str:
+        """'; 1 thread: other processes kept 1.9 of 2 cores busy' where the load cut the threads, else ''."""
+        if threads >= min(self.torch_threads, self.cores) or threads > self.free_cores:
+            return ""
+        load = "the load is unknown" if self.others_cores is None else f"other processes kept {self.others_cores:.1f}"
+        load += "" if self.others_cores is None else f" of {self.cores} cores busy"
+        return f"; {threads} thread{'s' * (threads != 1)} as {load}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,17 +124,20 @@ def choose_split(
     if workers is not None:
         chosen = threads or (machine.torch_threads if workers == 1 else max(1, machine.cores // workers))
         return Split(workers, chosen, f"--workers {workers}" + (f" --threads {threads}" if threads else ""))
-    one = threads or machine.torch_threads
+    one = threads or min(machine.torch_threads, machine.free_cores)
+    busy = "" if threads else machine.busy_note(one)
     if device != "cpu":
-        return Split(1, one, f"auto: cells run on {device}, one at a time, as they share it")
+        return Split(1, one, f"auto: cells run on {device}, one at a time, as they share it{busy}")
     if suite.timed:
         verbs = "time calls or measure memory" if len(suite.timed) > 1 else "times calls or measures memory"
         return Split(
-            1, one, f"auto: {', '.join(suite.timed)} {verbs}; cells side by side would slow each other's clocks"
+            1, one, f"auto: {', '.join(suite.timed)} {verbs}; cells side by side would slow each other's clocks{busy}"
         )
     if suite.cells < FEW_CELLS:
         return Split(
-            1, one, f"auto: {suite.cells} cells, fewer than {FEW_CELLS}: a worker takes ~{SPAWN_SECONDS:g} s to start"
+            1,
+            one,
+            f"auto: {suite.cells} cells, fewer than {FEW_CELLS}: a worker takes ~{SPAWN_SECONDS:g} s to start{busy}",
         )
     seconds = None if suite.tokens is None else suite.tokens / TOKENS_PER_SECOND
     if seconds is not None and seconds < TINY_SECONDS:
@@ -117,7 +145,7 @@ def choose_split(
             1,
             one,
             f"auto: {suite.cells} cells of ~{seconds:.0f} s of training in all, less than "
-            f"{TINY_SECONDS:g} s: a worker takes ~{SPAWN_SECONDS:g} s to start",
+            f"{TINY_SECONDS:g} s: a worker takes ~{SPAWN_SECONDS:g} s to start{busy}",
         )
     by_cores = machine.cores // (threads or 1)
     by_memory = max(1, int(machine.memory_gib // CELL_FOOTPRINT_GIB))
@@ -129,15 +157,15 @@ def choose_split(
             else f"{machine.cores} core{'s' * (machine.cores != 1)} for cells of {threads or 1} thread"
             + "s" * ((threads or 1) != 1)
         )
-        return Split(1, one, f"auto: {why}")
+        return Split(1, one, f"auto: {why}{busy}")
     memory = (
         f", memory for {count} cells of ~{CELL_FOOTPRINT_GIB:g} GiB"
         if count == by_memory < min(by_cores, suite.cells)
         else ""
     )
-    return Split(
-        count, threads or max(1, machine.cores // count), f"auto: {suite.cells} cells, no timing measurements{memory}"
-    )
+    each = threads or max(1, min(machine.cores // count, machine.free_cores // count))
+    busy = "" if threads or each >= machine.cores // count else machine.busy_note(each)
+    return Split(count, each, f"auto: {suite.cells} cells, no timing measurements{memory}{busy}")
 
 
 def running_workers(split: Split, pending: int, free_gib: float) -> int:
@@ -175,11 +203,19 @@ def suite_facts(suite: Suite) -> SuiteFacts:
     return SuiteFacts(len(cells), timed_measurements(suite), None if None in tokens else sum(tokens))
 
 
-def machine_facts() -> MachineFacts:
-    """Cores this process may use, total memory, and this process's torch threads."""
+def machine_facts(load_seconds: float = 0.0) -> MachineFacts:
+    """Cores this process may use, total memory, this process's torch threads and, watched for `load_seconds`
+    (0: not watched, taken as idle), the cores other processes keep busy (None where unreadable)."""
     import torch
 
-    return MachineFacts(usable_cores(), _total_gib(), torch.get_num_threads())
+    from attnbench.timing import cpu_snapshot, others_cores
+
+    others: float | None = 0.0
+    if load_seconds > 0:
+        before = cpu_snapshot()
+        time.sleep(load_seconds)
+        others = others_cores(before, cpu_snapshot())
+    return MachineFacts(usable_cores(), _total_gib(), torch.get_num_threads(), others)
 
 
 def _total_gib() -> float:

@@ -113,7 +113,7 @@ def test_generated_tasks_keep_their_cell_ids_and_a_new_generator_version_makes_n
 def test_a_resumed_run_keeps_the_first_sittings_threads_or_says_why_not(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run_suite(load_suite(str(echo_suite(tmp_path))), run, quiet(threads=2))
-    monkeypatch.setattr(executor, "machine_facts", lambda: MachineFacts(4, 16.0, 1))  # OMP_NUM_THREADS=1 now
+    monkeypatch.setattr(executor, "machine_facts", lambda *_: MachineFacts(4, 16.0, 1))  # OMP_NUM_THREADS=1 now
     suite = load_suite(str(echo_suite(tmp_path, seeds=(1, 2))))
     run_suite(suite, run, quiet())
     records = {r["cell"]["seed"]: r for r in RunStore(run).records()}

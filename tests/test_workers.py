@@ -10,7 +10,9 @@ import pytest
 import torch
 import yaml
 
+from attnbench import timing
 from attnbench.cli import build_parser, main
+from attnbench.provenance import usable_cores
 from attnbench.suite import load_suite
 from attnbench.workers import (
     CELL_FOOTPRINT_GIB,
@@ -22,6 +24,7 @@ from attnbench.workers import (
     SuiteFacts,
     cell_tokens,
     choose_split,
+    machine_facts,
     running_workers,
     suite_facts,
 )
@@ -119,7 +122,35 @@ def test_workers_flag_takes_auto_or_a_positive_count(capsys):
         assert "give --workers auto (the default) or e.g. --workers 2" in err
 
 
-def test_a_run_records_and_prints_the_split_it_chose(tmp_path, capsys):
+def test_auto_gives_no_process_more_threads_than_the_cores_other_work_leaves():
+    """Beside a 2-thread job on 2 cores, auto ran small suites on 2 threads (smoke 3.7x slower than on one)."""
+    busy = machine(others_cores=1.9)
+    few = choose_split(SuiteFacts(cells=FEW_CELLS - 1), busy)
+    assert (few.workers, few.threads) == (1, 1)
+    assert few.chosen_by.endswith("; 1 thread as other processes kept 1.9 of 2 cores busy")
+    timed = choose_split(SuiteFacts(cells=100, timed=("efficiency",)), busy)
+    assert (timed.workers, timed.threads) == (1, 1)
+    assert choose_split(BIG, busy).threads == 1  # single-threaded workers lose no time at a barrier
+    assert choose_split(SuiteFacts(cells=3), machine(others_cores=None)).threads == 1  # when in doubt, one
+    assert choose_split(SuiteFacts(cells=3), machine(others_cores=0.2)).threads == 2  # a trickle takes no core
+    many = machine(cores=16, torch_threads=16, memory_gib=256.0, others_cores=3.0)
+    assert choose_split(SuiteFacts(cells=3), many).threads == 13
+    assert choose_split(SuiteFacts(cells=3), busy, threads=2).threads == 2  # --threads is the user's
+    assert choose_split(SuiteFacts(cells=3), busy, workers=1).threads == 2  # so is --workers
+
+
+@pytest.mark.skipif(usable_cores() < 2, reason="needs 2 cores to see one taken")
+def test_the_load_is_read_from_the_machines_counters(children):
+    spin = "import time\nend = time.time() + 60\nwhile time.time() < end: pass"
+    for _ in range(2):
+        children.start([sys.executable, "-c", spin])
+    facts = machine_facts(1.0)
+    assert facts.others_cores is not None and facts.others_cores >= 1.0
+    assert facts.free_cores <= facts.cores - 1
+
+
+def test_a_run_records_and_prints_the_split_it_chose(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(timing, "others_cores", lambda before, after: 0.0)  # a quiet machine
     suite = {
         "name": "tiny",
         "description": "split test",
