@@ -13,6 +13,8 @@
   it, the median reported (one call where the counter cannot be reset).
   Out-of-memory (torch.OutOfMemoryError, MemoryError, or the subprocess killed) and calls longer
   than the budget come back as readings with a status, not as exceptions.
+- `time_on_cpu(measure)`: a timed pass on the calling thread's CPU clock, accepted where its calls ran on that
+  thread alone (one torch thread): exact whatever else runs on the machine.
 - `time_unstarved(measure)`: a timing accepted only when this process's runnable threads got a core:
   the kernel's per-thread run-queue wait (/proc/self/task/*/schedstat) over the timed pass is at most
   `tolerance` of their runnable time; else retried, at most `tries` times, then refused with the reason.
@@ -33,7 +35,7 @@ import resource
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -86,7 +88,14 @@ def call_seconds(fn: Callable[[], Any], device: str) -> float:
     return time.perf_counter() - start
 
 
-def _one_call_ms(fn: Callable[[], Any], device: str) -> float:
+Clock = Literal["wall", "thread"]  # wall time, or the calling thread's CPU time (exact for a call it runs alone)
+
+
+def _one_call_ms(fn: Callable[[], Any], device: str, clock: Clock = "wall") -> float:
+    if clock == "thread" and torch.device(device).type == "cpu":
+        start = time.thread_time_ns()
+        fn()
+        return (time.thread_time_ns() - start) / 1e6
     if torch.device(device).type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -105,14 +114,15 @@ def time_repeated(
     min_repeats: int = 3,
     max_repeats: int = 100,
     budget_s: float = float("inf"),
+    clock: Clock = "wall",
 ) -> Timing:
-    """Call `fn` (already warmed up) until `min_time_s` and `min_repeats` are reached, or `max_repeats`
-    or the budget; median and quartiles of the per-call times."""
+    """Call `fn` (already warmed up) until `min_time_s` and `min_repeats` are reached (wall time), or
+    `max_repeats` or the budget; median and quartiles of the per-call times on `clock`."""
     synchronize(device)
     times: list[float] = []
     started = time.perf_counter()
     while len(times) < max_repeats:
-        times.append(_one_call_ms(fn, device))
+        times.append(_one_call_ms(fn, device, clock))
         elapsed = time.perf_counter() - started
         if (elapsed >= min_time_s and len(times) >= min_repeats) or elapsed >= budget_s:
             break
@@ -128,6 +138,7 @@ def time_alternating(
     min_repeats: int = 3,
     max_repeats: int = 100,
     budget_s: float = float("inf"),
+    clock: Clock = "wall",
 ) -> tuple[Timing, Timing]:
     """Time two warmed-up calls in alternation, A B then B A, pair after pair, until `min_time_s` and
     `min_repeats` pairs are reached, or `max_repeats` pairs or the budget: each pair's two calls lie next to each
@@ -139,11 +150,11 @@ def time_alternating(
     started = time.perf_counter()
     while len(times_a) < max_repeats:
         if len(times_a) % 2 == 0:
-            times_a.append(_one_call_ms(fn_a, device))
-            times_b.append(_one_call_ms(fn_b, device))
+            times_a.append(_one_call_ms(fn_a, device, clock))
+            times_b.append(_one_call_ms(fn_b, device, clock))
         else:
-            times_b.append(_one_call_ms(fn_b, device))
-            times_a.append(_one_call_ms(fn_a, device))
+            times_b.append(_one_call_ms(fn_b, device, clock))
+            times_a.append(_one_call_ms(fn_a, device, clock))
         elapsed = time.perf_counter() - started
         if (elapsed >= min_time_s and len(times_a) >= min_repeats) or elapsed >= budget_s:
             break
@@ -168,7 +179,9 @@ def _timing(times: list[float]) -> Timing:
 
 # --- starvation ------------------------------------------------------------------------------
 
-STARVED_SHARE = 0.10  # a timed pass whose runnable threads waited for a core longer than this share is refused
+# a timed pass whose runnable threads waited for a core longer than this share of their runnable time is refused: one
+# that waited at most a third of it reads at most about 1.5x its time on a quiet machine (runnable = run + wait)
+STARVED_SHARE = 1 / 3
 STARVED_TRIES = 3
 STARVED_PAUSE_S = 1.0  # pause between tries, so that a passing spell of other work can end
 
@@ -251,6 +264,19 @@ def time_unstarved(
         f"not measured: the timed threads waited for a core {waited} of their runnable time "
         f"in {tries} tries (tolerance {tolerance:.0%}); the machine was busy",
     )
+
+
+def time_on_cpu(
+    measure: Callable[[Clock], Any], *, snapshot: Callable[[], SchedSnapshot | None] | None = None
+) -> Guarded:
+    """Run `measure` (a timed pass, given the clock) on the calling thread's CPU clock: what its calls cost on a
+    core, whatever else waits for the cores. Exact for calls that run on this thread alone, as a call on one torch
+    thread does (no intra-op parallelism; CPU autograd runs its backward on the caller); always accepted, with the
+    pass's starved share (`starved_share`) recorded."""
+    snapshot = snapshot or sched_snapshot
+    before = snapshot()
+    value = measure("thread")
+    return Guarded(value, [starved_share(before, snapshot())])
 
 
 # --- peak memory ------------------------------------------------------------------------------

@@ -252,7 +252,7 @@ def test_efficiency_rows_record_the_machine_load_and_flag_a_busy_machine(monkeyp
     flagged busy (row and notes), where none did it is not."""
     from attnbench.measurements import efficiency
 
-    options = {**EFFICIENCY_FAST, "seq_lens": [16], "modes": ["forward"]}
+    options = {**EFFICIENCY_FAST, "seq_lens": [16], "modes": ["forward"], "clock": "wall"}  # a wall-clock point
     for others, busy in ((1.5, True), (0.0, False)):
         monkeypatch.setattr(efficiency, "others_cores", lambda *a, o=others: o)
         monkeypatch.setattr(efficiency, "machine_load", lambda s: {"load_1m": 3.0, "cpus": 2, "cpu_availability": 1.0})
@@ -293,6 +293,7 @@ def test_efficiency_refuses_a_starved_point_and_leaves_it_out_of_the_metrics(mon
     from attnbench.measurements import efficiency
 
     options = {**EFFICIENCY_FAST, "memory": False, "seq_lens": [16], "modes": ["forward"], "starved_tries": 2}
+    options["clock"] = "wall"  # a one-thread point is otherwise timed on its CPU clock (next test)
     monkeypatch.setattr(
         efficiency, "time_unstarved", lambda measure, **k: timing.time_unstarved(measure, **k | {"pause_s": 0})
     )
@@ -308,6 +309,23 @@ def test_efficiency_refuses_a_starved_point_and_leaves_it_out_of_the_metrics(mon
             assert any("not measured" in note for note in result["details"]["notes"])
         else:
             assert row["status"] == "ok" and row["timing_tries"] == 1 and "forward_ms@16" in result["metrics"]
+
+
+def test_a_one_thread_point_on_a_busy_machine_is_timed_on_its_cpu_clock(monkeypatch):
+    """Counters that show the timed thread waiting 60% of its runnable time (two 2-thread jobs beside it): the
+    wall clock refuses the point, its thread's CPU clock times it."""
+    import time
+
+    from attnbench import timing
+
+    options = {**EFFICIENCY_FAST, "memory": False, "seq_lens": [16], "modes": ["forward"], "starved_tries": 2}
+    waiting = lambda: timing.SchedSnapshot(time.thread_time_ns(), int(1.5 * time.thread_time_ns()))  # noqa: E731
+    monkeypatch.setattr(timing, "sched_snapshot", waiting)
+    (row,) = run_cell(tiny_cell("efficiency", "elu-linear", options=options))["details"]["rows"]
+    assert row["threads"] == 1 and row["clock"] == "thread-cpu" and row["status"] == "ok" and row["median_ms"] > 0
+    assert row["starved_share"] == pytest.approx(0.6, abs=0.05)
+    (wall,) = run_cell(tiny_cell("efficiency", "elu-linear", options=options | {"clock": "wall"}))["details"]["rows"]
+    assert wall["status"] == "not_measured" and wall["clock"] == "wall"
 
 
 def test_efficiency_small_calls_run_on_one_thread(monkeypatch):

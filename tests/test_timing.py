@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from attnbench import timing
+from attnbench.kernels.cpu_threads import torch_threads
 
 
 def _allocate(numel: int):
@@ -210,3 +211,33 @@ def test_work_pinned_beside_a_busy_process_is_refused():
         child.wait()
     assert not guarded.accepted and all(s > 0.25 for s in guarded.shares), guarded.shares
     assert "waited for a core" in guarded.reason
+
+
+@pytest.mark.skipif(
+    timing.sched_snapshot() is None or not hasattr(os, "sched_setaffinity"),
+    reason="needs Linux scheduler counters and CPU affinity",
+)
+def test_work_pinned_beside_a_busy_process_is_timed_exactly_on_its_threads_cpu_clock():
+    """The same pinned setting: the wall clock reads the calls about twice as slow as the thread's CPU clock, which
+    the pass accepts (the calls ran on the timing thread alone), whatever the machine's load."""
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    code = (
+        "import os, sys\nos.sched_setaffinity(0, {%d})\nsys.stdout.write('spinning\\n'); sys.stdout.flush()\n"
+        "while True: pass" % cpu
+    )
+    a, b = torch.randn(96, 96), torch.randn(96, 96)
+    work = lambda: [torch.mm(a, b) for _ in range(200)]  # noqa: E731
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert child.stdout.readline() == b"spinning\n"
+        os.sched_setaffinity(0, {cpu})
+        with torch_threads(1):
+            guarded = timing.time_on_cpu(lambda clock: timing.time_repeated(work, clock=clock, min_time_s=0.3))
+            wall = timing.time_repeated(work, min_time_s=0.3)
+    finally:
+        os.sched_setaffinity(0, before)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    assert guarded is not None and guarded.accepted and guarded.shares[0] > 0.25
+    assert guarded.value.median_ms < 0.75 * wall.median_ms

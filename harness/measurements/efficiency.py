@@ -16,9 +16,12 @@ passes (`probe_each_point`). How busy the machine was is recorded per point, fro
 other processes kept busy meanwhile, a spinning thread's share of a core right after it and the load average; a
 point measured on a busy machine (`attnbench.timing.busy_machine`) is flagged, in its row and in the report's table
 and plot. A timed pass whose threads were starved (they waited for a core more than `starved_tolerance` of their
-runnable time, read from the kernel's scheduler counters: `attnbench.timing.time_unstarved`) is retried, at most
-`starved_tries` times; a point still starved is recorded as not measured (status "not_measured") with the reason, so
-that it has no time, ratio or rank. Small calls (below `single_thread_flops`) run on one thread, as the fused kernels
+runnable time, read from the kernel's scheduler counters: `attnbench.timing.time_unstarved`; by default a third,
+so that an accepted time reads at most about 1.5x its quiet value) is retried, at most `starved_tries` times; a
+point still starved is recorded as not measured (status "not_measured") with the reason, so that it has no time,
+ratio or rank. A point on one thread is timed on that thread's CPU clock instead (`clock` auto,
+`attnbench.timing.time_on_cpu`): what its calls cost on a core, exact beside any other work, so a busy machine
+refuses only multi-threaded points (its row's `clock` says which). Small calls (below `single_thread_flops`) run on one thread, as the fused kernels
 run their small operations: a call too small to gain from threads otherwise meets torch's thread pool at a barrier,
 and stalls whenever another process holds one of its cores.
 """
@@ -44,6 +47,8 @@ from attnbench.progress import Progress
 from attnbench.registry import build_attention
 from attnbench.timing import (
     OOM_ERRORS,
+    STARVED_SHARE,
+    Clock,
     busy_machine,
     call_seconds,
     cpu_snapshot,
@@ -55,6 +60,7 @@ from attnbench.timing import (
     quartiles,
     retain_freed_memory,
     time_alternating,
+    time_on_cpu,
     time_repeated,
     time_unstarved,
 )
@@ -119,10 +125,15 @@ class EfficiencyOptions:
         "over passes; a shared machine's speed drifts during a run); False: the "
         "run's one probe",
     )
+    clock: Literal["auto", "wall"] = option(
+        "auto",
+        "auto: a point on one CPU thread is timed on that thread's CPU clock (exact beside other work: what the "
+        "call costs on a core), other points on the wall clock; wall: every point on the wall clock",
+    )
     starved_tolerance: float = option(
-        0.10,
-        "refuse a timed pass whose threads waited for a core more than this share "
-        "of their runnable time (the kernel's scheduler counters; a busy machine)",
+        STARVED_SHARE,
+        "refuse a wall-clock pass whose threads waited for a core more than this share of their runnable "
+        "time (the kernel's scheduler counters; a busy machine); a third: the time reads at most ~1.5x quiet",
     )
     starved_tries: int = option(3, "tries of a starved pass (1 s apart) before the point is recorded as not measured")
     single_thread_flops: float = option(
@@ -379,6 +390,7 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
     loads: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
     shares: dict[int, list[float | None]] = {i: [] for i in range(len(points))}  # every try's starved share
     accepted: dict[int, list[float | None]] = {i: [] for i in range(len(points))}  # the accepted tries' shares
+    clocks: dict[int, list[str]] = {i: [] for i in range(len(points))}  # each pass's clock
     last = _probe(options, device) if options.probe_each_point else None
     for r in range(rounds):
         for i, point in enumerate(points):
@@ -390,11 +402,18 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
                         for each in [point] + ([twin] if twin is not None else []):
                             if rounds > 1 and each.call_s < rewarm_below_s:  # caches, threads warm after a probe
                                 call_seconds(each.fn, device)
-                        guarded = time_unstarved(
-                            lambda p=point, t=twin: _timed_pass(p, t, options, device, share),
-                            tolerance=options.starved_tolerance,
-                            tries=options.starved_tries,
-                        )
+                        on_cpu = options.clock == "auto" and point.threads == 1 and torch.device(device).type == "cpu"
+                        clocks[i].append("thread-cpu" if on_cpu else "wall")
+                        if on_cpu:
+                            guarded = time_on_cpu(
+                                lambda clock, p=point, t=twin: _timed_pass(p, t, options, device, share, clock)
+                            )
+                        else:
+                            guarded = time_unstarved(
+                                lambda p=point, t=twin: _timed_pass(p, t, options, device, share),
+                                tolerance=options.starved_tolerance,
+                                tries=options.starved_tries,
+                            )
                     loads[i].append(_load_reading(cpu_before, options))
                     after = _probe(options, device) if options.probe_each_point else None
                 except OOM_ERRORS as err:
@@ -405,7 +424,7 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
                 probes, last = ([last, after] if last is not None else []), after
                 if not guarded.accepted:
                     _fail(point, "not_measured", guarded.reason)
-                    point.row |= _starvation_summary(shares[i], guarded.shares, options)
+                    point.row |= _starvation_summary(shares[i], guarded.shares, options) | {"clock": "wall"}
                 else:
                     accepted[i].append(guarded.shares[-1])
                     timing, other = guarded.value
@@ -419,6 +438,7 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
         if point.open:
             _finish(point, times[i], rates[i], rounds)
             point.row |= _load_summary(loads[i]) | _starvation_summary(shares[i], accepted[i], options)
+            point.row["clock"] = clocks[i][0]  # one per point: its threads decide it
             if twin_times[i]:
                 ratios = pair_ratios(times[i], twin_times[i])
                 q25, median, q75 = quartiles(ratios)
@@ -437,12 +457,18 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
 
 
 def _timed_pass(
-    point: Point, twin: Point | None, options: EfficiencyOptions, device: str, share: dict[str, Any]
+    point: Point,
+    twin: Point | None,
+    options: EfficiencyOptions,
+    device: str,
+    share: dict[str, Any],
+    clock: Clock = "wall",
 ) -> tuple[Any, Any]:
-    """One timed pass of a point (alternated with its twin, if any): (its Timing, the twin's Timing or None)."""
+    """One timed pass of a point (alternated with its twin, if any) on `clock`: (its Timing, the twin's or None)."""
+    budget = options.point_budget_s
     if twin is None:
-        return time_repeated(point.fn, device=device, budget_s=options.point_budget_s, **share), None
-    return time_alternating(point.fn, twin.fn, device=device, budget_s=options.point_budget_s, **share)
+        return time_repeated(point.fn, device=device, budget_s=budget, clock=clock, **share), None
+    return time_alternating(point.fn, twin.fn, device=device, budget_s=budget, clock=clock, **share)
 
 
 def _starvation_summary(
@@ -605,11 +631,11 @@ def _notes(rows: list[dict[str, Any]]) -> list[str]:
     refused = [f"{r['mode']}@{r['seq_len']}" for r in rows if r["status"] == "not_measured"]
     if refused:
         notes.append(f"not measured (the timed threads were kept off the cores in every try): {', '.join(refused)}")
-    busy = [f"{r['mode']}@{r['seq_len']}" for r in rows if r.get("busy")]
+    busy = [f"{r['mode']}@{r['seq_len']}" for r in rows if r.get("busy") and r.get("clock") != "thread-cpu"]
     if busy:
         notes.append(
             f"measured on a busy machine (other processes on the cores while timed): {', '.join(busy)}; "
-            f"their times read slower than the code is"
+            f"their times may read up to ~1/(1 - starved share) slower than the code is"
         )
     above = [f"{r['mode']}@{r['seq_len']}" for r in rows if (r["roofline_fraction"] or 0) > 1]
     if not above:
