@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from extras import needs_extra
 
 from attnbench.baselines.coulomb.kernel_experiment import (
     KernelExperimentConfig,
@@ -92,6 +93,7 @@ def test_scaling_caps_and_memory_are_recorded_reasons():
     assert skip_reason(cfg, "rff", 20000, 14000) == ""
 
 
+@needs_extra("mkl", "MKLpy")
 def test_every_part_produces_its_rows():
     cfg = small_config()
     rows = run_kernel_experiment(cfg, seed=42)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from extras import needs_extra
 
 from attnbench.baselines.coulomb import kernel_methods as km
 
@@ -87,6 +88,7 @@ def mkl_split(n=40):
     return km.Split(rng.standard_normal((n, 2)), y, rng.standard_normal((4, 2))), y
 
 
+@needs_extra("mkl", "MKLpy")
 def test_memo_reaches_its_fixed_point_on_a_case_with_a_known_answer():
     """K1 = yy^T + I, K2 = 11^T + I: the hard-margin duals are uniform within each class (2/n each), so the
     margin gradients are g1 = (sum_i |gamma_i|)^2 + |gamma|^2 = 4 + 4/n and g2 = 4/n. MKLpy's MEMO step
@@ -108,6 +110,7 @@ def test_memo_reaches_its_fixed_point_on_a_case_with_a_known_answer():
     assert weights[1].item() == pytest.approx(1 - expected, abs=1e-3)
 
 
+@needs_extra("mkl", "MKLpy")
 def test_mkl_memo_returns_simplex_weights_and_predictions():
     split, _ = mkl_split()
     predictions, weights = km.mkl_memo(split, np.random.default_rng(0), [0.1, 1.0], max_iter=5)
