@@ -205,17 +205,29 @@ def suite_facts(suite: Suite) -> SuiteFacts:
 
 def machine_facts(load_seconds: float = 0.0) -> MachineFacts:
     """Cores this process may use, total memory, this process's torch threads and, watched for `load_seconds`
-    (0: not watched, taken as idle), the cores other processes keep busy (None where unreadable)."""
+    (0: not watched, taken as idle), the cores other processes keep busy (None where unreadable): the larger of
+    the window's reading and the 1-minute load average, since the split holds for every sitting of the run."""
     import torch
 
     from attnbench.timing import cpu_snapshot, others_cores
 
     others: float | None = 0.0
+    cores = usable_cores()
     if load_seconds > 0:
         before = cpu_snapshot()
         time.sleep(load_seconds)
         others = others_cores(before, cpu_snapshot())
-    return MachineFacts(usable_cores(), _total_gib(), torch.get_num_threads(), others)
+        if others is not None:  # a lull in the window is not a free core: the last minute's run queue counts too
+            others = max(others, min(float(cores), _load_average()))
+    return MachineFacts(cores, _total_gib(), torch.get_num_threads(), others)
+
+
+def _load_average() -> float:
+    """The 1-minute load average (runnable tasks, this process asleep while it is read), 0 where unknown."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return 0.0
 
 
 def _total_gib() -> float:

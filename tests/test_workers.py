@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from attnbench import timing
+from attnbench import timing, workers
 from attnbench.cli import build_parser, main
 from attnbench.provenance import usable_cores
 from attnbench.suite import load_suite
@@ -149,8 +149,17 @@ def test_the_load_is_read_from_the_machines_counters(children):
     assert facts.free_cores <= facts.cores - 1
 
 
+def test_a_lull_in_the_window_does_not_hide_the_last_minutes_load(monkeypatch):
+    monkeypatch.setattr(timing, "others_cores", lambda before, after: 0.0)
+    monkeypatch.setattr(workers.os, "getloadavg", lambda: (1.4, 1.0, 1.0))
+    assert machine_facts(0.01).others_cores == pytest.approx(1.4)
+    monkeypatch.setattr(workers.os, "getloadavg", lambda: (40.0, 1.0, 1.0))
+    assert machine_facts(0.01).others_cores == usable_cores() and machine_facts(0.01).free_cores == 1
+
+
 def test_a_run_records_and_prints_the_split_it_chose(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(timing, "others_cores", lambda before, after: 0.0)  # a quiet machine
+    monkeypatch.setattr(workers.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     suite = {
         "name": "tiny",
         "description": "split test",
