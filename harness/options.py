@@ -12,7 +12,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union
 
 from attnbench.errors import ConfigError, closest
@@ -106,25 +106,48 @@ def option_table(config_cls: type) -> list[dict[str, Any]]:
     return rows
 
 
-def make_options(config_cls: type, values: Mapping[str, Any], *, what: str) -> Any:
-    """Validate `values` against the dataclass `config_cls` and return an instance.
+class OptionError(ConfigError):
+    """A ConfigError from `make_options`; `key`: the option it is about (None: the options as a whole); `across`:
+    raised by the config's own checks across its options, worded without naming the config."""
 
-    `what` names the thing being configured in error messages, e.g. "attention 'performer'".
+    def __init__(self, message: str, key: str | None = None, *, across: bool = False):
+        super().__init__(message)
+        self.key, self.across = key, across
+
+
+def make_options(
+    config_cls: type, values: Mapping[str, Any], *, what: str, key_name: Callable[[str], str] | None = None
+) -> Any:
+    """Validate `values` against the dataclass `config_cls` and return an instance; any mistake an OptionError.
+
+    `what` names the thing being configured in error messages, e.g. "attention 'performer'"; `key_name(key)` how
+    a bad value names its option (default "option 'key' of <what>"; a suite's key path already names it).
     """
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     hints = typing.get_type_hints(config_cls)
+    name = key_name or (lambda key: f"option {key!r} of {what}")
     checked = {}
     for key, value in fold_rest(config_cls, values).items():
         if key not in fields:
             hint = closest(str(key), list(fields))
             did_you_mean = f"; did you mean {hint!r}?" if hint else ""
-            raise ConfigError(f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(fields)}")
-        checked[key] = check_option(fields[key], hints[key], value, f"option {key!r} of {what}")
-    refuse_missing(config_cls, checked, what)
+            raise OptionError(
+                f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(fields)}", key
+            )
+        try:
+            checked[key] = check_option(fields[key], hints[key], value, name(key))
+        except ConfigError as err:
+            raise OptionError(str(err), key) from None
+    try:
+        refuse_missing(config_cls, checked, what)
+    except ConfigError as err:
+        raise OptionError(str(err)) from None
     try:
         return config_cls(**checked)
-    except TypeError as err:  # a required option is missing
-        raise ConfigError(f"{what}: {err}") from None
+    except ConfigError as err:  # the config's own checks across its options, as it words them
+        raise OptionError(str(err), across=True) from None
+    except (TypeError, ValueError) as err:  # a required option missing, a value the config's checks refuse
+        raise OptionError(f"{what}: {err}") from None
 
 
 def refuse_missing(config_cls: type, given: Mapping[str, Any], what: str) -> None:

@@ -38,7 +38,6 @@ import fnmatch
 import hashlib
 import json
 import math
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +46,10 @@ import yaml
 import attnbench
 from attnbench.cell_spec import AttentionSpec, CellSpec, MeasurementSpec, TaskSpec
 from attnbench.decoder import require_causal_form
-from attnbench.errors import ConfigError, UserError, closest, unknown_name_message
+from attnbench.errors import UserError, closest, unknown_name_message
 from attnbench.model import ModelConfig
 from attnbench.names import MODEL_SET_ATTENTION_OPTIONS, NO_ATTENTION, NO_TASK, TASK_SET_MODEL_OPTIONS, task_label
-from attnbench.options import check_option, fold_rest, refuse_missing
+from attnbench.options import OptionError, make_options
 from attnbench.registry import ATTENTIONS, Registry, layer_attentions, learning_phase_entry
 from attnbench.sizing import check_knob, match_config
 from attnbench.suite_keys import (
@@ -607,31 +606,14 @@ class _Validator:
         return dict(training)
 
     def config(self, value: Any, path: str, config_cls: type, what: str) -> dict[str, Any]:
-        """Check every key and value against a config dataclass; the resolved config as a dict."""
-        values = fold_rest(config_cls, self.mapping(value, path))
-        hints = typing.get_type_hints(config_cls)
-        fields = {f.name: f for f in dataclasses.fields(config_cls)}
-        checked = {}
-        for key, item in values.items():
-            if key not in fields:
-                hint = closest(str(key), list(fields))
-                did_you_mean = f"; did you mean {hint!r}?" if hint else ""
-                raise self.error(
-                    _join(path, str(key)),
-                    f"unknown option {key!r} for {what}{did_you_mean} valid options: {', '.join(fields)}",
-                )
-            try:
-                checked[key] = check_option(fields[key], hints[key], item, repr(key))
-            except ConfigError as err:
-                raise self.error(_join(path, str(key)), str(err)) from None
+        """Check every key and value against a config dataclass (`make_options`, each error at its key path); the
+        resolved config as a dict."""
+        values = self.mapping(value, path)
         try:
-            refuse_missing(config_cls, checked, what)
-        except ConfigError as err:
-            raise self.error(path, str(err)) from None
-        try:
-            instance = config_cls(**checked)
-        except (ConfigError, TypeError, ValueError) as err:
-            raise self.error(path, f"{what}: {err}") from None
+            instance = make_options(config_cls, values, what=what, key_name=repr)
+        except OptionError as err:
+            where = path if err.key is None else _join(path, str(err.key))
+            raise self.error(where, f"{what}: {err}" if err.across else str(err)) from None
         check_inputs = getattr(instance, "check_inputs", None)
         if callable(check_inputs):
             try:
