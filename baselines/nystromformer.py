@@ -264,7 +264,7 @@ class NystromConfig(AttentionConfig):
         )
         require(
             not self.causal,
-            "attention 'nystromformer' has no causal form (causal=True given); "
+            "the Nystromformer has no causal form (causal=True given); "
             "use 'softmax', 'performer' or 'elu-linear' for causal attention",
         )
 

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from attnbench.baselines.feature_maps import FavorMap
-from attnbench.baselines.nystromformer import nystrom_cost
+from attnbench.baselines.nystromformer import NystromConfig, nystrom_cost
 from attnbench.baselines.random_projections import RowNorms, draw_omegas, seeded_generator
 from attnbench.errors import UserError
 from attnbench.kernels.linear.attention import linear_kernel_cost
@@ -84,27 +84,11 @@ class PerformerPytorch(nn.Module):
         return linear_kernel_cost(batch, heads, n, d, m, FavorMap.flops(n, d, m), 4.0 * m * d)
 
 
-@dataclasses.dataclass
-class PeerNystromConfig(AttentionConfig):
-    num_landmarks: int = option(64, "landmarks (their num_landmarks)", maximum=65536)
-    pinv_iterations: int = option(6, "iterations of the iterative pseudo-inverse")
-    conv_kernel: int = option(33, "depthwise convolution over V along the sequence (odd; 0 = none)")
-
-    def __post_init__(self) -> None:
-        require(self.num_landmarks >= 1, f"num_landmarks={self.num_landmarks} must be at least 1")
-        require(self.pinv_iterations >= 1, f"pinv_iterations={self.pinv_iterations} must be at least 1")
-        require(
-            self.conv_kernel == 0 or self.conv_kernel % 2 == 1,
-            f"conv_kernel={self.conv_kernel} must be odd (centred) or 0 for no convolution",
-        )
-        require(not self.causal, "nystrom-attention has no causal form (causal=True given)")
-
-
-@register_attention("nystrom-attention", config=PeerNystromConfig)
+@register_attention("nystrom-attention", config=NystromConfig)
 class NystromPeer(nn.Module):
     """nystrom-attention's NystromAttention, fed q, k, v directly (its projections replaced by identities)."""
 
-    def __init__(self, cfg: PeerNystromConfig):
+    def __init__(self, cfg: NystromConfig):
         super().__init__()
         self.cfg = cfg
         self.inner = NystromAttention(
