@@ -297,15 +297,42 @@ def layer_attentions(attention: str, options: dict[str, Any], num_layers: int) -
 LEARNING_PHASES = Registry("learning phase", entry_point_group="attnbench.learning_phase")
 
 
+class LearningPhase(typing.Protocol):
+    """The one signature of a learning phase (phase A), as `register_learning_phase` takes it and the training loop
+    calls it: `model` the whole model (the phase finds its attention modules in `model.modules()`), `train_split`
+    the task's training Split, `options` its config (an instance of the registered config type, or a dict of
+    options: `learning_phase_config`); `device`; `seed` for its own random stream; `progress` (or None);
+    `validation` a Split to measure on (or None); `phase_b_steps` phase B's step count (for a budget given as a
+    fraction of all steps, or None) -> a JSON-able record of what it did."""
+
+    def __call__(
+        self,
+        model: Any,
+        train_split: Any,
+        options: Any,
+        *,
+        device: Any = "cpu",
+        seed: int = 0,
+        progress: Any = None,
+        validation: Any = None,
+        phase_b_steps: int | None = None,
+    ) -> dict[str, Any]: ...
+
+
 def register_learning_phase(
     name: str, *, config: type, description: str | None = None, causal: bool = False
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a learning phase: `fn(model, train_split, config, *, device, seed, progress, validation,
-    phase_b_steps) -> JSON-able record`, run by the training loop before training for every attention whose
-    registry entry names it (`learning_phase=`); its options (a suite's `training.phase_a`) are validated against
-    `config`, a dataclass of `option`s, like an attention's. `causal`: it is defined for a causal decoder too (it
-    reads only what the attention sees, not a sequence's class label); else a decoder cell with it is skipped."""
+) -> Callable[[LearningPhase], LearningPhase]:
+    """Register a learning phase (a `LearningPhase`), run by the training loop before training for every attention
+    whose registry entry names it (`learning_phase=`); its options (a suite's `training.phase_a`) are validated
+    against `config`, a dataclass of `option`s, like an attention's. `causal`: it is defined for a causal decoder
+    too (it reads only what the attention sees, not a sequence's class label); else a decoder cell with it is
+    skipped."""
     return LEARNING_PHASES.register(name, config=config, description=description, causal=causal)
+
+
+def learning_phase_config(config: type, options: Any, what: str) -> Any:
+    """A learning phase's `options` as its config: an instance of `config` as it is, a dict (or None) validated."""
+    return options if isinstance(options, config) else make_options(config, options or {}, what=what)
 
 
 def learning_phase_entry(attention: str) -> Entry | None:

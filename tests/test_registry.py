@@ -326,3 +326,16 @@ def test_the_readmes_plugin_rules_are_stated_and_name_what_exists():
             importlib.import_module(dotted)
         except ModuleNotFoundError:
             assert hasattr(importlib.import_module(module), name), dotted
+
+
+def test_every_registered_learning_phase_keeps_the_one_signature():
+    import inspect
+
+    from attnbench.registry import LearningPhase, attention_names, learning_phase_entry
+
+    protocol = list(inspect.signature(LearningPhase.__call__).parameters.values())[1:]  # without self
+    phases = {e.factory.__module__: e.factory for e in map(learning_phase_entry, attention_names()) if e is not None}
+    assert {"attnbench.baselines.coulomb.phase_a", "attnbench.baselines.hedgehog.distillation"} <= set(phases)
+    for name, phase in phases.items():
+        params = list(inspect.signature(phase).parameters.values())
+        assert [(p.name, p.kind, p.default) for p in params] == [(p.name, p.kind, p.default) for p in protocol], name

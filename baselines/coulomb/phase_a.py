@@ -47,9 +47,9 @@ from attnbench.baselines.coulomb.physics import (
     within_class_alignment,
 )
 from attnbench.errors import ConfigError
-from attnbench.options import make_options, option, require
+from attnbench.options import option, require
 from attnbench.progress import Progress
-from attnbench.registry import register_learning_phase
+from attnbench.registry import learning_phase_config, register_learning_phase
 from attnbench.tasks.base import Split
 from attnbench.train import learning_phase_steps
 
@@ -344,7 +344,7 @@ def run_learning_phase(
 ) -> dict[str, Any]:
     """Phase A: move every attention's particles (and, by option, LayerNorm and value projections), nothing else;
     returns budget, time, alignments on `validation` (else the first training rows) and walk diagnostics."""
-    cfg = options if isinstance(options, PhaseAConfig) else make_options(PhaseAConfig, options or {}, what="phase_a")
+    cfg = learning_phase_config(PhaseAConfig, options, "phase_a")
     device = torch.device(device)
     modules = particle_modules(model)
     if not modules:

@@ -25,9 +25,9 @@ from torch import nn
 from attnbench.attention_capture import AttentionCapture
 from attnbench.baselines.hedgehog import HedgehogAttention
 from attnbench.errors import ConfigError
-from attnbench.options import make_options, option, require
+from attnbench.options import option, require
 from attnbench.progress import Progress
-from attnbench.registry import register_learning_phase
+from attnbench.registry import learning_phase_config, register_learning_phase
 from attnbench.tasks.base import Split
 from attnbench.train import learning_phase_steps
 
@@ -75,11 +75,7 @@ def distill_hedgehog(
 ) -> dict[str, Any]:
     """Phase A for Hedgehog: train every Hedgehog layer's W to match softmax weights, nothing else; returns the
     budget, time and the distillation loss per layer on the first and the last batch."""
-    cfg = (
-        options
-        if isinstance(options, DistillationConfig)
-        else make_options(DistillationConfig, options or {}, what="phase_a (hedgehog distillation)")
-    )
+    cfg = learning_phase_config(DistillationConfig, options, "phase_a (hedgehog distillation)")
     modules = [m for m in model.modules() if isinstance(m, HedgehogAttention)]
     if not modules:
         raise ConfigError("hedgehog distillation found no hedgehog attention in the model; drop phase_a")
