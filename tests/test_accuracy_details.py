@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from cells import TINY_TRAINING, tiny_cell
 
 from attnbench.cell_spec import CellSpec
 from attnbench.measurements import run_cell
@@ -13,32 +14,12 @@ from attnbench.metrics import classification_metrics
 from attnbench.predictions import decode_predictions
 
 
-def tiny_cell(checkpoint: str = "best-validation", epochs: int = 4) -> CellSpec:
-    return CellSpec.from_json(
-        {
-            "suite": "test",
-            "task": {
-                "name": "nonlinear_tokens",
-                "options": {
-                    "num_train": 96,
-                    "num_validation": 32,
-                    "num_test": 48,
-                    "min_length": 4,
-                    "max_length": 16,
-                    "num_tokens": 16,
-                },
-            },
-            "attention": {"name": "softmax", "label": "softmax", "options": {}},
-            "seed": 0,
-            "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32, "dropout": 0.0},
-            "training": {"epochs": epochs, "batch_size": 32, "lr": 3e-3, "checkpoint": checkpoint},
-            "measurement": {"name": "accuracy", "options": {}},
-        }
-    )
+def trained_cell(checkpoint: str = "best-validation", epochs: int = 4) -> CellSpec:
+    return tiny_cell(training={**TINY_TRAINING, "epochs": epochs, "checkpoint": checkpoint})
 
 
 def test_predictions_and_validation_metrics_are_stored() -> None:
-    cell = tiny_cell()
+    cell = trained_cell()
     result = run_cell(cell)
     details, metrics = result["details"], result["metrics"]
     stored = decode_predictions(details["predictions"])
@@ -57,7 +38,7 @@ def test_predictions_and_validation_metrics_are_stored() -> None:
 @pytest.mark.parametrize("checkpoint", ["best-validation", "best-validation-nll", "last"])
 def test_checkpoint_rule(checkpoint: str) -> None:
     torch.manual_seed(0)
-    details = run_cell(tiny_cell(checkpoint, epochs=5))["details"]
+    details = run_cell(trained_cell(checkpoint, epochs=5))["details"]
     history = details["history"]
     expected = {
         "best-validation": int(np.argmax([h["val_accuracy"] for h in history])) + 1,

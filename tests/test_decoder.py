@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 import torch
+from cells import tiny_cell
 
 from attnbench.decoder import TransformerDecoder, token_loss
 from attnbench.errors import ConfigError
@@ -174,23 +175,19 @@ def test_a_tied_decoder_learns_a_next_token_map_in_a_few_steps():
 def test_a_learning_phase_that_reads_class_labels_is_skipped_in_a_decoder_with_the_reason():
     """Coulomb's phase A aligns its kernel with sequence class labels, which a decoder has not: its decoder cells are
     skipped (a decoder without phase A would be its Vanilla twin); Hedgehog's distillation reads no label and runs."""
-    from attnbench.cell_spec import CellSpec
     from attnbench.decoder_training import train_cell_decoder
     from attnbench.measurements import SkipCell
     from attnbench.registry import learning_phase_entry
 
     assert learning_phase_entry("hedgehog").capabilities.causal
     assert not learning_phase_entry("coulomb").capabilities.causal
-    cell = CellSpec.from_json(
-        {
-            "suite": "t",
-            "attention": {"name": "coulomb", "label": "coulomb", "options": {"num_features": 8}},
-            "task": {"name": "mqar", "label": "kv2", "options": {}},
-            "seed": 0,
-            "model": {"kind": "decoder", "d_model": 16, "num_heads": 2},
-            "training": {"epochs": 1},
-            "measurement": {"name": "recall", "options": {}},
-        }
+    cell = tiny_cell(
+        "recall",
+        "coulomb",
+        {"num_features": 8},
+        task={"name": "mqar", "label": "kv2", "options": {}},
+        model={"kind": "decoder", "d_model": 16, "num_heads": 2},
+        training={"epochs": 1},
     )
     with pytest.raises(SkipCell, match="reads each sequence's class label"):
         train_cell_decoder(cell, None, device="cpu")  # refused before the task is read

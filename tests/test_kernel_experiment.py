@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from cells import NO_TASK, tiny_cell
 from extras import needs_extra
 
 from attnbench.baselines.coulomb.kernel_experiment import (
@@ -20,7 +21,6 @@ from attnbench.baselines.coulomb.kernel_experiment import (
     summarise,
     trial_labels,
 )
-from attnbench.cell_spec import AttentionSpec, CellSpec, MeasurementSpec, TaskSpec
 from attnbench.errors import ConfigError
 from attnbench.options import make_options
 
@@ -134,17 +134,8 @@ def test_kernel_measurement_through_run_cell():
     from attnbench.measurements import measurement_names, run_cell
 
     assert "kernel" in measurement_names()
-    cell = CellSpec(
-        suite="t",
-        task=TaskSpec("none", {}),
-        attention=AttentionSpec("none", "none", {}),
-        seed=42,
-        model={},
-        training={},
-        measurement=MeasurementSpec(
-            "kernel", {**SMALL, "noise_levels": 1, "trials": 1, "ablation_lambdas": [], "scaling_sizes": []}
-        ),
-    )
+    options = {**SMALL, "noise_levels": 1, "trials": 1, "ablation_lambdas": [], "scaling_sizes": []}
+    cell = tiny_cell("kernel", "none", options=options, seed=42, task=NO_TASK, model={}, training={})
     result = run_cell(cell)
     json.dumps(result, allow_nan=False)
     assert {r["part"] for r in result["details"]["rows"]} == {"noise"}

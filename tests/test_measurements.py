@@ -7,9 +7,10 @@ import math
 
 import pytest
 import torch
+from cells import tiny_cell
 from torch import nn
 
-from attnbench.cell_spec import CellSpec, TaskSpec
+from attnbench.cell_spec import TaskSpec
 from attnbench.measurements import SkipCell, measurement_names, run_cell
 from attnbench.measurements.cost import forward_cost, point_cost
 from attnbench.measurements.fidelity import exact_attention, uniform_attention
@@ -28,36 +29,6 @@ CLASSIFICATION_KEYS = {
     "ece",
     "ece_equal_mass",
 }
-
-
-def tiny_cell(
-    measurement: str,
-    attention: str = "softmax",
-    attention_options: dict | None = None,
-    options: dict | None = None,
-    seed: int = 0,
-) -> CellSpec:
-    return CellSpec.from_json(
-        {
-            "suite": "test",
-            "task": {
-                "name": "nonlinear_tokens",
-                "options": {
-                    "num_train": 96,
-                    "num_validation": 32,
-                    "num_test": 48,
-                    "min_length": 4,
-                    "max_length": 16,
-                    "num_tokens": 16,
-                },
-            },
-            "attention": {"name": attention, "label": attention, "options": attention_options or {}},
-            "seed": seed,
-            "model": {"d_model": 16, "num_layers": 1, "num_heads": 2, "ffn_dim": 32, "dropout": 0.0},
-            "training": {"epochs": 2, "batch_size": 32, "lr": 3e-3},
-            "measurement": {"name": measurement, "options": options or {}},
-        }
-    )
 
 
 @register_attention("test-no-padding", padding_mask=False)

@@ -6,11 +6,11 @@ import sys
 
 import pytest
 import torch
+from cells import NO_TASK, tiny_cell
 
 pytest.importorskip("performer_pytorch", reason="optional extra 'peers' not installed (pip install 'attnbench[peers]')")
 pytest.importorskip("nystrom_attention", reason="optional extra 'peers' not installed (pip install 'attnbench[peers]')")
 
-from attnbench.cell_spec import AttentionSpec, CellSpec, MeasurementSpec, TaskSpec  # noqa: E402
 from attnbench.errors import UserError  # noqa: E402
 from attnbench.measurements.fidelity import FidelityOptions, exact_attention, measure_fidelity  # noqa: E402
 from attnbench.registry import build_attention  # noqa: E402
@@ -48,9 +48,7 @@ def test_performer_pytorch_collapses_to_uniform_attention_at_unit_logit_variance
     options = FidelityOptions(inputs=["random"], seq_lens=[1024], batch=1, heads=4, head_dim=64, random_std=1.0)
     rows = {
         name: measure_fidelity(
-            CellSpec(
-                "t", TaskSpec("none", {}), AttentionSpec(name, name, {}), 0, {}, {}, MeasurementSpec("fidelity", {})
-            ),
+            tiny_cell("fidelity", name, task=NO_TASK, model={}, training={}),
             options,
         )["details"]["rows"][0]
         for name in ("performer", "attnbench.baselines.peers:PerformerPytorch")

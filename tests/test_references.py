@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cells import tiny_cell
 from scipy import stats as scipy_stats
 
 from attnbench.cell_spec import CellSpec
@@ -25,16 +26,11 @@ needs_data = pytest.mark.skipif(
 
 
 def _cell(task: str, reference: str, cache_dir: str, options: dict | None = None, **task_options) -> CellSpec:
-    return CellSpec.from_json(
-        {
-            "suite": "t",
-            "task": {"name": task, "options": {"max_length": 64, "cache_dir": cache_dir, **task_options}},
-            "attention": reference_attention(reference, options),
-            "seed": 0,
-            "model": {},
-            "training": {"max_train_examples": 3000},
-            "measurement": {"name": "accuracy", "options": {}},
-        }
+    return tiny_cell(
+        task={"name": task, "options": {"max_length": 64, "cache_dir": cache_dir, **task_options}},
+        attention_spec=reference_attention(reference, options),
+        model={},
+        training={"max_train_examples": 3000},
     )
 
 
@@ -75,16 +71,11 @@ def test_majority_predicts_the_training_majority_with_its_frequency(cache_dir: s
 
 
 def test_a_task_without_texts_is_skipped() -> None:
-    cell = CellSpec.from_json(
-        {
-            "suite": "t",
-            "task": {"name": "nonlinear_tokens", "options": {"num_train": 32, "num_validation": 16, "num_test": 16}},
-            "attention": reference_attention("majority"),
-            "seed": 0,
-            "model": {},
-            "training": {},
-            "measurement": {"name": "accuracy", "options": {}},
-        }
+    cell = tiny_cell(
+        task={"name": "nonlinear_tokens", "options": {"num_train": 32, "num_validation": 16, "num_test": 16}},
+        attention_spec=reference_attention("majority"),
+        model={},
+        training={},
     )
     with pytest.raises(SkipCell, match="text tasks only"):
         run_cell(cell)
