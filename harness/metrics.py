@@ -124,12 +124,15 @@ def metric_timed(name: str) -> bool:
 
 
 def metric_info(name: str) -> MetricInfo | None:
-    """The declaration that covers `name` (exact first, then the first glob that matches), or None. Only what has
-    been declared so far: a measurement's metrics are declared when its module is imported
-    (`attnbench.measurements.measurement_names()` imports every one), as the report and the suite do first."""
+    """The declaration that covers `name`, or None: its exact name, else the most specific glob that matches (the
+    most characters that are not wildcards: 'decode_ms_per_token@*' before '*_ms@*'), whatever the order the modules
+    declaring them were imported in. Only what has been declared so far: a measurement's metrics are declared when
+    its module is imported (`attnbench.measurements.measurement_names()` imports every one), as the report and the
+    suite do first."""
     if name in METRICS:
         return METRICS[name]
-    return next((m for m in METRICS.values() if fnmatch.fnmatchcase(name, m.pattern)), None)
+    matches = [m for m in METRICS.values() if fnmatch.fnmatchcase(name, m.pattern)]
+    return max(matches, key=lambda m: len(m.pattern.replace("*", "").replace("?", "")), default=None)
 
 
 JUDGED_FIRST = ("bits_per_byte", "accuracy")  # a language model is judged by bits per byte, any other by accuracy

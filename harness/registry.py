@@ -8,7 +8,10 @@ Contract (other code, tests and users rely on it):
     out = attn(q, k, v, key_padding_mask=mask)      # (B, H, N, D) -> (B, H, N, D)
 
 An attention is found by registered name, by an installed entry point in the group
-`attnbench.attention`, or by a "package.module:ClassName" string.
+`attnbench.attention`, or by a "package.module:ClassName" string. The built-in components are found by
+walking their packages (`discover`), so no list names them: every module of attnbench.baselines registers its
+attentions (a family package in its __init__ or its `attention` module); a family package may also hold a
+`measurement` and a `report` module, found by the measurement and report-section registries the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import fnmatch
 import importlib
 import importlib.metadata
 import inspect
+import pkgutil
 import typing
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -67,13 +71,45 @@ class Entry:
         return dataclasses.replace(self.capabilities, **{flag: bool(rule(config)) for flag, rule in self.depends})
 
 
-class Registry:
-    """Name -> Entry, with glob listing, "module:Class" lookup and plugin entry points."""
+def discover(package: str, submodule: str | None = None) -> list[str]:
+    """Import the built-in plugin modules of `package`, found by walking it: each of its top-level modules and
+    packages, or with `submodule` each top-level package's module of that name where it has one (looked up on disk:
+    the other packages are not imported). Names starting with '_' and those the package lists in `ON_DEMAND`
+    (reached only as 'module:Class' strings, e.g. adapters that need an optional extra) are left out. Returns the
+    names imported, in name order."""
+    root = importlib.import_module(package)
+    skip = set(getattr(root, "ON_DEMAND", ()))
+    imported = []
+    for info in sorted(pkgutil.iter_modules(root.__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name in skip:
+            continue
+        name = f"{package}.{info.name}"
+        if submodule is not None:
+            inner = pkgutil.iter_modules([f"{info.module_finder.path}/{info.name}"]) if info.ispkg else []
+            if submodule not in {m.name for m in inner}:
+                continue
+            name = f"{name}.{submodule}"
+        importlib.import_module(name)
+        imported.append(name)
+    return imported
 
-    def __init__(self, kind: str, builtin_modules: Iterable[str] = (), entry_point_group: str | None = None):
+
+class Registry:
+    """Name -> Entry, with glob listing, "module:Class" lookup and plugin entry points. The built-in entries are
+    registered on first use by importing the modules `discover` finds in each (package, submodule) of
+    `builtin_packages`, then `builtin_modules`."""
+
+    def __init__(
+        self,
+        kind: str,
+        builtin_modules: Iterable[str] = (),
+        entry_point_group: str | None = None,
+        builtin_packages: Iterable[tuple[str, str | None]] = (),
+    ):
         self.kind = kind
         self._entries: dict[str, Entry] = {}
         self._builtin_modules = tuple(builtin_modules)
+        self._builtin_packages = tuple(builtin_packages)
         self._builtins_loaded = False
         self._entry_point_group = entry_point_group
 
@@ -128,6 +164,8 @@ class Registry:
         if self._builtins_loaded:
             return
         self._builtins_loaded = True
+        for package, submodule in self._builtin_packages:
+            discover(package, submodule)
         for module in self._builtin_modules:
             importlib.import_module(module)
 
@@ -239,7 +277,10 @@ def _annotations(cls: Callable[..., Any]) -> dict[str, Any]:
 
 
 ATTENTIONS = Registry(
-    "attention", builtin_modules=["attnbench.baselines", "attnbench.hybrid"], entry_point_group=ENTRY_POINT_GROUP
+    "attention",
+    entry_point_group=ENTRY_POINT_GROUP,
+    builtin_packages=[("attnbench.baselines", None), ("attnbench.baselines", "attention")],
+    builtin_modules=["attnbench.hybrid"],  # a core attention: the model builds it layer by layer
 )
 
 

@@ -23,20 +23,10 @@ from attnbench.store import json_value
 
 ENTRY_POINT_GROUP = "attnbench.measurement"
 
-MEASUREMENTS = Registry(
+MEASUREMENTS = Registry(  # the harness's measurements, and each attention family's `measurement` module
     "measurement",
-    builtin_modules=[
-        "attnbench.measurements.accuracy",
-        "attnbench.measurements.robustness",
-        "attnbench.measurements.efficiency",
-        "attnbench.measurements.fidelity",
-        "attnbench.baselines.coulomb.measurement",
-        "attnbench.measurements.state",
-        "attnbench.measurements.recall",
-        "attnbench.measurements.language_model",
-        "attnbench.measurements.decode",
-    ],
     entry_point_group=ENTRY_POINT_GROUP,
+    builtin_packages=[("attnbench.measurements", None), ("attnbench.baselines", "measurement")],
 )
 
 

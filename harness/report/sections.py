@@ -14,10 +14,12 @@ registered beside the code that draws them. A report is every registered section
   generic per-task tables and the cells without results come last), and plot_order its place among the plots
   (default: order).
 
-The harness's sections are registered by the modules in BUILTIN_MODULES, imported when a report is built; a
-plugin's by an entry point in the group `attnbench.report_section` naming the module that registers them. A
-plugin cannot break a report: one that fails to import, a section under a harness's name, and a section part that
-raises are each named in one line at the top of the report (`SectionGuard`) and left out.
+The harness's sections are registered by the modules of attnbench.report, and an attention family's by its
+`report` module (attnbench.baselines.<family>.report), all found by walking the packages (`registry.discover`)
+when a report is built; an installed plugin's by an entry point in the group `attnbench.report_section` naming
+the module that registers them. A plugin cannot break a report: one that fails to import, a section under a
+harness's name, and a section part that raises are each named in one line at the top of the report
+(`SectionGuard`) and left out.
 """
 
 from __future__ import annotations
@@ -30,24 +32,12 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from attnbench.errors import ConfigError
+from attnbench.registry import discover
 from attnbench.report.load import Results
 from attnbench.report.plot import Plot, label_colors
 from attnbench.report.table import Table
 
 ENTRY_POINT_GROUP = "attnbench.report_section"
-BUILTIN_MODULES = (
-    "attnbench.report.accuracy",
-    "attnbench.report.lra_table",
-    "attnbench.report.robustness",
-    "attnbench.report.efficiency",
-    "attnbench.report.fidelity",
-    "attnbench.report.causal",
-    "attnbench.report.lengths",
-    "attnbench.report.niah",
-    "attnbench.report.quality_cost",
-    "attnbench.report.undecided",
-    "attnbench.baselines.coulomb.report",
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,9 +188,10 @@ def report_context(results: Results, tables: Iterable[Table]) -> ReportContext:
 
 @functools.cache
 def _load_sections() -> None:
-    """Import the modules that register sections, once: the harness's, then each installed plugin's."""
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
+    """Import the modules that register sections, once: the harness's, each attention family's, then each
+    installed plugin's."""
+    discover("attnbench.report")
+    discover("attnbench.baselines", "report")
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             ep.load()

@@ -28,25 +28,7 @@ from attnbench.tasks.base import Split, TaskData
 ENTRY_POINT_GROUP = "attnbench.task"
 TestRows = Literal["fresh", "shared"]
 
-TASKS = Registry(
-    "task",
-    builtin_modules=[
-        "attnbench.tasks.listops",
-        "attnbench.tasks.recall",
-        "attnbench.tasks.nonlinear",
-        "attnbench.tasks.sentence",
-        "attnbench.tasks.mqar",
-        "attnbench.tasks.byte_lm",
-        "attnbench.tasks.pathfinder",
-        "attnbench.tasks.pixels",
-        "attnbench.tasks.byte_text",
-        "attnbench.tasks.byte_retrieval",
-        "attnbench.tasks.state_tracking",
-        "attnbench.tasks.mad",
-        "attnbench.tasks.niah",
-    ],
-    entry_point_group=ENTRY_POINT_GROUP,
-)
+TASKS = Registry("task", entry_point_group=ENTRY_POINT_GROUP, builtin_packages=[("attnbench.tasks", None)])
 
 
 @dataclasses.dataclass
