@@ -24,6 +24,7 @@ from attnbench.kernels.linear.contract import FeatureMap
 from attnbench.measurements import register_measurement
 from attnbench.metrics import register_metric
 from attnbench.options import option, require
+from attnbench.plan import Suite
 from attnbench.registry import (
     AttentionConfig,
     Capabilities,
@@ -38,7 +39,7 @@ from attnbench.report.load import load_results
 from attnbench.report.plot import Plot
 from attnbench.report.sections import ReportContext, register_report_section
 from attnbench.report.table import Table
-from attnbench.suite import Suite, load_suite, suite_names
+from attnbench.suite import load_suite, suite_names
 from attnbench.tasks import load_task, register_task, task_names
 
 __all__ = [

@@ -27,11 +27,11 @@ from attnbench.code_fingerprint import cell_code
 from attnbench.measurements import SkipCell, run_cell
 from attnbench.model import ModelConfig
 from attnbench.options import make_options
+from attnbench.plan import Suite
 from attnbench.progress import Progress
 from attnbench.provenance import machine_provenance, now
 from attnbench.runtime import WHAT_RAN, CellTimeout, seed_everything, time_limit
 from attnbench.store import result_record
-from attnbench.suite import Suite
 from attnbench.train import NonFiniteLossError
 
 DEFAULT_CELL_TIMEOUT = 6 * 3600.0  # seconds a cell may run when neither the suite nor --cell-timeout says

@@ -31,12 +31,12 @@ from attnbench.cell_spec import CellSpec
 from attnbench.code_fingerprint import UNKNOWN, cell_code, changed_modules, code_changed
 from attnbench.errors import UserError
 from attnbench.kernels import fla_route
+from attnbench.plan import Suite
 from attnbench.progress import ProgressUI
 from attnbench.provenance import device_name, machine_provenance, now, resolve_device
 from attnbench.reuse import adopt_results, reuse_sources
 from attnbench.store import FINISHED, RunStore, process_alive
-from attnbench.suite import Suite
-from attnbench.suite_keys import chosen_trials
+from attnbench.sweep import chosen_trials
 from attnbench.workers import (
     LOAD_SECONDS,
     Split,

@@ -22,6 +22,8 @@ measurement). Schema (top-level keys):
     exclude: ["qqp/linformer*"]      # optional glob patterns over cell names to leave out
     references / comparisons / published / sweep   # optional, see attnbench.suite_keys
 
+Validated here (`load_suite` -> `Suite`); its cells are the plan's (attnbench.plan).
+
 Measurements declare what they depend on with class attributes of their options dataclass
 (`uses_task`, `uses_seed`, `uses_attention`, all True unless set to False, as typing.ClassVar):
 one with `uses_task = False` (efficiency, kernel) gets the task {"name": "none"} and is expanded
@@ -34,7 +36,6 @@ or measures memory: `attnbench run --workers auto` then runs the suite one cell 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import hashlib
 import json
 import math
@@ -44,21 +45,15 @@ from typing import Any
 import yaml
 
 import attnbench
-from attnbench.cell_spec import AttentionSpec, CellSpec, MeasurementSpec, TaskSpec
 from attnbench.decoder import require_causal_form
 from attnbench.errors import UserError, closest, unknown_name_message
 from attnbench.model import ModelConfig
-from attnbench.names import MODEL_SET_ATTENTION_OPTIONS, NO_ATTENTION, NO_TASK, TASK_SET_MODEL_OPTIONS, task_label
+from attnbench.names import MODEL_SET_ATTENTION_OPTIONS, TASK_SET_MODEL_OPTIONS, task_label
 from attnbench.options import OptionError, make_options
+from attnbench.plan import Suite
 from attnbench.registry import ATTENTIONS, Registry, layer_attentions, learning_phase_entry
 from attnbench.sizing import check_knob, match_config
-from attnbench.suite_keys import (
-    COMPARISON_KEYS,
-    reference_entries,
-    refuse_unswept,
-    sweep_trials,
-    validate_comparison_keys,
-)
+from attnbench.suite_keys import COMPARISON_KEYS, refuse_unswept, validate_comparison_keys
 from attnbench.train import TrainConfig
 
 SUITE_KEYS = (
@@ -201,85 +196,10 @@ def suite_description(path: Path) -> str:
         return f"(invalid: {err})"
 
 
-@dataclasses.dataclass
-class Suite:
-    """A validated suite: normalised entries plus the fully resolved configs (defaults filled in)."""
-
-    name: str
-    description: str
-    path: Path
-    attentions: list[dict[str, Any]]  # {"name", "label", "options", "model" (overrides for its cells)}
-    tasks: list[dict[str, Any]]  # {"name", "options", "label"?, "model"?, "training"? (overrides for its cells)}
-    seeds: list[int]
-    model: dict[str, Any]
-    training: dict[str, Any]
-    measurements: list[dict[str, Any]]  # {"name", "options"}
-    cell_timeout: float | None
-    exclude: list[str]
-    resolved: dict[str, Any]  # every config with its defaults, for provenance
-    task_free: frozenset[str]  # measurement names that do not use a task
-    seed_free: frozenset[str]  # measurement names that do not use a seed
-    attention_free: frozenset[str]  # measurement names that do not use an attention
-    comparison_keys: dict[str, Any] = dataclasses.field(default_factory=dict)  # attnbench.suite_keys
-    task_inputs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by task label: sha256 of
-    # each local file the task reads and its generator version when above 1; part of each of its cells' identity
-
-    def as_dict(self) -> dict[str, Any]:
-        """The normalised suite (JSON-able), as stored in run.json."""
-        return {
-            "name": self.name,
-            "description": self.description,
-            "path": str(self.path),
-            "attentions": self.attentions,
-            "tasks": self.tasks,
-            "seeds": self.seeds,
-            "model": self.model,
-            "training": self.training,
-            "measurements": self.measurements,
-            "cell_timeout": self.cell_timeout,
-            "exclude": self.exclude,
-            "resolved": self.resolved,
-            **({"task_inputs": self.task_inputs} if self.task_inputs else {}),
-            **self.comparison_keys,
-        }
-
-    def cells(self, chosen: dict[tuple[str, str], int] | None = None) -> list[CellSpec]:
-        """Every cell of the suite, in a stable order (measurement, task, attention, seed); with a sweep's
-        `select_seeds`, the other seeds' cells of the labels whose trial is `chosen` (suite_keys.chosen_trials)."""
-        cells = []
-        for measurement in self.measurements:
-            tasks = [NO_TASK] if measurement["name"] in self.task_free else self.tasks
-            seeds = self.seeds[:1] if measurement["name"] in self.seed_free else self.seeds
-            attentions = [NO_ATTENTION] if measurement["name"] in self.attention_free else self.attentions
-            for task in tasks:
-                for attention in attentions + reference_entries(self.comparison_keys, measurement["name"], task):
-                    for seed in seeds:
-                        cell = CellSpec(
-                            suite=self.name,
-                            task=TaskSpec(task["name"], _copy(task["options"]), task.get("label")),
-                            attention=AttentionSpec(attention["name"], attention["label"], _copy(attention["options"])),
-                            seed=seed,
-                            model=_copy({**self.model, **task.get("model", {}), **attention.get("model", {})}),
-                            training=_copy({**self.training, **task.get("training", {})}),
-                            measurement=MeasurementSpec(measurement["name"], _copy(measurement["options"])),
-                            inputs=_copy(self.task_inputs.get(task_label(task))) or None,
-                        )
-                        cells += [
-                            c
-                            for c in sweep_trials(cell, self.comparison_keys, chosen)
-                            if not any(fnmatch.fnmatchcase(c.name, p) for p in self.exclude)
-                        ]
-        return cells
-
-
 def load_suite(name_or_path: str) -> Suite:
     """Find, read and fully validate a suite; any mistake raises one UserError naming file and key path."""
     path = find_suite(name_or_path)
     return _Validator(path).suite(read_yaml(path))
-
-
-def _copy(value: Any) -> Any:
-    return json.loads(json.dumps(value))
 
 
 def _registries() -> tuple[Registry, Registry]:

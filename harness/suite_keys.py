@@ -1,8 +1,8 @@
 """The suite keys for trustworthy comparisons: references, comparisons, published, sweep.
 
 Validated here, in one place, and kept in the normalised suite (run.json), where the report reads
-them; `attnbench.suite` calls `validate_comparison_keys` and expands cells with `reference_entries`
-and `sweep_trials`.
+them; `attnbench.suite` calls `validate_comparison_keys`; the plan (attnbench.plan) expands references and sweep
+trials into cells, and the sweep's choice of trial at run time is attnbench.sweep.
 
     references: [majority, tfidf-logreg]   # attention-free references on every text task (accuracy cells)
     comparisons: [default, [softmax, tfidf-logreg]]   # pairs a - b; "default": every kernel-<map> with
@@ -37,17 +37,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from attnbench.cell_spec import CellSpec, SweepSpec
 from attnbench.errors import ConfigError, UserError
 from attnbench.measurements import MEASUREMENTS
 from attnbench.metrics import metric_direction, metric_info
 from attnbench.model import ModelConfig
-from attnbench.names import REFERENCE, TASK_SET_MODEL_OPTIONS
+from attnbench.names import TASK_SET_MODEL_OPTIONS
 from attnbench.options import make_options
+from attnbench.plan import swept
 from attnbench.references import reference_attention
-from attnbench.store import FINISHED
-from attnbench.tasks import TASKS
-from attnbench.tasks.sentence import TextTaskConfig
 from attnbench.train import TrainConfig
 
 COMPARISON_KEYS = ("references", "comparisons", "published", "sweep")
@@ -330,48 +327,6 @@ def _trial(point: dict[str, Any], v: Checker, path: str, models: dict[str, dict[
     return {"values": dict(point), "training": training, "model": model}
 
 
-def reference_entries(extras: dict[str, Any], measurement: str, task: dict[str, Any]) -> list[dict[str, Any]]:
-    """The reference attentions a (measurement, task) gets: all of them on accuracy cells of text tasks."""
-    if measurement != "accuracy" or not extras.get("references") or not _is_text_task(task["name"]):
-        return []
-    return [dict(r) for r in extras["references"]]
-
-
-def _is_text_task(name: str) -> bool:
-
-    return issubclass(TASKS.get(name).config, TextTaskConfig)
-
-
-def sweep_trials(
-    cell: CellSpec, extras: dict[str, Any], chosen: dict[tuple[str, str], int] | None = None
-) -> list[CellSpec]:
-    """The cell once per sweep trial (training and model overrides, and its `sweep`); references are not swept.
-    With `select_seeds`, a cell at another seed is the (task label, attention label)'s `chosen` trial only,
-    and none while that label's choice is not known."""
-    sweep = extras.get("sweep")
-    if not sweep or cell.attention.name == REFERENCE or not swept(cell.measurement.name):
-        return [cell]
-    out = []
-    for i, trial in enumerate(sweep["trials"]):
-        if not selects_at(sweep, cell.seed) and (chosen or {}).get(sweep_group(cell)) != i:
-            continue
-        out.append(
-            dataclasses.replace(
-                cell,
-                training={**cell.training, **trial["training"]},
-                model={**cell.model, **trial["model"]},
-                sweep=SweepSpec(i, dict(trial["values"]), sweep["metric"]),
-            )
-        )
-    return out
-
-
-def swept(measurement: str) -> bool:
-    """Whether a sweep's trials apply to a measurement's cells: its options declare `swept = True` (it trains and
-    stores its validation scores in details["validation"], which choose the trial): accuracy, recall, lm."""
-    return getattr(MEASUREMENTS.get(measurement).config, "swept", False) is True
-
-
 def refuse_unswept(measurements: list[str], v: Checker) -> None:
     """A sweep none of the suite's measurements takes, or beside a plug-in measurement that does not say whether
     it takes one, is refused: its trials would be silently not applied."""
@@ -391,51 +346,3 @@ def refuse_unswept(measurements: list[str], v: Checker) -> None:
                 f"`swept: ClassVar[bool] = True` on its options class (it trains and stores "
                 f"details['validation'][metric]) or False (its cells run once, untuned)",
             )
-
-
-def selects_at(sweep: dict[str, Any], seed: int) -> bool:
-    """Whether every trial runs at `seed` (a selection seed, or every seed without `select_seeds`)."""
-    return "select_seeds" not in sweep or seed in sweep["select_seeds"]
-
-
-def sweep_group(cell: CellSpec) -> tuple[str, str]:
-    """The (task label, attention label) a trial is chosen for."""
-    return (cell.task.label, cell.attention.label)
-
-
-def best_trial(scores: dict[int, list[float]], direction: str, seeds: int) -> int | None:
-    """The trial whose validation scores (one per seed) have the best mean; only trials with `seeds` scores
-    compete, unless none has them all; ties go to the earlier trial; None without any score."""
-    complete = {t: s for t, s in scores.items() if len(s) == seeds} or scores
-    means = {t: float(np.mean(s)) for t, s in complete.items() if s}
-    if not means:
-        return None
-    best = max(means.values()) if direction == "max" else min(means.values())
-    return min(t for t, m in means.items() if m == best)
-
-
-def chosen_trials(
-    cells: list[CellSpec], records: dict[str, dict[str, Any] | None], extras: dict[str, Any]
-) -> dict[tuple[str, str], int]:
-    """Per (task label, attention label): the trial chosen on the selection seeds' validation metric, once
-    every trial cell at those seeds has finished (`records`: cell id -> stored record or None)."""
-
-    sweep = extras.get("sweep")
-    if not sweep or "select_seeds" not in sweep:
-        return {}
-    groups: dict[tuple[str, str], dict[int, list[float]]] = {}
-    waiting = set()
-    for cell in cells:
-        if cell.sweep is None or not selects_at(sweep, cell.seed):
-            continue
-        group, record = sweep_group(cell), records.get(cell.id)
-        scores = groups.setdefault(group, {}).setdefault(cell.sweep.trial, [])
-        if record is None or record.get("status") not in FINISHED + ("failed",):
-            waiting.add(group)
-            continue
-        value = ((record.get("details") or {}).get("validation") or {}).get(sweep["metric"])
-        if record["status"] == "ok" and isinstance(value, (int, float)) and math.isfinite(value):
-            scores.append(float(value))
-    direction = metric_direction(sweep["metric"]) or "max"
-    chosen = {g: best_trial(s, direction, len(sweep["select_seeds"])) for g, s in groups.items() if g not in waiting}
-    return {g: t for g, t in chosen.items() if t is not None}

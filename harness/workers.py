@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from attnbench.cell_spec import CellSpec
+from attnbench.plan import Suite
 from attnbench.provenance import usable_cores
-from attnbench.suite import Suite
 
 # From benchmarks/workers.py (results/benchmarks/workers.txt and earlier runs), on 2 cores of which another run kept
 # about 1 busy: a worker took 2-3 s from spawn to ready (it imports torch), two at once 4-6 s; four compare-quick

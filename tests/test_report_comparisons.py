@@ -21,8 +21,9 @@ from attnbench.report import write_report
 from attnbench.report.load import load_runs
 from attnbench.report.paired import paired_comparison_table, resolve_pairs
 from attnbench.report.published import published_table
-from attnbench.report.sweep import best_trial, sweep_table
+from attnbench.report.sweep import sweep_table
 from attnbench.report.tables import leaderboard_table, task_table
+from attnbench.sweep import best_trial
 
 N = 400
 

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from attnbench.errors import UserError
-from attnbench.suite import NO_ATTENTION, NO_TASK, find_suite, load_suite, suite_names, suites_dir
+from attnbench.names import NO_ATTENTION, NO_TASK
+from attnbench.suite import find_suite, load_suite, suite_names, suites_dir
 
 sys.path.insert(0, str(Path(__file__).parent))  # fake_cells plugins
 

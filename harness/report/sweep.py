@@ -19,7 +19,7 @@ import pandas as pd
 from attnbench.metrics import metric_direction
 from attnbench.report.stats import summarize
 from attnbench.report.table import Table, fmt
-from attnbench.suite_keys import best_trial
+from attnbench.sweep import best_trial
 
 
 def _trial_frame(cells: pd.DataFrame) -> pd.DataFrame:
