@@ -31,6 +31,7 @@ from attnbench.cell_spec import CellSpec
 from attnbench.code_fingerprint import UNKNOWN, cell_code, changed_modules, code_changed
 from attnbench.errors import UserError
 from attnbench.kernels import fla_route
+from attnbench.measurements import measurement_records
 from attnbench.plan import Suite
 from attnbench.progress import ProgressUI
 from attnbench.provenance import device_name, machine_provenance, now, resolve_device
@@ -235,7 +236,8 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
             provenance = machine_provenance(device if device != "auto" else "cpu", options.command)
             if split is not None:
                 provenance["split"] = split.provenance()
-            notes += store.open(suite.as_dict(), planned, provenance)
+            records = measurement_records([m["name"] for m in suite.measurements])
+            notes += store.open(suite.as_dict(), planned, provenance, records)
             notes += _record_deaths(store, device)
             if sources:
                 sitting_threads = split.threads if split is not None else options.ray_threads

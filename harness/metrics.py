@@ -117,6 +117,23 @@ def register_metric(
     )
 
 
+def declared_records() -> dict[str, dict[str, Any]]:
+    """Every record declared so far, by pattern, as JSON: what a run stores in run.json ("metrics")."""
+    return {pattern: info.as_dict() for pattern, info in METRICS.items()}
+
+
+def adopt_records(records: Any) -> bool:
+    """Declare the records a run stored (run.json's "metrics", by pattern) that this process has not declared, so
+    that a report knows its metrics without importing the measurements (nor torch); False when `records` is not
+    such a mapping (a run written before runs stored them), and nothing is declared."""
+    if not isinstance(records, dict) or not all(isinstance(r, dict) for r in records.values()):
+        return False
+    for pattern, data in records.items():
+        if pattern not in METRICS:
+            METRICS[pattern] = MetricInfo.from_dict(data)
+    return True
+
+
 def metric_timed(name: str) -> bool:
     """Whether the metric is declared a wall-clock figure (`register_metric(..., timed=True)`)."""
     info = metric_info(name)

@@ -1,6 +1,6 @@
 """The results store: one run folder per suite run, one atomically written JSON file per cell.
 
-Layout:  RUN_DIR/run.json              suite name, normalised suite, cell ids, created, provenance
+Layout:  RUN_DIR/run.json              suite name, normalised suite, cell ids, created, provenance, metric records
          RUN_DIR/cells/<cell_id>.json  one cell's result (schema below), written only when it ends
          RUN_DIR/logs/<cell_id>.log    what the cell printed
          RUN_DIR/run.lock              who writes the folder now (pid, host, start, command; flock'ed)
@@ -268,8 +268,15 @@ class RunStore:
             os.write(fd, (json.dumps(holder) + "\n").encode())
         os.fsync(fd)
 
-    def open(self, suite: dict[str, Any], cell_ids: list[str], provenance: dict[str, Any]) -> list[str]:
-        """Create (or resume) the folder and record the run; refuse a folder of a different suite.
+    def open(
+        self,
+        suite: dict[str, Any],
+        cell_ids: list[str],
+        provenance: dict[str, Any],
+        metrics: dict[str, dict[str, Any]] | None = None,
+    ) -> list[str]:
+        """Create (or resume) the folder and record the run (with `metrics`, the records of the metrics its
+        measurements declare, read by the report); refuse a folder of a different suite.
         Returns notes on files set aside because they could not be read (their cells run again)."""
         self.refuse_other_suite(suite["name"])
         notes = []
@@ -298,6 +305,7 @@ class RunStore:
             "created": existing.get("created", now) if existing else now,
             "updated": now,
             "provenance": provenance,
+            **({"metrics": metrics} if metrics is not None else {}),
         }
         first_split = (
             (existing.get("first_split") or (existing.get("provenance") or {}).get("split"))

@@ -9,9 +9,10 @@ import torch
 
 from attnbench.decoder_training import TokenScores
 from attnbench.executor import RunOptions, run_suite
-from attnbench.measurements.lengths import length_metrics, model_length, split_metric_name
+from attnbench.measurements.lengths import length_metrics, model_length
 from attnbench.measurements.recall import scores_by_tags
 from attnbench.metrics import metric_direction
+from attnbench.names import split_metric_name
 from attnbench.suite import load_suite
 from attnbench.tasks import load_task
 from attnbench.tasks.sequence import TokenSplit

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from attnbench.cell_spec import CellSpec
+from attnbench.metrics import declared_records
 from attnbench.progress import Progress
 from attnbench.registry import Registry
 from attnbench.store import json_value
@@ -48,6 +49,14 @@ def register_measurement(
 def measurement_names(pattern: str = "*") -> list[str]:
     """Sorted registered measurement names matching a glob pattern."""
     return MEASUREMENTS.names(pattern)
+
+
+def measurement_records(names: list[str]) -> dict[str, dict[str, Any]]:
+    """The metric records a run of these measurements stores (run.json): every record declared once they (and the
+    built-in measurements) are loaded, plug-ins' included."""
+    for name in names:
+        MEASUREMENTS.get(name)  # imports a plug-in's module, which declares its metrics
+    return declared_records()
 
 
 def run_cell(cell: CellSpec, *, device: str = "cpu", progress: Progress | None = None) -> dict[str, Any]:

@@ -9,13 +9,10 @@ their initial values), which is the point of scoring there.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from attnbench.metrics import register_metric
 from attnbench.tasks.base import TaskData
-
-AT_LENGTH = re.compile(r"^(?P<metric>.+)@(?P<length>\d+)$")
 
 for _name, _direction, _text, _bounds in (
     ("accuracy@*", "max", "accuracy on the test rows of the length after @ (the task's eval_splits)", (0.0, 1.0)),
@@ -33,9 +30,3 @@ def model_length(task: TaskData) -> int:
 def length_metrics(values: Mapping[int, Mapping[str, float]]) -> dict[str, float]:
     """{length: {metric: value}} -> {"<metric>@<length>": value}, lengths in increasing order."""
     return {f"{name}@{length}": float(value) for length in sorted(values) for name, value in values[length].items()}
-
-
-def split_metric_name(name: str) -> tuple[str, int] | None:
-    """("accuracy", 128) from "accuracy@128"; None for a name without a length."""
-    match = AT_LENGTH.match(name)
-    return None if match is None else (match["metric"], int(match["length"]))

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnbench.measurements.lengths import split_metric_name
+from attnbench.names import split_metric_name
 from attnbench.report.load import Results
 from attnbench.report.plot import Plot, legend_below, new_figure, save_plot
 from attnbench.report.sections import ReportContext, register_report_section

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from attnbench.errors import UserError
-from attnbench.measurements import measurement_names
+from attnbench.metrics import adopt_records
 from attnbench.names import REFERENCE
 from attnbench.report.sweep import select_trials
 from attnbench.store import read_result
@@ -86,11 +86,13 @@ def load_runs(run_dirs: list[Path], *, stale: bool = False) -> Results:
     clash across runs get a run tag."""
     if not run_dirs:
         raise UserError("no run folders given; pass at least one RUN_DIR that holds cells/*.json")
-    measurement_names()  # every measurement module imported: the directions of the metrics it declares
     runs = [RunInfo(tag, Path(p)) for tag, p in zip(_run_tags([Path(p) for p in run_dirs]), run_dirs)]
     rows = [row for run in runs for row in _read_run(run)]
-    for run in runs:
-        _read_plan(run, {r["cell_id"] for r in rows if r["run"] == run.tag})
+    stored = [_read_plan(run, {r["cell_id"] for r in rows if r["run"] == run.tag}) for run in runs]
+    if not all(stored):  # a run from before runs stored their metric records: the measurements declare them
+        from attnbench.measurements import measurement_names  # here only: importing them imports torch
+
+        measurement_names()
     rows = _in_plan(rows, runs, stale)
     cells = pd.DataFrame(rows, columns=CELL_COLUMNS + ["metrics", "details", "provenance", "task_options", "sweep"])
     cells["task"] = _task_keys(cells)
@@ -155,18 +157,21 @@ def _read_run(run: RunInfo) -> list[dict[str, Any]]:
     return [_read_cell(run.tag, f) for f in files]
 
 
-def _read_plan(run: RunInfo, present: set[str]) -> None:
-    """Suite name and planned-but-absent cell ids from RUN_DIR/run.json (absent or unreadable: nothing)."""
+def _read_plan(run: RunInfo, present: set[str]) -> bool:
+    """Suite name and planned-but-absent cell ids from RUN_DIR/run.json (absent or unreadable: nothing), and the
+    records of its metrics (`metrics.adopt_records`); whether it held them."""
     try:
         plan = json.loads((run.path / "run.json").read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return
-    if isinstance(plan, dict):
-        run.suite = plan.get("suite")
-        run.config = plan.get("resolved_suite") if isinstance(plan.get("resolved_suite"), dict) else {}
-        run.not_run = [cid for cid in plan.get("cell_ids") or [] if cid not in present]
-        if isinstance(plan.get("cell_ids"), list):
-            run.planned = set(plan["cell_ids"])
+        return False
+    if not isinstance(plan, dict):
+        return False
+    run.suite = plan.get("suite")
+    run.config = plan.get("resolved_suite") if isinstance(plan.get("resolved_suite"), dict) else {}
+    run.not_run = [cid for cid in plan.get("cell_ids") or [] if cid not in present]
+    if isinstance(plan.get("cell_ids"), list):
+        run.planned = set(plan["cell_ids"])
+    return adopt_records(plan.get("metrics"))
 
 
 def _read_cell(tag: str, path: Path) -> dict[str, Any]:
