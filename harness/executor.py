@@ -205,7 +205,9 @@ class InProcessExecutor:
 
 
 def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
-    """Run every selected cell not already finished in `run_dir`; return what happened."""
+    """Run every selected cell not already finished in `run_dir`; return what happened.
+    Long: one sitting under the folder's claim: open the run, adopt reused results, run the cells and replan
+    after each sweep choice, then the summary; the claim and the interrupt handler hold across all of it."""
     start = time.perf_counter()
     device = resolve_device(options.device) if options.executor == "local" else options.device
     if options.executor == "ray":

@@ -222,14 +222,10 @@ class _Validator:
         return UserError(f"{self.path}: {key_path}: {message}")
 
     def suite(self, raw: dict[str, Any]) -> Suite:
+        """The validated suite of a parsed YAML file (its keys checked in the order the file's reader meets them)."""
         self.keys(raw, SUITE_KEYS, "", REQUIRED_KEYS)
         tasks_registry, measurements_registry = _registries()
-        name = self.string(raw["name"], "name")
-        if "/" in name or not name.strip():
-            raise self.error("name", f"suite name {name!r} must be non-empty and contain no '/'")
-        description = self.string(raw["description"], "description")
-        if "\n" in description.strip():
-            raise self.error("description", "must be one line (it is shown by `attnbench list suites`)")
+        name, description = self.name_and_description(raw)
         measurements = self.entries(raw["measurements"], "measurements", measurements_registry, labels=False)
         independent = {
             flag: frozenset(
@@ -243,19 +239,7 @@ class _Validator:
             raw.get("attentions", []), "attentions", ATTENTIONS, labels=True, model=model
         )
         tasks = self.entries(raw.get("tasks", []), "tasks", tasks_registry, labels=False, task_labels=True, model=model)
-        needs_task = [m["name"] for m in measurements if m["name"] not in task_free]
-        if needs_task and not tasks:
-            raise self.error(
-                "tasks",
-                f"no tasks given, but measurement {needs_task[0]!r} needs one; add tasks (see `attnbench list tasks`)",
-            )
-        needs_attention = [m["name"] for m in measurements if m["name"] not in independent["uses_attention"]]
-        if needs_attention and not raw.get("attentions"):
-            raise self.error(
-                "attentions",
-                f"no attentions given, but measurement {needs_attention[0]!r} needs "
-                f"them; add attentions (see `attnbench list attention`)",
-            )
+        self.refuse_missing_entries(measurements, independent, tasks, raw.get("attentions"))
         suite = Suite(
             name=name,
             description=description.strip(),
@@ -331,6 +315,38 @@ class _Validator:
                     raise self.error(
                         f"tasks[{i}].options", f"{err} (measurements[{j}]: {measurement['name']})"
                     ) from None
+
+    def name_and_description(self, raw: dict[str, Any]) -> tuple[str, str]:
+        """The suite's name (a folder name: no '/') and its one-line description."""
+        name = self.string(raw["name"], "name")
+        if "/" in name or not name.strip():
+            raise self.error("name", f"suite name {name!r} must be non-empty and contain no '/'")
+        description = self.string(raw["description"], "description")
+        if "\n" in description.strip():
+            raise self.error("description", "must be one line (it is shown by `attnbench list suites`)")
+        return name, description
+
+    def refuse_missing_entries(
+        self,
+        measurements: list[dict[str, Any]],
+        independent: dict[str, frozenset[str]],
+        tasks: list[dict[str, Any]],
+        attentions: Any,
+    ) -> None:
+        """A UserError when a measurement needs tasks or attentions and the suite gives none."""
+        needs_task = [m["name"] for m in measurements if m["name"] not in independent["uses_task"]]
+        if needs_task and not tasks:
+            raise self.error(
+                "tasks",
+                f"no tasks given, but measurement {needs_task[0]!r} needs one; add tasks (see `attnbench list tasks`)",
+            )
+        needs_attention = [m["name"] for m in measurements if m["name"] not in independent["uses_attention"]]
+        if needs_attention and not attentions:
+            raise self.error(
+                "attentions",
+                f"no attentions given, but measurement {needs_attention[0]!r} needs "
+                f"them; add attentions (see `attnbench list attention`)",
+            )
 
     def keys(self, mapping: dict[str, Any], valid: tuple[str, ...], path: str, required: tuple[str, ...] = ()) -> None:
         for key in mapping:
@@ -427,39 +443,15 @@ class _Validator:
             options = self.mapping(item.get("options", {}), f"{item_path}.options")
             if task_labels:
                 options = entry.config.resolve_paths(options, self.path.resolve().parent)
-            label = self.string(item.get("label", name), f"{item_path}.label") if labels or task_labels else name
-            if "/" in label:
-                raise self.error(f"{item_path}.label", f"label {label!r} must not contain '/'")
-            if label in seen:
-                what = "label" if labels or task_labels else "name"
-                raise self.error(
-                    item_path,
-                    f"{what} {label!r} is already used by {path}[{seen[label]}]; "
-                    + ("give each entry a distinct label" if labels or task_labels else "list each once"),
-                )
+            label = self.entry_label(item, name, item_path, seen, labelled=labels or task_labels)
             seen[label] = i
             normal = {"name": name, "options": dict(options), **({"label": label} if label != name else {})}
             resolved_model = None
             if labels:
-                own_model = self.model(item.get("model", {}), f"{item_path}.model")
-                resolved_model = self.config({**(model or {}), **own_model}, f"{item_path}.model", ModelConfig, "model")
-                if resolved_model["kind"] == "decoder":  # refused here, before any cell runs
-                    try:
-                        require_causal_form(name)
-                    except UserError as err:
-                        raise self.error(f"{item_path}.name", str(err)) from None
-                if resolved_model["match"] is not None:
-                    try:
-                        check_knob(match_config(resolved_model["match"]), name)
-                    except UserError as err:
-                        raise self.error(f"{item_path}.model.match", str(err)) from None
+                own_model, resolved_model = self.attention_model(item, item_path, name, model)
                 normal = {"name": name, "label": label, "options": dict(options), "model": own_model}
             elif task_labels:
-                for key, check in (("model", self.model), ("training", self.training)):
-                    if key in item:
-                        normal[key] = check(item[key], f"{item_path}.{key}")
-                if "model" in normal:
-                    self.config({**(model or {}), **normal["model"]}, f"{item_path}.model", ModelConfig, "model")
+                normal |= self.task_overrides(item, item_path, model)
             self.resolved[path][label] = self.registry_options(
                 registry, entry, options, f"{item_path}.options", resolved_model
             )
@@ -471,6 +463,53 @@ class _Validator:
                     raise self.error(f"{item_path}.options", str(err)) from None
             out.append(normal)
         return out
+
+    def entry_label(
+        self, item: dict[str, Any], name: str, item_path: str, seen: dict[str, int], *, labelled: bool
+    ) -> str:
+        """The entry's label (its name unless it may carry one and does), refused when it holds '/' or an earlier
+        entry of the list (`seen`: label -> index) has it."""
+        label = self.string(item.get("label", name), f"{item_path}.label") if labelled else name
+        if "/" in label:
+            raise self.error(f"{item_path}.label", f"label {label!r} must not contain '/'")
+        if label in seen:
+            what = "label" if labelled else "name"
+            path = item_path[: item_path.rindex("[")]
+            raise self.error(
+                item_path,
+                f"{what} {label!r} is already used by {path}[{seen[label]}]; "
+                + ("give each entry a distinct label" if labelled else "list each once"),
+            )
+        return label
+
+    def attention_model(
+        self, item: dict[str, Any], item_path: str, name: str, model: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """An attention entry's own `model` overrides, and the model its cells run (the suite's with them over it),
+        checked against what the attention can be: a decoder needs a causal form, `match` a knob it has."""
+        own_model = self.model(item.get("model", {}), f"{item_path}.model")
+        resolved_model = self.config({**(model or {}), **own_model}, f"{item_path}.model", ModelConfig, "model")
+        if resolved_model["kind"] == "decoder":  # refused here, before any cell runs
+            try:
+                require_causal_form(name)
+            except UserError as err:
+                raise self.error(f"{item_path}.name", str(err)) from None
+        if resolved_model["match"] is not None:
+            try:
+                check_knob(match_config(resolved_model["match"]), name)
+            except UserError as err:
+                raise self.error(f"{item_path}.model.match", str(err)) from None
+        return own_model, resolved_model
+
+    def task_overrides(self, item: dict[str, Any], item_path: str, model: dict[str, Any] | None) -> dict[str, Any]:
+        """A task entry's `model` and `training` overrides for its cells, each checked (the model over the suite's)."""
+        overrides = {}
+        for key, check in (("model", self.model), ("training", self.training)):
+            if key in item:
+                overrides[key] = check(item[key], f"{item_path}.{key}")
+        if "model" in overrides:
+            self.config({**(model or {}), **overrides["model"]}, f"{item_path}.model", ModelConfig, "model")
+        return overrides
 
     def registry_options(
         self, registry: Registry, entry: Any, options: dict[str, Any], path: str, model: dict[str, Any] | None

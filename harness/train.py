@@ -196,7 +196,9 @@ def train_model(
     progress: Progress | None = None,
 ) -> TrainResult:
     """Train `model` for `objective` on task['train'] (with the learning phase its attention declares), select a
-    checkpoint on task['validation']."""
+    checkpoint on task['validation'].
+    Long: the one training loop: phase A (before, or after k epochs), the epochs under the schedule, evaluation
+    and the checkpoint choice share the loop's state."""
     device = torch.device(device)
     model.to(device)
     train = task["train"]

@@ -73,7 +73,9 @@ class WorkerExecutor:
     timeout: float | None = None
 
     def run(self, cells: list[Cell], sink: CellSink) -> None:
-        """Run `cells` in the worker processes; each ends in `sink.finished`."""
+        """Run `cells` in the worker processes; each ends in `sink.finished`.
+        Long: the pool's event loop (start, feed, reap, time out, replace a dead worker), whose steps read
+        and change the same worker states."""
         ctx = multiprocessing.get_context("spawn")
         n = max(1, min(self.workers, len(cells)))
         # cores // workers, not // n: the same threads however many cells are left (bit-identical CPU results)

@@ -343,7 +343,9 @@ def run_learning_phase(
     phase_b_steps: int | None = None,
 ) -> dict[str, Any]:
     """Phase A: move every attention's particles (and, by option, LayerNorm and value projections), nothing else;
-    returns budget, time, alignments on `validation` (else the first training rows) and walk diagnostics."""
+    returns budget, time, alignments on `validation` (else the first training rows) and walk diagnostics.
+    Long: the phase's steps in order (budget, alignments before, the Langevin walk with its early stop,
+    alignments after, the record), which share the walk's state."""
     cfg = learning_phase_config(PhaseAConfig, options, "phase_a")
     device = torch.device(device)
     modules = particle_modules(model)

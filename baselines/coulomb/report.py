@@ -146,7 +146,8 @@ def kernel_f1_table(results: Results) -> Table | None:
 
 
 def kernel_paper_table(results: Results) -> Table | None:
-    """Ours at the smallest sigma beside the paper's Figure 1 read-offs (approximate, read off a plot)."""
+    """Ours at the smallest sigma beside the paper's Figure 1 read-offs (approximate, read off a plot).
+    Long: one table's columns in the order they are shown."""
     rows = kernel_rows(results, "noise")
     if rows.empty:
         return None
@@ -358,7 +359,8 @@ def _mechanism_record(pa: dict[str, Any]) -> dict[str, float]:
 
 
 def phase_a_mechanism_table(results: Results) -> Table | None:
-    """Per learned-kernel row: its phase-A settings and what phase A did to held-out pooled attention outputs."""
+    """Per learned-kernel row: its phase-A settings and what phase A did to held-out pooled attention outputs.
+    Long: one table's columns in the order they are shown."""
     recs = []
     for _, cell in results.of("accuracy").iterrows():
         pa = (cell["details"] or {}).get("phase_a")
@@ -482,7 +484,8 @@ def walk_verdicts(frame: pd.DataFrame, settings: ComparisonSettings) -> dict[tup
 
 def coulomb_table(results: Results) -> Table | None:
     """Phase-A diagnostics of learned-kernel cells: whether the particles drift or walk, and the validation
-    alignments before and after (the same three the phase-A plot marks)."""
+    alignments before and after (the same three the phase-A plot marks).
+    Long: one table's columns in the order they are shown."""
     recs = []
     for _, c in results.of("accuracy").iterrows():
         pa = c["details"].get("phase_a")

@@ -74,7 +74,9 @@ def distill_hedgehog(
     phase_b_steps: int | None = None,
 ) -> dict[str, Any]:
     """Phase A for Hedgehog: train every Hedgehog layer's W to match softmax weights, nothing else; returns the
-    budget, time and the distillation loss per layer on the first and the last batch."""
+    budget, time and the distillation loss per layer on the first and the last batch.
+    Long: budget, the distillation steps and the losses before and after share the loop's state, as in the
+    Coulomb phase A."""
     cfg = learning_phase_config(DistillationConfig, options, "phase_a (hedgehog distillation)")
     modules = [m for m in model.modules() if isinstance(m, HedgehogAttention)]
     if not modules:

@@ -110,7 +110,9 @@ def compare_family(
     alpha: float,
     correction: Correction,
 ) -> pd.DataFrame:
-    """One row per pair of the family (COLUMNS + EXTRA)."""
+    """One row per pair of the family (COLUMNS + EXTRA).
+    Long: each pair's estimate, interval, test, margin and verdict, then the family's correction, written as one
+    row."""
     info = metric_info(family.metric)
     estimates = [difference_spread(family.labels[a], family.labels[b], family.design) for a, b in pairs]
     stacked = Spread(

@@ -235,6 +235,9 @@ def _new_point(
     device: str,
     machine: dict[str, Any],
 ) -> Point:
+    """One point of the grid (length n, batch b, heads h, mode): its row, with the roofline cost, a length cap's or the
+    budget's skip, and its paired twin. Long: the row's fields are written out once, as the stored details show
+    them."""
     name, label = cell.attention.name, cell.attention.label
     attn_options = cell.attention.options
     d = options.head_dim
@@ -376,7 +379,8 @@ def _time(points: list[Point], options: EfficiencyOptions, device: str, progress
     machine is probed before the first pass and after every pass; a point's bound takes, per pass, the better of
     the probes before and after it (as with one round), then the median over its passes, so that more passes do
     not mean more chances at a lucky reading. With several rounds a pass of a short call begins with one untimed
-    call (the probe before it has flushed the caches)."""
+    call (the probe before it has flushed the caches).
+    Long: the interleaved passes, the probes around them and the per-point bounds share one loop's state."""
     rounds = options.rounds
     rewarm_below_s = 0.25 * options.min_time_s / rounds
     share = {

@@ -122,7 +122,9 @@ def efficiency_frame(results: Results) -> pd.DataFrame:
 
 
 def efficiency_table(results: Results) -> Table | None:
-    """Time, tokens/s, peak memory by sequence length; ratios against softmax of the same run."""
+    """Time, tokens/s, peak memory by sequence length; ratios against softmax of the same run.
+    Long: one table's columns in the order they are shown (time, tokens/s, memory, ratios against softmax, busy
+    marks)."""
     eff = efficiency_frame(results)
     if eff.empty:
         return None
@@ -312,7 +314,9 @@ def _timing_verdicts(data: pd.DataFrame, results: Results) -> list[str | None]:
 
 def plot_efficiency(eff: pd.DataFrame, colors: Mapping[str, Any], out_dir: Path) -> list[Plot]:
     """Time and peak memory vs sequence length (log-log), one line per label; OOM/timeout as x at the top; points
-    timed on a busy machine (column `busy`) ringed in red."""
+    timed on a busy machine (column `busy`) ringed in red.
+    Long: one figure's panels and their marks (a line per label, OOM and time-out crosses, busy rings), drawn in
+    order."""
     if eff.empty:
         return []
     plots = []

@@ -90,7 +90,8 @@ def select_trials(
 
 
 def sweep_table(summary: pd.DataFrame | None) -> Table | None:
-    """Per (task, label): the chosen trial's values and validation score, and how many trials competed."""
+    """Per (task, label): the chosen trial's values and validation score, and how many trials competed.
+    Long: one table's columns in the order they are shown."""
     if summary is None or summary.empty:
         return None
     many_runs = summary["run"].nunique() > 1

@@ -163,6 +163,8 @@ def _build(compiler: str) -> Path:
 
 
 def _declare(lib: ctypes.CDLL) -> None:
+    """The ctypes signature (argument and return types) of every entry point of the library. Long: one declaration per
+    kernel, in the source's order; the table is the content."""
     p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
     lib.attnbench_abi.restype = i32
     lib.attnbench_attention.restype = i32
@@ -568,7 +570,8 @@ def write_queries(
     """out = (phi_q kv + offset) / guard(phi_q ksum + offset, eps); kv (B*H, F, Dv), ksum
     (B*H, F, 1), offsets (B*H, 1, Dv) and (B*H, 1, 1) or None, all contiguous; out (B, H, N, Dv) contiguous.
     conv: (values (B, H, N, Dv), weight (H, K)), contiguous, whose centred depthwise convolution along the
-    sequence is added (Nystromformer's skip), or None."""
+    sequence is added (Nystromformer's skip), or None.
+    Long: the shape checks of every argument, then the call with its 22 arguments in the C++ order."""
     kernel = "write_queries"
     if spec.kind not in ("favor", "elu", "trig"):  # attnbench_queries takes no paper map
         raise NativeShapeError(f"native.{kernel}: feature kind {spec.kind!r} is not one of favor, elu, trig")
