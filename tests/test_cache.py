@@ -20,7 +20,7 @@ TEXTS = [f"a short film review number {i} that was good or bad" for i in range(5
 def test_one_root_from_the_option_else_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNBENCH_CACHE", str(tmp_path / "env"))
     assert cache_root() == tmp_path / "env" and cache_root(str(tmp_path / "opt")) == tmp_path / "opt"
-    assert native._cache_dir() == tmp_path / "env" / "native"  # the kernels share the root
+    assert native.toolchain.cache_dir() == tmp_path / "env" / "native"  # the kernels share the root
     monkeypatch.delenv("ATTNBENCH_CACHE")
     assert cache_root() == Path.home() / ".cache" / "attnbench"
 
@@ -56,8 +56,8 @@ def test_a_tokenizer_entry_written_before_digests_is_kept(tmp_path):
 
 @pytest.mark.skipif(native.library() is None, reason=f"native kernels {native.status()}")
 def test_an_empty_cached_kernel_library_is_rebuilt_not_turned_off_for_good(tmp_path):
-    compiler = native._compiler()
-    built = native._build(compiler)
+    compiler = native.toolchain.compiler()
+    built = native.toolchain.build(compiler)
     cached = tmp_path / "native" / built.name
     cached.parent.mkdir()
     cached.write_bytes(b"")

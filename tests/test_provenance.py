@@ -38,6 +38,6 @@ def test_provenance_says_whether_the_fused_kernels_ran(monkeypatch):
     from attnbench.kernels import native
 
     assert provenance.machine_provenance("cpu")["native_kernels"] == native.status()
-    monkeypatch.setattr(native, "_LIB", None)
-    monkeypatch.setattr(native, "_REASON", "disabled by ATTNBENCH_NATIVE=0")
+    monkeypatch.setattr(native.runtime, "_LIB", None)
+    monkeypatch.setattr(native.runtime, "_REASON", "disabled by ATTNBENCH_NATIVE=0")
     assert provenance.machine_provenance("cpu")["native_kernels"] == "off: disabled by ATTNBENCH_NATIVE=0"

@@ -183,7 +183,7 @@ PAPER_MAPS = [k for k in FEATURE_MAPS if k != "trig"]
 def use_native(on: bool, monkeypatch) -> None:
     """The module's switch: off makes every call take the PyTorch path (as ATTNBENCH_NATIVE=0 does)."""
     if not on:
-        monkeypatch.setattr(native, "library", lambda: None)
+        monkeypatch.setattr(native.runtime, "library", lambda: None)
 
 
 @pytest.mark.parametrize("kind", PAPER_MAPS)
