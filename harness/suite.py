@@ -455,14 +455,18 @@ class _Validator:
             self.resolved[path][label] = self.registry_options(
                 registry, entry, options, f"{item_path}.options", resolved_model
             )
-            if labels and entry.capabilities.layer_pattern:  # its layers against the model's depth and kind
-                causal = {"causal": True} if resolved_model["kind"] == "decoder" else {}
-                try:
-                    layer_attentions(name, {**options, **causal}, resolved_model["num_layers"])
-                except UserError as err:
-                    raise self.error(f"{item_path}.options", str(err)) from None
+            if labels and entry.capabilities.layer_pattern:
+                self.layer_pattern(name, options, resolved_model, f"{item_path}.options")
             out.append(normal)
         return out
+
+    def layer_pattern(self, name: str, options: dict[str, Any], model: dict[str, Any], path: str) -> None:
+        """A layer-pattern attention's (the hybrid's) layers, checked against the model's depth and kind."""
+        causal = {"causal": True} if model["kind"] == "decoder" else {}
+        try:
+            layer_attentions(name, {**options, **causal}, model["num_layers"])
+        except UserError as err:
+            raise self.error(path, str(err)) from None
 
     def entry_label(
         self, item: dict[str, Any], name: str, item_path: str, seen: dict[str, int], *, labelled: bool
