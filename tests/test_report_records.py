@@ -4,6 +4,8 @@ measurement module and no torch for a run of built-in measurements, and a plug-i
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +70,92 @@ def test_a_plugin_metrics_direction_comes_from_the_run_not_its_module(tmp_path, 
         "load_runs([sys.argv[1]]); print(metric_direction('plugin_error'))"
     )
     assert _fresh(children, probe, str(tmp_path)) == "min"
+
+
+PLUGIN = '''
+"""A plug-in measurement whose one metric is better low (no task: the value follows from the attention)."""
+import dataclasses
+from typing import ClassVar
+
+from attnbench.measurements import MEASUREMENTS
+from attnbench.metrics import register_metric
+
+register_metric("toy_error", "min", "a plug-in's error rate", bounds=(0.0, 1.0), headline=True)
+
+
+@dataclasses.dataclass
+class ToyErrorOptions:
+    uses_task: ClassVar[bool] = False
+
+
+@MEASUREMENTS.register("toy-error", config=ToyErrorOptions)
+def toy_error(cell, options, *, device, progress):
+    base = {"softmax": 0.1, "elu-linear": 0.3, "uniform": 0.6}[cell.attention.name]
+    return {"metrics": {"toy_error": base + 0.01 * cell.seed}, "details": {}}
+'''
+SUITE = """name: toy-plugin
+description: a plug-in measurement whose metric is better low
+attentions: [uniform, softmax, elu-linear]
+seeds: [0, 1, 2]
+measurements: ["toy_error_plugin:toy_error"]
+"""
+CLI = "import sys; from attnbench.cli import main; sys.exit(main(sys.argv[1:]))"
+REPORTED = (
+    "import sys, warnings; warnings.simplefilter('error'); from attnbench.cli import main; "
+    "from attnbench.metrics import metric_direction; code = main(['report', *sys.argv[1:]]); "
+    "print(code, metric_direction('toy_error'))"
+)
+
+
+def _plugin_run(tmp_path: Path, children) -> tuple[Path, Path]:
+    """A run of the plug-in suite by `attnbench run` in an interpreter that has the plug-in on its path."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "toy_error_plugin.py").write_text(PLUGIN)
+    (tmp_path / "toy.yaml").write_text(SUITE)
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")])}
+    process = children.start(
+        [sys.executable, "-c", CLI, "run", str(tmp_path / "toy.yaml"), "--out", str(run), "--workers", "1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _, err = process.communicate(timeout=HANG_GUARD)
+    assert process.returncode == 0, err
+    return run, plugins
+
+
+def _ranked_labels(run: Path) -> list[str]:
+    """The labels of the plug-in's table in report.md, in the order shown."""
+    lines = (run / "report" / "report.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "toy_error_plugin:toy_error" in line)
+    rows = [line for line in lines[start:] if line.startswith("| ") and "toy_error" not in line and ":--" not in line]
+    return [row.split("|")[1].strip() for row in rows[:3]]
+
+
+def test_report_knows_a_plugin_measurements_metrics_without_its_module(tmp_path, children):
+    """Issue 48 case 6: the report of a plug-in's run, in a process that cannot import the plug-in, ranks its metric
+    in its declared direction (best, softmax's 0.11, first), from the records `attnbench run` stored."""
+    run, _ = _plugin_run(tmp_path, children)
+    assert json.loads((run / "run.json").read_text())["metrics"]["toy_error"]["direction"] == "min"
+    assert _fresh(children, REPORTED, str(run)) == "0 min"
+    assert _ranked_labels(run) == ["softmax", "elu-linear", "uniform"]
+
+
+def test_an_older_plugin_run_without_records_declares_them_from_the_plugin_else_warns(tmp_path, children):
+    run, plugins = _plugin_run(tmp_path, children)
+    info = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({k: v for k, v in info.items() if k != "metrics"}))
+    head = "import sys, warnings; "
+    with_plugin = REPORTED.replace(head, f"{head}sys.path.insert(0, {str(plugins)!r}); ")
+    assert _fresh(children, with_plugin, str(run)) == "0 min"  # the plug-in declares them, without a warning
+    shutil.rmtree(run / "report")
+    probe = REPORTED.replace("warnings.simplefilter('error')", "warnings.simplefilter('always')")
+    process = children.start(
+        [sys.executable, "-c", probe, str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    out, err = process.communicate(timeout=HANG_GUARD)
+    assert out.strip().splitlines()[-1] == "0 None"  # reported, unranked
+    assert "toy_error_plugin:toy_error" in err and "attnbench run SUITE --out RUN_DIR" in err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +90,9 @@ def load_runs(run_dirs: list[Path], *, stale: bool = False) -> Results:
     runs = [RunInfo(tag, Path(p)) for tag, p in zip(_run_tags([Path(p) for p in run_dirs]), run_dirs)]
     rows = [row for run in runs for row in _read_run(run)]
     stored = [_read_plan(run, {r["cell_id"] for r in rows if r["run"] == run.tag}) for run in runs]
-    if not all(stored):  # a run from before runs stored their metric records: the measurements declare them
-        from attnbench.measurements import measurement_names  # here only: importing them imports torch
-
-        measurement_names()
+    if not all(stored):  # runs from before runs stored their metric records: their measurements declare them
+        older = {run.tag for run, has in zip(runs, stored) if not has}
+        _declare_from_measurements({r["measurement"] for r in rows if r["run"] in older and r["measurement"]})
     rows = _in_plan(rows, runs, stale)
     cells = pd.DataFrame(rows, columns=CELL_COLUMNS + ["metrics", "details", "provenance", "task_options", "sweep"])
     cells["task"] = _task_keys(cells)
@@ -107,6 +107,25 @@ def load_runs(run_dirs: list[Path], *, stale: bool = False) -> Results:
     kept = set(zip(cells["run"], cells["file"]))
     unchosen = everything[[key not in kept for key in zip(everything["run"], everything["file"])]]
     return Results(cells=cells, runs=runs, sweep=sweep, unchosen=unchosen.reset_index(drop=True))
+
+
+def _declare_from_measurements(names: set[str]) -> None:
+    """The metric records of a run written before runs stored them (run.json without "metrics"), declared by
+    importing the built-in measurements and each of `names` (a plug-in's module where it can be imported); a
+    plug-in that cannot be leaves its metrics undeclared, so unranked, and a warning says how to store them."""
+    from attnbench.measurements import MEASUREMENTS, measurement_names  # here only: importing them imports torch
+
+    measurement_names()
+    for name in sorted(names):
+        try:
+            MEASUREMENTS.get(name)
+        except UserError as err:
+            warnings.warn(
+                f"measurement {name!r} of a run without stored metric records cannot be loaded ({err}): its metrics "
+                f"have no declared direction and are shown unranked; make it importable, or rerun `attnbench run "
+                f"SUITE --out RUN_DIR` (finished cells are kept) to store the records in run.json",
+                stacklevel=3,
+            )
 
 
 def _in_plan(rows: list[dict[str, Any]], runs: list[RunInfo], stale: bool) -> list[dict[str, Any]]:
