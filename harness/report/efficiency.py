@@ -219,7 +219,9 @@ def busy_text(row: Any) -> str:
 
 def paired_table(results: Results) -> Table | None:
     """Attentions timed call by call in alternation with another (efficiency option `paired`): both times and
-    the median over pairs of the other's time / this one's."""
+    the median over pairs of the other's time / this one's.
+    Long: the stored pairs' columns made numeric (older runs lack some), pooled per shape, then the table's
+    columns and its one note on how the pairs were timed and judged."""
     rows = detail_rows(results, "efficiency")
     if rows.empty or "paired_label" not in rows or rows["paired_label"].isna().all():
         return None

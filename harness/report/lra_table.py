@@ -54,7 +54,9 @@ def _tasks(cells: pd.DataFrame) -> list[str]:
 
 
 def lra_tables(results: Results) -> list[Table]:
-    """The LRA-style accuracy table and the verdict on every pair, when the run has LRA tasks."""
+    """The LRA-style accuracy table and the verdict on every pair, when the run has LRA tasks.
+    Long: LRA's one layout (a column per task in LRA's order, chance and the parameter rule's marks, the average,
+    the pair counts) and the pairs table, both from the same standings and pairs."""
     cells = results.of("accuracy")
     cells = cells[cells["attention"] != "reference"]
     tasks = _tasks(cells)

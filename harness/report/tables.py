@@ -91,7 +91,9 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     """One row per attention label on a task: every metric's mean [interval] (per-seed values under 5 seeds) from
     the inference engine, ranked by mean with the rank's confidence set where the metric has a direction (times
     are not ranked); bold: each ranked metric's best set; parameter counts; for accuracy, the label against
-    chance."""
+    chance.
+    Long: one table's columns in the order they are shown (metrics with intervals, ranks, parameter counts,
+    chance, problems), each reading the same standings."""
     cells = results.cells[(results.cells["measurement"] == measurement) & (results.cells["task"] == task)]
     ok = results.of(measurement)
     ok = ok[ok["task"] == task]
@@ -175,7 +177,8 @@ def leaderboard_table(results: Results) -> Table:
     and the label against chance; across tasks: on how many tasks a label is in the best set.
 
     No average over tasks of different scales: each task is ranked on its own, and a label is compared only
-    with labels measured on the same task."""
+    with labels measured on the same task.
+    Long: the per-task columns and the across-task count come from one pass over the same standings."""
     cells = results.cells[results.cells["measurement"] == "accuracy"]
     ok = results.of("accuracy")
     tasks = sorted(set(cells["task"].dropna()))
