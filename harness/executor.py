@@ -38,6 +38,7 @@ from attnbench.provenance import device_name, machine_provenance, now, resolve_d
 from attnbench.reuse import adopt_results, reuse_sources
 from attnbench.store import FINISHED, RunStore, process_alive
 from attnbench.sweep import chosen_trials
+from attnbench.tasks import task_designs
 from attnbench.workers import (
     LOAD_SECONDS,
     Split,
@@ -239,7 +240,8 @@ def run_suite(suite: Suite, run_dir: Path, options: RunOptions) -> RunSummary:
             if split is not None:
                 provenance["split"] = split.provenance()
             records = measurement_records([m["name"] for m in suite.measurements])
-            notes += store.open(suite.as_dict(), planned, provenance, records)
+            designs = task_designs(sorted({t["name"] for t in suite.tasks}))
+            notes += store.open(suite.as_dict(), planned, provenance, records, designs)
             notes += _record_deaths(store, device)
             if sources:
                 sitting_threads = split.threads if split is not None else options.ray_threads

@@ -1,6 +1,7 @@
 """The results store: one run folder per suite run, one atomically written JSON file per cell.
 
-Layout:  RUN_DIR/run.json              suite name, normalised suite, cell ids, created, provenance, metric records
+Layout:  RUN_DIR/run.json              suite name, normalised suite, cell ids, created, provenance, metric records,
+                                       the tasks' test-row designs
          RUN_DIR/cells/<cell_id>.json  one cell's result (schema below), written only when it ends
          RUN_DIR/logs/<cell_id>.log    what the cell printed
          RUN_DIR/run.lock              who writes the folder now (pid, host, start, command; flock'ed)
@@ -274,9 +275,11 @@ class RunStore:
         cell_ids: list[str],
         provenance: dict[str, Any],
         metrics: dict[str, dict[str, Any]] | None = None,
+        test_rows: dict[str, str] | None = None,
     ) -> list[str]:
         """Create (or resume) the folder and record the run (with `metrics`, the records of the metrics its
-        measurements declare, read by the report); refuse a folder of a different suite.
+        measurements declare, and `test_rows`, its tasks' declared test-row designs: both read by the report);
+        refuse a folder of a different suite.
         Returns notes on files set aside because they could not be read (their cells run again)."""
         self.refuse_other_suite(suite["name"])
         notes = []
@@ -306,6 +309,7 @@ class RunStore:
             "updated": now,
             "provenance": provenance,
             **({"metrics": metrics} if metrics is not None else {}),
+            **({"test_rows": test_rows} if test_rows is not None else {}),
         }
         first_split = (
             (existing.get("first_split") or (existing.get("provenance") or {}).get("split"))

@@ -380,6 +380,7 @@ def test_a_sweep_on_selection_seeds_runs_the_chosen_trial_at_the_other_seeds(tmp
     plan = json.loads((tmp_path / "run" / "run.json").read_text())
     assert sorted(plan["cell_ids"]) == sorted(r["cell_id"] for r in RunStore(tmp_path / "run").records())
     assert plan["metrics"]["accuracy"]["direction"] == "max"  # the records of its metrics, for the report
+    assert plan["test_rows"] == {"nonlinear_tokens": "fresh"}  # and its tasks' designs
     again = run_suite(load_suite(str(path)), tmp_path / "run", RunOptions(show_progress=False, workers=1))
     assert again.ran == 0 and again.resumed == 10
     kept = load_runs([tmp_path / "run"]).cells

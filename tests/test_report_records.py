@@ -1,5 +1,6 @@
-"""A run stores the records of its metrics (run.json "metrics"); `attnbench report` reads them there, so it imports no
-measurement module and no torch for a run of built-in measurements, and a plug-in's metrics keep their direction."""
+"""A run stores the records of its metrics (run.json "metrics") and its tasks' test-row designs ("test_rows");
+`attnbench report` reads them there, so it imports no measurement or task module and no torch for a run of built-in
+measurements, and a plug-in's metrics keep their direction."""
 
 from __future__ import annotations
 
@@ -11,21 +12,23 @@ import sys
 from pathlib import Path
 
 from processes import HANG_GUARD
-from report_fixture import make_fake_run, write_cell
+from report_fixture import TASKS, make_fake_run, write_cell
 
 from attnbench.measurements import measurement_names, measurement_records
 from attnbench.metrics import MetricInfo
+from attnbench.tasks import task_designs
 
 LOADED = (
     "import json, sys; from attnbench.cli import main; code = main(sys.argv[1:]); "
     "print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')[0] == 'torch' "
-    "or m.startswith('attnbench.measurements'))]))"
+    "or m.startswith(('attnbench.measurements', 'attnbench.tasks')))]))"
 )
 
 
-def _store_records(run: Path, records: dict) -> None:
+def _store_records(run: Path, records: dict, test_rows: dict | None = None) -> None:
+    """What `attnbench run` stores beside the plan: the metric records and the tasks' test-row designs."""
     info = json.loads((run / "run.json").read_text())
-    (run / "run.json").write_text(json.dumps({**info, "metrics": records}))
+    (run / "run.json").write_text(json.dumps({**info, "metrics": records, "test_rows": test_rows or {}}))
 
 
 def _fresh(children, code: str, *args: str) -> str:
@@ -48,7 +51,7 @@ def test_a_run_stores_the_records_its_measurements_declare():
 def test_report_of_a_run_with_its_records_imports_no_measurement_and_no_torch(tmp_path, children):
     measurement_names()  # the built-ins' records, as `attnbench run` stores them
     run = make_fake_run(tmp_path / "run")  # every measurement kind, the Coulomb plug-in's included
-    _store_records(run, measurement_records([]))
+    _store_records(run, measurement_records([]), task_designs(list(TASKS)))
     code, loaded = json.loads(_fresh(children, LOADED, "report", str(run)))
     assert code == 0 and loaded == []
     assert (run / "report" / "report.md").is_file()
@@ -159,3 +162,14 @@ def test_an_older_plugin_run_without_records_declares_them_from_the_plugin_else_
     out, err = process.communicate(timeout=HANG_GUARD)
     assert out.strip().splitlines()[-1] == "0 None"  # reported, unranked
     assert "toy_error_plugin:toy_error" in err and "attnbench run SUITE --out RUN_DIR" in err
+
+
+def test_a_tasks_design_comes_from_the_run_before_the_registry():
+    """A run's stored designs (run.json "test_rows") are the tasks' declarations, even for a task this installation
+    does not know (whose registry answer would be 'shared')."""
+    from attnbench.decisions.cells import adopt_designs, declared_design
+
+    assert declared_design("plugin-task-not-installed") == "shared"
+    assert adopt_designs({"plugin-task-not-installed": "fresh", "odd": "sometimes"})
+    assert declared_design("plugin-task-not-installed") == "fresh" and declared_design("odd") == "shared"
+    assert not adopt_designs(None)  # a run from before runs stored them

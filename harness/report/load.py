@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.decisions.cells import adopt_designs
 from attnbench.errors import UserError
 from attnbench.metrics import adopt_records
 from attnbench.names import REFERENCE
@@ -177,8 +178,8 @@ def _read_run(run: RunInfo) -> list[dict[str, Any]]:
 
 
 def _read_plan(run: RunInfo, present: set[str]) -> bool:
-    """Suite name and planned-but-absent cell ids from RUN_DIR/run.json (absent or unreadable: nothing), and the
-    records of its metrics (`metrics.adopt_records`); whether it held them."""
+    """Suite name and planned-but-absent cell ids from RUN_DIR/run.json (absent or unreadable: nothing), the
+    records of its metrics (`metrics.adopt_records`) and its tasks' test-row designs; whether it held the records."""
     try:
         plan = json.loads((run.path / "run.json").read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -190,6 +191,7 @@ def _read_plan(run: RunInfo, present: set[str]) -> bool:
     run.not_run = [cid for cid in plan.get("cell_ids") or [] if cid not in present]
     if isinstance(plan.get("cell_ids"), list):
         run.planned = set(plan["cell_ids"])
+    adopt_designs(plan.get("test_rows"))
     return adopt_records(plan.get("metrics"))
 
 

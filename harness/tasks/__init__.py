@@ -130,6 +130,12 @@ def register_task(
     return TASKS.register(name, config=config, description=description)
 
 
+def task_designs(names: list[str]) -> dict[str, str]:
+    """Each task's declared test-row design (`TaskConfig.test_rows`) by name: what a run stores in run.json
+    ("test_rows"), so that reading the run needs no task module (`attnbench.decisions.cells`)."""
+    return {name: TASKS.get(name).config.test_rows for name in names}
+
+
 def task_names(pattern: str = "*") -> list[str]:
     """Sorted registered task names matching a glob pattern, e.g. "*"."""
     return TASKS.names(pattern)
