@@ -173,3 +173,11 @@ def test_a_tasks_design_comes_from_the_run_before_the_registry():
     assert adopt_designs({"plugin-task-not-installed": "fresh", "odd": "sometimes"})
     assert declared_design("plugin-task-not-installed") == "fresh" and declared_design("odd") == "shared"
     assert not adopt_designs(None)  # a run from before runs stored them
+
+
+def test_report_of_the_committed_smoke_run_imports_no_measurement_task_nor_torch(tmp_path, children):
+    """results/smoke stores its records and designs (run.json), so its report needs none of the code that ran it."""
+    smoke = Path(__file__).resolve().parents[1] / "results" / "smoke"
+    code, loaded = json.loads(_fresh(children, LOADED, "report", str(smoke), "--out", str(tmp_path / "report")))
+    assert code == 0 and loaded == []
+    assert (tmp_path / "report" / "report.md").is_file()
