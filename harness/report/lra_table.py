@@ -20,7 +20,7 @@ import pandas as pd
 from attnbench.parameter_budget import parameter_rule
 from attnbench.report import inference
 from attnbench.report.load import Results
-from attnbench.report.paired import difference_text
+from attnbench.report.paired import verdict_cells
 from attnbench.report.sections import register_report_section
 from attnbench.report.table import DASH, Table, finite, fmt
 
@@ -129,20 +129,7 @@ def lra_tables(results: Results) -> list[Table]:
     tables = [Table("lra", "Long Range Arena: test accuracy per task", data, text, best, notes)]
     if len(pairs):
         shown = pd.DataFrame(
-            [
-                {
-                    "task": r.task,
-                    "a": r.label_a,
-                    "b": r.label_b,
-                    "verdict": r.verdict,
-                    "a − b [interval]": difference_text(r),
-                    "p (adjusted)": fmt(r.p_adjusted) if finite(r.p_adjusted) else DASH,
-                    "mde": inference.mde_text(r.mde),
-                    "seeds needed": inference.seeds_needed_text(r.seeds_needed),
-                    "seeds": str(r.n_seeds),
-                }
-                for r in pairs.itertuples()
-            ]
+            [{"task": r.task, "a": r.label_a, "b": r.label_b} | verdict_cells(r) for r in pairs.itertuples()]
         )
         marks = pd.DataFrame(False, index=shown.index, columns=shown.columns)
         marks["verdict"] = pairs["verdict"].isin(["ahead", "behind", "equivalent"]).to_numpy()

@@ -83,6 +83,19 @@ def difference_text(row: Any) -> str:
     return inference.interval_text(row.estimate, row.low, row.high, per_seed)
 
 
+def verdict_cells(row: Any) -> dict[str, str]:
+    """One engine row's verdict columns as the paired and LRA tables print them: verdict, a − b [interval],
+    adjusted p, mde, seeds needed, seeds."""
+    return {
+        "verdict": row.verdict,
+        "a − b [interval]": difference_text(row),
+        "p (adjusted)": fmt(row.p_adjusted) if finite(row.p_adjusted) else DASH,
+        "mde": inference.mde_text(row.mde),
+        "seeds needed": inference.seeds_needed_text(row.seeds_needed),
+        "seeds": str(row.n_seeds),
+    }
+
+
 def paired_comparison_table(results: Results) -> Table | None:
     """Every listed pair's verdict and a - b [interval] per task and paired metric."""
     data = pair_verdicts(results)
@@ -92,18 +105,8 @@ def paired_comparison_table(results: Results) -> Table | None:
     text = pd.DataFrame(
         [
             ({"run": r.run} if many_runs else {})
-            | {  # verdict early: in view on a narrow page
-                "task": r.task,
-                "a": r.label_a,
-                "b": r.label_b,
-                "metric": r.metric,
-                "verdict": r.verdict,
-                "a − b [interval]": difference_text(r),
-                "p (adjusted)": fmt(r.p_adjusted) if finite(r.p_adjusted) else DASH,
-                "mde": inference.mde_text(r.mde),
-                "seeds needed": inference.seeds_needed_text(r.seeds_needed),
-                "seeds": str(r.n_seeds),
-            }
+            | {"task": r.task, "a": r.label_a, "b": r.label_b, "metric": r.metric}
+            | verdict_cells(r)  # verdict early: in view on a narrow page
             for r in data.itertuples()
         ]
     )
