@@ -19,6 +19,7 @@ of the same name finds them and lists what stayed undecided, with the seeds it w
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -164,8 +165,18 @@ def pairs_of_interest(run_dir: Path, suite: Suite, settings: UntilDecided) -> pd
     return rows.assign(budget=budget_states(rows, settings.max_seeds, ALPHA))
 
 
-def next_seeds(rows: pd.DataFrame, suite: Suite, extra: dict[tuple[str, str], set[int]]) -> dict[tuple[str, str], int]:
-    """Per (task, label) of the pairs worth more seeds: the next seed to add (one past every seed the task holds)."""
+def admitted(task: str, label: str, seed: int, measurement: str, filters: tuple[str, ...]) -> bool:
+    """Whether --filter's globs (none: every cell) admit the cell `task/label/s<seed>/measurement`."""
+    name = f"{task}/{label}/s{seed}/{measurement}"
+    return not filters or any(fnmatch.fnmatchcase(name, pattern) for pattern in filters)
+
+
+def next_seeds(
+    rows: pd.DataFrame, suite: Suite, extra: dict[tuple[str, str], set[int]], filters: tuple[str, ...] = ()
+) -> dict[tuple[str, str], int]:
+    """Per (task, label) of the pairs worth more seeds: the next seed to add (one past every seed the task holds).
+    A pair one of whose next cells --filter leaves out gets none: the round could not run it, and a seed added
+    without its cell would be chosen again every round."""
     if rows.empty:
         return {}
     worth = rows[rows["budget"] == WORTH]
@@ -173,7 +184,12 @@ def next_seeds(rows: pd.DataFrame, suite: Suite, extra: dict[tuple[str, str], se
     for task, part in worth.groupby("task", sort=True):
         held = set(suite.seeds) | {s for (t, _), seeds in extra.items() if t == task for s in seeds}
         seed = max(held) + 1
-        for label in sorted(set(part["label_a"]) | set(part["label_b"])):
+        runnable = [
+            (a, b)
+            for a, b, measurement in zip(part["label_a"], part["label_b"], part["measurement"], strict=True)
+            if all(admitted(str(task), str(label), seed, str(measurement), filters) for label in (a, b))
+        ]
+        for label in sorted({label for pair in runnable for label in pair}):
             chosen[(str(task), str(label))] = seed
     return chosen
 
@@ -199,7 +215,7 @@ def run_until_decided(
         if summary.failures:
             break  # a failed cell is the user's to look at, not a reason to add seeds
         rows = pairs_of_interest(run_dir, suite, settings)
-        chosen = next_seeds(rows, suite, extra)
+        chosen = next_seeds(rows, suite, extra, options.filters)
         undecided = int((rows["verdict"] == "undecided").sum()) if len(rows) else 0
         if announce is not None:
             announce(
@@ -207,8 +223,8 @@ def run_until_decided(
                 f"{int((rows['budget'] == WORTH).sum()) if len(rows) else 0} worth more seeds within {settings.max_seeds}"
                 + (f"; adding seed {max(chosen.values())} to {len(chosen)} task-label pairs" if chosen else "; done")
             )
-        if not chosen:
-            break
+        if not chosen or (round_number > 1 and summary.ran == 0):
+            break  # nothing worth a seed, or the last round's added seeds ran nothing (a safety net)
         for key, seed in chosen.items():
             extra.setdefault(key, set()).add(seed)
         round_number += 1

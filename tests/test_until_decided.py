@@ -88,13 +88,32 @@ def test_next_seeds_extend_both_labels_of_each_pair_worth_it() -> None:
             {"task": "t", "label_a": "b", "label_b": "a", "budget": WORTH},
             {"task": "t", "label_a": "c", "label_b": "a", "budget": "decided"},
             {"task": "u", "label_a": "d", "label_b": "a", "budget": "beyond the budget"},
+            {"task": "u", "label_a": "e", "label_b": "a", "budget": WORTH},
         ]
-    )
+    ).assign(measurement="m")
 
     class Seeds:
         seeds = [0, 1, 2]
 
-    assert next_seeds(rows, Seeds(), {("t", "a"): {3}}) == {("t", "a"): 4, ("t", "b"): 4}
+    assert next_seeds(rows, Seeds(), {("t", "a"): {3}}) == {
+        ("t", "a"): 4,
+        ("t", "b"): 4,
+        ("u", "a"): 3,
+        ("u", "e"): 3,
+    }
+    # --filter 't/*': task u's next cells would not run, so its pair gets no seed (else chosen every round)
+    assert next_seeds(rows, Seeds(), {("t", "a"): {3}}, ("t/*",)) == {("t", "a"): 4, ("t", "b"): 4}
+    assert next_seeds(rows, Seeds(), {}, ("*/a/*",)) == {}  # each pair needs both its labels' cells
+
+
+def test_until_decided_with_a_filter_adds_no_seed_the_filter_leaves_unpaired(tmp_path: Path) -> None:
+    # the written seeds run for every label; added seeds only for b, c, d: a's cannot, so a pair with a
+    # (the reference) gets no seed at all, rather than b's s2 running without a's
+    suite, run = suite_file(tmp_path), tmp_path / "run"
+    args = ["run", str(suite), "--out", str(run), "--until-decided", "--max-seeds", "6", "--reference", "a",
+            "--filter", "none/*/s[01]/*", "--filter", "none/[bcd]/*", "--workers", "1", "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    assert seeds_of(run) == {label: {0, 1} for label in MEANS}
 
 
 def test_until_decided_flags_are_refused_without_it(tmp_path: Path, capsys) -> None:
