@@ -8,6 +8,8 @@ import torch
 from fla_naive import in_float64, load_naive, oracle_name
 from recurrent_forms import prefilled_state_bytes
 
+from attnbench.decoder import TransformerDecoder
+from attnbench.model import ModelConfig
 from attnbench.recurrence import step_through
 from attnbench.registry import build_attention
 
@@ -121,6 +123,27 @@ def test_without_forgetting_fox_is_softmax_attention():
         attn.log_gate = lambda k, mask=None: torch.zeros(k.shape[:-1], dtype=k.dtype)
         expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=attn.causal)
         torch.testing.assert_close(attn(q, k, v), expected)
+
+
+def test_a_decoder_with_its_gates_held_open_is_the_softmax_decoder():
+    """The model-level limit, short convolution and every layer included: gates held at f = 1 (bias 40, so log f
+    ~ -4e-18) give the softmax decoder of the same seed, logits and gradients of the shared weights alike; at FoX's
+    initial gates (f ~ 1/2 per token, the reference's) they differ."""
+    cfg = ModelConfig(vocab_size=40, max_length=24, d_model=16, num_heads=2, ffn_dim=32, dropout=0.0, num_layers=2)
+    ids = torch.randint(0, 40, (3, 24), generator=torch.Generator().manual_seed(5))
+    softmax = TransformerDecoder(cfg, "softmax", {"short_conv": 3}, seed=7).double()
+    forgetting = TransformerDecoder(cfg, "fox", {"short_conv": 3}, seed=7).double()
+    assert not torch.allclose(forgetting(ids), softmax(ids), atol=1e-3)
+    with torch.no_grad():
+        for attn in forgetting.attention_modules():
+            attn.gate_bias.fill_(40.0)
+    expected, logits = softmax(ids), forgetting(ids)
+    torch.testing.assert_close(logits, expected, rtol=1e-12, atol=1e-12)
+    expected.square().mean().backward()
+    logits.square().mean().backward()
+    grads = dict(forgetting.named_parameters())
+    for name, p in softmax.named_parameters():
+        torch.testing.assert_close(grads[name].grad, p.grad, rtol=1e-10, atol=1e-12, msg=name)
 
 
 def test_kv_cache_grows_one_position_per_token_and_prefill_matches_steps():

@@ -1,14 +1,17 @@
 """FoX, the Forgetting Transformer (Lin, Nikishin, He, Courville, ICLR 2025): softmax attention with a forget gate.
 
-Each head forgets at a data-dependent rate f_t = sigmoid(w . x_t + b) in (0, 1), and the logits take the sum of
-the log gates between key and query: o_i = sum_{j <= i} exp(q_i . k_j / sqrt(D) + sum_{j < l <= i} log f_l) v_j,
+Each head forgets at a data-dependent rate f_t = sigmoid(w . x_t + b) in (0, 1), and the logits take the sum of the
+log gates between key and query: o_i = sum_{j <= i} exp(q_i . k_j / sqrt(D) + sum_{j < l <= i} log f_l) v_j,
 normalised over j. The attention sees heads, not the token x_t, so the gate reads the head's key k_t, itself a
-linear projection of x_t (as `gla` does): f_t = sigmoid(k_t . w + b), w (D) and b per head (one pair shared by
-every head when num_heads is 1), initialised as fla's `f_proj` (uniform within 1 / sqrt(D)) from the
-attention's own seeded generator. FoX is a decoder; its encoder (causal=False) form here is ours: each key
-weighted by the gates between it and the query on either side, F_ij = sum over l strictly after the earlier of
-i, j up to the later one (as `gla` and `retention` do). Padded positions are never read and forget nothing.
-FoX-Pro's output gate and key-value shift need the token itself and are left out; `short_conv` is at hand.
+linear projection of x_t (as `gla` does): f_t = sigmoid(k_t . w + b), w (D) and b per head (one pair shared by every
+head when num_heads is 1), initialised as fla's `f_proj` (uniform within 1 / sqrt(D)) from the attention's own
+seeded generator. Either way f starts near 1/2 in every head (FoX's own code zeroes the bias, with small weights:
+zhixuan-lin/forgetting-transformer), so a key's weight halves with each later token until the gates learn to open: a
+slow start where the task needs keys far back (MQAR, issue 46). FoX is a decoder; its encoder (causal=False) form
+here is ours: each key weighted by the gates between it and the query on either side, F_ij = sum over l strictly
+after the earlier of i, j up to the later one (as `gla` and `retention` do). Padded positions are never read and
+forget nothing. FoX-Pro's output gate and key-value shift need the token itself and are left out; `short_conv` is at
+hand.
 
 Renderings (this folder, as fla's ops/forgetting_attn): `naive` (the dense definition), `parallel` (torch's fused
 attention, the gate bias carried in two extra q, k dimensions), `recurrent` (decoding with a KV cache that grows
