@@ -20,10 +20,11 @@ Records: every metric a measurement reports is declared once with `register_metr
 description, ...)`, beside the code that computes it, as one `MetricInfo` (lm-eval's MetricSpec): which way is
 better ("max", "min", None: not ranked), its range (`bounds`), the default equivalence margin the inference
 engine (`attnbench.decisions`) uses (in the metric's units, or a fraction of the compared-against value where
-`margin_relative`), whether it is a headline metric and compared in pairs, and its display format. The reports
-read `metric_info(name)` and never guess from names. A pattern is an exact name or a glob over full names (e.g.
-"*_tokens_per_s@*"); exact names win. A record is a plain frozen dataclass: `as_dict()` / `MetricInfo.from_dict`
-carry it through JSON.
+`margin_relative`), whether it is a headline metric and compared in pairs, its display format, and whether it is
+`exact`: a count the code computes (the bytes a decoding state holds, a parameter count), with no sampling error,
+which the engine orders by value and never tests. The reports read `metric_info(name)` and never guess from names.
+A pattern is an exact name or a glob over full names (e.g. "*_tokens_per_s@*"); exact names win. A record is a
+plain frozen dataclass: `as_dict()` / `MetricInfo.from_dict` carry it through JSON.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class MetricInfo:
     headline: bool = False  # one of the metrics a task's results are summarised by
     paired: bool = False  # shown in the paired-comparison table
     format: str = ".3f"  # a format() spec for its values
+    exact: bool = False  # a count the code computes exactly: no sampling error (ordered by value, never tested)
 
     def as_dict(self) -> dict[str, Any]:
         """The record as JSON-able values (bounds as a list)."""
@@ -90,13 +92,16 @@ def register_metric(
     headline: bool = False,
     paired: bool = False,
     format: str = ".3f",
+    exact: bool = False,
 ) -> None:
     """Declare a metric name (or a glob over names) and whether higher ("max") or lower ("min") is better;
     `timed`: it is a wall-clock figure (seconds, latency, throughput), which swings with machine load, so the
     per-task tables show it without a rank (the efficiency section ranks times through its paired timing check).
     `bounds` (low, high): the range its values lie in (intervals are kept inside it); `margin`: the default
     equivalence margin (a fraction of the other label's mean where `margin_relative`); `headline`: a task's
-    summary metric; `paired`: shown in the paired comparisons; `format`: a format() spec for display."""
+    summary metric; `paired`: shown in the paired comparisons; `format`: a format() spec for display; `exact`: a
+    count the code computes (bytes, parameters), the same wherever it runs, so the engine (`attnbench.decisions`)
+    orders it by value (ties share a rank) and draws no interval and runs no test on it."""
     if direction not in ("max", "min", None):
         raise ValueError(f"direction={direction!r} for metric {pattern!r} must be 'max', 'min' or None")
     low, high = bounds
@@ -104,6 +109,8 @@ def register_metric(
         raise ValueError(f"bounds={bounds!r} for metric {pattern!r} must be (low, high) with low < high")
     if margin is not None and not (math.isfinite(margin) and margin >= 0):
         raise ValueError(f"margin={margin!r} for metric {pattern!r} must be a non-negative number or None")
+    if exact and timed:
+        raise ValueError(f"metric {pattern!r} cannot be both timed (measured) and exact (counted); declare one")
     format_spec = format
     try:
         builtins.format(0.5, format_spec)
@@ -113,7 +120,17 @@ def register_metric(
     if known is not None and known.direction != direction:
         raise ValueError(f"metric {pattern!r} is already declared with direction {known.direction!r}")
     METRICS[pattern] = MetricInfo(
-        pattern, direction, description, timed, (low, high), margin, margin_relative, headline, paired, format_spec
+        pattern,
+        direction,
+        description,
+        timed,
+        (low, high),
+        margin,
+        margin_relative,
+        headline,
+        paired,
+        format_spec,
+        exact,
     )
 
 
@@ -132,6 +149,20 @@ def adopt_records(records: Any) -> bool:
         if pattern not in METRICS:
             METRICS[pattern] = MetricInfo.from_dict(data)
     return True
+
+
+def records_predate_fields(records: Any) -> bool:
+    """Whether some record a run stored (run.json "metrics") lacks a field this version's records have: it was
+    stored before the field was added (e.g. `exact`), and took its default when adopted, so the caller should
+    declare the built-in measurements' own records (which know it) over the stored ones."""
+    fields = {f.name for f in dataclasses.fields(MetricInfo)}
+    return isinstance(records, dict) and any(isinstance(r, dict) and not fields <= set(r) for r in records.values())
+
+
+def metric_exact(name: str) -> bool:
+    """Whether the metric is declared a count the code computes exactly (`register_metric(..., exact=True)`)."""
+    info = metric_info(name)
+    return bool(info is not None and info.exact)
 
 
 def metric_timed(name: str) -> bool:

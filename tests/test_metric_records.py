@@ -8,7 +8,14 @@ import json
 import pytest
 
 from attnbench.measurements import measurement_names
-from attnbench.metrics import METRICS, MetricInfo, metric_info, register_metric
+from attnbench.metrics import (
+    METRICS,
+    MetricInfo,
+    declared_records,
+    metric_info,
+    records_predate_fields,
+    register_metric,
+)
 
 
 def test_the_headline_metrics_carry_range_margin_and_format() -> None:
@@ -22,6 +29,7 @@ def test_the_headline_metrics_carry_range_margin_and_format() -> None:
     assert (timed.margin, timed.margin_relative, timed.timed) == (0.1, True, True)  # within 10% of the other
     assert metric_info("fixed-rff@64/accuracy").bounds == (0.0, 1.0)  # a plug-in's record (the Coulomb package)
     assert metric_info("params_total").margin is None  # not ranked, not judged
+    assert metric_info("state_bytes@1024").exact and not metric_info("state_bytes@1024").margin  # counted: no margin
     assert format(0.12345, accuracy.format) == "0.123"
 
 
@@ -39,12 +47,21 @@ def test_every_declared_record_survives_json() -> None:
         ({"bounds": (1.0, 0.0)}, "must be (low, high) with low < high"),
         ({"margin": -0.1}, "must be a non-negative number"),
         ({"format": "%d"}, "is not a format() spec"),
+        ({"exact": True, "timed": True}, "cannot be both timed (measured) and exact (counted)"),
     ],
 )
 def test_a_bad_record_is_refused(options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         register_metric("record_under_test", "max", "a test metric", **options)
     assert "record_under_test" not in METRICS
+
+
+def test_a_record_stored_before_the_exact_field_still_loads_and_is_known_as_older() -> None:
+    measurement_names()
+    stored = {p: {k: v for k, v in r.items() if k != "exact"} for p, r in declared_records().items()}
+    assert MetricInfo.from_dict(stored["state_bytes*"]).exact is False  # as stored: the field's default
+    assert records_predate_fields(stored)
+    assert not records_predate_fields(declared_records()) and not records_predate_fields(None)
 
 
 def test_the_existing_signature_still_declares() -> None:

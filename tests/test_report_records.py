@@ -175,9 +175,40 @@ def test_a_tasks_design_comes_from_the_run_before_the_registry():
     assert not adopt_designs(None)  # a run from before runs stored them
 
 
-def test_report_of_the_committed_smoke_run_imports_no_measurement_task_nor_torch(tmp_path, children):
-    """results/smoke stores its records and designs (run.json), so its report needs none of the code that ran it."""
-    smoke = Path(__file__).resolve().parents[1] / "results" / "smoke"
+def test_report_of_the_smoke_run_with_todays_records_imports_no_measurement_task_nor_torch(tmp_path, children):
+    """results/smoke stores its records and designs (run.json); with the records `attnbench run` stores today (its
+    own predate the `exact` field: the next test), its report needs none of the code that ran it."""
+    smoke = tmp_path / "smoke"
+    shutil.copytree(
+        Path(__file__).resolve().parents[1] / "results" / "smoke", smoke, ignore=shutil.ignore_patterns("report")
+    )
+    measurement_names()
+    _store_records(smoke, measurement_records([]), json.loads((smoke / "run.json").read_text())["test_rows"])
     code, loaded = json.loads(_fresh(children, LOADED, "report", str(smoke), "--out", str(tmp_path / "report")))
     assert code == 0 and loaded == []
     assert (tmp_path / "report" / "report.md").is_file()
+
+
+EXACT_KNOWN = (
+    "import json, sys; from attnbench.report.load import load_runs; from attnbench.metrics import metric_exact; "
+    "load_runs([sys.argv[1]]); print(json.dumps([metric_exact(m) for m in sys.argv[2:]]))"
+)
+
+
+def test_records_stored_before_the_exact_field_take_it_from_the_built_in_measurements(tmp_path, children):
+    """A run whose records predate `exact` (results/smoke; runs started before it was added) ranks its counts as
+    counts: the built-in measurements' records know the field; a plug-in's stored record stays as stored."""
+    measurement_names()
+    older = {p: {k: v for k, v in r.items() if k != "exact"} for p, r in measurement_records([]).items()}
+    older["plugin_count"] = {"pattern": "plugin_count", "direction": "min", "description": "a plug-in's count"}
+    for label, count in (("softmax", 16400.0), ("elu-linear", 33280.0), ("performer-256", 133128.0)):
+        write_cell(tmp_path, label=label, task="byte_lm", measurement="state", metrics={"state_bytes@16": count})
+    (tmp_path / "run.json").write_text(json.dumps({"schema": 1, "suite": "decode"}))
+    _store_records(tmp_path, older)
+    known = json.loads(_fresh(children, EXACT_KNOWN, str(tmp_path), "state_bytes@16", "params_total", "plugin_count"))
+    assert known == [True, True, False]
+    smoke = Path(__file__).resolve().parents[1] / "results" / "smoke"
+    assert json.loads(_fresh(children, EXACT_KNOWN, str(smoke), "params_total", "accuracy")) == [True, False]
+    code, _ = json.loads(_fresh(children, LOADED, "report", str(tmp_path)))
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert code == 0 and "| 33,280 (rank 2) |" in report and "1–3" not in report

@@ -416,6 +416,33 @@ def test_plug_in_measurement_gets_its_own_table(tmp_path: Path) -> None:
     assert table.data.at[0, "score_mean"] == pytest.approx(2.0) and table.data.at[0, "score_n"] == 2
 
 
+def test_counts_are_ranked_by_value_without_an_interval_or_a_rank_set(tmp_path: Path) -> None:
+    """The decode report showed a state's bytes as '33,280 (rank 1, 1–5)': one seed made a counted number look
+    uncertain. Counts (declared exact) rank by value, ties sharing a rank, with no interval and no rank set."""
+    state = {"softmax": (16400.0, 1049600.0), "elu-linear": (33280.0, 33280.0), "vanilla": (33280.0, 33280.0)}
+    for label, (short, long) in state.items():
+        for seed in (0, 1) if label == "elu-linear" else (0,):  # two seeds, the same count on both
+            metrics = {"state_bytes@16": short, "state_bytes@1024": long, "decode_ms_per_token@16": 1.0 + seed}
+            write_cell(tmp_path, label=label, task="byte_lm", measurement="state", seed=seed, metrics=metrics)
+    table = next(t for t in all_tables(load_runs([tmp_path])) if t.name == "state_byte_lm")
+    shown = table.text.set_index("label")
+    assert dict(shown["state_bytes@16"]) == {
+        "softmax": "16,400 (rank 1)",
+        "elu-linear": "33,280 (rank 2)",
+        "vanilla": "33,280 (rank 2)",
+    }
+    assert dict(shown["state_bytes@1024"]) == {
+        "elu-linear": "33,280 (rank 1)",
+        "vanilla": "33,280 (rank 1)",
+        "softmax": "1,049,600 (rank 3)",
+    }
+    bold = table.best.set_index(table.text["label"])
+    assert list(bold.index[bold["state_bytes@16"]]) == ["softmax"]  # the best value, known exactly
+    assert sorted(bold.index[bold["state_bytes@1024"]]) == ["elu-linear", "vanilla"]
+    assert any(n.startswith("Exact (state_bytes@1024, state_bytes@16): counts") for n in table.notes)
+    assert table.data.set_index("label").loc["softmax", "state_bytes@16_rank_high"] == 1
+
+
 def test_sparse_and_failed_runs_still_give_a_report(tmp_path: Path) -> None:
     write_cell(tmp_path / "a", label="a", task="t1", status="failed", reason="boom")
     write_cell(tmp_path / "a", label="b", task="t1", status="skipped", reason="no padding mask")

@@ -118,12 +118,14 @@ def _metric_descriptions() -> dict[str, str]:
 
 
 def _record_facts(info: Any) -> list[str]:
-    """A metric record's range and equivalence margin, as `list metrics` shows them."""
+    """A metric record's range, equivalence margin and whether it is exact, as `list metrics` shows them."""
     low, high = info.bounds
     facts = [] if low is None and high is None else [f"range [{'-inf' if low is None else f'{low:g}'}, "
                                                      f"{'inf' if high is None else f'{high:g}'}]"]  # fmt: skip
     if info.margin is not None:
         facts.append(f"margin {info.margin:.0%} of the other" if info.margin_relative else f"margin {info.margin:g}")
+    if info.exact:
+        facts.append("exact: counted, never tested")
     return facts
 
 

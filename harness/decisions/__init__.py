@@ -10,6 +10,7 @@ Public calls: `attnbench.compare` and `attnbench.standings` (`attnbench.decision
     spread       which variance model a difference or a mean gets
     corrections  Holm / Benjamini-Hochberg (statsmodels) and the interval level that agrees with them
     verdicts     ahead / behind / equivalent (two one-sided tests) / undecided from corrected tests
+    exact        the metrics declared exact (counts): ranked by value and compared as they are, never tested
     power        minimum detectable effect and seeds needed (noncentral t)
     pairwise     compare: the pairs of a task
     ranks        standings: means, rank, rank confidence set, best set

@@ -7,7 +7,8 @@ and the verdicts of `attnbench.decisions.verdicts` over the family of the task's
 in the metric's direction), "behind", "equivalent" (within +-margin of it: e.g. at chance) or "undecided".
 `value_seeds`: the value is itself a mean over that many seeds of the same training (a published number: 1 where
 the paper gives no count), so it carries the label's own seed-to-seed variance too: se^2 = per_seed / S +
-per_seed / value_seeds + the test set's part (None: the value is exact, as a chance rate is).
+per_seed / value_seeds + the test set's part (None: the value is exact, as a chance rate is). A metric declared
+exact (a count) is not tested: a label's count is above, below or at the value (`attnbench.decisions.exact`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ import numpy as np
 import pandas as pd
 
 from attnbench.decisions.corrections import Correction, check_correction
+from attnbench.decisions.exact import EXACT, exact_decisions
 from attnbench.decisions.frame import Family, families
-from attnbench.decisions.pairwise import direction_of, metric_margin, metric_width, power_figures
-from attnbench.decisions.spread import level_spread
+from attnbench.decisions.pairwise import JUDGED, direction_of, metric_margin, metric_width, power_figures
+from attnbench.decisions.spread import Estimate, level_spread
 from attnbench.decisions.variance import Spread
 from attnbench.decisions.verdicts import decide
 from attnbench.errors import UserError
-from attnbench.metrics import metric_info
+from attnbench.metrics import metric_exact, metric_info
 
 COLUMNS = [
     "task",
@@ -50,6 +52,44 @@ COLUMNS = [
 ]
 
 
+def _tested(
+    family: Family,
+    estimates: list[Estimate],
+    value: float,
+    *,
+    higher_is_better: bool,
+    margin: float | None,
+    alpha: float,
+    correction: Correction,
+    value_seeds: int | None,
+) -> dict[str, np.ndarray]:
+    """Per label of a measured metric: mean - value, the corrected tests' verdict and interval (inside the range the
+    metric can take), the margin and the power figures."""
+    extra = 0.0 if value_seeds is None else 1.0 / value_seeds  # the value's own seed variance, in per_seed units
+    spreads = Spread(
+        mean=np.array([e.spread.mean[0] - value for e in estimates]),
+        se=np.array([np.sqrt(e.spread.se[0] ** 2 + extra * e.spread.per_seed[0]) for e in estimates]),
+        df=np.array([e.spread.df[0] for e in estimates]),
+        seeds=0,
+        per_seed=np.array([e.spread.per_seed[0] for e in estimates]),
+        fixed=np.array([e.spread.fixed[0] + extra * e.spread.per_seed[0] for e in estimates]),
+    )
+    info = metric_info(family.metric)
+    margins = np.full(len(estimates), metric_margin(info, margin, value))
+    decided = decide(spreads.mean, spreads.se, spreads.df, margins, higher_is_better, alpha, correction)
+    tested = int(np.isfinite(decided["p"]).sum())
+    power_mde, needed = power_figures(spreads, margins, tested, correction, alpha, metric_width(info))
+    low_bound, high_bound = info.bounds if info is not None else (None, None)
+    return decided | {
+        "estimate": spreads.mean,
+        "low": decided["low"] if low_bound is None else np.maximum(decided["low"], low_bound - value),
+        "high": decided["high"] if high_bound is None else np.minimum(decided["high"], high_bound - value),
+        "margin": margins,
+        "mde": power_mde,
+        "seeds_needed": needed,
+    }
+
+
 def _family_rows(
     family: Family,
     value: float,
@@ -62,25 +102,27 @@ def _family_rows(
 ) -> pd.DataFrame:
     labels = sorted(family.labels)
     estimates = [level_spread(family.labels[label], family.design) for label in labels]
-    extra = 0.0 if value_seeds is None else 1.0 / value_seeds  # the value's own seed variance, in per_seed units
-    spreads = Spread(
-        mean=np.array([e.spread.mean[0] - value for e in estimates]),
-        se=np.array([np.sqrt(e.spread.se[0] ** 2 + extra * e.spread.per_seed[0]) for e in estimates]),
-        df=np.array([e.spread.df[0] for e in estimates]),
-        seeds=0,
-        per_seed=np.array([e.spread.per_seed[0] for e in estimates]),
-        fixed=np.array([e.spread.fixed[0] + extra * e.spread.per_seed[0] for e in estimates]),
+    exact = metric_exact(family.metric)
+    judged = (
+        exact_decisions(np.array([e.spread.mean[0] for e in estimates]), np.full(len(labels), value), higher_is_better)
+        if exact
+        else _tested(
+            family,
+            estimates,
+            value,
+            higher_is_better=higher_is_better,
+            margin=margin,
+            alpha=alpha,
+            correction=correction,
+            value_seeds=value_seeds,
+        )
     )
-    info = metric_info(family.metric)
-    margins = np.full(len(labels), metric_margin(info, margin, value))
-    decided = decide(spreads.mean, spreads.se, spreads.df, margins, higher_is_better, alpha, correction)
-    tested = int(np.isfinite(decided["p"]).sum())
-    power_mde, needed = power_figures(spreads, margins, tested, correction, alpha, metric_width(info))
-    low_bound, high_bound = info.bounds if info is not None else (None, None)
     rows = []
     for i, (label, e) in enumerate(zip(labels, estimates)):
-        notes = list(e.notes) + (["one finite seed: no verdict"] if len(e.seeds) == 1 else [])
-        if len(e.seeds) > 1 and not e.spread.se[0] > 0:
+        notes = list(e.notes)
+        if not exact and len(e.seeds) == 1:
+            notes.append("one finite seed: no verdict")
+        if not exact and len(e.seeds) > 1 and not e.spread.se[0] > 0:
             notes.append("no spread between seeds (coincident values): no interval, no verdict")
         rows.append(
             {
@@ -89,19 +131,11 @@ def _family_rows(
                 "label": label,
                 "value": value,
                 "n_seeds": len(e.seeds),
-                "estimate": spreads.mean[i],
-                "low": decided["low"][i] if low_bound is None else max(decided["low"][i], low_bound - value),
-                "high": decided["high"][i] if high_bound is None else min(decided["high"][i], high_bound - value),
-                "p": decided["p"][i],
-                "p_adjusted": decided["p_adjusted"][i],
-                "verdict": str(decided["verdict"][i]),
-                "margin": margins[i],
-                "mde": power_mde[i],
-                "seeds_needed": needed[i],
-                "level": decided["level"][i],
+                **{column: judged[column][i] for column in JUDGED},
+                "verdict": str(judged["verdict"][i]),
                 "correction": correction,
                 "design": family.design,
-                "variance": e.variance,
+                "variance": EXACT if exact else e.variance,
                 "note": "; ".join(notes),
             }
         )

@@ -4,7 +4,8 @@ The family is the set of pairs of one task and metric: every pair of labels, eac
 the `pairs` given; it is corrected as one (`attnbench.decisions.corrections`). Per pair: a - b over the seeds both
 have (a NaN seed is noted and left out), its spread from seeds and, where stored, test examples
 (`attnbench.decisions.spread`), the verdict and its interval (`attnbench.decisions.verdicts`), and the power
-figures (`attnbench.decisions.power`) at the family's planning level (alpha / m under a correction).
+figures (`attnbench.decisions.power`) at the family's planning level (alpha / m under a correction). A metric
+declared exact (a count) is not tested: its pairs differ or they do not (`attnbench.decisions.exact`).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import numpy as np
 import pandas as pd
 
 from attnbench.decisions.corrections import Correction, check_correction, planning_level
+from attnbench.decisions.exact import EXACT, exact_decisions
 from attnbench.decisions.frame import Family, families
 from attnbench.decisions.power import mde, seeds_needed
-from attnbench.decisions.spread import difference_spread
+from attnbench.decisions.spread import Estimate, difference_spread
 from attnbench.decisions.variance import Spread
 from attnbench.decisions.verdicts import decide
 from attnbench.errors import UserError
-from attnbench.metrics import MetricInfo, metric_info
+from attnbench.metrics import MetricInfo, metric_exact, metric_info
 
 COLUMNS = [
     "task",
@@ -42,6 +44,7 @@ COLUMNS = [
     "seeds_needed",
 ]
 EXTRA = ["level", "correction", "design", "variance", "n_examples", "values_a", "values_b", "note"]
+JUDGED = ("estimate", "low", "high", "p", "p_adjusted", "margin", "mde", "seeds_needed", "level")  # per pair
 
 
 def direction_of(metric: str, higher_is_better: bool | None) -> bool:
@@ -101,20 +104,19 @@ def power_figures(
     return np.where(found > width, np.inf, found), seeds_needed(spread, margins, planning)
 
 
-def compare_family(
+def _tested(
     family: Family,
     pairs: list[tuple[str, str]],
+    estimates: list[Estimate],
     *,
     higher_is_better: bool,
     margin: float | None,
     alpha: float,
     correction: Correction,
-) -> pd.DataFrame:
-    """One row per pair of the family (COLUMNS + EXTRA).
-    Long: each pair's estimate, interval, test, margin and verdict, then the family's correction, written as one
-    row."""
+) -> dict[str, np.ndarray]:
+    """Per pair of a measured metric: the estimate, the corrected tests' verdict and interval (kept inside the range a
+    difference can take), the margin and the power figures."""
     info = metric_info(family.metric)
-    estimates = [difference_spread(family.labels[a], family.labels[b], family.design) for a, b in pairs]
     stacked = Spread(
         mean=np.array([e.spread.mean[0] for e in estimates]),
         se=np.array([e.spread.se[0] for e in estimates]),
@@ -134,13 +136,67 @@ def compare_family(
     decided = decide(stacked.mean, stacked.se, stacked.df, margins, higher_is_better, alpha, correction)
     width = metric_width(info)
     power_mde, needed = power_figures(stacked, margins, int(np.isfinite(decided["p"]).sum()), correction, alpha, width)
+    return decided | {
+        "estimate": stacked.mean,
+        "low": np.maximum(decided["low"], -width),
+        "high": np.minimum(decided["high"], width),
+        "margin": margins,
+        "mde": power_mde,
+        "seeds_needed": needed,
+    }
+
+
+def _counted(
+    family: Family, pairs: list[tuple[str, str]], estimates: list[Estimate], higher_is_better: bool
+) -> dict[str, np.ndarray]:
+    """Per pair of an exact metric (`attnbench.decisions.exact`): its means on the seeds both labels have, compared
+    as they are."""
+    means = [
+        [float(np.mean([family.labels[x].values[s] for s in e.seeds])) if e.seeds else np.nan for x in pair]
+        for pair, e in zip(pairs, estimates)
+    ]
+    a, b = np.array(means, dtype=float).reshape(-1, 2).T
+    return exact_decisions(a, b, higher_is_better)
+
+
+def _untested(e: Estimate) -> list[str]:
+    """Why a measured pair has no verdict, where it has none."""
+    if len(e.seeds) == 1:
+        return ["one seed in common: no verdict"]
+    if len(e.seeds) > 1 and not e.spread.se[0] > 0:
+        return ["no spread between seeds (coincident values): no interval, no verdict"]
+    return []
+
+
+def compare_family(
+    family: Family,
+    pairs: list[tuple[str, str]],
+    *,
+    higher_is_better: bool,
+    margin: float | None,
+    alpha: float,
+    correction: Correction,
+) -> pd.DataFrame:
+    """One row per pair of the family (COLUMNS + EXTRA): tested (`_tested`), or for an exact metric compared as
+    counted (`_counted`)."""
+    estimates = [difference_spread(family.labels[a], family.labels[b], family.design) for a, b in pairs]
+    exact = metric_exact(family.metric)
+    judged = (
+        _counted(family, pairs, estimates, higher_is_better)
+        if exact
+        else _tested(
+            family,
+            pairs,
+            estimates,
+            higher_is_better=higher_is_better,
+            margin=margin,
+            alpha=alpha,
+            correction=correction,
+        )
+    )
     rows = []
     for i, ((a, b), e) in enumerate(zip(pairs, estimates)):
-        notes = list(e.notes)
-        if len(e.seeds) == 1:
-            notes.append("one seed in common: no verdict")
-        elif len(e.seeds) > 1 and not e.spread.se[0] > 0:
-            notes.append("no spread between seeds (coincident values): no interval, no verdict")
+        notes = list(e.notes) + ([] if exact else _untested(e))
         rows.append(
             {
                 "task": family.task,
@@ -148,19 +204,11 @@ def compare_family(
                 "label_a": a,
                 "label_b": b,
                 "n_seeds": len(e.seeds),
-                "estimate": stacked.mean[i],
-                "low": max(decided["low"][i], -width),
-                "high": min(decided["high"][i], width),
-                "p": decided["p"][i],
-                "p_adjusted": decided["p_adjusted"][i],
-                "verdict": str(decided["verdict"][i]),
-                "margin": margins[i],
-                "mde": power_mde[i],
-                "seeds_needed": needed[i],
-                "level": decided["level"][i],
+                **{column: judged[column][i] for column in JUDGED},
+                "verdict": str(judged["verdict"][i]),
                 "correction": correction,
                 "design": family.design,
-                "variance": e.variance,
+                "variance": EXACT if exact else e.variance,
                 "n_examples": e.spread.examples,
                 "values_a": tuple(family.labels[a].values[s] for s in e.seeds),
                 "values_b": tuple(family.labels[b].values[s] for s in e.seeds),

@@ -59,7 +59,9 @@ for _name, _direction, _text in (
     ("params_attention", None, "parameters of the attention layers"),
     ("params_ratio", None, "parameters over a softmax model of the cell's own config (earlier runs' rule)"),
 ):
-    register_metric(_name, _direction, _text, bounds=(0.0, None), format=",.0f" if _name != "params_ratio" else ".3f")
+    register_metric(
+        _name, _direction, _text, bounds=(0.0, None), format=",.0f" if _name != "params_ratio" else ".3f", exact=True
+    )
 
 
 @register_measurement("accuracy", config=AccuracyOptions)

@@ -34,7 +34,7 @@ from attnbench.progress import Progress
 from attnbench.registry import layer_attentions
 from attnbench.tasks.sequence import SequenceTaskData, TokenSplit
 
-register_metric("num_kv_pairs", None, "key-value pairs per MQAR row", bounds=(1.0, None), format=".0f")
+register_metric("num_kv_pairs", None, "key-value pairs per MQAR row", bounds=(1.0, None), format=".0f", exact=True)
 register_metric(
     "exact_match",
     "max",
@@ -44,7 +44,9 @@ register_metric(
 )
 
 
-register_metric("layer_ratio", None, "a hybrid's layers of its first attention per layer of the other (3 = 3:1)")
+register_metric(
+    "layer_ratio", None, "a hybrid's layers of its first attention per layer of the other (3 = 3:1)", exact=True
+)
 
 
 def layer_ratio(layers: list[str]) -> float | None:

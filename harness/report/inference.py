@@ -8,7 +8,8 @@ behind / equivalent / undecided after the suite's correction, at its margins) an
 - `interval_text`: "mean [low, high]", and with fewer than FEW_SEEDS seeds each seed's value beside it;
 - `rank_text`: the rank by mean and, where it is wider, the confidence set of ranks ("3 (1–12)");
 - `Standings.marks`: bold for the best set where it leaves some label out (bolding every label singles out none);
-- `method_note`, `STANDINGS_NOTE`, `chance_note`, `variance_note`: the level, correction and margin a table used.
+- `method_note`, `STANDINGS_NOTE`, `chance_note`, `variance_note`, `exact_note`: the level, correction and margin a
+  table used, and which of its metrics are counts (exact: no interval, ranked by value).
 """
 
 from __future__ import annotations
@@ -313,6 +314,17 @@ STANDINGS_NOTE = (
     "Bold: the best set, the labels no other label is detectably better than (it holds the best at 95%), where it "
     "leaves some label out."
 )
+
+
+def exact_note(metrics: Sequence[str]) -> str | None:
+    """Where a table shows metrics declared exact (counts the code computes), how they are shown and ranked."""
+    if not metrics:
+        return None
+    return (
+        f"Exact ({', '.join(metrics)}): counts the code computes, with no sampling error (declared "
+        "register_metric(..., exact=True)): no interval and no rank set; ranked by value where the metric has a "
+        "direction, equal values sharing a rank; each seed's value only where they differ."
+    )
 
 
 def variance_note(tables: Iterable[pd.DataFrame]) -> str | None:

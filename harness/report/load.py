@@ -16,11 +16,12 @@ import pandas as pd
 
 from attnbench.decisions.cells import adopt_designs
 from attnbench.errors import UserError
-from attnbench.metrics import adopt_records
+from attnbench.metrics import adopt_records, records_predate_fields
 from attnbench.names import REFERENCE
 from attnbench.report.sweep import select_trials
 from attnbench.store import read_result
 
+CURRENT_RECORDS, OLDER_RECORDS, NO_RECORDS = "current", "older", "none"  # the metric records a run.json holds
 CELL_COLUMNS = [
     "run",
     "cell_id",
@@ -91,9 +92,11 @@ def load_runs(run_dirs: list[Path], *, stale: bool = False) -> Results:
     runs = [RunInfo(tag, Path(p)) for tag, p in zip(_run_tags([Path(p) for p in run_dirs]), run_dirs)]
     rows = [row for run in runs for row in _read_run(run)]
     stored = [_read_plan(run, {r["cell_id"] for r in rows if r["run"] == run.tag}) for run in runs]
-    if not all(stored):  # runs from before runs stored their metric records: their measurements declare them
-        older = {run.tag for run, has in zip(runs, stored) if not has}
+    if NO_RECORDS in stored:  # runs from before runs stored their metric records: their measurements declare them
+        older = {run.tag for run, records in zip(runs, stored) if records == NO_RECORDS}
         _declare_from_measurements({r["measurement"] for r in rows if r["run"] in older and r["measurement"]})
+    elif OLDER_RECORDS in stored:  # records stored before a field was added: the built-in records know it
+        _declare_from_measurements(set())
     rows = _in_plan(rows, runs, stale)
     cells = pd.DataFrame(rows, columns=CELL_COLUMNS + ["metrics", "details", "provenance", "task_options", "sweep"])
     cells["task"] = _task_keys(cells)
@@ -111,9 +114,10 @@ def load_runs(run_dirs: list[Path], *, stale: bool = False) -> Results:
 
 
 def _declare_from_measurements(names: set[str]) -> None:
-    """The metric records of a run written before runs stored them (run.json without "metrics"), declared by
-    importing the built-in measurements and each of `names` (a plug-in's module where it can be imported); a
-    plug-in that cannot be leaves its metrics undeclared, so unranked, and a warning says how to store them."""
+    """The metric records of a run written before runs stored them (run.json without "metrics"), or before a field
+    of theirs was added (`metrics.records_predate_fields`), declared by importing the built-in measurements (over
+    the stored records of theirs) and each of `names` (a plug-in's module where it can be imported); a plug-in that
+    cannot be leaves its metrics undeclared, so unranked, and a warning says how to store them."""
     from attnbench.measurements import MEASUREMENTS, measurement_names  # here only: importing them imports torch
 
     measurement_names()
@@ -177,22 +181,25 @@ def _read_run(run: RunInfo) -> list[dict[str, Any]]:
     return [_read_cell(run.tag, f) for f in files]
 
 
-def _read_plan(run: RunInfo, present: set[str]) -> bool:
+def _read_plan(run: RunInfo, present: set[str]) -> str:
     """Suite name and planned-but-absent cell ids from RUN_DIR/run.json (absent or unreadable: nothing), the
-    records of its metrics (`metrics.adopt_records`) and its tasks' test-row designs; whether it held the records."""
+    records of its metrics (`metrics.adopt_records`) and its tasks' test-row designs; what records it held:
+    CURRENT_RECORDS, OLDER_RECORDS (stored before a field of theirs was added) or NO_RECORDS."""
     try:
         plan = json.loads((run.path / "run.json").read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
+        return NO_RECORDS
     if not isinstance(plan, dict):
-        return False
+        return NO_RECORDS
     run.suite = plan.get("suite")
     run.config = plan.get("resolved_suite") if isinstance(plan.get("resolved_suite"), dict) else {}
     run.not_run = [cid for cid in plan.get("cell_ids") or [] if cid not in present]
     if isinstance(plan.get("cell_ids"), list):
         run.planned = set(plan["cell_ids"])
     adopt_designs(plan.get("test_rows"))
-    return adopt_records(plan.get("metrics"))
+    if not adopt_records(plan.get("metrics")):
+        return NO_RECORDS
+    return OLDER_RECORDS if records_predate_fields(plan["metrics"]) else CURRENT_RECORDS
 
 
 def _read_cell(tag: str, path: Path) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnbench.metrics import headline_metric, metric_info, metric_timed
+from attnbench.metrics import headline_metric, metric_exact, metric_info, metric_timed
 from attnbench.report import inference
 from attnbench.report.load import Results, not_ok
 from attnbench.report.sections import SectionGuard, report_sections
@@ -75,11 +75,12 @@ def _metric_names(cells: pd.DataFrame) -> list[str]:
 
 
 def _cell_text(row: pd.Series | None, metric: str, row_seeds: int) -> str:
-    """A label's metric as a table shows it: interval (per-seed values under 5 seeds), n where it has fewer seeds
-    than its row, and its rank where the metric is ranked."""
+    """A label's metric as a table shows it: interval (per-seed values under 5 seeds; an exact metric's only where
+    they differ), n where it has fewer seeds than its row, and its rank where the metric is ranked."""
     if row is None or not finite(row["mean"]):
         return DASH
-    text = inference.interval_text(row["mean"], row["low"], row["high"], row["values"])
+    values = row["values"] if not metric_exact(metric) or len(set(row["values"])) > 1 else ()
+    text = inference.interval_text(row["mean"], row["low"], row["high"], values)
     if row["n_seeds"] != row_seeds:
         text += f" n={int(row['n_seeds'])}"
     if _ranked(metric) and finite(row["rank"]):
@@ -151,6 +152,7 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
              "machine's load; the efficiency suite compares them with its timing check." if timed else "")]  # fmt: skip
     if chance is not None and len(chance):
         notes.append(inference.chance_note(chance, inference.run_settings(results)))
+    notes += [n for n in (inference.exact_note([m for m in metrics if metric_exact(m)]),) if n]
     notes += [n for n in (inference.variance_note(s.table for s in found.values()),) if n]
     notes += inference.left_out_notes(found)
     if references:
