@@ -6,8 +6,9 @@ state (`state_bytes`, or the decode measurement's at its longest context), decod
 measurement's at its longest context) and the attention's forward time (the efficiency measurement's at its
 longest length). Each label is a point with the inference engine's interval on both axes. The front: the labels
 no other label beats on both axes, where "beats" is the engine's verdict (ahead after the suite's correction) on
-quality and on cost; state bytes are counted, not estimated, so a smaller state beats a larger one outright. A
-label with one seed beats nothing and is beaten by nothing on a measured axis: the front then says so.
+quality and on cost; a cost declared exact (a count: state bytes) is compared as counted, so a smaller state beats a
+larger one outright (`attnbench.decisions.exact`). A label with one seed beats nothing and is beaten by nothing on a
+measured axis: the front then says so.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pandas as pd
 
 from attnbench.decisions.cells import cells_frame
 from attnbench.decisions.settings import ComparisonSettings
-from attnbench.metrics import headline_metric, metric_info
+from attnbench.metrics import headline_metric, metric_exact, metric_info
 from attnbench.report import inference
 from attnbench.report.load import Results
 from attnbench.report.plot import Plot, legend_below, new_figure, save_plot
@@ -34,19 +35,18 @@ QUALITY_MEASUREMENTS = ("accuracy", "recall", "lm")
 @dataclasses.dataclass(frozen=True)
 class Cost:
     """One cost axis: where its values come from (None: the quality cells themselves), the metric (a pattern with
-    '@*' picks the longest length every label has), its axis label, and whether it is counted rather than timed."""
+    '@*' picks the longest length every label has) and its axis label."""
 
     name: str
     measurement: str | None
     metric: str
     axis: str
-    counted: bool = False
 
 
 COSTS = (
     Cost("training time", None, "train_seconds", "training seconds (wall)"),
-    Cost("state bytes", None, "state_bytes", "decoding state bytes per sequence and layer", counted=True),
-    Cost("state bytes", "decode", "state_bytes@*", "decoding state bytes per sequence and layer", counted=True),
+    Cost("state bytes", None, "state_bytes", "decoding state bytes per sequence and layer"),
+    Cost("state bytes", "decode", "state_bytes@*", "decoding state bytes per sequence and layer"),
     Cost("decode ms/token", "decode", "decode_ms_per_token@*", "decode ms per token"),
     Cost("forward ms", "efficiency", "forward_ms@*", "attention forward ms"),
 )
@@ -95,12 +95,6 @@ def _beats(pairs: pd.DataFrame) -> set[tuple[str, str]]:
     return out
 
 
-def _counted_beats(standings: inference.Standings) -> set[tuple[str, str]]:
-    """(smaller, larger) of every two labels whose counted cost (the same on every seed) differs."""
-    means = dict(zip(standings.table["label"], standings.table["mean"]))
-    return {(a, b) for a in means for b in means if a != b and means[a] < means[b]}
-
-
 def quality_cost_rows(results: Results) -> pd.DataFrame:
     """One row per quality task, cost and label: quality and cost means with their intervals, and whether the label
     is on the front (no other label beats it on both axes) with the labels that do beat it."""
@@ -137,9 +131,7 @@ def _cost_rows(
 ) -> list[dict]:
     """The rows of one task and cost (see `quality_cost_rows`)."""
     cost_standing = inference.frame_standings(frame, cost_metric)
-    cheaper = (
-        _counted_beats(cost_standing) if cost.counted else _beats(inference.frame_pairs(frame, cost_metric, settings))
-    )
+    cheaper = _beats(inference.frame_pairs(frame, cost_metric, settings))
     rows = []
     for label in sorted(set(quality_standing.table["label"]) & set(cost_standing.table["label"])):
         q, c = quality_standing.get(label), cost_standing.get(label)
@@ -163,7 +155,7 @@ def _cost_rows(
                 "cost_seeds": c["n_seeds"],
                 "front": not beaten_by,
                 "beaten_by": ", ".join(beaten_by) or np.nan,
-                "counted": cost.counted,
+                "counted": metric_exact(cost_metric),
                 "axis": cost.axis,
             }
         )
