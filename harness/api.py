@@ -35,10 +35,10 @@ from attnbench.registry import (
     register_learning_phase,
 )
 from attnbench.report import write_leaderboard, write_report
-from attnbench.report.load import load_results
 from attnbench.report.plot import Plot
 from attnbench.report.sections import ReportContext, register_report_section
 from attnbench.report.table import Table
+from attnbench.results import load_results
 from attnbench.suite import load_suite, suite_names
 from attnbench.tasks import load_task, register_task, task_names
 

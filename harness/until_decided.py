@@ -35,7 +35,7 @@ from attnbench.errors import UserError
 from attnbench.executor import RunOptions, RunSummary, run_suite
 from attnbench.metrics import headline_metric
 from attnbench.report.inference import ALPHA
-from attnbench.report.load import load_runs
+from attnbench.results import load_runs
 from attnbench.suite import Suite
 
 Pairs = Literal["reference", "all"]

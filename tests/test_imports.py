@@ -127,6 +127,36 @@ def test_the_foundation_imports_nothing_above_it():
     assert edges == []
 
 
+LAYERS = ("foundation", "engine", "core", "inference", "report", "command line")  # docs/architecture.md, bottom up
+SURFACE = {"attnbench", "attnbench.api", "attnbench.__main__", "attnbench.until_decided"}  # the faces; run's loop
+
+
+def layer(module: str) -> str | None:
+    """A module's layer (docs/architecture.md); None for the attentions, whose plug-ins may also register report
+    sections (`test_the_core_never_imports_an_attention` holds the harness apart from them)."""
+    if module.startswith("attnbench.baselines"):
+        return None
+    if module in FOUNDATION:
+        return "foundation"
+    if module in SURFACE or module.startswith("attnbench.cli"):
+        return "command line"
+    for prefix, name in (("attnbench.kernels", "engine"), ("attnbench.decisions", "inference")):
+        if module.startswith(prefix):
+            return name
+    return "report" if module.startswith("attnbench.report") else "core"
+
+
+def test_no_layer_imports_a_layer_above_it():
+    """foundation < engine < core < inference < report < command line: an import runs down, never up."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    upward = [
+        f"{a} ({layer(a)}) -> {b} ({layer(b)})"
+        for a, b in import_graph().edges
+        if layer(a) is not None and layer(b) is not None and rank[layer(a)] < rank[layer(b)]
+    ]
+    assert upward == [], "\n".join(upward)
+
+
 NEEDS_EXTRA = {"attnbench.baselines.peers": ("performer_pytorch", "nystrom_attention")}  # the extra 'peers'
 FIRST_IMPORT = """
 import importlib, os, sys, traceback

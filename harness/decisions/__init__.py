@@ -15,6 +15,6 @@ Public calls: `attnbench.compare` and `attnbench.standings` (`attnbench.decision
     pairwise     compare: the pairs of a task
     ranks        standings: means, rank, rank confidence set, best set
     simulation   synthetic results with known effects, which validate all of the above
-This package's __init__ imports nothing, so that the report's modules can import the frame-level modules
-(cells, pairwise, ranks) while `api` and `runs` read run folders through `attnbench.report.load`.
+This package's __init__ imports nothing: a module imports the few it needs. Run folders are read through
+`attnbench.results`, below this package and the report alike.
 """

@@ -1,9 +1,9 @@
-"""Stored cells as the engine's input: the ok cells of a results table (`attnbench.report.load.Results.ok`, or any
+"""Stored cells as the engine's input: the ok cells of a results table (`attnbench.results.Results.ok`, or any
 frame with its columns) as a long frame with per-example outcomes and each task's test-row design.
 
 Design per task: what the cell's data provenance stored (`test_rows`, written by `attnbench.tasks.load_task`),
-else the task's declaration (`TaskConfig.test_rows`) as its run stored it in run.json (`adopt_designs`) or the
-task registry says, else "shared". A task declared
+else the task's declaration (`TaskConfig.test_rows`) as its run stored it in run.json
+(`attnbench.results.adopt_designs`, re-exported here) or the task registry says, else "shared". A task declared
 "fresh" whose cells all ran on one data seed (the provenance's data options) is analysed as shared: its seeds
 did not draw new rows. This module imports nothing of the report, which builds its frames here.
 """
@@ -16,34 +16,10 @@ from typing import Any
 import pandas as pd
 
 from attnbench.decisions.outcomes import cell_outcomes
-from attnbench.errors import UserError
+from attnbench.results import DESIGNS, declared_design
+from attnbench.results import adopt_designs as adopt_designs
 
 FRAME_COLUMNS = ["run", "measurement", "task", "label", "seed", "metric", "value", "outcomes", "test_rows"]
-DESIGNS = ("fresh", "shared")
-STORED: dict[str, str] = {}  # task name -> declared design, as the runs read so far stored them (`adopt_designs`)
-
-
-def adopt_designs(stored: Any) -> bool:
-    """Take the tasks' declared designs a run stored (run.json "test_rows": {task name: "fresh" | "shared"}), so
-    that reading the run needs no task module (nor torch); False where `stored` is no such mapping (a run written
-    before runs stored them: the task registry is asked instead)."""
-    if not isinstance(stored, dict):
-        return False
-    STORED.update({str(name): design for name, design in stored.items() if design in DESIGNS})
-    return True
-
-
-def declared_design(task_name: str | None) -> str:
-    """The task's declared `test_rows`: as its run stored it, else the task registry's ("shared" for a name it
-    does not know)."""
-    if str(task_name) in STORED:
-        return STORED[str(task_name)]
-    from attnbench.tasks import TASKS  # here only: the task modules import torch; a run that stored them skips it
-
-    try:
-        return TASKS.get(str(task_name)).config.test_rows
-    except UserError:  # a task this installation does not know (a plug-in not installed here): the safe reading
-        return "shared"
 
 
 def _stored(provenance: Any, key: str) -> Any:

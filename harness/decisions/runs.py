@@ -1,6 +1,6 @@
 """A run folder as the engine's input (`attnbench.compare("results/recall", ...)`): its chosen, ok cells as the
 engine's frame (`attnbench.decisions.cells`) and its suite's comparison settings (margins, correction, pairs).
-Reads through `attnbench.report.load`, so the report's own modules use `cells` instead of this one."""
+Reads through `attnbench.results`, as the report does."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 
 from attnbench.decisions.cells import cells_frame
 from attnbench.decisions.settings import ComparisonSettings, comparison_settings
-from attnbench.report.load import load_runs
+from attnbench.results import load_runs
 
 
 def read_run(run_dir: str | Path, metric: str | None = None) -> tuple[pd.DataFrame, ComparisonSettings]:

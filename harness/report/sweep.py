@@ -1,13 +1,10 @@
-"""Sweep selection: per (run, task, label), the trial with the best mean validation metric over seeds.
+"""The sweep table: per (run, task, label), every trial's validation score and the one chosen.
 
-A suite's `sweep:` runs the same trials (training/model values) for every attention; every trial
-cell stores its metrics on the validation split. Here each label keeps only its chosen trial's
-cells, so every other table reports the tuned models on test; the `sweep` table lists every
-trial's validation score and marks the choice. Only trials with a result for every seed of the
-label compete (a trial that lost a seed would be judged on fewer examples of noise); the
-direction is the metric's declared one; ties go to the earlier trial. With the sweep's
-`select_seeds`, the choice reads those seeds only (as the executor did when it ran the chosen
-trial at the other seeds).
+A suite's `sweep:` runs the same trials (training/model values) for every attention; every trial cell stores its
+metrics on the validation split. Which trial each label keeps is chosen when the results are read
+(`attnbench.sweep.select_trials`: the best mean validation score over seeds, among the trials with every seed;
+the metric's declared direction; ties to the earlier trial; with the sweep's `select_seeds`, on those seeds only),
+so every other table reports the tuned models on test; this table lists the trials and marks the choice.
 """
 
 from __future__ import annotations
@@ -16,77 +13,15 @@ import math
 
 import pandas as pd
 
-from attnbench.metrics import metric_direction
 from attnbench.report.stats import summarize
 from attnbench.report.table import Table, fmt
-from attnbench.sweep import best_trial
+from attnbench.sweep import select_trials as select_trials
 
 
-def _trial_frame(cells: pd.DataFrame) -> pd.DataFrame:
-    """One row per sweep cell: keys, trial, its values, metric and validation score (NaN if not ok)."""
-    rows = []
-    for idx, c in cells[cells["trial"].notna()].iterrows():
-        sweep = c["sweep"] or {}
-        metric = sweep.get("metric", "accuracy")
-        validation = (c["details"] or {}).get("validation") or {} if c["status"] == "ok" else {}
-        value = validation.get(metric)
-        rows.append(
-            {
-                "index": idx,
-                "run": c["run"],
-                "measurement": c["measurement"],
-                "task": c["task"],
-                "label": c["label"],
-                "seed": c["seed"],
-                "trial": int(c["trial"]),
-                "metric": metric,
-                "values": sweep.get("values") or {},
-                "score": float(value) if isinstance(value, (int, float)) else math.nan,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def select_trials(
-    cells: pd.DataFrame, select_seeds: dict[str, list[int] | None] | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """Cells with only each label's chosen trial left, and the per-trial summary (None without a sweep);
-    `select_seeds`: per run tag, the seeds the choice reads (None: every seed)."""
-    trials = _trial_frame(cells)
-    if trials.empty:
-        return cells, None
-    drop, summary = [], []
-    for (run, _measurement, task, label), part in trials.groupby(["run", "measurement", "task", "label"], sort=True):
-        metric = part["metric"].iloc[0]
-        direction = metric_direction(metric) or "max"
-        drawn = (select_seeds or {}).get(run)
-        everything, part = part, part if drawn is None else part[part["seed"].isin(drawn)]
-        seeds = len(drawn) if drawn is not None else int(part["seed"].nunique())
-        scores = {int(t): [s for s in g["score"] if math.isfinite(s)] for t, g in part.groupby("trial")}
-        chosen = best_trial(scores, direction, seeds)
-        complete = any(len(s) == seeds for s in scores.values())
-        drop += list(everything.loc[everything["trial"] != chosen, "index"])
-        for t, g in part.groupby("trial"):
-            s = summarize(scores[int(t)])
-            summary.append(
-                {
-                    "run": run,
-                    "task": task,
-                    "label": label,
-                    "trial": int(t),
-                    "metric": metric,
-                    "direction": direction,
-                    "values": g["values"].iloc[0],
-                    "validation_mean": s["mean"],
-                    "validation_std": s["std"],
-                    "seeds_ok": s["n"],
-                    "seeds": seeds,
-                    "competed": s["n"] == seeds or not complete,
-                    "chosen": int(t) == chosen,
-                    "select_seeds": drawn,
-                }
-            )
-    return cells.drop(index=drop).reset_index(drop=True), pd.DataFrame(summary)
+def _validation(summary: pd.DataFrame) -> pd.DataFrame:
+    """Each trial's validation mean and sample std over its seeds' scores (`report.stats.summarize`)."""
+    found = [summarize(scores) for scores in summary["scores"]]
+    return summary.assign(validation_mean=[f["mean"] for f in found], validation_std=[f["std"] for f in found])
 
 
 def sweep_table(summary: pd.DataFrame | None) -> Table | None:
@@ -94,6 +29,7 @@ def sweep_table(summary: pd.DataFrame | None) -> Table | None:
     Long: one table's columns in the order they are shown."""
     if summary is None or summary.empty:
         return None
+    summary = _validation(summary)
     many_runs = summary["run"].nunique() > 1
     data, text_rows = [], []
     for (run, task, label), part in summary.groupby(["run", "task", "label"], sort=True):
