@@ -20,9 +20,9 @@ import pandas as pd
 
 from attnbench.decisions.outcomes import AGREEMENT
 from attnbench.errors import UserError
+from attnbench.results import DESIGNS
 
 REQUIRED = ("task", "label", "seed", "metric", "value")
-DESIGNS = ("fresh", "shared")
 
 
 @dataclasses.dataclass
