@@ -337,9 +337,14 @@ def variance_note(tables: Iterable[pd.DataFrame]) -> str | None:
     if seeds_only.empty:
         return None
     shared = bool((seeds_only["design"] == "shared").any())
+    where = []
+    for task, part in seeds_only.groupby("task", sort=True):
+        named = sorted(set(map(str, part["metric"]))) if "metric" in part else []
+        where.append(f"{task} ({', '.join(named)})" if named else str(task))
     return (
-        "Seeds only on " + ", ".join(sorted(set(map(str, seeds_only["task"])))) + ": these cells stored no "
-        "per-example outcomes (runs from before they were recorded, or metrics that are not a mean over examples), "
+        "Seeds only on " + ", ".join(where) + ": these cells stored no "
+        "per-example outcomes for these metrics (runs from before they were recorded, or metrics that are not a mean "
+        "over examples), "
         "so their intervals and verdicts rest on the seed-to-seed spread alone"
         + (" (with shared test rows that leaves out the test set's own sampling error)." if shared else ".")
     )

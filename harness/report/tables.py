@@ -153,7 +153,7 @@ def task_table(results: Results, task: str, measurement: str = "accuracy") -> Ta
     if chance is not None and len(chance):
         notes.append(inference.chance_note(chance, inference.run_settings(results)))
     notes += [n for n in (inference.exact_note([m for m in metrics if metric_exact(m)]),) if n]
-    notes += [n for n in (inference.variance_note(s.table for s in found.values()),) if n]
+    notes += [n for n in (inference.variance_note(s.table.assign(metric=m) for m, s in found.items()),) if n]
     notes += inference.left_out_notes(found)
     if references:
         notes.append(REFERENCE_NOTE)
