@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 import yaml
+from cells import TINY_TASK
 from processes import HANG_GUARD, Children, wait_until
 
 from attnbench.cell_spec import CellSpec
@@ -354,17 +355,7 @@ def test_in_process_cells_have_a_default_time_limit(tmp_path, monkeypatch):
 def test_a_sweep_on_selection_seeds_runs_the_chosen_trial_at_the_other_seeds(tmp_path):
     from attnbench.report.load import load_runs
 
-    task = {
-        "name": "nonlinear_tokens",
-        "options": {
-            "num_train": 96,
-            "num_validation": 32,
-            "num_test": 48,
-            "min_length": 4,
-            "max_length": 16,
-            "num_tokens": 16,
-        },
-    }
+    task = TINY_TASK
     sweep = {"metric": "accuracy", "grid": {"lr": [1e-5, 1e-3, 3e-2]}, "select_seeds": [0]}
     path = suite_file(tmp_path, ["softmax", "elu-linear"], ["accuracy"], seeds=(0, 1, 2), tasks=[task], sweep=sweep)
     summary = run_suite(load_suite(str(path)), tmp_path / "run", RunOptions(show_progress=False, workers=1))
