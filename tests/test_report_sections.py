@@ -165,3 +165,16 @@ def test_a_failing_or_squatting_section_is_named_in_one_line_and_the_report_goes
         "- report section 'comparisons' from test_report_sections was left out: 'comparisons' is the harness's" in text
     )
     assert (report / "tables" / "leaderboard.csv").is_file() and not (report / "tables" / "echo_scores.csv").exists()
+
+
+def test_a_plot_written_twice_is_the_same_bytes(tmp_path):
+    """No date and no random ids in the SVG (nor anything else that changes between writes): re-rendering a report
+    from the same results changes no plot file."""
+    written = []
+    for folder in ("a", "b"):
+        fig = new_figure(3, 2)
+        fig.add_subplot().plot([0, 1, 2], [1, 0, 2], marker="o", label="x")
+        written.append(save_plot(fig, tmp_path / folder, "p", "a plot"))
+    assert written[0].svg.read_bytes() == written[1].svg.read_bytes()
+    assert written[0].png.read_bytes() == written[1].png.read_bytes()
+    assert b"<dc:date>" not in written[0].svg.read_bytes()

@@ -59,8 +59,10 @@ def save_plot(fig: Figure, out_dir: Path, name: str, title: str) -> Plot:
     # tight: the saved canvas grows to hold a suptitle or an outside legend wider than the panels (no clipping)
     fig.savefig(png, dpi=110, bbox_inches="tight", pad_inches=0.1)
     fig.set_layout_engine("none")  # keep the layout just computed; the SVG has the same size in inches
-    with rc_context({"svg.fonttype": "none"}):  # text stays text: searchable, editable for a paper
-        fig.savefig(svg, bbox_inches="tight", pad_inches=0.1)
+    # text stays text (searchable, editable for a paper); no date and fixed ids: the same results give the same
+    # bytes, so a re-rendered report changes only where its numbers do
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "attnbench"}):
+        fig.savefig(svg, bbox_inches="tight", pad_inches=0.1, metadata={"Date": None})
     return Plot(name, title, png, svg)
 
 
