@@ -13,6 +13,7 @@ import attnbench
 from attnbench.decisions.constant import compare_to_value
 from attnbench.measurements import measurement_names
 from attnbench.metrics import METRICS, metric_exact, register_metric
+from attnbench.report.inference import exact_text
 
 # the decode run's state bytes at 16 tokens: one seed each, as counted (softmax's KV cache is the smallest there)
 STATE = {"softmax": [16400.0], "elu-linear": [33280.0], "vanilla": [33280.0], "performer-256": [133128.0]}
@@ -86,3 +87,12 @@ def test_pairs_without_a_seed_in_common_stay_undecided() -> None:
         frame({"a": [16400.0], "b": [float("nan"), 33280.0]}, metric="state_bytes@16"), metric="state_bytes@16"
     )
     assert list(pairs["verdict"]) == ["undecided"] and "no seed in common" in pairs["note"].iloc[0]
+
+
+def test_a_table_shows_a_count_in_its_declared_format() -> None:
+    """A count reads as a count (16, not 16.00; 132 bytes, not 132.0), each seed's value only where they differ."""
+    assert exact_text("num_kv_pairs", 16.0, [16.0, 16.0, 16.0]) == "16"
+    assert exact_text("state_bytes", 132.0, [132.0] * 3) == "132"
+    assert exact_text("state_bytes_total", 1500.0, [1000.0, 2000.0]) == "1,500 (seeds 1,000 2,000)"
+    assert exact_text("layer_ratio", 3.0) == "3" and exact_text("layer_ratio", 1 / 3) == "0.333"
+    assert exact_text("state_bytes", float("nan")) == "—"

@@ -45,7 +45,11 @@ register_metric(
 
 
 register_metric(
-    "layer_ratio", None, "a hybrid's layers of its first attention per layer of the other (3 = 3:1)", exact=True
+    "layer_ratio",
+    None,
+    "a hybrid's layers of its first attention per layer of the other (3 = 3:1)",
+    format=".3g",
+    exact=True,
 )
 
 

@@ -259,6 +259,20 @@ def interval_text(
     return text
 
 
+def exact_text(metric: str, mean: float, values: Sequence[float] = ()) -> str:
+    """A count's value (a metric declared exact) in its declared format (`register_metric(..., format=)`: 16, not
+    16.000), with each seed's value beside it only where they differ (under FEW_SEEDS seeds)."""
+    if not finite(mean):
+        return DASH
+    info = metric_info(metric)
+    spec = info.format if info is not None else ".3f"
+    text = format(float(mean), spec)
+    values = [float(v) for v in values if finite(v)] if values is not None and not isinstance(values, float) else []
+    if len(set(values)) > 1 and len(values) < FEW_SEEDS:
+        text += " (seeds " + " ".join(format(v, spec) for v in values) + ")"
+    return text
+
+
 def rank_text(row: pd.Series) -> str:
     """'3' where the rank's confidence set is that rank alone, '3, 1–12' where it is wider; a dash without one."""
     if not finite(row.get("rank")):

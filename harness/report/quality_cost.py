@@ -176,7 +176,9 @@ def quality_cost_table(results: Results) -> Table | None:
                 r.quality if data["quality"].nunique() == 1 else "quality": inference.interval_text(
                     r.quality_mean, r.quality_low, r.quality_high
                 ),
-                "cost value": inference.interval_text(r.cost_mean, r.cost_low, r.cost_high),
+                "cost value": inference.exact_text(r.cost_metric, r.cost_mean)
+                if r.counted
+                else inference.interval_text(r.cost_mean, r.cost_low, r.cost_high),
                 "front": "yes" if r.front else f"no: beaten by {r.beaten_by}",
             }
             for r in data.itertuples()

@@ -79,8 +79,10 @@ def _cell_text(row: pd.Series | None, metric: str, row_seeds: int) -> str:
     they differ), n where it has fewer seeds than its row, and its rank where the metric is ranked."""
     if row is None or not finite(row["mean"]):
         return DASH
-    values = row["values"] if not metric_exact(metric) or len(set(row["values"])) > 1 else ()
-    text = inference.interval_text(row["mean"], row["low"], row["high"], values)
+    if metric_exact(metric):
+        text = inference.exact_text(metric, row["mean"], row["values"])
+    else:
+        text = inference.interval_text(row["mean"], row["low"], row["high"], row["values"])
     if row["n_seeds"] != row_seeds:
         text += f" n={int(row['n_seeds'])}"
     if _ranked(metric) and finite(row["rank"]):
