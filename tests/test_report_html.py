@@ -72,6 +72,7 @@ def test_report_folder_layout(report: Path) -> None:
         "lra_pairs",
         "phase_a_mechanism",  # the fixture's coulomb cells carry phase-A diagnostics
         "quality_cost",  # accuracy against training time and the attention's forward time, per task
+        "separation",  # per task, the pairs of its labels it separates
     } == tables
     for stem in tables:
         assert (report / "tables" / f"{stem}.md").exists() and (report / "tables" / f"{stem}.tex").exists()

@@ -75,7 +75,7 @@ def test_the_harness_and_the_coulomb_plugin_register_their_sections():
 
 def test_a_measurement_without_a_section_gets_a_generic_table_per_task(private_sections, echo_run: Path):
     names = [t.name for t in all_tables(load_runs([echo_run]))]
-    assert names == ["leaderboard", "task_t", "echo_t"]
+    assert names == ["leaderboard", "task_t", "separation", "echo_t"]
 
 
 def test_a_registered_section_takes_its_place_and_replaces_the_generic_table(
@@ -95,7 +95,7 @@ def test_a_registered_section_takes_its_place_and_replaces_the_generic_table(
     )
     results = load_runs([echo_run])
     tables = all_tables(results)
-    assert [t.name for t in tables] == ["echo_scores", "leaderboard", "task_t"]  # no generic echo_t
+    assert [t.name for t in tables] == ["echo_scores", "leaderboard", "task_t", "separation"]  # no generic echo_t
     assert dict(zip(tables[0].data["label"], tables[0].data["score"])) == pytest.approx(
         {label: np.mean(scores) for label, scores in SCORES.items()}
     )
