@@ -217,11 +217,18 @@ def run_until_decided(
         rows = pairs_of_interest(run_dir, suite, settings)
         chosen = next_seeds(rows, suite, extra, options.filters)
         undecided = int((rows["verdict"] == "undecided").sum()) if len(rows) else 0
+        worth = int((rows["budget"] == WORTH).sum()) if len(rows) else 0
         if announce is not None:
             announce(
                 f"until-decided round {round_number}: {len(rows)} pairs of interest, {undecided} undecided, "
-                f"{int((rows['budget'] == WORTH).sum()) if len(rows) else 0} worth more seeds within {settings.max_seeds}"
-                + (f"; adding seed {max(chosen.values())} to {len(chosen)} task-label pairs" if chosen else "; done")
+                f"{worth} worth more seeds within {settings.max_seeds}"
+                + (
+                    f"; adding seed {max(chosen.values())} to {len(chosen)} task-label pairs"
+                    if chosen
+                    else "; done: --filter leaves out their next cells (widen it to add their seeds)"
+                    if worth
+                    else "; done"
+                )
             )
         if not chosen or (round_number > 1 and summary.ran == 0):
             break  # nothing worth a seed, or the last round's added seeds ran nothing (a safety net)

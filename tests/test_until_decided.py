@@ -106,14 +106,16 @@ def test_next_seeds_extend_both_labels_of_each_pair_worth_it() -> None:
     assert next_seeds(rows, Seeds(), {}, ("*/a/*",)) == {}  # each pair needs both its labels' cells
 
 
-def test_until_decided_with_a_filter_adds_no_seed_the_filter_leaves_unpaired(tmp_path: Path) -> None:
+def test_until_decided_with_a_filter_adds_no_seed_the_filter_leaves_unpaired(tmp_path: Path, capsys) -> None:
     # the written seeds run for every label; added seeds only for b, c, d: a's cannot, so a pair with a
     # (the reference) gets no seed at all, rather than b's s2 running without a's
     suite, run = suite_file(tmp_path), tmp_path / "run"
     args = ["run", str(suite), "--out", str(run), "--until-decided", "--max-seeds", "6", "--reference", "a",
-            "--filter", "none/*/s[01]/*", "--filter", "none/[bcd]/*", "--workers", "1", "--quiet"]  # fmt: skip
+            "--filter", "none/*/s[01]/*", "--filter", "none/[bcd]/*", "--workers", "1"]  # fmt: skip
     assert main(args) == 0
     assert seeds_of(run) == {label: {0, 1} for label in MEANS}
+    last = [line for line in capsys.readouterr().err.splitlines() if line.startswith("until-decided round")][-1]
+    assert "adding seed" not in last and "--filter leaves out their next cells" in last  # why no seed was added
 
 
 def test_until_decided_flags_are_refused_without_it(tmp_path: Path, capsys) -> None:
