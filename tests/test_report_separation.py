@@ -12,6 +12,8 @@ from report_fixture import write_cell
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
+from attnbench.measurements import measurement_names
+from attnbench.metrics import headline_metric
 from attnbench.report import write_report
 from attnbench.report.load import load_runs
 from attnbench.report.separation import separation_table
@@ -63,3 +65,12 @@ def test_the_report_says_per_task_how_many_pairs_it_separates(tmp_path: Path) ->
     report = (write_report(tmp_path / "run") / "report.md").read_text()
     assert "- sst2: 2 of 3 pairs separated on accuracy (holm)" in report
     assert "softmax > elu-linear" in report and "softmax > uniform" in report
+
+
+def test_counts_are_not_a_separation(tmp_path: Path) -> None:
+    """A headline that is a count (exact: state bytes) differs by construction; the section leaves it out."""
+    measurement_names()  # the built-in records, where state_bytes@L is the state measurement's headline
+    assert headline_metric({"state_bytes@1024"}) == "state_bytes@1024"
+    for label, size in (("softmax", 4096.0), ("elu-linear", 256.0)):
+        write_cell(tmp_path, label=label, task="byte_lm", measurement="state", metrics={"state_bytes@1024": size})
+    assert separation_table(load_runs([tmp_path])) is None

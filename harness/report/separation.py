@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from attnbench.metrics import headline_metric, metric_timed
+from attnbench.metrics import headline_metric, metric_exact, metric_timed
 from attnbench.report import inference
 from attnbench.report.load import Results
 from attnbench.report.sections import ReportContext, register_report_section
@@ -32,7 +32,8 @@ def separated_pairs(found: pd.DataFrame) -> list[str]:
 
 def separation_rows(results: Results) -> pd.DataFrame:
     """One row per measurement and task with at least two labels: the headline metric, the labels and pairs, the
-    verdict counts, the median seeds the undecided pairs would need (finite ones), and the separated pairs."""
+    verdict counts, the median seeds the undecided pairs would need (finite ones), and the separated pairs. Left
+    out: a headline that is timed (compared by the timing checks) or a count (exact: it differs by construction)."""
     settings = inference.run_settings(results)
     references = results.reference_labels()
     rows = []
@@ -42,7 +43,7 @@ def separation_rows(results: Results) -> pd.DataFrame:
         for task, part in cells.groupby("task", sort=True):
             metric = headline_metric({str(m) for metrics in part["metrics"] for m in (metrics or {})})
             labels = sorted(set(part["label"].dropna()))
-            if metric is None or metric_timed(metric) or len(labels) < 2:
+            if metric is None or metric_timed(metric) or metric_exact(metric) or len(labels) < 2:
                 continue
             found = inference.pairs(part, metric, settings)
             if found.empty:
@@ -121,9 +122,10 @@ def separation_summary(context: ReportContext) -> list[str]:
     table = context.tables.get("separation")
     if table is None:
         return []
+    several = table.data["measurement"].nunique() > 1
     return [
-        f"{r.task}: {r.separated} of {r.pairs} pairs separated on {r.metric} ({r.correction}), {r.equivalent} "
-        f"equivalent, {r.undecided} undecided."
+        f"{r.task}{f' ({r.measurement})' if several else ''}: {r.separated} of {r.pairs} pairs separated on "
+        f"{r.metric} ({r.correction}), {r.equivalent} equivalent, {r.undecided} undecided."
         for r in table.data.itertuples()
     ]
 
