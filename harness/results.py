@@ -88,6 +88,11 @@ class Results:
         return sorted({str(x) for x in self.cells["label"].dropna()})
 
 
+def metric_names(cells: pd.DataFrame) -> set[str]:
+    """The names of the metrics some result rows report (the union of their `metrics` dicts)."""
+    return {str(m) for metrics in cells["metrics"] for m in (metrics or {})}
+
+
 def load_runs(run_dirs: list[Path], *, stale: bool = False) -> Results:
     """Read the cell results of the given run folders that belong to each run's plan (the suite as it stood at its
     last `attnbench run`; the others are named in RunInfo.left_out), or with `stale` only those others; labels that

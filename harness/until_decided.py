@@ -35,7 +35,7 @@ from attnbench.errors import UserError
 from attnbench.executor import RunOptions, RunSummary, run_suite
 from attnbench.metrics import headline_metric
 from attnbench.report.inference import ALPHA
-from attnbench.results import load_runs
+from attnbench.results import load_runs, metric_names
 from attnbench.suite import Suite
 
 Pairs = Literal["reference", "all"]
@@ -141,7 +141,7 @@ def pairs_of_interest(run_dir: Path, suite: Suite, settings: UntilDecided) -> pd
     found = []
     for measurement in dict.fromkeys(m["name"] for m in suite.measurements):
         cells = results.of(measurement)
-        metric = headline_metric({str(m) for metrics in cells["metrics"] for m in (metrics or {})})
+        metric = headline_metric(metric_names(cells))
         if metric is None:
             continue
         frame = cells_frame(cells, metric)

@@ -20,6 +20,7 @@ from attnbench.metrics import metric_info
 from attnbench.report import inference
 from attnbench.report.load import Results, RunInfo
 from attnbench.report.table import DASH, Table, finite, fmt
+from attnbench.results import metric_names
 
 
 def default_pairs(labels: Sequence[str]) -> list[tuple[str, str]]:
@@ -54,7 +55,7 @@ def _raw_label(label: str, run: RunInfo) -> str:
 
 def paired_metrics(cells: pd.DataFrame) -> list[str]:
     """The metrics of some cells whose records ask for paired comparisons, in a stable order."""
-    names = {str(m) for metrics in cells["metrics"] for m in (metrics or {})}
+    names = metric_names(cells)
     return sorted(m for m in names if (info := metric_info(m)) is not None and info.paired)
 
 

@@ -28,6 +28,7 @@ from attnbench.report.load import Results
 from attnbench.report.plot import Plot, legend_below, new_figure, save_plot
 from attnbench.report.sections import ReportContext, register_report_section
 from attnbench.report.table import Table, slug
+from attnbench.results import metric_names
 
 QUALITY_MEASUREMENTS = ("accuracy", "recall", "lm")
 
@@ -54,7 +55,7 @@ COSTS = (
 
 def _pick_metric(cells: pd.DataFrame, pattern: str, labels: set[str]) -> str | None:
     """`pattern` itself, or for 'name@*' the longest length whose metric every label of `labels` has."""
-    names = {str(m) for metrics in cells["metrics"] for m in (metrics or {})}
+    names = metric_names(cells)
     if "@*" not in pattern:
         return pattern if pattern in names else None
     prefix = pattern[:-1]
@@ -104,7 +105,7 @@ def quality_cost_rows(results: Results) -> pd.DataFrame:
         cells = results.of(measurement)
         cells = cells[~cells["label"].isin(references)]
         for task, quality in cells.groupby("task", sort=True):
-            metric = headline_metric({str(m) for metrics in quality["metrics"] for m in (metrics or {})})
+            metric = headline_metric(metric_names(quality))
             if metric is None:
                 continue
             settings = inference.run_settings(results)

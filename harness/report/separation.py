@@ -15,6 +15,7 @@ from attnbench.report import inference
 from attnbench.report.load import Results
 from attnbench.report.sections import ReportContext, register_report_section
 from attnbench.report.table import DASH, Table, finite, fmt
+from attnbench.results import metric_names
 
 SHOWN_PAIRS = 8  # separated pairs written out in the markdown; the CSV holds them all
 
@@ -41,7 +42,7 @@ def separation_rows(results: Results) -> pd.DataFrame:
         cells = results.of(measurement)
         cells = cells[~cells["label"].isin(references)]
         for task, part in cells.groupby("task", sort=True):
-            metric = headline_metric({str(m) for metrics in part["metrics"] for m in (metrics or {})})
+            metric = headline_metric(metric_names(part))
             labels = sorted(set(part["label"].dropna()))
             if metric is None or metric_timed(metric) or metric_exact(metric) or len(labels) < 2:
                 continue

@@ -17,6 +17,7 @@ from attnbench.report import inference
 from attnbench.report.load import Results, not_ok
 from attnbench.report.sections import SectionGuard, report_sections
 from attnbench.report.table import DASH, Table, finite, fmt, slug
+from attnbench.results import metric_names
 
 METRIC_ORDER = (
     "accuracy",
@@ -71,7 +72,7 @@ def _ranked(metric: str) -> bool:
 
 
 def _metric_names(cells: pd.DataFrame) -> list[str]:
-    return _ordered_metrics({str(m) for metrics in cells["metrics"] for m in (metrics or {})})
+    return _ordered_metrics(metric_names(cells))
 
 
 def _cell_text(row: pd.Series | None, metric: str, row_seeds: int) -> str:

@@ -14,6 +14,7 @@ from attnbench.report.load import Results
 from attnbench.report.paired import difference_text
 from attnbench.report.sections import ReportContext, register_report_section
 from attnbench.report.table import Table, finite, fmt
+from attnbench.results import metric_names
 
 
 def undecided_rows(results: Results) -> pd.DataFrame:
@@ -28,7 +29,7 @@ def undecided_rows(results: Results) -> pd.DataFrame:
         reference = loop.get("reference") if loop.get("pairs") == "reference" else None
         mine = results.ok[results.ok["run"] == run.tag]
         for measurement, cells in mine.groupby("measurement", sort=True):
-            metric = headline_metric({str(m) for metrics in cells["metrics"] for m in (metrics or {})})
+            metric = headline_metric(metric_names(cells))
             if metric is None:
                 continue
             if reference is not None:
