@@ -3,7 +3,9 @@
 S_t = alpha_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t k_t v_t^T (this orientation: S (Dk, Dv) maps keys to values),
 o_t = S_t^T q_t / sqrt(D): each token first lets the whole memory fade by alpha_t = exp(g_t) in (0, 1), a
 data-dependent scalar per head, then replaces, by a fraction beta_t, the value held for its key. q and k are
-L2-normalised, beta_t = sigmoid(k_t . w_beta + b_beta) as DeltaNet's, and g_t = -exp(A_log) softplus(k_t . w_a +
+L2-normalised, beta_t = sigmoid(k_t . w_beta + b_beta) as DeltaNet's (2 sigmoid(...) with `allow_neg_eigval`, as
+fla's layer: the transition alpha_t (I - beta_t k_t k_t^T) then has eigenvalue alpha_t (1 - beta_t) in (-1, 1) along
+k_t, negative where beta_t > 1; Grazzi et al. 2025, arXiv 2411.12537), and g_t = -exp(A_log) softplus(k_t . w_a +
 dt_bias), the gate of Mamba-2 (`attnbench.baselines.mamba2.SelectiveDecay`; fla's layer: A ~ U(0, 16), dt_bias from
 dt ~ log-uniform(1e-3, 1e-1)), both read from the head's raw key (the paper's x_t W: the attention sees heads, not
 x_t). Without the gate (alpha = 1) it is DeltaNet, whose renderings it shares (`attnbench.baselines.deltanet`: the

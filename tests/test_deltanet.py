@@ -1,11 +1,16 @@
-"""DeltaNet against the delta rule worked by hand: overwriting a key, exact recall of orthonormal keys."""
+"""DeltaNet against the delta rule worked by hand: overwriting a key, exact recall of orthonormal keys; with
+`allow_neg_eigval` (Grazzi et al. 2025), a negative eigenvalue and parity carried by one head."""
 
+import itertools
 import math
+import operator
 
+import pytest
 import torch
 
 from attnbench.baselines.deltanet.chunk import chunk_delta_rule
 from attnbench.baselines.deltanet.naive import naive_delta_rule
+from attnbench.recurrence import step_through
 from attnbench.registry import build_attention
 
 
@@ -66,3 +71,86 @@ def test_encoder_form_reads_the_final_memory():
         q_last = q.clone()
         q_last[:, :, -1] = q[:, :, i]
         torch.testing.assert_close(out[i], causal(q_last, k, v)[0, 0, -1])
+
+
+def test_negative_eigenvalues_double_beta_and_nothing_else():
+    """`allow_neg_eigval` draws the same parameters and writes with beta = 2 sigmoid(...) (fla's layers)."""
+    plain = build_attention("deltanet", head_dim=4, num_heads=2, seed=3).double()
+    doubled = build_attention("deltanet", head_dim=4, num_heads=2, seed=3, allow_neg_eigval=True).double()
+    for a, b in zip(plain.parameters(), doubled.parameters()):
+        assert torch.equal(a, b)
+    q, k, v = (
+        torch.randn(2, 2, 7, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(s)) for s in range(3)
+    )
+    plain_inputs, doubled_inputs = plain.gated_inputs(q, k, v, None), doubled.gated_inputs(q, k, v, None)
+    torch.testing.assert_close(doubled_inputs[3], 2 * plain_inputs[3], rtol=0, atol=0)
+    for a, b in zip(plain_inputs[:3], doubled_inputs[:3]):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["deltanet", "gated-deltanet"])
+def test_the_transition_takes_a_negative_eigenvalue_only_with_the_option(name):
+    """One step from the state S = I with v = 0 leaves the transition itself, alpha (I - beta k k^T): with the option
+    and beta > 1 its eigenvalue along k, alpha (1 - beta), is negative; without it every eigenvalue stays >= 0 (to
+    rounding), whatever the key and beta's bias."""
+    g = torch.Generator().manual_seed(0)
+    keys = torch.randn(64, 1, 4, dtype=torch.float64, generator=g)
+    for allow, bias in ((True, 4.0), (False, 4.0), (False, 40.0), (False, -4.0)):
+        attn = build_attention(name, head_dim=4, num_heads=1, causal=True, output_norm=False, allow_neg_eigval=allow)
+        attn = attn.double()
+        with torch.no_grad():
+            attn.beta_bias.fill_(bias)
+            state = attn.init_state(64)
+            state["core.kv"] = torch.eye(4, dtype=torch.float64).expand(64, 1, 4, 4).clone()
+            _, after = attn.step(keys, keys, torch.zeros_like(keys), state)
+        eigenvalues = torch.linalg.eigvalsh(after["core.kv"][:, 0])  # symmetric: alpha (I - beta k k^T)
+        if allow:
+            assert (eigenvalues[:, 0] < -0.5).all() and (eigenvalues[:, 1:] > 0).all()  # one, along k
+        else:
+            assert (eigenvalues > -1e-12).all(), f"bias {bias}: smallest eigenvalue {float(eigenvalues.min()):.3g}"
+
+
+def parity_layer(name: str, allow_neg_eigval: bool) -> torch.nn.Module:
+    """One head (D = 2) set by hand: keys along e1 whose raw length says the token (start 2, bit 0 1, bit 1 3), so
+    beta = s sigmoid(40 (|k| - 2)), s = 2 with the option (else 1): start 1 (1/2), bit 0 -> 0, bit 1 -> 2 (1); the
+    gate of Gated DeltaNet held at alpha = exp(-exp(-4) log 2) = 0.987."""
+    attn = build_attention(
+        name, head_dim=2, num_heads=1, causal=True, output_norm=False, allow_neg_eigval=allow_neg_eigval
+    ).double()
+    with torch.no_grad():
+        attn.beta_weight.zero_()
+        attn.beta_weight[0, 0, 0] = 40.0
+        attn.beta_bias.fill_(-80.0)
+        if name == "gated-deltanet":
+            attn.decay.weight.zero_()
+            attn.decay.dt_bias.fill_(0.0)
+            attn.decay.a_log.fill_(-4.0)
+    return attn
+
+
+def parity_inputs(bits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v (B, 1, 1 + N, 2) for bit strings (B, N): a start token writing v = e1, then the bits writing v = 0."""
+    lengths = torch.cat([torch.full_like(bits[:, :1], 2.0), 1.0 + 2.0 * bits], dim=1).double()
+    k = torch.stack([lengths, torch.zeros_like(lengths)], dim=-1)[:, None]
+    v = torch.zeros_like(k)
+    v[:, :, 0, 0] = 1.0
+    return torch.ones_like(k) * torch.tensor([1.0, 0.0], dtype=torch.float64), k, v
+
+
+@pytest.mark.parametrize("name", ["deltanet", "gated-deltanet"])
+def test_negative_eigenvalues_carry_parity_in_one_head(name):
+    """With the option the memory's sign along the key after each bit is (-1)^(xor of the bits so far), a fold of
+    xor over the string, in every rendering (chunked, token loop, decoding steps); without it (beta < 1, the
+    eigenvalue 1 - beta >= 0) the sign never turns, so the same head cannot say the parity."""
+    bits = torch.randint(0, 2, (16, 40), generator=torch.Generator().manual_seed(0))
+    parity = torch.tensor([list(itertools.accumulate(row, operator.xor)) for row in bits.tolist()])
+    expected = 1.0 - 2.0 * parity
+    q, k, v = parity_inputs(bits)
+    neg, plain = parity_layer(name, True), parity_layer(name, False)
+    with torch.no_grad():
+        stepped = step_through(neg, q, k, v)[0]
+        for out in (neg(q, k, v), neg.naive_forward(q, k, v), stepped):
+            assert torch.equal(torch.sign(out[:, 0, 1:, 0]), expected)
+        held = plain(q, k, v)[:, 0, 1:, 0]
+    assert (held > -1e-12).all()  # never the negative sign an odd prefix needs (rounding of a memory wiped to 0 aside)
+    assert (expected < 0).any()

@@ -1,7 +1,8 @@
 """The recurrent attentions against fla-core's own reference code (`fla/ops/<op>/naive.py`, fla-core pinned in the dev
 extra, loaded by file path, run in float64): retention, GLA, DeltaNet, BASED's linear part, Gated DeltaNet, Mamba-2's
 core, RWKV-7 and log-linear attention (over Mamba-2), each on random inputs with padding and, where the attention
-has one, a gate from gentle to strong.
+has one, a gate from gentle to strong; DeltaNet and Gated DeltaNet also with `allow_neg_eigval` (beta doubled, as
+fla's layers do before their kernels).
 
 fla's naive functions take no padding mask; fla's layers drop padded tokens before their kernels (unpad_input), so a
 padded sequence's real outputs are compared with the reference on the sequence without its padding (padding inside
@@ -45,8 +46,9 @@ def gla(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 
 def _beta(attn: nn.Module, k: Tensor) -> Tensor:
-    """DeltaNet's write strength from the raw keys, written out: sigmoid(k . w_beta + b_beta), (B, H, N)."""
-    return torch.sigmoid(k @ attn.beta_weight + attn.beta_bias)[..., 0]
+    """DeltaNet's write strength from the raw keys, written out: sigmoid(k . w_beta + b_beta), (B, H, N), times 2
+    with `allow_neg_eigval` (fla's layers: `beta = beta * 2.`)."""
+    return torch.sigmoid(k @ attn.beta_weight + attn.beta_bias)[..., 0] * (2 if attn.cfg.allow_neg_eigval else 1)
 
 
 def deltanet(attn: nn.Module, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -145,6 +147,15 @@ CASES = [
         {"weak writes": _fill(("beta_bias", -3.0)), "strong writes": _fill(("beta_bias", 3.0))},
     ),
     Case(
+        "deltanet",
+        "delta_rule",
+        "delta_rule_recurrence",
+        deltanet,
+        # beta = 2 sigmoid(bias + k . w): near 2, the transition's eigenvalue 1 - beta near -1
+        {"negative eigenvalues, weak": _fill(("beta_bias", -3.0)), "negative eigenvalues": _fill(("beta_bias", 3.0))},
+        {"allow_neg_eigval": True},
+    ),
+    Case(
         "gated-deltanet",
         "gated_delta_rule",
         "naive_recurrent_gated_delta_rule",
@@ -155,6 +166,17 @@ CASES = [
             "medium": _fill(("decay.a_log", 0.0), ("decay.dt_bias", 0.0)),
             "strong": _fill(("decay.a_log", 3.0), ("decay.dt_bias", 0.0)),
         },
+    ),
+    Case(
+        "gated-deltanet",
+        "gated_delta_rule",
+        "naive_recurrent_gated_delta_rule",
+        gated_deltanet,
+        {
+            "negative eigenvalues, gentle": _fill(("decay.a_log", -4.0), ("decay.dt_bias", 0.0), ("beta_bias", 3.0)),
+            "negative eigenvalues, medium": _fill(("decay.a_log", 0.0), ("decay.dt_bias", 0.0)),
+        },
+        {"allow_neg_eigval": True},
     ),
     Case(
         "mamba2",

@@ -20,6 +20,7 @@ ROUTED = [
     ("retention", {}),
     ("deltanet", {"chunk_size": 8}),
     ("gated-deltanet", {"chunk_size": 8}),
+    ("gated-deltanet", {"chunk_size": 8, "allow_neg_eigval": True}),
     ("mamba2", {"chunk_size": 8}),
     ("rwkv7", {"chunk_size": 8}),
 ]

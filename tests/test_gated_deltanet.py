@@ -3,6 +3,7 @@ is DeltaNet; the chunked WY form with strong gates from a given state is the tok
 
 import math
 
+import pytest
 import torch
 from torch import nn
 
@@ -47,15 +48,18 @@ def test_two_tokens_by_hand():
     torch.testing.assert_close(out, expected)
 
 
-def test_without_decay_it_is_deltanet():
-    """A -> 0 makes alpha = 1 to float64: the outputs are DeltaNet's with the same beta."""
+@pytest.mark.parametrize("options", [{}, {"allow_neg_eigval": True}], ids=["beta<1", "negative-eigenvalues"])
+def test_without_decay_it_is_deltanet(options):
+    """A -> 0 makes alpha = 1 to float64: the outputs are DeltaNet's with the same beta (both doubled with
+    `allow_neg_eigval`)."""
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(2, 1, 23, 2, generator=g, dtype=torch.float64) for _ in range(3))
-    plain = build_attention("deltanet", head_dim=2, causal=True, output_norm=False).double()
+    plain = build_attention("deltanet", head_dim=2, causal=True, output_norm=False, **options).double()
     with torch.no_grad():
         plain.beta_weight.zero_()
         plain.beta_bias.fill_(0.3)
-    torch.testing.assert_close(gated(a_log=-200.0, dt_bias=0.0, beta_bias=0.3)(q, k, v), plain(q, k, v))
+    gated_out = gated(a_log=-200.0, dt_bias=0.0, beta_bias=0.3, **options)(q, k, v)
+    torch.testing.assert_close(gated_out, plain(q, k, v))
 
 
 def test_chunked_form_with_strong_gates_from_a_given_state_matches_the_loop():

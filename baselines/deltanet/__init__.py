@@ -5,6 +5,12 @@ fraction beta_t, the value the memory held for its key. q and k are L2-normalise
 must be, for the update to be a contraction); beta_t = sigmoid(k_t . w_beta + b_beta), a learned projection
 of the head's raw key (the paper's x_t W_beta: the attention sees heads, not x_t), per head.
 
+With `allow_neg_eigval`, beta_t = 2 sigmoid(...) in (0, 2), as fla's layers' option of that name: the transition
+I - beta_t k_t k_t^T (S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T) has eigenvalue 1 - beta_t along k_t,
+in (-1, 1) instead of (0, 1), so a token can flip the sign of what the memory holds for its key: the fix of
+Grazzi et al. (ICLR 2025, arXiv 2411.12537, "Unlocking state-tracking in linear RNNs through negative eigenvalues")
+that lets a one-layer linear RNN carry parity, which positive eigenvalues cannot at any length.
+
 Renderings (this folder, as fla's ops/delta_rule): `naive` (the token loop), `chunk` (the WY form, for
 training), `recurrent` (the decoding step). Padded positions get beta 0 and key 0: they leave S unchanged.
 Encoder (causal=False) form, ours: every query reads the memory after the whole sequence was written,
@@ -47,13 +53,19 @@ def delta_rule(chunk: int) -> Renderings:
 @dataclasses.dataclass
 class DeltaNetConfig(RecurrentConfig):
     chunk_size: int = option(64, "positions per chunk of the WY training form", minimum=1, maximum=4096)
+    allow_neg_eigval: bool = option(
+        False,
+        "beta = 2 sigmoid(...) in (0, 2): the transition I - beta k k^T may take negative eigenvalues, so a token "
+        "can flip the state's sign along its key (state tracking, e.g. parity; Grazzi et al. 2025, arXiv 2411.12537; "
+        "fla's option of that name); false = beta in (0, 1), eigenvalues in (0, 1)",
+    )
 
 
 @register_attention(
     "deltanet", config=DeltaNetConfig, causal=True, normalised=False, recurrent_state=True, positive_features=False
 )
 class DeltaNetAttention(GatedRecurrence):
-    """The delta rule with a learned write strength beta_t in (0, 1) and L2-normalised keys and queries."""
+    """The delta rule, learned write strength beta_t in (0, 1) ((0, 2): `allow_neg_eigval`), L2-normalised q, k."""
 
     def __init__(self, cfg: DeltaNetConfig):
         super().__init__(cfg)
@@ -64,7 +76,10 @@ class DeltaNetAttention(GatedRecurrence):
         self.beta_bias = nn.Parameter(torch.zeros(cfg.num_heads, 1, 1))
 
     def gated_inputs(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, ...]:
-        """q / sqrt(D) and k, both L2-normalised, v, and beta (B, H, N) from the raw keys; padding zeroed."""
+        """q / sqrt(D) and k, both L2-normalised, v, and beta (B, H, N) from the raw keys (doubled with
+        `allow_neg_eigval`); padding zeroed."""
         beta = torch.sigmoid(k @ self.beta_weight + self.beta_bias)[..., 0]
+        if self.cfg.allow_neg_eigval:
+            beta = 2 * beta
         q = nn.functional.normalize(q, dim=-1) / math.sqrt(q.shape[-1])
         return q, real_rows(nn.functional.normalize(k, dim=-1), mask), v, real_rows(beta, mask)
