@@ -147,8 +147,8 @@ def test_a_decoder_suite_naming_a_non_causal_attention_is_refused_on_loading(tmp
 def test_token_and_position_embeddings_start_at_one_scale():
     """GPT-2's init: positions no louder than tokens, else the residual stream hides which token is where."""
     model = TransformerDecoder(ModelConfig(**{**CFG.__dict__, "d_model": 64}), "softmax")
-    token_std = float(model.backbone.token_embedding.weight.std())
-    position_std = float(model.backbone.position_embedding.weight.std())
+    token_std = float(model.backbone.token_embedding.weight.detach().std())
+    position_std = float(model.backbone.position_embedding.weight.detach().std())
     assert 0.5 < position_std / token_std < 2.0
 
 

@@ -42,7 +42,7 @@ def fla_forgetting(q, k, v, log_gate, window=None):
 @pytest.mark.parametrize("strength", GATES)
 def test_causal_fox_equals_fla_reference_in_float64(strength):
     attn, (q, k, v) = fox(bias=GATES[strength]), inputs()
-    expected = fla_forgetting(q, k, v, attn.log_gate(k))
+    expected = fla_forgetting(q, k, v, attn.log_gate(k)).detach()
     out = attn(q, k, v).detach()
     error = float((out - expected).abs().max())
     assert error < 1e-12, f"{oracle_name(OP)}: max float64 difference {error:.3g}"
@@ -63,7 +63,7 @@ def test_padded_positions_are_removed_tokens_as_fla_unpads_them(strength):
     for row in range(B):
         real = mask[row]
         part = [x[row : row + 1, :, real] for x in (q, k, v)]
-        expected = fla_forgetting(*part, attn.log_gate(part[1]))
+        expected = fla_forgetting(*part, attn.log_gate(part[1])).detach()
         assert float((out[row : row + 1, :, real] - expected).abs().max()) < 1e-12, oracle_name(OP)
         torch.testing.assert_close(stepped[row : row + 1, :, real], expected, rtol=1e-12, atol=1e-12)
 
