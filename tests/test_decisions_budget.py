@@ -50,7 +50,24 @@ def test_decided_spent_and_unknown_pairs_get_no_seeds() -> None:
     assert budget_state(decided, 6, LEVEL) == DECIDED
     assert budget_state(_row(0.5, 6, 0.1), 6, LEVEL) == AT_BUDGET
     assert budget_state(_row(0.5, 1, math.nan), 6, LEVEL) == BEYOND_BUDGET  # one seed: nothing known
-    assert budget_state(_row(0.5, 3, math.inf), 6, LEVEL) == BEYOND_BUDGET  # past the metric's range
+    assert budget_state(_row(0.5, 3, math.inf), 6, LEVEL) == BEYOND_BUDGET  # past the range, nothing to project
+
+
+def test_a_gap_past_the_range_at_three_seeds_is_projected_to_the_budget_from_its_variance() -> None:
+    """A needle pair: seed differences of sd 0.3 at 3 seeds leave an mde past an accuracy's range (inf), yet at 8
+    seeds a gap of 0.77 is detectable; the row's variance components say so (seeds-only: fixed 0)."""
+    sd = 0.3
+    assert _mde(3, LEVEL, sd) > 1  # what the engine reports as inf for a metric bounded in [0, 1]
+    at_eight = _mde(8, LEVEL, sd)
+    assert at_eight < 0.77
+    for factor, state in ((1.02, WORTH), (0.98, BEYOND_BUDGET)):
+        assert budget_state(_row(factor * at_eight, 3, math.inf, per_seed=sd**2, fixed=0.0), 8, LEVEL) == state
+    # shared test rows: a part of the variance no number of seeds removes (Var at S seeds = per_seed / S + fixed)
+    shift = _mde(8, LEVEL, 1.0) * math.sqrt(8)  # the detectable gap in standard errors at 8 seeds
+    fixed = 0.01
+    at_eight = shift * math.sqrt(sd**2 / 8 + fixed)
+    for factor, state in ((1.02, WORTH), (0.98, BEYOND_BUDGET)):
+        assert budget_state(_row(factor * at_eight, 3, math.inf, per_seed=sd**2, fixed=fixed), 8, LEVEL) == state
 
 
 def test_each_family_is_planned_at_its_own_level() -> None:

@@ -43,7 +43,7 @@ COLUMNS = [
     "mde",
     "seeds_needed",
 ]
-EXTRA = ["level", "correction", "design", "variance", "n_examples", "values_a", "values_b", "note"]
+EXTRA = ["level", "correction", "design", "variance", "n_examples", "values_a", "values_b", "note", "per_seed", "fixed"]
 JUDGED = ("estimate", "low", "high", "p", "p_adjusted", "margin", "mde", "seeds_needed", "level")  # per pair
 
 
@@ -213,6 +213,10 @@ def compare_family(
                 "values_a": tuple(family.labels[a].values[s] for s in e.seeds),
                 "values_b": tuple(family.labels[b].values[s] for s in e.seeds),
                 "note": "; ".join(notes),
+                # the difference's variance components (`attnbench.decisions.variance.Spread`): what projects its
+                # standard error to other seed counts (`attnbench.decisions.budget`)
+                "per_seed": float(e.spread.per_seed[0]) if len(e.spread.per_seed) else math.nan,
+                "fixed": float(e.spread.fixed[0]) if len(e.spread.fixed) else math.nan,
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS + EXTRA)
