@@ -41,8 +41,9 @@ def _row(estimate: float, n_seeds: int, mde: float, **extra) -> SimpleNamespace:
 def test_the_gap_detectable_at_the_budget_follows_the_t_power_of_its_seeds() -> None:
     now, at_six = _mde(3, LEVEL, 0.02), _mde(6, LEVEL, 0.02)  # at the seeds run, and at the budget
     assert at_six < now * math.sqrt(3 / 6) / 2  # the t quantile at 2 degrees of freedom, not only the root, shrinks
-    assert budget_state(_row(1.02 * at_six, 3, now), 6, LEVEL) == WORTH
-    assert budget_state(_row(0.98 * at_six, 3, now), 6, LEVEL) == BEYOND_BUDGET
+    spread = {"per_seed": 0.02**2, "fixed": 0.0}  # the seeds' variance of the differences; fresh rows
+    assert budget_state(_row(1.02 * at_six, 3, now, **spread), 6, LEVEL) == WORTH
+    assert budget_state(_row(0.98 * at_six, 3, now, **spread), 6, LEVEL) == BEYOND_BUDGET
 
 
 def test_decided_spent_and_unknown_pairs_get_no_seeds() -> None:
@@ -77,5 +78,6 @@ def test_each_family_is_planned_at_its_own_level() -> None:
     rows = pd.DataFrame(
         [{"task": "one", "metric": "accuracy", "p": 0.2, "mde": now[1]}]
         + [{"task": "three", "metric": "accuracy", "p": 0.2, "mde": now[3]}] * 3
-    ).assign(verdict="undecided", estimate=gap, n_seeds=3, seeds_needed=math.nan, correction="holm")
+    ).assign(verdict="undecided", estimate=gap, n_seeds=3, seeds_needed=math.nan, correction="holm", per_seed=0.02**2,
+             fixed=0.0)  # fmt: skip
     assert budget_states(rows, 6, 0.05) == [WORTH, BEYOND_BUDGET, BEYOND_BUDGET, BEYOND_BUDGET]

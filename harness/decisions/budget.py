@@ -3,12 +3,11 @@ what its report says of the pairs that stayed undecided.
 
 A pair is worth more seeds when it is undecided, has fewer than `max_seeds`, and the engine's power figures
 (`attnbench.decisions.power`) say `max_seeds` could decide it: the seeds needed for its margin are within the
-budget, or the gap seen so far would be detected there. The minimum detectable effect at the budget is the one at
-the seeds run with the seeds' part of the standard error shrunk by the square root of the seeds and the t quantile
-of the budget's degrees of freedom (at 3 seeds a Holm-corrected t has 2: its quantiles are several times the
-normal's, so more seeds decide far more than the square root alone says). Where the pair row carries its variance
-components (`per_seed`, `fixed`: what `attnbench.compare` reports), the standard error at the budget is projected
-from them (`attnbench.decisions.power.projected`), so a pair whose detectable gap at 3 seeds lies past the metric's
+budget, or the gap seen so far would be detected there. The gap detectable at the budget comes from the pair's
+variance components (`per_seed`, `fixed`: what `attnbench.compare` reports), projected to the budget's seeds as
+`seeds_needed` projects them (`attnbench.decisions.power.projected`) and read with the t quantile of the budget's
+degrees of freedom (at 3 seeds a Holm-corrected t has 2: its quantiles are several times the normal's, so more seeds
+decide far more than the square root alone says). So a pair whose detectable gap at 3 seeds lies past the metric's
 range (its `mde` is inf) is still judged at the budget, where it may not. Neither holds for a pair no number of
 seeds within the budget can decide (a shared test set too small for the margin, a gap far below the noise).
 """
@@ -54,18 +53,15 @@ def budget_state(row: Any, max_seeds: int, level: float) -> str:
 
 
 def _mde_at_budget(row: Any, max_seeds: int, level: float) -> float:
-    """The gap detectable at `max_seeds` seeds: from the row's variance components where it has them, else its mde
-    at the seeds run scaled by the root of the seeds and the t quantiles (NaN or inf where neither is known)."""
+    """The gap detectable at `max_seeds` seeds, from the row's variance components (NaN where they are unknown or
+    both 0: no spread to project)."""
     per_seed, fixed = getattr(row, "per_seed", math.nan), getattr(row, "fixed", math.nan)
-    if math.isfinite(per_seed) and math.isfinite(fixed) and per_seed + fixed > 0:
-        one = np.ones(1)
-        spread = Spread(mean=0 * one, se=one, df=one, seeds=0, per_seed=per_seed * one, fixed=fixed * one)
-        se, df = projected(spread, np.array([float(max_seeds)]))
-        return float(se[0]) * _detectable_shift(float(df[0]), level)
-    if not math.isfinite(row.mde):
-        return row.mde
-    shrink = _detectable_shift(max_seeds - 1, level) / _detectable_shift(row.n_seeds - 1, level)
-    return row.mde * math.sqrt(row.n_seeds / max_seeds) * shrink
+    if not (math.isfinite(per_seed) and math.isfinite(fixed) and per_seed + fixed > 0):
+        return math.nan
+    one = np.ones(1)
+    spread = Spread(mean=0 * one, se=one, df=one, seeds=0, per_seed=per_seed * one, fixed=fixed * one)
+    se, df = projected(spread, np.array([float(max_seeds)]))
+    return float(se[0]) * _detectable_shift(float(df[0]), level)
 
 
 def budget_states(rows: pd.DataFrame, max_seeds: int, alpha: float) -> list[str]:

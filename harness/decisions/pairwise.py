@@ -215,8 +215,8 @@ def compare_family(
                 "note": "; ".join(notes),
                 # the difference's variance components (`attnbench.decisions.variance.Spread`): what projects its
                 # standard error to other seed counts (`attnbench.decisions.budget`)
-                "per_seed": float(e.spread.per_seed[0]) if len(e.spread.per_seed) else math.nan,
-                "fixed": float(e.spread.fixed[0]) if len(e.spread.fixed) else math.nan,
+                "per_seed": float(e.spread.per_seed[0]),
+                "fixed": float(e.spread.fixed[0]),
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS + EXTRA)
